@@ -1,0 +1,26 @@
+# berth: `make dev` builds and starts a single-process dev agent,
+# `make test` builds and runs every test.  Both install missing Debian
+# packages first (scripts/install-deps.sh).
+BUILD_DIR ?= build
+JOBS ?= 2
+DATA_DIR ?= $(CURDIR)/.dev/data
+
+.PHONY: deps configure build dev test clean
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+dev: build
+	$(BUILD_DIR)/apps/berthd --dev --data-dir $(DATA_DIR)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian package berth's build and tests need. Idempotent: does
+# nothing (and needs no network) when everything is already installed.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git
+  libcaf-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libsqlite3-dev sqlite3
+  doctest-dev libcli11-dev
+  nlohmann-json3-dev libyaml-cpp-dev
+  prometheus-cpp-dev
+  libreadline-dev
+  python3
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get -o DPkg::Lock::Timeout=600 update -q
+$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,371 @@
+#include "messages/codec.hpp"
+
+#include <cctype>
+#include <set>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+namespace berth {
+
+using nlohmann::json;
+
+namespace {
+
+// YAML scalars stay strings; the field readers below accept numeric
+// strings where a number is expected, so YAML and JSON specs read alike.
+json yaml_to_json(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& kv : n) out[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : n) out.push_back(yaml_to_json(item));
+      return out;
+    }
+    case YAML::NodeType::Scalar:
+      return n.Scalar();
+    default:
+      return nullptr;
+  }
+}
+
+// Reads the fields of one JSON object, recording every problem.
+class reader {
+ public:
+  reader(const json& obj, std::string path, std::vector<problem>& problems)
+      : obj_(obj), path_(std::move(path)), problems_(problems) {}
+
+  // Reports every key that no field read.  Call after reading all fields.
+  void reject_unknown() {
+    if (!obj_.is_object()) return;
+    for (const auto& [k, _] : obj_.items())
+      if (!known_.count(k)) add(k, "is not a known key");
+  }
+
+  bool ok_object() {
+    if (obj_.is_object()) return true;
+    problems_.push_back({path_.empty() ? "(spec)" : path_, "must be an object"});
+    return false;
+  }
+
+  const json* get(const std::string& key) {
+    known_.insert(key);
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  void string(const std::string& key, std::string* out) {
+    if (auto* v = get(key)) {
+      if (v->is_string())
+        *out = v->get<std::string>();
+      else
+        add(key, "must be a string");
+    }
+  }
+
+  void integer(const std::string& key, int64_t* out) {
+    auto* v = get(key);
+    if (v == nullptr) return;
+    if (v->is_number_integer()) {
+      *out = v->get<int64_t>();
+      return;
+    }
+    if (v->is_string()) {
+      if (auto n = parse_size(v->get<std::string>())) {
+        *out = *n;
+        return;
+      }
+    }
+    add(key, "must be a whole number of bytes (e.g. 1073741824 or \"1GiB\")");
+  }
+
+  void string_map(const std::string& key, google::protobuf::Map<std::string, std::string>* out) {
+    auto* v = get(key);
+    if (v == nullptr) return;
+    if (!v->is_object()) {
+      add(key, "must be a map of strings");
+      return;
+    }
+    for (const auto& [k, val] : v->items()) {
+      if (val.is_string())
+        (*out)[k] = val.get<std::string>();
+      else if (val.is_number() || val.is_boolean())
+        (*out)[k] = val.dump();
+      else
+        add(key + "." + k, "must be a string");
+    }
+  }
+
+  void add(const std::string& key, std::string msg) {
+    problems_.push_back({field(key), std::move(msg)});
+  }
+
+  std::string field(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
+
+  std::vector<problem>& problems() { return problems_; }
+
+ private:
+  static std::optional<int64_t> parse_size(const std::string& s) {
+    size_t i = 0;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    if (i == 0 || i > 18) return std::nullopt;
+    int64_t n = std::stoll(s.substr(0, i));
+    std::string unit = s.substr(i);
+    while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+    static const std::pair<const char*, int64_t> units[] = {
+        {"", 1},           {"B", 1},
+        {"KB", 1000},      {"MB", 1000'000},    {"GB", 1000'000'000},  {"TB", 1000'000'000'000},
+        {"KiB", 1LL << 10}, {"MiB", 1LL << 20}, {"GiB", 1LL << 30},   {"TiB", 1LL << 40},
+    };
+    for (const auto& [name, mult] : units)
+      if (unit == name) return n * mult;
+    return std::nullopt;
+  }
+
+  const json& obj_;
+  std::string path_;
+  std::vector<problem>& problems_;
+  std::set<std::string> known_;
+};
+
+void read_topology_list(reader& r, const std::string& key,
+                        google::protobuf::RepeatedPtrField<v1::Topology>* out) {
+  auto* v = r.get(key);
+  if (v == nullptr) return;
+  if (!v->is_array()) {
+    r.add(key, "must be a list of {segments: {KEY: VALUE}}");
+    return;
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    reader t((*v)[i], r.field(key) + "[" + std::to_string(i) + "]", r.problems());
+    if (!t.ok_object()) continue;
+    auto* topo = out->Add();
+    t.string_map("segments", topo->mutable_segments());
+    t.reject_unknown();
+  }
+}
+
+}  // namespace
+
+std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_view text) {
+  std::vector<problem> problems;
+  json doc;
+  size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return std::vector<problem>{{"(spec)", "is empty"}};
+  if (text[first] == '{') {
+    try {
+      doc = json::parse(text);
+    } catch (const json::parse_error& e) {
+      return std::vector<problem>{{"(spec)", std::string("is not valid JSON: ") + e.what()}};
+    }
+  } else {
+    try {
+      doc = yaml_to_json(YAML::Load(std::string(text)));
+    } catch (const YAML::Exception& e) {
+      return std::vector<problem>{{"(spec)", std::string("is not valid YAML: ") + e.what()}};
+    }
+  }
+  v1::Volume v;
+  reader r(doc, "", problems);
+  if (!r.ok_object()) return problems;
+  r.string("id", v.mutable_id());
+  r.string("name", v.mutable_name());
+  r.string("namespace", v.mutable_namespace_());
+  r.string("plugin_id", v.mutable_plugin_id());
+  r.string("external_id", v.mutable_external_id());
+  if (auto* caps = r.get("capabilities")) {
+    if (!caps->is_array()) {
+      r.add("capabilities", "must be a list of {access_mode, attachment_mode}");
+    } else {
+      for (size_t i = 0; i < caps->size(); ++i) {
+        reader c((*caps)[i], "capabilities[" + std::to_string(i) + "]", problems);
+        if (!c.ok_object()) continue;
+        auto* cap = v.add_capabilities();
+        std::string access, attachment;
+        c.string("access_mode", &access);
+        c.string("attachment_mode", &attachment);
+        if (!access.empty()) {
+          if (auto m = parse_access_mode(access))
+            cap->set_access_mode(*m);
+          else
+            c.add("access_mode",
+                  "'" + access + "' is not an access mode (one of " + access_mode_names() + ")");
+        }
+        if (!attachment.empty()) {
+          if (auto m = parse_attachment_mode(attachment))
+            cap->set_attachment_mode(*m);
+          else
+            c.add("attachment_mode", "'" + attachment + "' is not an attachment mode (one of " +
+                                         attachment_mode_names() + ")");
+        }
+        c.reject_unknown();
+      }
+    }
+  }
+  if (auto* mo = r.get("mount_options")) {
+    reader m(*mo, "mount_options", problems);
+    if (m.ok_object()) {
+      m.string("fs_type", v.mutable_mount_options()->mutable_fs_type());
+      if (auto* flags = m.get("mount_flags")) {
+        if (!flags->is_array()) {
+          m.add("mount_flags", "must be a list of strings");
+        } else {
+          for (const auto& f : *flags) {
+            if (f.is_string())
+              v.mutable_mount_options()->add_mount_flags(f.get<std::string>());
+            else
+              m.add("mount_flags", "must be a list of strings");
+          }
+        }
+      }
+      m.reject_unknown();
+    }
+  }
+  r.string_map("secrets", v.mutable_secrets());
+  r.string_map("parameters", v.mutable_parameters());
+  r.string_map("context", v.mutable_context());
+  if (auto* tr = r.get("topology_request")) {
+    reader t(*tr, "topology_request", problems);
+    if (t.ok_object()) {
+      read_topology_list(t, "required", v.mutable_topology_request()->mutable_required());
+      read_topology_list(t, "preferred", v.mutable_topology_request()->mutable_preferred());
+      t.reject_unknown();
+    }
+  }
+  int64_t cmin = 0, cmax = 0;
+  r.integer("capacity_min", &cmin);
+  r.integer("capacity_max", &cmax);
+  v.set_capacity_min(cmin);
+  v.set_capacity_max(cmax);
+  r.reject_unknown();
+  if (!problems.empty()) return problems;
+  apply_defaults(v);
+  auto invalid = validate_volume(v);
+  if (!invalid.empty()) return invalid;
+  return v;
+}
+
+namespace {
+
+json topology_json(const v1::Topology& t) {
+  json segs = json::object();
+  for (const auto& [k, val] : t.segments()) segs[k] = val;
+  return json{{"segments", segs}};
+}
+
+json map_json(const google::protobuf::Map<std::string, std::string>& m) {
+  json out = json::object();
+  for (const auto& [k, val] : m) out[k] = val;
+  return out;
+}
+
+json instance_json(const v1::PluginInstance& i) {
+  return json{{"node_id", i.node_id()},
+              {"healthy", i.healthy()},
+              {"health_description", i.health_description()},
+              {"provider", i.provider()},
+              {"provider_version", i.provider_version()},
+              {"csi_node_id", i.csi_node_id()},
+              {"max_volumes", i.max_volumes()},
+              {"accessible_topology", topology_json(i.accessible_topology())},
+              {"publish_unpublish", i.publish_unpublish()},
+              {"stage_unstage", i.stage_unstage()},
+              {"updated_at_ms", i.updated_at_ms()}};
+}
+
+}  // namespace
+
+json claim_json(const v1::Claim& c) {
+  return json{{"alloc_id", c.alloc_id()},
+              {"node_id", c.node_id()},
+              {"mode", name_of(c.mode())},
+              {"state", name_of(c.state())},
+              {"access_mode", name_of(c.access_mode())},
+              {"attachment_mode", name_of(c.attachment_mode())},
+              {"claimed_at_ms", c.claimed_at_ms()},
+              {"released_at_ms", c.released_at_ms()},
+              {"release_reason", c.release_reason()}};
+}
+
+json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
+  // Render from a redacted copy so that no code path below can reach a
+  // secret or a mount flag.
+  const v1::Volume v = redacted(raw);
+  json caps = json::array();
+  for (const auto& c : v.capabilities())
+    caps.push_back({{"access_mode", name_of(c.access_mode())},
+                    {"attachment_mode", name_of(c.attachment_mode())}});
+  json claims = json::array();
+  int readers = 0, writers = 0;
+  for (const auto& c : v.claims()) {
+    claims.push_back(claim_json(c));
+    if (c.state() == v1::CLAIM_TAKEN) (c.mode() == v1::CLAIM_WRITE ? writers : readers)++;
+  }
+  json required = json::array(), preferred = json::array(), accessible = json::array();
+  for (const auto& t : v.topology_request().required()) required.push_back(topology_json(t));
+  for (const auto& t : v.topology_request().preferred()) preferred.push_back(topology_json(t));
+  for (const auto& t : v.accessible_topology()) accessible.push_back(topology_json(t));
+  auto unhealthy = volume_unhealthy(v, plugin);
+  return json{{"id", v.id()},
+              {"name", v.name()},
+              {"namespace", v.namespace_()},
+              {"plugin_id", v.plugin_id()},
+              {"external_id", v.external_id()},
+              {"capabilities", caps},
+              {"access_mode", name_of(mode_in_use(v))},
+              {"mount_options", {{"fs_type", v.mount_options().fs_type()}}},
+              {"parameters", map_json(v.parameters())},
+              {"context", map_json(v.context())},
+              {"topology_request", {{"required", required}, {"preferred", preferred}}},
+              {"accessible_topology", accessible},
+              {"capacity_min", v.capacity_min()},
+              {"capacity_max", v.capacity_max()},
+              {"healthy", !unhealthy.has_value()},
+              {"health_description", unhealthy.value_or("")},
+              {"resource_exhausted", v.resource_exhausted_at_ms() != 0},
+              {"read_claims", readers},
+              {"write_claims", writers},
+              {"claims", claims},
+              {"create_index", v.create_index()},
+              {"modify_index", v.modify_index()}};
+}
+
+json plugin_json(const v1::Plugin& p) {
+  auto h = health_of(p);
+  json controllers = json::array(), nodes = json::array();
+  for (const auto& c : p.controllers()) controllers.push_back(instance_json(c));
+  for (const auto& n : p.nodes()) nodes.push_back(instance_json(n));
+  return json{{"id", p.id()},
+              {"provider", p.provider()},
+              {"provider_version", p.provider_version()},
+              {"controller_required", p.controller_required()},
+              {"controllers_healthy", h.controllers_healthy},
+              {"controllers_expected", h.controllers_expected},
+              {"nodes_healthy", h.nodes_healthy},
+              {"nodes_expected", h.nodes_expected},
+              {"controllers", controllers},
+              {"nodes", nodes},
+              {"create_index", p.create_index()},
+              {"modify_index", p.modify_index()}};
+}
+
+json node_json(const v1::Node& n) {
+  json plugins = json::array();
+  for (const auto& p : n.plugin_ids()) plugins.push_back(p);
+  return json{{"id", n.id()},
+              {"status", name_of(n.status())},
+              {"address", n.address()},
+              {"last_heartbeat_ms", n.last_heartbeat_ms()},
+              {"plugin_ids", plugins},
+              {"create_index", n.create_index()},
+              {"modify_index", n.modify_index()}};
+}
+
+}  // namespace berth

@@ -1,0 +1,30 @@
+// Text forms of the domain types: the volume spec file (JSON or YAML) and
+// the JSON views the shell prints with --json.  Pure: strings in, values out.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "messages/model.hpp"
+
+namespace berth {
+
+// Parses a volume spec (JSON, or YAML when it is not JSON).  Unknown keys,
+// wrong types and invalid values are errors; every problem is reported at
+// once, each naming its field.  Defaults are applied and the result is
+// validated (validate_volume), so a returned volume is registrable.
+std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_view text);
+
+// JSON views with snake_case keys.  Volumes are rendered from a redacted
+// copy: never secrets, never mount flags.  `plugin` (may be null) gives the
+// volume's health.
+nlohmann::json volume_json(const v1::Volume& v, const v1::Plugin* plugin);
+nlohmann::json claim_json(const v1::Claim& c);
+nlohmann::json plugin_json(const v1::Plugin& p);
+nlohmann::json node_json(const v1::Node& n);
+
+}  // namespace berth

@@ -1,0 +1,184 @@
+// The pure rules of berth's domain: validation, claims, plugin health,
+// re-registration and redaction.  Plain functions on the protobuf types of
+// messages/berth.proto; no I/O, no clock (callers pass `now`), no actors.
+//
+// Functions that change an object take it by reference and either apply the
+// whole change or leave it untouched and return a `failure`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "messages/berth.pb.h"
+
+namespace berth {
+
+namespace v1 = ::berth::v1;
+
+// What went wrong, in words an operator can act on.
+enum class errc : uint8_t {
+  invalid = 1,      // bad input: fix the request
+  not_found = 2,    // the named object does not exist
+  refused = 3,      // the rules refuse it in the current state
+  unavailable = 4,  // try again later
+  internal = 5,
+};
+
+struct failure {
+  errc code;
+  std::string message;
+};
+
+// --- names -------------------------------------------------------------
+// The operator-facing names ("single-node-writer", "file-system", "taken",
+// ...), the same in specs, output, metrics and docs.
+
+std::string_view name_of(v1::AccessMode x);
+std::string_view name_of(v1::AttachmentMode x);
+std::string_view name_of(v1::ClaimMode x);
+std::string_view name_of(v1::ClaimState x);
+std::string_view name_of(v1::PluginType x);
+std::string_view name_of(v1::NodeStatus x);
+std::string_view name_of(v1::AllocState x);
+
+std::optional<v1::AccessMode> parse_access_mode(std::string_view s);
+std::optional<v1::AttachmentMode> parse_attachment_mode(std::string_view s);
+std::optional<v1::PluginType> parse_plugin_type(std::string_view s);
+
+// The words of every valid access/attachment mode, for error messages.
+std::string access_mode_names();
+std::string attachment_mode_names();
+
+bool allows_writers(v1::AccessMode m);
+bool single_node(v1::AccessMode m);
+
+// --- validation --------------------------------------------------------
+
+struct problem {
+  std::string field;    // e.g. "capabilities[1].access_mode"
+  std::string message;  // e.g. "unknown access mode 'rw'"
+};
+
+// Every problem of a volume registration at once.  Namespace defaults are
+// applied by the caller before validation (see apply_defaults).
+std::vector<problem> validate_volume(const v1::Volume& v);
+
+// Fills in defaults: namespace "default", name = id.
+void apply_defaults(v1::Volume& v);
+
+// "volume 'db': plugin_id: is required; capabilities: ..." (one line).
+std::string describe(std::string_view object, const std::vector<problem>& problems);
+
+// Valid ids: 1..128 bytes of [A-Za-z0-9_.-], not starting with '.' or '-'.
+bool valid_id(std::string_view id);
+
+// --- plugin health -----------------------------------------------------
+
+struct plugin_health {
+  int controllers_healthy = 0;
+  int controllers_expected = 0;
+  int nodes_healthy = 0;
+  int nodes_expected = 0;
+};
+
+// Derived from the instances every time: counts are never stored, so they
+// cannot drift from the instances they count.
+plugin_health health_of(const v1::Plugin& p);
+
+// Adds or replaces the instance of `type` on instance.node_id(); a monolith
+// is both a controller and a node instance.  Updates provider/version and
+// the sticky controller_required flag.  Returns true when anything changed.
+bool upsert_instance(v1::Plugin& p, v1::PluginType type, const v1::PluginInstance& instance);
+
+// Removes the instances of `type` on node_id (monolith: both).  Returns true
+// when anything was removed.
+bool remove_instance(v1::Plugin& p, v1::PluginType type, const std::string& node_id);
+
+// A plugin without instances can be garbage-collected.
+bool plugin_is_empty(const v1::Plugin& p);
+
+const v1::PluginInstance* node_instance(const v1::Plugin& p, const std::string& node_id);
+
+// Why volumes of this plugin cannot be claimed right now, or nullopt.
+std::optional<std::string> plugin_unschedulable(const v1::Plugin& p);
+
+// --- claims ------------------------------------------------------------
+
+struct claim_request {
+  std::string alloc_id;
+  std::string node_id;
+  bool write = false;
+  // Optional: the capability to use; UNKNOWN = pick one that fits.
+  v1::AccessMode access_mode = v1::ACCESS_MODE_UNKNOWN;
+  v1::AttachmentMode attachment_mode = v1::ATTACHMENT_MODE_UNKNOWN;
+  int64_t now_ms = 0;
+};
+
+// A claim counts against the volume's limits from the moment it is taken
+// until it is freed: a claim whose release is still in flight still holds
+// its writer slot and its node, so two writers can never be published at
+// once.
+bool holds_volume(const v1::Claim& c);
+
+// The access mode the volume is used with now (from its claims), or UNKNOWN
+// when it has none.
+v1::AccessMode mode_in_use(const v1::Volume& v);
+
+// Claims the volume for an alloc, by the rules of its access mode, the
+// plugin's health and the node's plugin instance.  `plugin` is null when
+// the plugin is not registered.  Claiming again with the same alloc and
+// mode succeeds without change.
+std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::Plugin* plugin);
+
+// Starts releasing an alloc's claim: the claim keeps its mode and moves to
+// unpublishing.  Releasing a claim already in release succeeds unchanged;
+// an alloc without a claim is not_found.
+std::optional<failure> release(v1::Volume& v, const std::string& alloc_id,
+                               std::string_view reason, int64_t now_ms);
+
+// GC: starts releasing every taken claim whose alloc is not live.  Returns
+// the alloc ids whose claims it released.
+template <class IsLive>
+std::vector<std::string> gc_release(v1::Volume& v, IsLive&& is_live, int64_t now_ms) {
+  std::vector<std::string> released;
+  for (const auto& c : v.claims())
+    if (c.state() == v1::CLAIM_TAKEN && !is_live(c.alloc_id())) released.push_back(c.alloc_id());
+  for (const auto& id : released) release(v, id, "gc", now_ms);
+  return released;
+}
+
+// Moves a released claim forward to `to` (node-detached,
+// controller-detached, ready-to-free).  Steps may be skipped (no controller
+// to detach) but never go back; repeating the current state succeeds.
+std::optional<failure> advance_claim(v1::Volume& v, const std::string& alloc_id,
+                                     v1::ClaimState to);
+
+// Removes a claim that reached ready-to-free.
+std::optional<failure> free_claim(v1::Volume& v, const std::string& alloc_id);
+
+const v1::Claim* find_claim(const v1::Volume& v, const std::string& alloc_id);
+
+// --- registration ------------------------------------------------------
+
+// Applies a re-registration `incoming` onto the registered `current`.
+// Immutable: plugin_id, external_id, parameters; capabilities and mount
+// options may not change while the volume has claims.  Context, secrets,
+// name and the rest may change.  Claims and indexes are kept.
+std::optional<failure> reregister(v1::Volume& current, const v1::Volume& incoming);
+
+// Deregistration is refused while any claim exists (taken or in release).
+std::optional<failure> can_deregister(const v1::Volume& v);
+
+// --- redaction ---------------------------------------------------------
+
+// A copy fit for output: no secrets, no mount flags.
+v1::Volume redacted(const v1::Volume& v);
+
+// The volume's health from its plugin: nullopt when claims may proceed,
+// else the reason.
+std::optional<std::string> volume_unhealthy(const v1::Volume& v, const v1::Plugin* plugin);
+
+}  // namespace berth

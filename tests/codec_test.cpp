@@ -1,0 +1,157 @@
+// Unit tests of messages/codec: the volume spec parser and the JSON views.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "messages/codec.hpp"
+
+using namespace berth;
+
+namespace {
+
+std::vector<problem> problems_of(std::string_view text) {
+  auto r = parse_volume_spec(text);
+  REQUIRE(std::holds_alternative<std::vector<problem>>(r));
+  return std::get<std::vector<problem>>(r);
+}
+
+bool has_field(const std::vector<problem>& ps, const std::string& field) {
+  for (const auto& p : ps)
+    if (p.field == field) return true;
+  return false;
+}
+
+const char* json_spec = R"({
+  "id": "db", "plugin_id": "hostpath", "external_id": "vol-1",
+  "capabilities": [{"access_mode": "single-node-writer", "attachment_mode": "file-system"}],
+  "mount_options": {"fs_type": "ext4", "mount_flags": ["noatime", "password=hunter2"]},
+  "secrets": {"token": "hunter2"},
+  "parameters": {"size": "1G"},
+  "context": {"owner": "a"},
+  "topology_request": {"required": [{"segments": {"zone": "a"}}]},
+  "capacity_min": "1GiB", "capacity_max": 2147483648
+})";
+
+}  // namespace
+
+TEST_CASE("a_json_spec_parses_with_defaults") {
+  auto r = parse_volume_spec(json_spec);
+  REQUIRE(std::holds_alternative<v1::Volume>(r));
+  auto v = std::get<v1::Volume>(r);
+  CHECK(v.id() == "db");
+  CHECK(v.namespace_() == "default");
+  CHECK(v.name() == "db");
+  CHECK(v.capabilities(0).access_mode() == v1::SINGLE_NODE_WRITER);
+  CHECK(v.mount_options().mount_flags_size() == 2);
+  CHECK(v.secrets().at("token") == "hunter2");
+  CHECK(v.capacity_min() == (1LL << 30));
+  CHECK(v.capacity_max() == 2147483648LL);
+  CHECK(v.topology_request().required(0).segments().at("zone") == "a");
+}
+
+TEST_CASE("a_yaml_spec_reads_like_the_json_one") {
+  auto r = parse_volume_spec(R"(
+id: db
+namespace: prod
+plugin_id: hostpath
+external_id: vol-1
+capabilities:
+  - access_mode: multi-node-reader-only
+    attachment_mode: file-system
+capacity_min: 1024
+parameters:
+  replicas: 3
+)");
+  REQUIRE(std::holds_alternative<v1::Volume>(r));
+  auto v = std::get<v1::Volume>(r);
+  CHECK(v.namespace_() == "prod");
+  CHECK(v.capabilities(0).access_mode() == v1::MULTI_NODE_READER_ONLY);
+  CHECK(v.capacity_min() == 1024);
+  CHECK(v.parameters().at("replicas") == "3");
+}
+
+TEST_CASE("unknown_keys_are_errors_not_ignored") {
+  auto ps = problems_of(R"({"id": "db", "plugin_id": "p", "external_id": "e",
+    "capabilities": [{"access_mode": "single-node-writer", "attachment_mode": "file-system",
+                      "extra": 1}],
+    "plugin": "typo"})");
+  CHECK(has_field(ps, "plugin"));
+  CHECK(has_field(ps, "capabilities[0].extra"));
+}
+
+TEST_CASE("every_problem_is_reported_at_once") {
+  auto ps = problems_of(R"({"capabilities": [{"access_mode": "rw", "attachment_mode": "disk"}],
+    "capacity_min": "lots"})");
+  CHECK(has_field(ps, "capabilities[0].access_mode"));
+  CHECK(has_field(ps, "capabilities[0].attachment_mode"));
+  CHECK(has_field(ps, "capacity_min"));
+  // Parsing stops before validation when the spec itself is malformed.
+  auto missing = problems_of(R"({"capabilities": []})");
+  CHECK(has_field(missing, "id"));
+  CHECK(has_field(missing, "plugin_id"));
+  CHECK(has_field(missing, "external_id"));
+  CHECK(has_field(missing, "capabilities"));
+}
+
+TEST_CASE("malformed_text_is_a_single_clear_problem") {
+  auto ps = problems_of("{\"id\": ");
+  REQUIRE(ps.size() == 1);
+  CHECK(ps[0].message.find("not valid JSON") != std::string::npos);
+  CHECK(problems_of("")[0].message == "is empty");
+  CHECK(problems_of("- a\n- b\n")[0].message == "must be an object");
+  CHECK(problems_of("id: [unclosed\n")[0].message.find("not valid YAML") != std::string::npos);
+}
+
+TEST_CASE("wrong_types_name_the_field") {
+  auto ps = problems_of(R"({"id": 5, "plugin_id": "p", "external_id": "e",
+    "capabilities": "single-node-writer", "secrets": ["a"]})");
+  CHECK(has_field(ps, "id"));
+  CHECK(has_field(ps, "capabilities"));
+  CHECK(has_field(ps, "secrets"));
+}
+
+TEST_CASE("volume_json_never_contains_secrets_or_mount_flags") {
+  auto v = std::get<v1::Volume>(parse_volume_spec(json_spec));
+  v1::Plugin p;
+  p.set_id("hostpath");
+  v1::PluginInstance i;
+  i.set_node_id("n1");
+  i.set_healthy(true);
+  upsert_instance(p, v1::PLUGIN_MONOLITH, i);
+  claim_request r;
+  r.alloc_id = "a1";
+  r.node_id = "n1";
+  r.write = true;
+  REQUIRE_FALSE(claim(v, r, &p));
+  auto j = volume_json(v, &p);
+  auto text = j.dump();
+  CHECK(text.find("hunter2") == std::string::npos);
+  CHECK(text.find("token") == std::string::npos);
+  CHECK(text.find("noatime") == std::string::npos);
+  CHECK(j["id"] == "db");
+  CHECK(j["plugin_id"] == "hostpath");
+  CHECK(j["healthy"] == true);
+  CHECK(j["capabilities"][0]["access_mode"] == "single-node-writer");
+  CHECK(j["claims"][0]["alloc_id"] == "a1");
+  CHECK(j["claims"][0]["mode"] == "write");
+  CHECK(j["claims"][0]["state"] == "taken");
+  CHECK(j["write_claims"] == 1);
+  CHECK(volume_json(v, nullptr)["healthy"] == false);
+}
+
+TEST_CASE("plugin_json_derives_counts") {
+  v1::Plugin p;
+  p.set_id("hostpath");
+  v1::PluginInstance a, b;
+  a.set_node_id("n1");
+  a.set_healthy(true);
+  b.set_node_id("n2");
+  upsert_instance(p, v1::PLUGIN_MONOLITH, a);
+  upsert_instance(p, v1::PLUGIN_NODE, b);
+  auto j = plugin_json(p);
+  CHECK(j["id"] == "hostpath");
+  CHECK(j["controllers_healthy"] == 1);
+  CHECK(j["controllers_expected"] == 1);
+  CHECK(j["nodes_healthy"] == 1);
+  CHECK(j["nodes_expected"] == 2);
+}

@@ -1,0 +1,33 @@
+#include "actors/actors.hpp"
+
+#include <caf/actor_system_config.hpp>
+#include <caf/message.hpp>
+
+namespace berth {
+
+caf::error make_error(errc code, std::string message) {
+  return caf::error(static_cast<uint8_t>(code), caf::atom("berth"),
+                    caf::make_message(std::move(message)));
+}
+
+caf::error to_error(const failure& f) { return make_error(f.code, f.message); }
+
+failure to_failure(const caf::error& e) {
+  if (e.category() == caf::atom("berth")) {
+    std::string msg;
+    if (e.context().match_elements<std::string>()) msg = e.context().get_as<std::string>(0);
+    return {static_cast<errc>(e.code()), msg};
+  }
+  if (e == caf::sec::request_timeout)
+    return {errc::unavailable, "the request timed out; is the server overloaded or its disk stalled?"};
+  if (e == caf::sec::request_receiver_down)
+    return {errc::unavailable, "the actor handling the request stopped; try again"};
+  return {errc::internal, caf::to_string(e)};
+}
+
+void add_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<pb<v1::Request>>("berth.v1.Request");
+  cfg.add_message_type<pb<v1::Response>>("berth.v1.Response");
+}
+
+}  // namespace berth

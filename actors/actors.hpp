@@ -1,0 +1,194 @@
+// Every typed actor interface of berth, one comment per handler.  A reader
+// learns the whole protocol of the system from this file; each actor's
+// implementation lives in actors/<name>.{hpp,cpp}.
+//
+//   berth (shell) --middleman--> api --> leader --> volume (one per volume)
+//                                          |   \--> plugin (one per plugin)
+//                                          v
+//                                   replicated_log --> log_writer (fsync)
+//                                          \--------> state_machine (SQLite
+//                                                     state tables)
+//
+// Messages that cross processes are protobuf messages wrapped in pb<T>, so
+// their encoding is versioned and tolerates added fields.  In-process-only
+// messages are plain structs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+#include <caf/fwd.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/sec.hpp>
+#include <caf/result.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include "messages/api.pb.h"
+#include "messages/berth.pb.h"
+#include "messages/model.hpp"
+#include "persistence/log_store.hpp"
+
+namespace berth {
+
+// --- atoms (verbs) ---------------------------------------------------------
+
+using api_atom = caf::atom_constant<caf::atom("api")>;
+using append_atom = caf::atom_constant<caf::atom("append")>;
+using apply_atom = caf::atom_constant<caf::atom("apply")>;
+using applied_atom = caf::atom_constant<caf::atom("applied")>;
+using changed_atom = caf::atom_constant<caf::atom("changed")>;
+using claim_atom = caf::atom_constant<caf::atom("claim")>;
+using deregister_atom = caf::atom_constant<caf::atom("deregistr")>;
+using digest_atom = caf::atom_constant<caf::atom("digest")>;
+using fingerprint_atom = caf::atom_constant<caf::atom("fingerpr")>;
+using propose_atom = caf::atom_constant<caf::atom("propose")>;
+using register_atom = caf::atom_constant<caf::atom("register")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
+using removed_atom = caf::atom_constant<caf::atom("removed")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
+
+// --- pb<T>: a protobuf message as a CAF message element --------------------
+
+// Serialized as its protobuf bytes when it crosses the network.  Printing
+// one (CAF's to_string) shows only its type, never its contents, so no
+// secret can reach a log through it.
+template <class T>
+struct pb {
+  T msg;
+};
+
+template <class T>
+pb<T> wrap(T msg) {
+  return pb<T>{std::move(msg)};
+}
+
+template <class T>
+std::string to_string(const pb<T>&) {
+  return "pb<" + T::descriptor()->full_name() + ">";
+}
+
+template <class Inspector, class T>
+typename Inspector::result_type inspect(Inspector& f, pb<T>& x) {
+  std::string bytes;
+  if constexpr (Inspector::reads_state) bytes = x.msg.SerializeAsString();
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    if (!x.msg.ParseFromString(bytes)) return caf::make_error(caf::sec::invalid_argument);
+    return caf::none;
+  });
+  return f(caf::meta::type_name("berth.pb"), bytes, load);
+}
+
+// --- errors -----------------------------------------------------------------
+
+// A berth failure as a caf::error (category "berth") and back.  Errors of
+// CAF itself (timeouts, dead actors) come back as unavailable/internal.
+caf::error to_error(const failure& f);
+caf::error make_error(errc code, std::string message);
+failure to_failure(const caf::error& e);
+
+// --- in-process messages ----------------------------------------------------
+
+// Entries handed to the log writer in one durable transaction.
+struct log_batch {
+  std::vector<log_record> records;
+};
+
+// Committed entries, in index order, for the state machine to apply.
+struct committed_batch {
+  std::vector<std::pair<uint64_t, std::string>> entries;  // index, LogEntry bytes
+};
+
+}  // namespace berth
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::log_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::committed_batch)
+
+namespace berth {
+
+// --- interfaces ---------------------------------------------------------------
+
+// Owns the durable log file; runs detached because every write fsyncs.
+using log_writer_actor = caf::typed_actor<
+    // Writes a batch in one transaction and fsyncs; replies with the last
+    // index written.  A failed write is fatal to berthd (fail-stop).
+    caf::replies_to<append_atom, log_batch>::with<uint64_t>>;
+
+// Owns the state tables; runs detached.
+using state_machine_actor = caf::typed_actor<
+    // Applies committed entries with the applied index in one transaction.
+    caf::reacts_to<apply_atom, committed_batch>,
+    // Replies with the applied index.
+    caf::replies_to<applied_atom>::with<uint64_t>,
+    // Replies with the applied index and a digest of the state tables.
+    caf::replies_to<digest_atom>::with<uint64_t, std::string>>;
+
+// The replicated log: orders and makes durable every state change.  In this
+// version it has a single member (the local disk); the Raft issue replaces
+// the implementation, not this interface.
+using replicated_log_actor = caf::typed_actor<
+    // Appends an entry; replies with its index once it is committed
+    // (durable on a majority).  Entries that arrive while a write is in
+    // flight share the next write (group commit).  Committed entries are
+    // handed to the state machine in index order.
+    caf::replies_to<propose_atom, pb<v1::LogEntry>>::with<uint64_t>>;
+
+// Owns one plugin's instances and thus its health counts: every change of
+// them is serialized here (no write skew between concurrent updates).
+using plugin_actor = caf::typed_actor<
+    // Adds, updates or removes the instance a node reports; commits the
+    // change (if any) and replies with the plugin.
+    caf::replies_to<fingerprint_atom, pb<v1::Fingerprint>>::with<pb<v1::Plugin>>,
+    // Replies with the plugin as committed.
+    caf::replies_to<status_atom>::with<pb<v1::Plugin>>>;
+
+// Owns one volume and serializes its claims and releases: the rules run on
+// the committed state and the next request waits until the change commits,
+// so two claims can never race.
+using volume_actor = caf::typed_actor<
+    // Registers the volume (first time) or applies a re-registration;
+    // replies with the committed volume.
+    caf::replies_to<register_atom, pb<v1::Volume>>::with<pb<v1::Volume>>,
+    // Claims the volume for an alloc, checking the plugin's health through
+    // the given plugin actor (invalid when the plugin is unknown).
+    caf::replies_to<claim_atom, pb<v1::ClaimRequest>, plugin_actor>::with<pb<v1::Volume>>,
+    // Releases an alloc's claim; replies with the committed volume.
+    caf::replies_to<release_atom, pb<v1::ReleaseRequest>>::with<pb<v1::Volume>>,
+    // Deregisters the volume (force: releasing its claims first); replies
+    // with the volume as it was and then quits.
+    caf::replies_to<deregister_atom, bool>::with<pb<v1::Volume>>,
+    // Replies with the volume as committed.
+    caf::replies_to<status_atom>::with<pb<v1::Volume>>>;
+
+// The leader of the control plane: receives every command, routes it to
+// the volume and plugin actors, and keeps a read catalog of what they
+// committed.
+using leader_actor = caf::typed_actor<
+    // Executes one shell request; errors are returned inside the response.
+    caf::replies_to<api_atom, pb<v1::Request>>::with<pb<v1::Response>>,
+    // A volume actor committed a change of its volume.
+    caf::reacts_to<changed_atom, pb<v1::Volume>>,
+    // A volume actor deregistered its volume.
+    caf::reacts_to<removed_atom, pb<v1::VolumeKey>>,
+    // A plugin actor committed a change of its plugin.
+    caf::reacts_to<changed_atom, pb<v1::Plugin>>>;
+
+// Published on the server's port for the shell: the one stable entry point
+// (a single handler, so shells and servers of other versions still connect).
+using api_actor = caf::typed_actor<
+    // Executes one request on the leader and replies with its response.
+    caf::replies_to<api_atom, pb<v1::Request>>::with<pb<v1::Response>>>;
+
+// Registers the message types that cross the network with a CAF config.
+void add_message_types(caf::actor_system_config& cfg);
+
+}  // namespace berth

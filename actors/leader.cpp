@@ -1,0 +1,347 @@
+#include "actors/leader.hpp"
+
+#include <chrono>
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/plugin.hpp"
+#include "actors/volume.hpp"
+
+namespace berth {
+
+namespace {
+
+using self_ptr = leader_actor::stateful_pointer<leader_state>;
+using response_promise = caf::typed_response_promise<pb<v1::Response>>;
+using volume_key = leader_state::volume_key;
+
+int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+std::string ns_or_default(const std::string& ns) { return ns.empty() ? "default" : ns; }
+
+pb<v1::Response> error_response(const failure& f) {
+  v1::Response r;
+  r.mutable_error()->set_code(static_cast<v1::ErrorCode>(f.code));
+  r.mutable_error()->set_message(f.message);
+  return wrap(std::move(r));
+}
+
+pb<v1::Response> error_response(errc code, std::string message) {
+  return error_response(failure{code, std::move(message)});
+}
+
+// Adds a redacted volume and its plugin (for health) to a response.
+void add_volume(const self_ptr& self, v1::Response& r, const v1::Volume& v) {
+  *r.add_volumes() = redacted(v);
+  auto it = self->state.plugins.find(v.plugin_id());
+  if (it == self->state.plugins.end()) return;
+  for (const auto& p : r.plugins())
+    if (p.id() == v.plugin_id()) return;
+  *r.add_plugins() = it->second;
+}
+
+pb<v1::Response> volume_response(const self_ptr& self, const v1::Volume& v, std::string message) {
+  v1::Response r;
+  add_volume(self, r, v);
+  r.set_message(std::move(message));
+  return wrap(std::move(r));
+}
+
+volume_actor spawn_volume(const self_ptr& self, v1::Volume v, bool registered) {
+  return self->spawn<caf::linked>(volume, self->state.log,
+                                  caf::actor_cast<leader_actor>(self), std::move(v), registered);
+}
+
+plugin_actor spawn_plugin(const self_ptr& self, v1::Plugin p) {
+  return self->spawn<caf::linked>(plugin, self->state.log, caf::actor_cast<leader_actor>(self),
+                                  std::move(p));
+}
+
+// Forwards a request to a volume actor and answers with the volume.
+template <class... Ts>
+void ask_volume(const self_ptr& self, volume_actor actor, response_promise rp,
+                std::string message, Ts&&... xs) {
+  self->request(actor, caf::infinite, std::forward<Ts>(xs)...)
+      .then(
+          [self, rp, message](pb<v1::Volume>& v) mutable {
+            rp.deliver(volume_response(self, v.msg, message));
+          },
+          [rp](caf::error& e) mutable { rp.deliver(error_response(to_failure(e))); });
+}
+
+std::optional<volume_key> find_volume(const self_ptr& self, const std::string& ns,
+                                      const std::string& id, response_promise& rp) {
+  volume_key key{ns_or_default(ns), id};
+  if (id.empty()) {
+    rp.deliver(error_response(errc::invalid, "a volume id is required"));
+    return std::nullopt;
+  }
+  if (!self->state.volume_actors.count(key) || !self->state.volumes.count(key)) {
+    rp.deliver(error_response(errc::not_found,
+                              "volume " + quoted(id) + " is not registered in namespace " +
+                                  quoted(key.first) + " (list volumes with: berth volume status)"));
+    return std::nullopt;
+  }
+  return key;
+}
+
+void register_volume(self_ptr self, v1::Volume v, response_promise rp) {
+  apply_defaults(v);
+  auto problems = validate_volume(v);
+  if (!v.plugin_id().empty() && !self->state.plugins.count(v.plugin_id()))
+    problems.push_back({"plugin_id", "plugin " + quoted(v.plugin_id()) +
+                                         " is not registered by any node (see berth plugin status)"});
+  if (!problems.empty()) {
+    rp.deliver(error_response(errc::invalid, describe("volume " + quoted(v.id()), problems)));
+    return;
+  }
+  volume_key key{v.namespace_(), v.id()};
+  auto& actors = self->state.volume_actors;
+  bool fresh = !actors.count(key);
+  if (fresh) actors.emplace(key, spawn_volume(self, v1::Volume{}, false));
+  auto actor = actors[key];
+  std::string verb = fresh ? "registered" : "updated";
+  self->request(actor, caf::infinite, register_atom::value, wrap(std::move(v)))
+      .then(
+          [self, rp, verb](pb<v1::Volume>& stored) mutable {
+            rp.deliver(volume_response(self, stored.msg,
+                                       "volume " + quoted(stored.msg.id()) + " " + verb));
+          },
+          [self, rp, key, actor](caf::error& e) mutable {
+            if (!self->state.volumes.count(key)) {
+              // A first registration that failed leaves no actor behind.
+              self->state.volume_actors.erase(key);
+              self->send_exit(actor, caf::exit_reason::user_shutdown);
+            }
+            rp.deliver(error_response(to_failure(e)));
+          });
+}
+
+// Records on the node that it runs (or stopped running) a plugin.
+void update_node(self_ptr self, const v1::Fingerprint& f, const v1::Plugin& p,
+                 response_promise rp) {
+  auto& nodes = self->state.nodes;
+  v1::Node next;
+  if (auto it = nodes.find(f.node_id()); it != nodes.end()) next = it->second;
+  next.set_id(f.node_id());
+  bool runs = node_instance(p, f.node_id()) != nullptr;
+  for (const auto& c : p.controllers()) runs |= c.node_id() == f.node_id();
+  auto* ids = next.mutable_plugin_ids();
+  auto pos = std::find(ids->begin(), ids->end(), p.id());
+  bool listed = pos != ids->end();
+  bool changed = false;
+  if (runs && !listed) {
+    ids->Add(std::string(p.id()));
+    std::sort(ids->begin(), ids->end());
+    changed = true;
+  } else if (!runs && listed) {
+    ids->erase(pos);
+    changed = true;
+  }
+  if (!f.remove() && next.status() != v1::NODE_READY) {
+    next.set_status(v1::NODE_READY);
+    changed = true;
+  }
+  v1::Response r;
+  *r.add_plugins() = p;
+  r.set_message("plugin " + quoted(p.id()) + (f.remove() ? " instance removed from" : " instance reported on") +
+                " node " + quoted(f.node_id()));
+  if (!changed) {
+    rp.deliver(wrap(std::move(r)));
+    return;
+  }
+  next.set_last_heartbeat_ms(now_ms());
+  v1::LogEntry entry;
+  entry.set_format_version(1);
+  *entry.add_changes()->mutable_node_upsert() = next;
+  self->request(self->state.log, caf::infinite, propose_atom::value, wrap(std::move(entry)))
+      .then(
+          [self, next, rp, r](uint64_t index) mutable {
+            v1::Change stamped;
+            *stamped.mutable_node_upsert() = std::move(next);
+            stamp(stamped, index);
+            auto& node = *stamped.mutable_node_upsert();
+            self->state.nodes[node.id()] = node;
+            rp.deliver(wrap(std::move(r)));
+          },
+          [rp](caf::error& e) mutable { rp.deliver(error_response(to_failure(e))); });
+}
+
+void fingerprint(self_ptr self, v1::Fingerprint f, response_promise rp) {
+  std::vector<problem> problems;
+  if (!valid_id(f.plugin_id())) problems.push_back({"plugin_id", "is missing or not a valid id"});
+  if (!valid_id(f.node_id())) problems.push_back({"node_id", "is missing or not a valid id"});
+  if (f.type() == v1::PLUGIN_TYPE_UNKNOWN)
+    problems.push_back({"type", "is required (node, controller or monolith)"});
+  if (!problems.empty()) {
+    rp.deliver(error_response(errc::invalid, describe("plugin fingerprint", problems)));
+    return;
+  }
+  auto& actors = self->state.plugin_actors;
+  if (!actors.count(f.plugin_id())) {
+    if (f.remove()) {
+      rp.deliver(error_response(errc::not_found, "plugin " + quoted(f.plugin_id()) + " is not registered"));
+      return;
+    }
+    v1::Plugin p;
+    p.set_id(f.plugin_id());
+    actors.emplace(f.plugin_id(), spawn_plugin(self, std::move(p)));
+  }
+  self->request(actors[f.plugin_id()], caf::infinite, fingerprint_atom::value, wrap(f))
+      .then(
+          [self, f, rp](pb<v1::Plugin>& p) mutable {
+            self->state.plugins[p.msg.id()] = p.msg;
+            update_node(self, f, p.msg, rp);
+          },
+          [rp](caf::error& e) mutable { rp.deliver(error_response(to_failure(e))); });
+}
+
+void execute(self_ptr self, v1::Request& req, response_promise rp) {
+  auto& st = self->state;
+  switch (req.command_case()) {
+    case v1::Request::kVolumeRegister:
+      register_volume(self, std::move(*req.mutable_volume_register()), rp);
+      return;
+    case v1::Request::kVolumeStatus: {
+      const auto& k = req.volume_status();
+      if (auto key = find_volume(self, k.namespace_(), k.id(), rp))
+        rp.deliver(volume_response(self, st.volumes.at(*key), ""));
+      return;
+    }
+    case v1::Request::kVolumeList: {
+      v1::Response r;
+      const auto& ns = req.volume_list().namespace_();
+      for (const auto& [key, v] : st.volumes)
+        if (ns.empty() || key.first == ns) add_volume(self, r, v);
+      rp.deliver(wrap(std::move(r)));
+      return;
+    }
+    case v1::Request::kVolumeDeregister: {
+      const auto& d = req.volume_deregister();
+      if (auto key = find_volume(self, d.namespace_(), d.volume_id(), rp))
+        ask_volume(self, st.volume_actors.at(*key), rp,
+                   "volume " + quoted(d.volume_id()) + " deregistered", deregister_atom::value,
+                   d.force());
+      return;
+    }
+    case v1::Request::kVolumeClaim: {
+      auto c = req.volume_claim();
+      if (auto key = find_volume(self, c.namespace_(), c.volume_id(), rp)) {
+        plugin_actor plugin;
+        if (auto it = st.plugin_actors.find(st.volumes.at(*key).plugin_id());
+            it != st.plugin_actors.end())
+          plugin = it->second;
+        std::string msg = "volume " + quoted(c.volume_id()) + " claimed for " +
+                          (c.read_only() ? "reading" : "writing") + " by alloc " +
+                          quoted(c.alloc_id()) + " on node " + quoted(c.node_id());
+        ask_volume(self, st.volume_actors.at(*key), rp, msg, claim_atom::value, wrap(c), plugin);
+      }
+      return;
+    }
+    case v1::Request::kVolumeRelease: {
+      auto r = req.volume_release();
+      if (auto key = find_volume(self, r.namespace_(), r.volume_id(), rp))
+        ask_volume(self, st.volume_actors.at(*key), rp,
+                   "claim of alloc " + quoted(r.alloc_id()) + " on volume " +
+                       quoted(r.volume_id()) + " released",
+                   release_atom::value, wrap(r));
+      return;
+    }
+    case v1::Request::kPluginStatus: {
+      auto it = st.plugins.find(req.plugin_status());
+      if (it == st.plugins.end()) {
+        rp.deliver(error_response(errc::not_found, "plugin " + quoted(req.plugin_status()) +
+                                                       " is not registered (list plugins with: "
+                                                       "berth plugin status)"));
+        return;
+      }
+      v1::Response r;
+      *r.add_plugins() = it->second;
+      rp.deliver(wrap(std::move(r)));
+      return;
+    }
+    case v1::Request::kPluginList: {
+      v1::Response r;
+      for (const auto& [id, p] : st.plugins) *r.add_plugins() = p;
+      rp.deliver(wrap(std::move(r)));
+      return;
+    }
+    case v1::Request::kPluginFingerprint:
+      fingerprint(self, std::move(*req.mutable_plugin_fingerprint()), rp);
+      return;
+    case v1::Request::kNodeStatus: {
+      auto it = st.nodes.find(req.node_status());
+      if (it == st.nodes.end()) {
+        rp.deliver(error_response(errc::not_found, "node " + quoted(req.node_status()) +
+                                                       " is not known (list nodes with: berth "
+                                                       "node status)"));
+        return;
+      }
+      v1::Response r;
+      *r.add_nodes() = it->second;
+      for (const auto& [key, v] : st.volumes)
+        for (const auto& c : v.claims())
+          if (c.node_id() == it->first) {
+            add_volume(self, r, v);
+            break;
+          }
+      rp.deliver(wrap(std::move(r)));
+      return;
+    }
+    case v1::Request::kNodeList: {
+      v1::Response r;
+      for (const auto& [id, n] : st.nodes) *r.add_nodes() = n;
+      rp.deliver(wrap(std::move(r)));
+      return;
+    }
+    case v1::Request::COMMAND_NOT_SET:
+      rp.deliver(error_response(errc::invalid,
+                                "the request names no command this server knows; is the shell "
+                                "newer than berthd?"));
+      return;
+  }
+}
+
+}  // namespace
+
+leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
+                                   state_contents initial) {
+  auto& st = self->state;
+  st.log = std::move(log);
+  for (auto& p : initial.plugins) {
+    st.plugin_actors.emplace(p.id(), spawn_plugin(self, p));
+    st.plugins.emplace(p.id(), std::move(p));
+  }
+  for (auto& v : initial.volumes) {
+    volume_key key{v.namespace_(), v.id()};
+    st.volume_actors.emplace(key, spawn_volume(self, v, true));
+    st.volumes.emplace(key, std::move(v));
+  }
+  for (auto& n : initial.nodes) st.nodes.emplace(n.id(), std::move(n));
+  return {
+      [self](api_atom, pb<v1::Request>& req) -> caf::result<pb<v1::Response>> {
+        auto rp = self->make_response_promise<pb<v1::Response>>();
+        execute(self, req.msg, rp);
+        return rp;
+      },
+      [self](changed_atom, pb<v1::Volume>& v) {
+        volume_key key{v.msg.namespace_(), v.msg.id()};
+        self->state.volumes[key] = std::move(v.msg);
+      },
+      [self](removed_atom, pb<v1::VolumeKey>& k) {
+        volume_key key{k.msg.namespace_(), k.msg.id()};
+        self->state.volumes.erase(key);
+        self->state.volume_actors.erase(key);
+      },
+      [self](changed_atom, pb<v1::Plugin>& p) {
+        self->state.plugins[p.msg.id()] = std::move(p.msg);
+      },
+  };
+}
+
+}  // namespace berth

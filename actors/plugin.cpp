@@ -1,0 +1,67 @@
+#include "actors/plugin.hpp"
+
+#include <chrono>
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include "persistence/state_store.hpp"
+
+namespace berth {
+
+namespace {
+
+int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> self,
+                                   replicated_log_actor log, leader_actor leader,
+                                   v1::Plugin initial) {
+  self->state.log = std::move(log);
+  self->state.leader = std::move(leader);
+  self->state.plugin = std::move(initial);
+  return {
+      [self](fingerprint_atom, pb<v1::Fingerprint>& fp) -> caf::result<pb<v1::Plugin>> {
+        const auto& f = fp.msg;
+        auto next = self->state.plugin;
+        bool changed;
+        if (f.remove()) {
+          changed = remove_instance(next, f.type(), f.node_id());
+        } else {
+          auto inst = f.instance();
+          inst.set_node_id(f.node_id());
+          changed = upsert_instance(next, f.type(), inst);
+          // Stamp the time only on real changes: a periodic fingerprint
+          // that changes nothing must not write to the log.
+          if (changed) {
+            for (auto* list : {next.mutable_controllers(), next.mutable_nodes()})
+              for (auto& i : *list)
+                if (i.node_id() == f.node_id()) i.set_updated_at_ms(now_ms());
+          }
+        }
+        if (!changed) return wrap(self->state.plugin);
+        v1::LogEntry entry;
+        entry.set_format_version(1);
+        *entry.add_changes()->mutable_plugin_upsert() = next;
+        auto rp = self->make_response_promise<pb<v1::Plugin>>();
+        self->request(self->state.log, caf::infinite, propose_atom::value, wrap(std::move(entry)))
+            .await(
+                [self, next, rp](uint64_t index) mutable {
+                  v1::Change stamped;
+                  *stamped.mutable_plugin_upsert() = std::move(next);
+                  stamp(stamped, index);
+                  self->state.plugin = std::move(*stamped.mutable_plugin_upsert());
+                  self->send(self->state.leader, changed_atom::value, wrap(self->state.plugin));
+                  rp.deliver(wrap(self->state.plugin));
+                },
+                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [self](status_atom) -> pb<v1::Plugin> { return wrap(self->state.plugin); },
+  };
+}
+
+}  // namespace berth

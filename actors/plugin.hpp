@@ -1,0 +1,21 @@
+// The plugin actor: one per plugin.  It owns the plugin's controller and
+// node instances, so its healthy/expected counts change only through its
+// own serialized, committed updates.
+#pragma once
+
+#include "actors/actors.hpp"
+
+namespace berth {
+
+struct plugin_state {
+  v1::Plugin plugin;
+  replicated_log_actor log;
+  leader_actor leader;
+  static inline const char* name = "plugin";
+};
+
+plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> self,
+                                   replicated_log_actor log, leader_actor leader,
+                                   v1::Plugin initial);
+
+}  // namespace berth

@@ -1,0 +1,29 @@
+#include "actors/state_machine.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace berth {
+
+state_machine_actor::behavior_type state_machine(
+    state_machine_actor::stateful_pointer<state_machine_state> self,
+    std::shared_ptr<state_store> store) {
+  self->state.store = std::move(store);
+  return {
+      [self](apply_atom, const committed_batch& batch) {
+        try {
+          self->state.store->apply(batch.entries);
+        } catch (const std::exception& e) {
+          // The log still holds these entries; a restart applies them again.
+          std::fprintf(stderr, "berthd: fatal: cannot apply committed entries: %s\n", e.what());
+          std::_Exit(70);
+        }
+      },
+      [self](applied_atom) -> uint64_t { return self->state.store->applied_index(); },
+      [self](digest_atom) -> std::tuple<uint64_t, std::string> {
+        return {self->state.store->applied_index(), self->state.store->digest()};
+      },
+  };
+}
+
+}  // namespace berth

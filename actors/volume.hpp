@@ -1,0 +1,25 @@
+// The volume actor: one per registered volume.  It runs the claim rules of
+// messages/model on the committed state and commits each change through
+// the replicated log before it answers; the next request waits until then,
+// so claims and releases of one volume are strictly serialized.
+#pragma once
+
+#include "actors/actors.hpp"
+
+namespace berth {
+
+struct volume_state {
+  v1::Volume volume;
+  bool registered = false;
+  replicated_log_actor log;
+  leader_actor leader;
+  static inline const char* name = "volume";
+};
+
+// `initial` is the committed volume when restoring, or empty (registered =
+// false) for a volume about to be registered.
+volume_actor::behavior_type volume(volume_actor::stateful_pointer<volume_state> self,
+                                   replicated_log_actor log, leader_actor leader,
+                                   v1::Volume initial, bool registered);
+
+}  // namespace berth

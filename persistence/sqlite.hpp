@@ -1,0 +1,85 @@
+// A thin RAII layer over the SQLite C API: a connection and prepared
+// statements.  Errors throw sqlite_error naming the database file, so the
+// stores above can turn them into one clear message for the operator.
+//
+// Not thread-safe: each connection is owned by one (detached) actor.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace berth::sql {
+
+struct sqlite_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class statement;
+
+class database {
+ public:
+  // Opens (creating if missing) the file at `path`.
+  explicit database(const std::string& path);
+  ~database();
+  database(const database&) = delete;
+  database& operator=(const database&) = delete;
+
+  // Runs one or more statements without results.
+  void exec(std::string_view sql);
+  statement prepare(std::string_view sql);
+
+  const std::string& path() const { return path_; }
+  sqlite3* handle() { return db_; }
+
+  [[noreturn]] void fail(const std::string& what);
+
+ private:
+  sqlite3* db_ = nullptr;
+  std::string path_;
+};
+
+class statement {
+ public:
+  statement(database& db, std::string_view sql);
+  ~statement();
+  statement(statement&& other) noexcept;
+  statement(const statement&) = delete;
+  statement& operator=(const statement&) = delete;
+
+  statement& bind(int pos, int64_t value);
+  statement& bind(int pos, std::string_view text);
+  statement& bind_blob(int pos, std::string_view bytes);
+
+  // Steps once: true while a row is available.
+  bool step();
+  // Steps to completion and resets for reuse.
+  void run();
+  void reset();
+
+  int64_t column_int(int col);
+  std::string column_blob(int col);
+  std::string column_text(int col);
+
+ private:
+  database* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+// BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed uncommitted.
+class transaction {
+ public:
+  explicit transaction(database& db);
+  ~transaction();
+  void commit();
+
+ private:
+  database& db_;
+  bool done_ = false;
+};
+
+}  // namespace berth::sql

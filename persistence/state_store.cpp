@@ -1,0 +1,225 @@
+#include "persistence/state_store.hpp"
+
+#include <functional>
+
+namespace berth {
+
+namespace {
+
+constexpr int64_t format_version = 1;
+
+const char* schema =
+    "PRAGMA journal_mode=WAL;"
+    "PRAGMA synchronous=NORMAL;"
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS volumes(namespace TEXT NOT NULL, id TEXT NOT NULL,"
+    " plugin_id TEXT NOT NULL, modify_index INTEGER NOT NULL, data BLOB NOT NULL,"
+    " PRIMARY KEY(namespace, id));"
+    "CREATE TABLE IF NOT EXISTS claims(namespace TEXT NOT NULL, volume_id TEXT NOT NULL,"
+    " alloc_id TEXT NOT NULL, node_id TEXT NOT NULL, mode TEXT NOT NULL, state TEXT NOT NULL,"
+    " PRIMARY KEY(namespace, volume_id, alloc_id));"
+    "CREATE INDEX IF NOT EXISTS claims_by_node ON claims(node_id);"
+    "CREATE TABLE IF NOT EXISTS plugins(id TEXT PRIMARY KEY, modify_index INTEGER NOT NULL,"
+    " data BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS nodes(id TEXT PRIMARY KEY, modify_index INTEGER NOT NULL,"
+    " data BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS allocs(id TEXT PRIMARY KEY, modify_index INTEGER NOT NULL,"
+    " data BLOB NOT NULL);";
+
+const char* claim_mode_name(v1::ClaimMode m) {
+  return m == v1::CLAIM_WRITE ? "write" : m == v1::CLAIM_READ ? "read" : "unknown";
+}
+
+template <class T>
+void stamp_object(T& x, uint64_t index) {
+  if (x.create_index() == 0) x.set_create_index(index);
+  x.set_modify_index(index);
+}
+
+}  // namespace
+
+void stamp(v1::Change& change, uint64_t index) {
+  switch (change.change_case()) {
+    case v1::Change::kVolumeUpsert: stamp_object(*change.mutable_volume_upsert(), index); break;
+    case v1::Change::kPluginUpsert: stamp_object(*change.mutable_plugin_upsert(), index); break;
+    case v1::Change::kNodeUpsert: stamp_object(*change.mutable_node_upsert(), index); break;
+    case v1::Change::kAllocUpsert: stamp_object(*change.mutable_alloc_upsert(), index); break;
+    default: break;
+  }
+}
+
+state_store::state_store(const std::string& path) : db_(path) {
+  db_.exec(schema);
+  auto get = db_.prepare("SELECT value FROM meta WHERE key='format_version'");
+  if (get.step()) {
+    auto v = std::stoll(get.column_text(0));
+    if (v > format_version)
+      throw sql::sqlite_error(path + ": written by a newer berth (state format " +
+                              std::to_string(v) + "); upgrade berthd to read it");
+  } else {
+    db_.prepare("INSERT INTO meta(key, value) VALUES('format_version', ?)")
+        .bind(1, std::to_string(format_version))
+        .run();
+  }
+}
+
+uint64_t state_store::applied_index() {
+  auto s = db_.prepare("SELECT value FROM meta WHERE key='applied_index'");
+  if (!s.step()) return 0;
+  return static_cast<uint64_t>(std::stoull(s.column_text(0)));
+}
+
+void state_store::apply(const std::vector<std::pair<uint64_t, std::string>>& entries) {
+  if (entries.empty()) return;
+  sql::transaction tx(db_);
+  uint64_t applied = applied_index();
+  for (const auto& [index, bytes] : entries) {
+    if (index <= applied) continue;
+    v1::LogEntry entry;
+    if (!entry.ParseFromString(bytes))
+      throw sql::sqlite_error("log entry " + std::to_string(index) +
+                              " cannot be decoded; the log is damaged (restore a snapshot or "
+                              "rejoin the cluster)");
+    for (auto change : entry.changes()) {
+      stamp(change, index);
+      apply_change(change);
+    }
+    applied = index;
+  }
+  db_.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
+      .bind(1, std::to_string(applied))
+      .run();
+  tx.commit();
+}
+
+void state_store::apply_change(const v1::Change& c) {
+  switch (c.change_case()) {
+    case v1::Change::kVolumeUpsert: {
+      const auto& v = c.volume_upsert();
+      db_.prepare("INSERT OR REPLACE INTO volumes(namespace, id, plugin_id, modify_index, data)"
+                  " VALUES(?,?,?,?,?)")
+          .bind(1, v.namespace_())
+          .bind(2, v.id())
+          .bind(3, v.plugin_id())
+          .bind(4, static_cast<int64_t>(v.modify_index()))
+          .bind_blob(5, v.SerializeAsString())
+          .run();
+      db_.prepare("DELETE FROM claims WHERE namespace=? AND volume_id=?")
+          .bind(1, v.namespace_())
+          .bind(2, v.id())
+          .run();
+      auto ins = db_.prepare(
+          "INSERT INTO claims(namespace, volume_id, alloc_id, node_id, mode, state)"
+          " VALUES(?,?,?,?,?,?)");
+      for (const auto& cl : v.claims()) {
+        ins.bind(1, v.namespace_())
+            .bind(2, v.id())
+            .bind(3, cl.alloc_id())
+            .bind(4, cl.node_id())
+            .bind(5, claim_mode_name(cl.mode()))
+            .bind(6, v1::ClaimState_Name(cl.state()));
+        ins.run();
+      }
+      break;
+    }
+    case v1::Change::kVolumeDelete: {
+      const auto& k = c.volume_delete();
+      db_.prepare("DELETE FROM volumes WHERE namespace=? AND id=?").bind(1, k.namespace_()).bind(2, k.id()).run();
+      db_.prepare("DELETE FROM claims WHERE namespace=? AND volume_id=?").bind(1, k.namespace_()).bind(2, k.id()).run();
+      break;
+    }
+    case v1::Change::kPluginUpsert: {
+      const auto& p = c.plugin_upsert();
+      db_.prepare("INSERT OR REPLACE INTO plugins(id, modify_index, data) VALUES(?,?,?)")
+          .bind(1, p.id())
+          .bind(2, static_cast<int64_t>(p.modify_index()))
+          .bind_blob(3, p.SerializeAsString())
+          .run();
+      break;
+    }
+    case v1::Change::kPluginDelete:
+      db_.prepare("DELETE FROM plugins WHERE id=?").bind(1, c.plugin_delete()).run();
+      break;
+    case v1::Change::kNodeUpsert: {
+      const auto& n = c.node_upsert();
+      db_.prepare("INSERT OR REPLACE INTO nodes(id, modify_index, data) VALUES(?,?,?)")
+          .bind(1, n.id())
+          .bind(2, static_cast<int64_t>(n.modify_index()))
+          .bind_blob(3, n.SerializeAsString())
+          .run();
+      break;
+    }
+    case v1::Change::kNodeDelete:
+      db_.prepare("DELETE FROM nodes WHERE id=?").bind(1, c.node_delete()).run();
+      break;
+    case v1::Change::kAllocUpsert: {
+      const auto& a = c.alloc_upsert();
+      db_.prepare("INSERT OR REPLACE INTO allocs(id, modify_index, data) VALUES(?,?,?)")
+          .bind(1, a.id())
+          .bind(2, static_cast<int64_t>(a.modify_index()))
+          .bind_blob(3, a.SerializeAsString())
+          .run();
+      break;
+    }
+    case v1::Change::kAllocDelete:
+      db_.prepare("DELETE FROM allocs WHERE id=?").bind(1, c.alloc_delete()).run();
+      break;
+    case v1::Change::CHANGE_NOT_SET:
+      break;
+  }
+}
+
+namespace {
+
+template <class T>
+std::vector<T> load_table(sql::database& db, const char* query) {
+  std::vector<T> out;
+  auto s = db.prepare(query);
+  while (s.step()) {
+    T x;
+    if (!x.ParseFromString(s.column_blob(0)))
+      throw sql::sqlite_error(db.path() + ": a row cannot be decoded (" + query +
+                              "); the state database is damaged: move it away and restart to "
+                              "rebuild it from the log, or restore a snapshot");
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+}  // namespace
+
+state_contents state_store::load() {
+  state_contents c;
+  c.applied_index = applied_index();
+  c.volumes = load_table<v1::Volume>(db_, "SELECT data FROM volumes ORDER BY namespace, id");
+  c.plugins = load_table<v1::Plugin>(db_, "SELECT data FROM plugins ORDER BY id");
+  c.nodes = load_table<v1::Node>(db_, "SELECT data FROM nodes ORDER BY id");
+  c.allocs = load_table<v1::Alloc>(db_, "SELECT data FROM allocs ORDER BY id");
+  return c;
+}
+
+std::string state_store::digest() {
+  // FNV-1a over every row in key order: cheap and enough to compare servers.
+  uint64_t h = 1469598103934665603ULL;
+  auto mix = [&](const std::string& s) {
+    for (unsigned char ch : s) {
+      h ^= ch;
+      h *= 1099511628211ULL;
+    }
+    h ^= 0xff;
+    h *= 1099511628211ULL;
+  };
+  for (const char* q : {"SELECT data FROM volumes ORDER BY namespace, id",
+                        "SELECT alloc_id || node_id || mode || state FROM claims"
+                        " ORDER BY namespace, volume_id, alloc_id",
+                        "SELECT data FROM plugins ORDER BY id", "SELECT data FROM nodes ORDER BY id",
+                        "SELECT data FROM allocs ORDER BY id"}) {
+    auto s = db_.prepare(q);
+    while (s.step()) mix(s.column_blob(0));
+  }
+  char buf[17];
+  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace berth

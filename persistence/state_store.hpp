@@ -1,0 +1,61 @@
+// The state tables: volumes, claims, plugins, nodes and allocs as of the
+// applied index, in one SQLite file.  Committed log entries are applied in
+// one transaction together with the applied index, so the tables are always
+// exactly the state after some prefix of the log.
+//
+// The log is the source of truth: this file is written with
+// synchronous=NORMAL, and after a crash the entries after applied_index()
+// are applied again from the log.  Applying is idempotent (entries at or
+// below the applied index are skipped).
+//
+// Not thread-safe: owned by one detached actor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "messages/berth.pb.h"
+#include "persistence/sqlite.hpp"
+
+namespace berth {
+
+struct state_contents {
+  uint64_t applied_index = 0;
+  std::vector<v1::Volume> volumes;
+  std::vector<v1::Plugin> plugins;
+  std::vector<v1::Node> nodes;
+  std::vector<v1::Alloc> allocs;
+};
+
+// Stamps the indexes an entry at `index` gives to what it writes: the
+// modify index always, the create index when the object is new (0).  The
+// leader calls it on its in-memory copies too, so both agree.
+void stamp(v1::Change& change, uint64_t index);
+
+class state_store {
+ public:
+  explicit state_store(const std::string& path);
+
+  uint64_t applied_index();
+
+  // Applies entries (index, encoded v1::LogEntry) in index order in one
+  // transaction.  Throws when an entry cannot be decoded (naming its index).
+  void apply(const std::vector<std::pair<uint64_t, std::string>>& entries);
+
+  state_contents load();
+
+  // A digest of every table's rows, equal on two servers exactly when their
+  // state tables are equal.
+  std::string digest();
+
+  const std::string& path() const { return db_.path(); }
+
+ private:
+  void apply_change(const v1::Change& c);
+
+  sql::database db_;
+};
+
+}  // namespace berth

@@ -1,0 +1,224 @@
+#include "apps/berth/render.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "messages/model.hpp"
+
+namespace berth {
+
+std::string render_table(const table& t) {
+  std::vector<size_t> width(t.header.size(), 0);
+  auto measure = [&](const std::vector<std::string>& row) {
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i)
+      width[i] = std::max(width[i], row[i].size());
+  };
+  measure(t.header);
+  for (const auto& r : t.rows) measure(r);
+  std::string out;
+  auto line = [&](const std::vector<std::string>& row) {
+    std::string l;
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i) {
+      l += row[i];
+      if (i + 1 < row.size()) l += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    out += l + "\n";
+  };
+  line(t.header);
+  for (const auto& r : t.rows) line(r);
+  return out;
+}
+
+std::string relative_time(int64_t then_ms, int64_t now_ms) {
+  if (then_ms <= 0) return "-";
+  int64_t s = std::max<int64_t>(0, (now_ms - then_ms) / 1000);
+  if (s < 60) return std::to_string(s) + "s ago";
+  if (s < 3600) return std::to_string(s / 60) + "m ago";
+  if (s < 86400) return std::to_string(s / 3600) + "h ago";
+  return std::to_string(s / 86400) + "d ago";
+}
+
+const v1::Plugin* plugin_in(const v1::Response& r, const std::string& id) {
+  for (const auto& p : r.plugins())
+    if (p.id() == id) return &p;
+  return nullptr;
+}
+
+namespace {
+
+std::string yes_no(bool b) { return b ? "yes" : "no"; }
+
+std::string join_map(const google::protobuf::Map<std::string, std::string>& m) {
+  std::map<std::string, std::string> sorted(m.begin(), m.end());
+  std::string out;
+  for (const auto& [k, v] : sorted) out += (out.empty() ? "" : ", ") + k + "=" + v;
+  return out.empty() ? "-" : out;
+}
+
+std::string bytes(int64_t n) {
+  if (n <= 0) return "-";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double v = static_cast<double>(n);
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  snprintf(buf, sizeof buf, v == static_cast<int64_t>(v) ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string claims_summary(const v1::Volume& v) {
+  int r = 0, w = 0, releasing = 0;
+  for (const auto& c : v.claims()) {
+    if (c.state() != v1::CLAIM_TAKEN)
+      ++releasing;
+    else
+      (c.mode() == v1::CLAIM_WRITE ? w : r)++;
+  }
+  std::string s = std::to_string(w) + " write, " + std::to_string(r) + " read";
+  if (releasing) s += ", " + std::to_string(releasing) + " releasing";
+  return s;
+}
+
+std::string details(const std::vector<std::pair<std::string, std::string>>& kv) {
+  size_t w = 0;
+  for (const auto& [k, _] : kv) w = std::max(w, k.size());
+  std::string out;
+  for (const auto& [k, v] : kv) out += k + std::string(w - k.size(), ' ') + " = " + v + "\n";
+  return out;
+}
+
+std::string health(const v1::Volume& v, const v1::Plugin* p) {
+  auto why = volume_unhealthy(v, p);
+  return why ? "no (" + *why + ")" : "yes";
+}
+
+}  // namespace
+
+std::string render_volume_list(const v1::Response& r, int64_t now_ms) {
+  if (r.volumes().empty()) return "No volumes registered.\n";
+  table t{{"ID", "NAMESPACE", "PLUGIN", "ACCESS MODE", "HEALTHY", "CLAIMS"}, {}};
+  for (const auto& v : r.volumes()) {
+    auto mode = mode_in_use(v);
+    std::string access = mode == v1::ACCESS_MODE_UNKNOWN
+                             ? (v.capabilities().empty()
+                                    ? "-"
+                                    : std::string(name_of(v.capabilities(0).access_mode())))
+                             : std::string(name_of(mode));
+    t.rows.push_back({v.id(), v.namespace_(), v.plugin_id(), access,
+                      yes_no(!volume_unhealthy(v, plugin_in(r, v.plugin_id()))),
+                      claims_summary(v)});
+  }
+  return render_table(t);
+}
+
+std::string render_volume(const v1::Volume& v, const v1::Plugin* p, int64_t now_ms) {
+  std::string caps;
+  for (const auto& c : v.capabilities())
+    caps += (caps.empty() ? "" : ", ") + std::string(name_of(c.access_mode())) + "/" +
+            std::string(name_of(c.attachment_mode()));
+  auto in_use = mode_in_use(v);
+  std::string out = details({
+      {"ID", v.id()},
+      {"Name", v.name()},
+      {"Namespace", v.namespace_()},
+      {"Plugin ID", v.plugin_id()},
+      {"External ID", v.external_id()},
+      {"Healthy", health(v, p)},
+      {"Capabilities", caps},
+      {"Access Mode", in_use == v1::ACCESS_MODE_UNKNOWN ? "- (no claims)" : std::string(name_of(in_use))},
+      {"Capacity", "min " + bytes(v.capacity_min()) + ", max " + bytes(v.capacity_max())},
+      {"Filesystem", v.mount_options().fs_type().empty() ? "-" : v.mount_options().fs_type()},
+      {"Parameters", join_map(v.parameters())},
+      {"Context", join_map(v.context())},
+      {"Claims", claims_summary(v)},
+  });
+  if (p != nullptr) {
+    auto h = health_of(*p);
+    out += "\nPlugin\n" + details({{"Controllers Healthy", std::to_string(h.controllers_healthy) + "/" +
+                                                               std::to_string(h.controllers_expected)},
+                                   {"Nodes Healthy", std::to_string(h.nodes_healthy) + "/" +
+                                                         std::to_string(h.nodes_expected)}});
+  }
+  if (!v.claims().empty()) {
+    table t{{"ALLOC", "NODE", "MODE", "STATE", "CLAIMED", "RELEASED"}, {}};
+    for (const auto& c : v.claims())
+      t.rows.push_back({c.alloc_id(), c.node_id(), std::string(name_of(c.mode())),
+                        std::string(name_of(c.state())), relative_time(c.claimed_at_ms(), now_ms),
+                        relative_time(c.released_at_ms(), now_ms)});
+    out += "\nClaims\n" + render_table(t);
+  }
+  return out;
+}
+
+std::string render_plugin_list(const v1::Response& r) {
+  if (r.plugins().empty()) return "No plugins registered.\n";
+  table t{{"ID", "PROVIDER", "VERSION", "CONTROLLERS HEALTHY/EXPECTED", "NODES HEALTHY/EXPECTED"}, {}};
+  for (const auto& p : r.plugins()) {
+    auto h = health_of(p);
+    t.rows.push_back({p.id(), p.provider().empty() ? "-" : p.provider(),
+                      p.provider_version().empty() ? "-" : p.provider_version(),
+                      std::to_string(h.controllers_healthy) + "/" + std::to_string(h.controllers_expected),
+                      std::to_string(h.nodes_healthy) + "/" + std::to_string(h.nodes_expected)});
+  }
+  return render_table(t);
+}
+
+std::string render_plugin(const v1::Plugin& p, int64_t now_ms) {
+  auto h = health_of(p);
+  std::string out = details({
+      {"ID", p.id()},
+      {"Provider", p.provider().empty() ? "-" : p.provider()},
+      {"Version", p.provider_version().empty() ? "-" : p.provider_version()},
+      {"Controller Required", yes_no(p.controller_required())},
+      {"Controllers Healthy", std::to_string(h.controllers_healthy) + "/" + std::to_string(h.controllers_expected)},
+      {"Nodes Healthy", std::to_string(h.nodes_healthy) + "/" + std::to_string(h.nodes_expected)},
+  });
+  auto instances = [&](const char* title, const auto& list) {
+    if (list.empty()) return;
+    table t{{"NODE", "HEALTHY", "CSI NODE ID", "UPDATED", "DESCRIPTION"}, {}};
+    for (const auto& i : list)
+      t.rows.push_back({i.node_id(), yes_no(i.healthy()), i.csi_node_id().empty() ? "-" : i.csi_node_id(),
+                        relative_time(i.updated_at_ms(), now_ms),
+                        i.health_description().empty() ? "-" : i.health_description()});
+    out += std::string("\n") + title + "\n" + render_table(t);
+  };
+  instances("Controllers", p.controllers());
+  instances("Nodes", p.nodes());
+  return out;
+}
+
+std::string render_node_list(const v1::Response& r, int64_t now_ms) {
+  if (r.nodes().empty()) return "No nodes known.\n";
+  table t{{"ID", "STATUS", "PLUGINS", "LAST SEEN"}, {}};
+  for (const auto& n : r.nodes()) {
+    std::string plugins;
+    for (const auto& p : n.plugin_ids()) plugins += (plugins.empty() ? "" : ",") + p;
+    t.rows.push_back({n.id(), std::string(name_of(n.status())), plugins.empty() ? "-" : plugins,
+                      relative_time(n.last_heartbeat_ms(), now_ms)});
+  }
+  return render_table(t);
+}
+
+std::string render_node(const v1::Response& r, int64_t now_ms) {
+  if (r.nodes().empty()) return "";
+  const auto& n = r.nodes(0);
+  std::string plugins;
+  for (const auto& p : n.plugin_ids()) plugins += (plugins.empty() ? "" : ", ") + p;
+  std::string out = details({{"ID", n.id()},
+                             {"Status", std::string(name_of(n.status()))},
+                             {"Plugins", plugins.empty() ? "-" : plugins},
+                             {"Last Seen", relative_time(n.last_heartbeat_ms(), now_ms)}});
+  if (r.volumes().empty()) return out + "\nNo volumes claimed on this node.\n";
+  table t{{"VOLUME", "NAMESPACE", "ALLOC", "MODE", "STATE"}, {}};
+  for (const auto& v : r.volumes())
+    for (const auto& c : v.claims())
+      if (c.node_id() == n.id())
+        t.rows.push_back({v.id(), v.namespace_(), c.alloc_id(), std::string(name_of(c.mode())),
+                          std::string(name_of(c.state()))});
+  return out + "\nVolumes\n" + render_table(t);
+}
+
+}  // namespace berth

@@ -1,0 +1,73 @@
+#include "apps/berthd/agent.hpp"
+
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+
+#include "actors/api.hpp"
+#include "actors/leader.hpp"
+#include "actors/log_writer.hpp"
+#include "actors/replicated_log.hpp"
+#include "actors/state_machine.hpp"
+
+namespace berth {
+
+agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(opts.data_dir, ec);
+  if (ec)
+    throw std::runtime_error("cannot create the data directory " + opts.data_dir + ": " +
+                             ec.message() + " (pass a writable --data-dir)");
+  std::shared_ptr<log_store> log;
+  std::shared_ptr<state_store> state;
+  state_contents contents;
+  try {
+    log = std::make_shared<log_store>((fs::path(opts.data_dir) / "log.db").string());
+    state = std::make_shared<state_store>((fs::path(opts.data_dir) / "state.db").string());
+    // Recovery: the state tables may lag the durable log after a crash;
+    // apply what is missing before anything is served.
+    auto applied = state->applied_index();
+    auto last = log->last_index();
+    while (applied < last) {
+      std::vector<std::pair<uint64_t, std::string>> batch;
+      for (auto& r : log->read(applied + 1, last, 10000))
+        batch.emplace_back(r.index, std::move(r.data));
+      if (batch.empty())
+        throw std::runtime_error(log->path() + " has no entries after " +
+                                 std::to_string(applied) + " but its last index is " +
+                                 std::to_string(last) +
+                                 "; the log is damaged (restore a snapshot)");
+      state->apply(batch);
+      applied = batch.back().first;
+    }
+    contents = state->load();
+    if (contents.applied_index < last)
+      throw std::runtime_error(state->path() + " is behind the log after recovery");
+  } catch (const sql::sqlite_error& e) {
+    throw std::runtime_error(std::string(e.what()) +
+                             " (if the file is damaged, move it away and restore a snapshot)");
+  }
+  agent_started started;
+  started.applied_index = contents.applied_index;
+  started.volumes = contents.volumes.size();
+  started.plugins = contents.plugins.size();
+  auto last_index = std::max<uint64_t>(log->last_index(), contents.applied_index);
+  auto writer = sys.spawn<caf::detached>(log_writer, log);
+  auto machine = sys.spawn<caf::detached>(state_machine, state);
+  auto rlog = sys.spawn(replicated_log, last_index, writer, machine);
+  auto lead = sys.spawn(leader, rlog, std::move(contents));
+  auto endpoint = sys.spawn(api, lead);
+  auto port = sys.middleman().publish(endpoint, opts.port, opts.bind.c_str(), true);
+  if (!port)
+    throw std::runtime_error("cannot listen on " + opts.bind + ":" + std::to_string(opts.port) +
+                             ": " + sys.render(port.error()) +
+                             " (is another berthd running? choose another --port)");
+  started.port = *port;
+  return started;
+}
+
+}  // namespace berth

@@ -69,13 +69,16 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, lead
   self->state.registered = registered;
   return {
       [self](register_atom, pb<v1::Volume>& incoming) -> caf::result<pb<v1::Volume>> {
-        auto rp = self->make_response_promise<pb<v1::Volume>>();
-        if (!self->state.registered) {
-          commit(self, std::move(incoming.msg), false, rp);
-          return rp;
+        v1::Volume next;
+        if (self->state.registered) {
+          next = self->state.volume;
+          if (auto f = reregister(next, incoming.msg)) return to_error(*f);
+        } else {
+          next = std::move(incoming.msg);
         }
-        auto next = self->state.volume;
-        if (auto f = reregister(next, incoming.msg)) return to_error(*f);
+        // (A promise takes over the reply: make it only once the checks
+        // passed, or a returned error would go nowhere.)
+        auto rp = self->make_response_promise<pb<v1::Volume>>();
         commit(self, std::move(next), false, rp);
         return rp;
       },

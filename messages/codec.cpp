@@ -245,10 +245,15 @@ std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_vie
   v.set_capacity_min(cmin);
   v.set_capacity_max(cmax);
   r.reject_unknown();
-  if (!problems.empty()) return problems;
   apply_defaults(v);
-  auto invalid = validate_volume(v);
-  if (!invalid.empty()) return invalid;
+  // Report what validation finds too, except for fields already reported
+  // as malformed, so one run of the shell shows every problem.
+  for (auto& p : validate_volume(v)) {
+    bool reported = false;
+    for (const auto& q : problems) reported |= p.field.rfind(q.field, 0) == 0;
+    if (!reported) problems.push_back(std::move(p));
+  }
+  if (!problems.empty()) return problems;
   return v;
 }
 

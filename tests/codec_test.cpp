@@ -85,7 +85,9 @@ TEST_CASE("every_problem_is_reported_at_once") {
   CHECK(has_field(ps, "capabilities[0].access_mode"));
   CHECK(has_field(ps, "capabilities[0].attachment_mode"));
   CHECK(has_field(ps, "capacity_min"));
-  // Parsing stops before validation when the spec itself is malformed.
+  // Malformed keys and missing fields are reported together.
+  CHECK(has_field(ps, "id"));
+  CHECK(has_field(ps, "external_id"));
   auto missing = problems_of(R"({"capabilities": []})");
   CHECK(has_field(missing, "id"));
   CHECK(has_field(missing, "plugin_id"));

@@ -1,0 +1,87 @@
+"""Helpers for berth's integration tests: real berthd processes on
+127.0.0.1, driven through the real `berth` shell, as an operator would."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+BERTHD = os.environ.get("BERTHD_BIN", "berthd")
+BERTH = os.environ.get("BERTH_BIN", "berth")
+
+
+class Agent:
+    """A `berthd --dev` process on an ephemeral port."""
+
+    def __init__(self, data_dir, extra_args=()):
+        self.data_dir = data_dir
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.port = None
+        self.log_path = data_dir.rstrip("/") + ".log"
+
+    def start(self, port=0):
+        log = open(self.log_path, "a")
+        self.log = log
+        self.proc = subprocess.Popen(
+            [BERTHD, "--dev", "--data-dir", self.data_dir, "--port", str(port)] + self.extra_args,
+            stdout=subprocess.PIPE, stderr=log, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r"127\.0\.0\.1:(\d+)", line)
+        if not m:
+            self.proc.kill()
+            raise RuntimeError("berthd did not start: %r (log %s: %s)" %
+                               (line, self.log_path, open(self.log_path).read()))
+        self.port = int(m.group(1))
+        self.banner = line
+        return self
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.port
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=10)
+        if self.proc:
+            self.proc.stdout.close()
+            self.log.close()
+
+    def restart(self):
+        port = self.port
+        self.kill()
+        return self.start(port)
+
+
+class Result:
+    def __init__(self, proc):
+        self.code = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr
+
+    def json(self):
+        return json.loads(self.out)
+
+    def __repr__(self):
+        return "exit %d\nstdout: %s\nstderr: %s" % (self.code, self.out, self.err)
+
+
+def berth(agent_or_address, *args, stdin=None, timeout=60):
+    address = agent_or_address if isinstance(agent_or_address, str) else agent_or_address.address
+    proc = subprocess.run([BERTH, "--address", address] + list(args), input=stdin,
+                          capture_output=True, text=True, timeout=timeout)
+    return Result(proc)
+
+
+class TempDir:
+    def __enter__(self):
+        self.path = tempfile.mkdtemp(prefix="berth-test-")
+        return self.path
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.path, ignore_errors=True)

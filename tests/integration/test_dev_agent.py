@@ -1,0 +1,251 @@
+"""The walking skeleton end to end: a berthd --dev process and the berth
+shell, exactly as a new user would use them (issue: register a volume,
+claim it for writing, see a second write claim refused, release it, kill
+berthd with SIGKILL, restart it and find the state as acknowledged)."""
+
+import concurrent.futures
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import unittest
+
+from harness import Agent, berth
+
+VOLUME_YAML = """
+id: db
+plugin_id: hostpath
+external_id: vol-1
+capabilities:
+  - access_mode: single-node-writer
+    attachment_mode: file-system
+mount_options:
+  fs_type: ext4
+  mount_flags: [noatime, "password=hunter2"]
+secrets:
+  token: hunter2
+parameters:
+  size: 1G
+"""
+
+SECRET = "hunter2"
+
+
+def shared_volume_json(volume_id):
+    return ('{"id": "%s", "plugin_id": "hostpath", "external_id": "ext-%s", '
+            '"capabilities": [{"access_mode": "multi-node-multi-writer", '
+            '"attachment_mode": "file-system"}]}' % (volume_id, volume_id))
+
+
+class DevAgentTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="berth-test-")
+        self.agent = Agent(os.path.join(self.tmp, "data")).start()
+        self.outputs = []
+
+    def tearDown(self):
+        self.agent.kill()
+        # Secrets never appear in any output or in berthd's log.
+        with open(self.agent.log_path) as f:
+            self.outputs.append(f.read())
+        for text in self.outputs:
+            self.assertNotIn(SECRET, text)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def run_berth(self, *args, stdin=None, expect=0):
+        r = berth(self.agent, *args, stdin=stdin)
+        self.outputs += [r.out, r.err]
+        self.assertEqual(r.code, expect, r)
+        return r
+
+    def fingerprint(self, node="n1", *extra):
+        return self.run_berth("plugin", "fingerprint", "hostpath", "--node", node,
+                              "--provider", "berth-hostpath", "--provider-version", "0.1", *extra)
+
+    def test_register_claim_refuse_release_kill_restart(self):
+        self.fingerprint()
+        reg = self.run_berth("--json", "volume", "register", "-", stdin=VOLUME_YAML)
+        vol = reg.json()
+        self.assertEqual(vol["id"], "db")
+        self.assertEqual(vol["namespace"], "default")
+        self.assertEqual(vol["plugin_id"], "hostpath")
+        self.assertEqual(vol["external_id"], "vol-1")
+        self.assertTrue(vol["healthy"])
+        self.assertEqual(vol["capabilities"],
+                         [{"access_mode": "single-node-writer", "attachment_mode": "file-system"}])
+
+        claim = self.run_berth("--json", "volume", "claim", "db", "--alloc", "a1", "--node", "n1")
+        self.assertEqual([(c["alloc_id"], c["node_id"], c["mode"], c["state"])
+                          for c in claim.json()["claims"]], [("a1", "n1", "write", "taken")])
+
+        refused = self.run_berth("volume", "claim", "db", "--alloc", "a2", "--node", "n1",
+                                 expect=4)
+        self.assertIn("already claimed for writing by alloc 'a1'", refused.err)
+        self.assertEqual(len(self.run_berth("--json", "volume", "status", "db").json()["claims"]), 1)
+
+        released = self.run_berth("--json", "volume", "release", "db", "--alloc", "a1")
+        self.assertEqual(released.json()["claims"], [])
+
+        # A second writer now succeeds; this claim is acknowledged, then
+        # berthd dies without any chance to flush.
+        self.run_berth("volume", "claim", "db", "--alloc", "a2", "--node", "n1")
+        self.agent.restart()
+        self.assertIn("1 volumes, 1 plugins restored", self.agent.banner)
+        status = self.run_berth("--json", "volume", "status").json()
+        self.assertEqual(len(status), 1)
+        self.assertEqual([(c["alloc_id"], c["mode"], c["state"]) for c in status[0]["claims"]],
+                         [("a2", "write", "taken")])
+        plugins = self.run_berth("--json", "plugin", "status").json()
+        self.assertEqual([(p["id"], p["nodes_healthy"], p["nodes_expected"]) for p in plugins],
+                         [("hostpath", 1, 1)])
+        # The restarted server still enforces the rules on the restored state.
+        self.run_berth("volume", "claim", "db", "--alloc", "a3", "--node", "n1", expect=4)
+        self.run_berth("volume", "release", "db", "--alloc", "a2")
+        self.run_berth("volume", "claim", "db", "--alloc", "a3", "--node", "n1")
+
+    def test_human_output_is_a_readable_table(self):
+        self.fingerprint()
+        self.run_berth("volume", "register", "-", stdin=VOLUME_YAML)
+        self.run_berth("volume", "claim", "db", "--alloc", "a1", "--node", "n1")
+        listing = self.run_berth("volume", "status").out.splitlines()
+        self.assertEqual(listing[0].split(),
+                         ["ID", "NAMESPACE", "PLUGIN", "ACCESS", "MODE", "HEALTHY", "CLAIMS"])
+        self.assertEqual(listing[0].index("PLUGIN"), listing[1].index("hostpath"))
+        detail = self.run_berth("volume", "status", "db").out
+        self.assertIn("External ID  = vol-1", detail)
+        self.assertRegex(detail, r"a1\s+n1\s+write\s+taken")
+        self.assertIn("hostpath", self.run_berth("plugin", "status").out)
+        node = self.run_berth("node", "status", "n1").out
+        self.assertRegex(node, r"db\s+default\s+a1\s+write\s+taken")
+
+    def test_bad_input_gets_a_clear_error_and_changes_nothing(self):
+        self.fingerprint()
+        self.run_berth("volume", "register", "-", stdin=VOLUME_YAML)
+        before = self.run_berth("--json", "volume", "status", "db").json()
+
+        bad = self.run_berth("volume", "register", "-", expect=2,
+                             stdin='{"id": "x", "plugin": "hostpath", "capabilities": []}')
+        self.assertIn("plugin is not a known key", bad.err)
+        self.assertIn("external_id", bad.err)
+        bad = self.run_berth("volume", "register", "-", expect=2, stdin="id: [unclosed\n")
+        self.assertIn("not valid YAML", bad.err)
+        missing = self.run_berth("volume", "register", "/nonexistent/spec.yaml", expect=2)
+        self.assertIn("cannot read /nonexistent/spec.yaml", missing.err)
+        unknown_plugin = self.run_berth("volume", "register", "-", expect=2,
+                                        stdin=VOLUME_YAML.replace("hostpath", "nope"))
+        self.assertIn("plugin 'nope' is not registered", unknown_plugin.err)
+        changed = self.run_berth("volume", "register", "-", expect=4,
+                                 stdin=VOLUME_YAML.replace("vol-1", "vol-2"))
+        self.assertIn("external_id cannot change", changed.err)
+
+        self.run_berth("volume", "status", "nope", expect=3)
+        self.run_berth("volume", "claim", "nope", "--alloc", "a", "--node", "n1", expect=3)
+        self.run_berth("volume", "release", "db", "--alloc", "never", expect=3)
+        self.run_berth("plugin", "status", "nope", expect=3)
+        self.run_berth("node", "status", "nope", expect=3)
+        wrong_node = self.run_berth("volume", "claim", "db", "--alloc", "a", "--node", "n9",
+                                    expect=4)
+        self.assertIn("no node instance on node 'n9'", wrong_node.err)
+        self.run_berth("volume", "claim", "db", "--alloc", "a", expect=2)  # --node missing
+        self.run_berth("volume", "frobnicate", expect=2)
+        err = self.run_berth("--json", "volume", "status", "nope", expect=3)
+        self.assertIn('"code":"not_found"', err.err)
+
+        after = self.run_berth("--json", "volume", "status", "db").json()
+        self.assertEqual(before, after)
+
+    def test_context_may_change_on_reregistration(self):
+        self.fingerprint()
+        self.run_berth("volume", "register", "-", stdin=VOLUME_YAML)
+        updated = self.run_berth("--json", "volume", "register", "-",
+                                 stdin=VOLUME_YAML + "context:\n  owner: team-a\n")
+        self.assertEqual(updated.json()["context"], {"owner": "team-a"})
+
+    def test_deregister_refused_while_claimed_then_forced(self):
+        self.fingerprint()
+        self.run_berth("volume", "register", "-", stdin=VOLUME_YAML)
+        self.run_berth("volume", "claim", "db", "--alloc", "a1", "--node", "n1")
+        refused = self.run_berth("volume", "deregister", "db", expect=4)
+        self.assertIn("claimed by alloc 'a1'", refused.err)
+        self.assertIn("--force", refused.err)
+        self.run_berth("volume", "deregister", "db", "--force")
+        self.run_berth("volume", "status", "db", expect=3)
+        self.agent.restart()
+        self.run_berth("volume", "status", "db", expect=3)
+
+    def test_unhealthy_plugin_refuses_claims_until_healthy(self):
+        self.fingerprint()
+        self.run_berth("volume", "register", "-", stdin=VOLUME_YAML)
+        self.fingerprint("n1", "--unhealthy", "--health-description", "probe failed")
+        sick = self.run_berth("volume", "claim", "db", "--alloc", "a1", "--node", "n1", expect=4)
+        self.assertIn("no healthy node instance", sick.err)
+        plugin = self.run_berth("--json", "plugin", "status", "hostpath").json()
+        self.assertEqual((plugin["nodes_healthy"], plugin["nodes_expected"]), (0, 1))
+        self.fingerprint()
+        self.run_berth("volume", "claim", "db", "--alloc", "a1", "--node", "n1")
+
+    def test_concurrent_write_claims_on_one_volume_admit_exactly_one(self):
+        self.fingerprint()
+        self.run_berth("volume", "register", "-", stdin=VOLUME_YAML)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:
+            results = list(pool.map(
+                lambda i: berth(self.agent, "volume", "claim", "db", "--alloc", "a%d" % i,
+                                "--node", "n1"), range(12)))
+        winners = [r for r in results if r.code == 0]
+        self.assertEqual(len(winners), 1, results)
+        self.assertTrue(all(r.code == 4 for r in results if r.code != 0), results)
+        claims = self.run_berth("--json", "volume", "status", "db").json()["claims"]
+        self.assertEqual(len(claims), 1)
+
+    def test_every_acknowledged_claim_survives_sigkill_mid_stream(self):
+        self.fingerprint()
+        for v in ("s1", "s2"):
+            self.run_berth("volume", "register", "-", stdin=shared_volume_json(v))
+        acknowledged = []
+        lock = threading.Lock()
+        stop = threading.Event()
+
+        def claimer(worker):
+            i = 0
+            while not stop.is_set():
+                alloc = "w%d-%d" % (worker, i)
+                vol = "s%d" % (1 + i % 2)
+                r = berth(self.agent, "volume", "claim", vol, "--alloc", alloc, "--node", "n1",
+                          timeout=20)
+                if r.code == 0:
+                    with lock:
+                        acknowledged.append((vol, alloc))
+                i += 1
+
+        threads = [threading.Thread(target=claimer, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        while True:
+            with lock:
+                if len(acknowledged) >= 40:
+                    break
+        self.agent.kill(signal.SIGKILL)
+        stop.set()
+        for t in threads:
+            t.join()
+        self.agent.start(self.agent.port)
+        present = set()
+        for v in self.run_berth("--json", "volume", "status").json():
+            for c in v["claims"]:
+                present.add((v["id"], c["alloc_id"]))
+        missing = [a for a in acknowledged if a not in present]
+        self.assertEqual(missing, [], "acknowledged claims lost after SIGKILL")
+        self.assertGreaterEqual(len(acknowledged), 40)
+
+
+class UnreachableTest(unittest.TestCase):
+    def test_unreachable_server_is_exit_5_with_advice(self):
+        r = berth("127.0.0.1:1", "volume", "status")
+        self.assertEqual(r.code, 5, r)
+        self.assertIn("cannot reach berthd at 127.0.0.1:1", r.err)
+        self.assertIn("BERTH_ADDRESS", r.err)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -17,7 +17,7 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 dev: build
-	$(BUILD_DIR)/apps/berthd --dev --data-dir $(DATA_DIR)
+	$(BUILD_DIR)/apps/berthd/berthd --dev --data-dir $(DATA_DIR)
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600

@@ -52,6 +52,11 @@ pb<v1::Response> volume_response(const self_ptr& self, const v1::Volume& v, std:
   return wrap(std::move(r));
 }
 
+void count_actors(const self_ptr& self) {
+  self->state.stats->actors("volume", self->state.volume_actors.size());
+  self->state.stats->actors("plugin", self->state.plugin_actors.size());
+}
+
 volume_actor spawn_volume(const self_ptr& self, v1::Volume v, bool registered) {
   return self->spawn<caf::linked>(volume, self->state.log,
                                   caf::actor_cast<leader_actor>(self), std::move(v), registered);
@@ -310,9 +315,10 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
 }  // namespace
 
 leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
-                                   state_contents initial) {
+                                   state_contents initial, std::shared_ptr<metrics> stats) {
   auto& st = self->state;
   st.log = std::move(log);
+  st.stats = std::move(stats);
   for (auto& p : initial.plugins) {
     st.plugin_actors.emplace(p.id(), spawn_plugin(self, p));
     st.plugins.emplace(p.id(), std::move(p));
@@ -323,6 +329,9 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
     st.volumes.emplace(key, std::move(v));
   }
   for (auto& n : initial.nodes) st.nodes.emplace(n.id(), std::move(n));
+  for (const auto& [key, v] : st.volumes) st.stats->volume_changed(nullptr, &v);
+  for (const auto& [id, p] : st.plugins) st.stats->plugin_changed(nullptr, &p);
+  count_actors(self);
   return {
       [self](api_atom, pb<v1::Request>& req) -> caf::result<pb<v1::Response>> {
         auto rp = self->make_response_promise<pb<v1::Response>>();
@@ -331,15 +340,24 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
       },
       [self](changed_atom, pb<v1::Volume>& v) {
         volume_key key{v.msg.namespace_(), v.msg.id()};
-        self->state.volumes[key] = std::move(v.msg);
+        auto& slot = self->state.volumes[key];
+        self->state.stats->volume_changed(slot.id().empty() ? nullptr : &slot, &v.msg);
+        slot = std::move(v.msg);
+        count_actors(self);
       },
       [self](removed_atom, pb<v1::VolumeKey>& k) {
         volume_key key{k.msg.namespace_(), k.msg.id()};
-        self->state.volumes.erase(key);
+        if (auto it = self->state.volumes.find(key); it != self->state.volumes.end()) {
+          self->state.stats->volume_changed(&it->second, nullptr);
+          self->state.volumes.erase(it);
+        }
         self->state.volume_actors.erase(key);
+        count_actors(self);
       },
       [self](changed_atom, pb<v1::Plugin>& p) {
+        self->state.stats->plugin_changed(nullptr, &p.msg);
         self->state.plugins[p.msg.id()] = std::move(p.msg);
+        count_actors(self);
       },
   };
 }

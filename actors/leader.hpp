@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "actors/actors.hpp"
+#include "actors/metrics.hpp"
 #include "persistence/state_store.hpp"
 
 namespace berth {
@@ -16,6 +17,7 @@ namespace berth {
 struct leader_state {
   using volume_key = std::pair<std::string, std::string>;  // namespace, id
   replicated_log_actor log;
+  std::shared_ptr<metrics> stats;
   std::map<volume_key, volume_actor> volume_actors;
   std::map<volume_key, v1::Volume> volumes;  // committed, with secrets
   std::map<std::string, plugin_actor> plugin_actors;
@@ -27,6 +29,7 @@ struct leader_state {
 // Starts with the committed state (restored from the state tables) and
 // spawns a volume actor per volume and a plugin actor per plugin.
 leader_actor::behavior_type leader(leader_actor::stateful_pointer<leader_state> self,
-                                   replicated_log_actor log, state_contents initial);
+                                   replicated_log_actor log, state_contents initial,
+                                   std::shared_ptr<metrics> stats);
 
 }  // namespace berth

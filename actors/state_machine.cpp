@@ -7,12 +7,14 @@ namespace berth {
 
 state_machine_actor::behavior_type state_machine(
     state_machine_actor::stateful_pointer<state_machine_state> self,
-    std::shared_ptr<state_store> store) {
+    std::shared_ptr<state_store> store, std::shared_ptr<metrics> stats) {
   self->state.store = std::move(store);
+  self->state.stats = std::move(stats);
   return {
       [self](apply_atom, const committed_batch& batch) {
         try {
           self->state.store->apply(batch.entries);
+          if (!batch.entries.empty()) self->state.stats->applied(batch.entries.back().first);
         } catch (const std::exception& e) {
           // The log still holds these entries; a restart applies them again.
           std::fprintf(stderr, "berthd: fatal: cannot apply committed entries: %s\n", e.what());

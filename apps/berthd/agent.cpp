@@ -9,9 +9,11 @@
 
 #include "actors/api.hpp"
 #include "actors/leader.hpp"
+#include "actors/metrics.hpp"
 #include "actors/log_writer.hpp"
 #include "actors/replicated_log.hpp"
 #include "actors/state_machine.hpp"
+#include "apps/berthd/metrics_server.hpp"
 
 namespace berth {
 
@@ -56,17 +58,20 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
   started.volumes = contents.volumes.size();
   started.plugins = contents.plugins.size();
   auto last_index = std::max<uint64_t>(log->last_index(), contents.applied_index);
-  auto writer = sys.spawn<caf::detached>(log_writer, log);
-  auto machine = sys.spawn<caf::detached>(state_machine, state);
+  auto stats = make_metrics();
+  stats->restored(last_index, contents.applied_index);
+  auto writer = sys.spawn<caf::detached>(log_writer, log, stats);
+  auto machine = sys.spawn<caf::detached>(state_machine, state, stats);
   auto rlog = sys.spawn(replicated_log, last_index, writer, machine);
-  auto lead = sys.spawn(leader, rlog, std::move(contents));
-  auto endpoint = sys.spawn(api, lead);
+  auto lead = sys.spawn(leader, rlog, std::move(contents), stats);
+  auto endpoint = sys.spawn(api, lead, stats);
   auto port = sys.middleman().publish(endpoint, opts.port, opts.bind.c_str(), true);
   if (!port)
     throw std::runtime_error("cannot listen on " + opts.bind + ":" + std::to_string(opts.port) +
                              ": " + sys.render(port.error()) +
                              " (is another berthd running? choose another --port)");
   started.port = *port;
+  started.metrics_port = serve_metrics(opts.metrics_bind, opts.metrics_port, stats->registry());
   return started;
 }
 

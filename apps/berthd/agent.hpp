@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace caf {
@@ -16,11 +17,14 @@ struct agent_options {
   std::string data_dir;
   std::string bind = "127.0.0.1";
   uint16_t port = 4747;
+  std::string metrics_bind = "127.0.0.1";
+  uint16_t metrics_port = 4746;
   int scheduler_threads = 2;
 };
 
 struct agent_started {
   uint16_t port = 0;
+  uint16_t metrics_port = 0;
   uint64_t applied_index = 0;
   size_t volumes = 0;
   size_t plugins = 0;

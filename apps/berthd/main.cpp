@@ -31,6 +31,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--port", opts.port, "Port of the shell endpoint (0 = any free port)")
       ->capture_default_str();
+  app.add_option("--metrics-bind", opts.metrics_bind,
+                 "Address of the Prometheus /metrics endpoint (keep it on loopback or a private "
+                 "network)")
+      ->capture_default_str();
+  app.add_option("--metrics-port", opts.metrics_port, "Port of the /metrics endpoint (0 = any free port)")
+      ->capture_default_str();
   app.add_option("--scheduler-threads", opts.scheduler_threads,
                  "Worker threads of the actor scheduler")
       ->capture_default_str()
@@ -62,7 +68,7 @@ int main(int argc, char** argv) {
   try {
     auto s = berth::start_agent(sys, opts);
     std::cout << "berthd: dev agent serving the shell on " << opts.bind << ":" << s.port
-              << " (data in " << opts.data_dir << "; " << s.volumes << " volumes, " << s.plugins
+              << ", metrics on " << opts.metrics_bind << ":" << s.metrics_port << " (data in " << opts.data_dir << "; " << s.volumes << " volumes, " << s.plugins
               << " plugins restored at index " << s.applied_index << ")" << std::endl;
   } catch (const std::exception& e) {
     std::cerr << "berthd: cannot start: " << e.what() << std::endl;

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 BERTHD = os.environ.get("BERTHD_BIN", "berthd")
 BERTH = os.environ.get("BERTH_BIN", "berth")
@@ -28,7 +29,8 @@ class Agent:
         log = open(self.log_path, "a")
         self.log = log
         self.proc = subprocess.Popen(
-            [BERTHD, "--dev", "--data-dir", self.data_dir, "--port", str(port)] + self.extra_args,
+            [BERTHD, "--dev", "--data-dir", self.data_dir, "--port", str(port),
+             "--metrics-port", "0"] + self.extra_args,
             stdout=subprocess.PIPE, stderr=log, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"127\.0\.0\.1:(\d+)", line)
@@ -37,8 +39,21 @@ class Agent:
             raise RuntimeError("berthd did not start: %r (log %s: %s)" %
                                (line, self.log_path, open(self.log_path).read()))
         self.port = int(m.group(1))
+        self.metrics_port = int(re.search(r"metrics on 127\.0\.0\.1:(\d+)", line).group(1))
         self.banner = line
         return self
+
+    def scrape(self):
+        """The /metrics page as {series: value}, e.g. 'berth_volumes{state="claimed"}'."""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
+                                    timeout=10) as r:
+            text = r.read().decode()
+        series = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                series[name] = float(value)
+        return series, text
 
     @property
     def address(self):

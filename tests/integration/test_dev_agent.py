@@ -104,6 +104,35 @@ class DevAgentTest(unittest.TestCase):
         self.run_berth("volume", "release", "db", "--alloc", "a2")
         self.run_berth("volume", "claim", "db", "--alloc", "a3", "--node", "n1")
 
+    def test_metrics_endpoint_shows_volumes_claims_plugins_and_the_log(self):
+        self.fingerprint()
+        self.run_berth("volume", "register", "-", stdin=VOLUME_YAML)
+        self.run_berth("volume", "claim", "db", "--alloc", "a1", "--node", "n1")
+        self.run_berth("volume", "claim", "db", "--alloc", "a2", "--node", "n1", expect=4)
+        series, text = self.agent.scrape()
+        self.outputs.append(text)
+        self.assertEqual(series['berth_volumes{state="claimed"}'], 1)
+        self.assertEqual(series['berth_claims{mode="write",state="taken"}'], 1)
+        self.assertEqual(series['berth_plugin_nodes_healthy{plugin="hostpath"}'], 1)
+        self.assertEqual(series['berth_plugin_nodes_expected{plugin="hostpath"}'], 1)
+        self.assertEqual(series['berth_actors{kind="volume"}'], 1)
+        self.assertGreaterEqual(series["berth_log_entries_total"], 4)
+        self.assertEqual(series["berth_log_last_index"], series["berth_log_entries_total"])
+        self.assertEqual(
+            series['berth_requests_total{command="volume_claim",outcome="refused"}'], 1)
+        self.assertGreaterEqual(series["berth_log_write_seconds_count"], 1)
+        self.run_berth("volume", "release", "db", "--alloc", "a1")
+        series, _ = self.agent.scrape()
+        self.assertEqual(series['berth_volumes{state="unclaimed"}'], 1)
+        self.assertEqual(series['berth_volumes{state="claimed"}'], 0)
+        self.assertEqual(series['berth_claims{mode="write",state="taken"}'], 0)
+        # After a restart the gauges are rebuilt from the restored state.
+        self.run_berth("volume", "claim", "db", "--alloc", "a3", "--node", "n1")
+        self.agent.restart()
+        series, _ = self.agent.scrape()
+        self.assertEqual(series['berth_claims{mode="write",state="taken"}'], 1)
+        self.assertEqual(series["berth_state_applied_index"], series["berth_log_last_index"])
+
     def test_human_output_is_a_readable_table(self):
         self.fingerprint()
         self.run_berth("volume", "register", "-", stdin=VOLUME_YAML)

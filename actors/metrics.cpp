@@ -1,0 +1,180 @@
+#include "actors/metrics.hpp"
+
+#include <map>
+#include <mutex>
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "messages/model.hpp"
+
+namespace berth {
+
+namespace {
+
+using prometheus::Labels;
+
+// A gauge family whose series are addressed by label values.
+struct gauges {
+  prometheus::Family<prometheus::Gauge>& family;
+  void add(const Labels& labels, double delta) { family.Add(labels).Increment(delta); }
+  void set(const Labels& labels, double value) { family.Add(labels).Set(value); }
+};
+
+const char* volume_state(const v1::Volume& v) {
+  bool releasing = false, taken = false;
+  for (const auto& c : v.claims()) {
+    taken |= c.state() == v1::CLAIM_TAKEN;
+    releasing |= c.state() != v1::CLAIM_TAKEN;
+  }
+  return releasing ? "releasing" : taken ? "claimed" : "unclaimed";
+}
+
+class prometheus_metrics final : public metrics {
+ public:
+  prometheus_metrics()
+      : registry_(std::make_shared<prometheus::Registry>()),
+        volumes_{prometheus::BuildGauge()
+                     .Name("berth_volumes")
+                     .Help("Registered volumes by state (unclaimed, claimed, releasing)")
+                     .Register(*registry_)},
+        claims_{prometheus::BuildGauge()
+                    .Name("berth_claims")
+                    .Help("Volume claims by mode (read, write) and state (taken, unpublishing, ...)")
+                    .Register(*registry_)},
+        plugin_controllers_healthy_{prometheus::BuildGauge()
+                                        .Name("berth_plugin_controllers_healthy")
+                                        .Help("Healthy controller instances by plugin")
+                                        .Register(*registry_)},
+        plugin_controllers_expected_{prometheus::BuildGauge()
+                                         .Name("berth_plugin_controllers_expected")
+                                         .Help("Known controller instances by plugin")
+                                         .Register(*registry_)},
+        plugin_nodes_healthy_{prometheus::BuildGauge()
+                                  .Name("berth_plugin_nodes_healthy")
+                                  .Help("Healthy node instances by plugin")
+                                  .Register(*registry_)},
+        plugin_nodes_expected_{prometheus::BuildGauge()
+                                   .Name("berth_plugin_nodes_expected")
+                                   .Help("Known node instances by plugin")
+                                   .Register(*registry_)},
+        actors_{prometheus::BuildGauge()
+                    .Name("berth_actors")
+                    .Help("Running actors by kind")
+                    .Register(*registry_)},
+        log_index_(prometheus::BuildGauge()
+                       .Name("berth_log_last_index")
+                       .Help("Index of the last durable log entry")
+                       .Register(*registry_)
+                       .Add({})),
+        applied_index_(prometheus::BuildGauge()
+                           .Name("berth_state_applied_index")
+                           .Help("Index of the last entry applied to the state tables")
+                           .Register(*registry_)
+                           .Add({})),
+        log_entries_(prometheus::BuildCounter()
+                         .Name("berth_log_entries_total")
+                         .Help("Entries written durably to the log")
+                         .Register(*registry_)
+                         .Add({})),
+        log_write_seconds_(prometheus::BuildHistogram()
+                               .Name("berth_log_write_seconds")
+                               .Help("Duration of one durable log write (transaction and fsync)")
+                               .Register(*registry_)
+                               .Add({}, prometheus::Histogram::BucketBoundaries{
+                                            0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                            0.25, 0.5, 1})),
+        log_batch_entries_(prometheus::BuildHistogram()
+                               .Name("berth_log_batch_entries")
+                               .Help("Entries per durable log write (group commit)")
+                               .Register(*registry_)
+                               .Add({}, prometheus::Histogram::BucketBoundaries{
+                                            1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024})),
+        requests_(prometheus::BuildCounter()
+                      .Name("berth_requests_total")
+                      .Help("Shell commands served, by command and outcome")
+                      .Register(*registry_)),
+        request_seconds_(prometheus::BuildHistogram()
+                             .Name("berth_request_seconds")
+                             .Help("Time to serve a shell command, by command")
+                             .Register(*registry_)) {}
+
+  void volume_changed(const v1::Volume* before, const v1::Volume* after) override {
+    std::lock_guard<std::mutex> guard(mtx_);
+    auto count = [&](const v1::Volume& v, double sign) {
+      volumes_.add({{"state", volume_state(v)}}, sign);
+      for (const auto& c : v.claims())
+        claims_.add({{"mode", std::string(name_of(c.mode()))},
+                     {"state", std::string(name_of(c.state()))}},
+                    sign);
+    };
+    if (before) count(*before, -1);
+    if (after) count(*after, +1);
+  }
+
+  void plugin_changed(const v1::Plugin*, const v1::Plugin* after) override {
+    if (!after) return;
+    auto h = health_of(*after);
+    Labels l{{"plugin", after->id()}};
+    plugin_controllers_healthy_.set(l, h.controllers_healthy);
+    plugin_controllers_expected_.set(l, h.controllers_expected);
+    plugin_nodes_healthy_.set(l, h.nodes_healthy);
+    plugin_nodes_expected_.set(l, h.nodes_expected);
+  }
+
+  void log_written(size_t entries, uint64_t last_index, double seconds) override {
+    log_entries_.Increment(static_cast<double>(entries));
+    log_index_.Set(static_cast<double>(last_index));
+    log_write_seconds_.Observe(seconds);
+    log_batch_entries_.Observe(static_cast<double>(entries));
+  }
+
+  void restored(uint64_t last_index, uint64_t applied_index) override {
+    log_index_.Set(static_cast<double>(last_index));
+    applied_index_.Set(static_cast<double>(applied_index));
+  }
+
+  void applied(uint64_t index) override { applied_index_.Set(static_cast<double>(index)); }
+
+  void request_done(const std::string& command, const std::string& outcome,
+                    double seconds) override {
+    requests_.Add({{"command", command}, {"outcome", outcome}}).Increment();
+    request_seconds_
+        .Add({{"command", command}},
+             prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                     0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10})
+        .Observe(seconds);
+  }
+
+  void actors(const std::string& kind, size_t count) override {
+    actors_.set({{"kind", kind}}, static_cast<double>(count));
+  }
+
+  std::shared_ptr<prometheus::Registry> registry() override { return registry_; }
+
+ private:
+  std::mutex mtx_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  gauges volumes_;
+  gauges claims_;
+  gauges plugin_controllers_healthy_;
+  gauges plugin_controllers_expected_;
+  gauges plugin_nodes_healthy_;
+  gauges plugin_nodes_expected_;
+  gauges actors_;
+  prometheus::Gauge& log_index_;
+  prometheus::Gauge& applied_index_;
+  prometheus::Counter& log_entries_;
+  prometheus::Histogram& log_write_seconds_;
+  prometheus::Histogram& log_batch_entries_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& request_seconds_;
+};
+
+}  // namespace
+
+std::shared_ptr<metrics> make_metrics() { return std::make_shared<prometheus_metrics>(); }
+
+}  // namespace berth

@@ -1,0 +1,47 @@
+// berth's Prometheus metrics, behind a small interface so that actors do
+// not include prometheus-cpp.  Every method is thread-safe (the log writer
+// and the state machine report from their own threads).  Labels carry
+// names and ids only: never a secret.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "messages/berth.pb.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace berth {
+
+class metrics {
+ public:
+  virtual ~metrics() = default;
+
+  // A volume changed from `before` to `after` (either may be null for a
+  // registration or a deregistration): updates volumes and claims gauges.
+  virtual void volume_changed(const v1::Volume* before, const v1::Volume* after) = 0;
+  // Same for a plugin's healthy/expected gauges.
+  virtual void plugin_changed(const v1::Plugin* before, const v1::Plugin* after) = 0;
+  // One durable log write of `entries` entries that took `seconds`.
+  virtual void log_written(size_t entries, uint64_t last_index, double seconds) = 0;
+  // What a restart recovered: the log's last index and the applied index.
+  virtual void restored(uint64_t last_index, uint64_t applied_index) = 0;
+  // The state machine applied up to `index`.
+  virtual void applied(uint64_t index) = 0;
+  // A shell command finished: `command` (e.g. "volume_claim"), `outcome`
+  // ("ok", "refused", ...), after `seconds`.
+  virtual void request_done(const std::string& command, const std::string& outcome,
+                            double seconds) = 0;
+  // How many actors of a kind are running ("volume", "plugin", ...).
+  virtual void actors(const std::string& kind, size_t count) = 0;
+
+  virtual std::shared_ptr<prometheus::Registry> registry() = 0;
+};
+
+std::shared_ptr<metrics> make_metrics();
+
+}  // namespace berth

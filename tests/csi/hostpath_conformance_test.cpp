@@ -4,9 +4,7 @@
 #include <doctest/doctest.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>

@@ -443,10 +443,13 @@ std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::
   auto mode = cap->access_mode();
   for (const auto& c : v.claims()) {
     if (!holds_volume(c)) continue;
-    if (single_node(mode) && c.node_id() != req.node_id)
+    // CSI: a single-node volume "can only be published once ... at any
+    // given time", so it takes one claim, reader or writer.
+    if (single_node(mode))
       return refused(volume_name(v) + " is " + std::string(name_of(mode)) +
-                     " and is claimed by " + holder(c) + "; claims on node " +
-                     quoted(req.node_id) + " are refused until it is released");
+                     " and is already claimed by " + holder(c) +
+                     "; a single-node volume takes one claim at a time (release it first: "
+                     "berth volume release " + v.id() + " --alloc " + c.alloc_id() + ")");
     if (req.write && c.mode() == v1::CLAIM_WRITE && mode != v1::MULTI_NODE_MULTI_WRITER)
       return refused(volume_name(v) + " is " + std::string(name_of(mode)) +
                      " and is already claimed for writing by " + holder(c) +

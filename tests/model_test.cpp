@@ -196,20 +196,25 @@ TEST_SUITE("plugin health") {
 }
 
 TEST_SUITE("claims") {
-  TEST_CASE("single_node_writer_allows_one_writer_and_readers_on_its_node") {
+  TEST_CASE("single_node_modes_take_one_claim_at_a_time") {
+    // CSI: single-node volumes are published once at any given time.
     auto p = monolith_on({"n1", "n2"});
     auto v = volume(v1::SINGLE_NODE_WRITER);
     CHECK_FALSE(claim(v, req("a1", "n1", true), &p));
     auto second = claim(v, req("a2", "n1", true), &p);
     REQUIRE(second.has_value());
     CHECK(second->code == errc::refused);
-    CHECK(second->message.find("already claimed for writing by alloc 'a1' on node 'n1'") !=
+    CHECK(second->message.find("already claimed by alloc 'a1' on node 'n1'") !=
           std::string::npos);
-    CHECK_FALSE(claim(v, req("a3", "n1", false), &p));  // a reader on the same node
+    CHECK(claim(v, req("a3", "n1", false), &p).has_value());  // not even a reader
     auto other_node = claim(v, req("a4", "n2", false), &p);
     REQUIRE(other_node.has_value());
     CHECK(other_node->message.find("single-node-writer") != std::string::npos);
-    CHECK(v.claims_size() == 2);
+    CHECK(v.claims_size() == 1);
+    // A reader alone may hold it too.
+    auto r = volume(v1::SINGLE_NODE_WRITER);
+    CHECK_FALSE(claim(r, req("r1", "n2", false), &p));
+    CHECK(claim(r, req("w1", "n2", true), &p).has_value());
   }
 
   TEST_CASE("multi_node_single_writer_allows_readers_anywhere_and_one_writer") {
@@ -240,7 +245,7 @@ TEST_SUITE("claims") {
 
     auto s = volume(v1::SINGLE_NODE_READER_ONLY);
     CHECK_FALSE(claim(s, req("r1", "n1", false), &p));
-    CHECK_FALSE(claim(s, req("r2", "n1", false), &p));
+    CHECK(claim(s, req("r2", "n1", false), &p).has_value());
     CHECK(claim(s, req("r3", "n2", false), &p).has_value());
     CHECK(claim(s, req("w1", "n1", true), &p).has_value());
   }
@@ -268,6 +273,7 @@ TEST_SUITE("claims") {
     auto refused = claim(v, req("a2", "n2", true), &p);
     REQUIRE(refused.has_value());
     CHECK(refused->message.find("release in progress") != std::string::npos);
+    CHECK(refused->message.find("already claimed for writing") != std::string::npos);
     // Releasing again is a no-op; the claim moves forward only.
     CHECK_FALSE(release(v, "a1", "alloc-stopped", 3000));
     CHECK_FALSE(advance_claim(v, "a1", v1::CLAIM_CONTROLLER_DETACHED));

@@ -81,7 +81,7 @@ class DevAgentTest(unittest.TestCase):
 
         refused = self.run_berth("volume", "claim", "db", "--alloc", "a2", "--node", "n1",
                                  expect=4)
-        self.assertIn("already claimed for writing by alloc 'a1'", refused.err)
+        self.assertIn("already claimed by alloc 'a1'", refused.err)
         self.assertEqual(len(self.run_berth("--json", "volume", "status", "db").json()["claims"]), 1)
 
         released = self.run_berth("--json", "volume", "release", "db", "--alloc", "a1")

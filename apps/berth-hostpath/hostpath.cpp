@@ -1,0 +1,101 @@
+#include "hostpath.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace berth::hostpath {
+
+namespace fs = std::filesystem;
+
+std::string volume_id_for(const std::string& name) {
+  // FNV-1a: stable across runs and builds (std::hash is not guaranteed to be).
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[20];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return std::string("hp-") + buf;
+}
+
+std::string unsupported(const v1::VolumeCapability& cap) {
+  auto mode = cap.access_mode().mode();
+  if (mode == v1::VolumeCapability::AccessMode::UNKNOWN)
+    return "volume_capability.access_mode is required";
+  if (cap.has_block())
+    return "block volumes are not supported: berth-hostpath serves directories";
+  if (!cap.has_mount())
+    return "volume_capability needs an access type (mount)";
+  return {};
+}
+
+bool single_node(int access_mode) {
+  using m = v1::VolumeCapability::AccessMode;
+  return access_mode == m::SINGLE_NODE_WRITER || access_mode == m::SINGLE_NODE_READER_ONLY
+         || access_mode == m::SINGLE_NODE_SINGLE_WRITER
+         || access_mode == m::SINGLE_NODE_MULTI_WRITER;
+}
+
+bool multi_publish(int access_mode) {
+  return !single_node(access_mode)
+         || access_mode == v1::VolumeCapability::AccessMode::SINGLE_NODE_MULTI_WRITER;
+}
+
+plugin::plugin(options opts)
+    : opts_(std::move(opts)), mounter_(opts_.mode), state_file_(opts_.root / "state.json") {
+  fs::create_directories(opts_.root / "volumes");
+  state_ = load_state(state_file_);
+}
+
+fs::path plugin::volume_dir(const std::string& volume_id) const {
+  return opts_.root / "volumes" / volume_id;
+}
+
+bool plugin::known_node(const std::string& node_id) const {
+  return node_id == opts_.node_id
+         || std::find(opts_.peer_nodes.begin(), opts_.peer_nodes.end(), node_id)
+                != opts_.peer_nodes.end();
+}
+
+void plugin::fill_volume(const std::string& id, const volume_record& rec, v1::Volume& out) const {
+  out.set_volume_id(id);
+  out.set_capacity_bytes(rec.capacity_bytes);
+  if (!opts_.topology.empty())
+    out.add_accessible_topology()->mutable_segments()->insert(opts_.topology.begin(),
+                                                              opts_.topology.end());
+}
+
+grpc::Status plugin::commit(state next) {
+  try {
+    save_state(state_file_, next);
+  } catch (const std::exception& e) {
+    return {grpc::StatusCode::INTERNAL, e.what()};
+  }
+  state_ = std::move(next);
+  return grpc::Status::OK;
+}
+
+grpc::Status plugin::get_plugin_info(const v1::GetPluginInfoRequest&,
+                                     v1::GetPluginInfoResponse& resp) {
+  resp.set_name(name);
+  resp.set_vendor_version(BERTH_VERSION);
+  return grpc::Status::OK;
+}
+
+grpc::Status plugin::get_plugin_capabilities(const v1::GetPluginCapabilitiesRequest&,
+                                             v1::GetPluginCapabilitiesResponse& resp) {
+  using svc = v1::PluginCapability::Service;
+  resp.add_capabilities()->mutable_service()->set_type(svc::CONTROLLER_SERVICE);
+  if (!opts_.topology.empty())
+    resp.add_capabilities()->mutable_service()->set_type(svc::VOLUME_ACCESSIBILITY_CONSTRAINTS);
+  return grpc::Status::OK;
+}
+
+grpc::Status plugin::probe(const v1::ProbeRequest&, v1::ProbeResponse& resp) {
+  // Ready as soon as it serves: the state was loaded before the socket opened.
+  resp.mutable_ready()->set_value(true);
+  return grpc::Status::OK;
+}
+
+}  // namespace berth::hostpath

@@ -1,0 +1,106 @@
+#pragma once
+// berth-hostpath: a monolith CSI plugin (Identity + Controller + Node) whose
+// volumes are directories under ROOT/volumes/<id>. It is berth's reference
+// plugin: it follows the spec's idempotency rules and error codes closely so
+// that berth's CSI workflow can be tested against real plugin behaviour.
+//
+// plugin holds the logic, one method per RPC, each taking the request and
+// filling the response. It is NOT thread-safe: services.hpp serializes calls.
+// Every mutation is saved to ROOT/state.json (atomically, fsync'ed) before
+// the method returns, so an answer the CO saw survives a crash.
+
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "csi/csi.pb.h"
+#include "mounter.hpp"
+#include "state.hpp"
+
+namespace berth::hostpath {
+
+namespace v1 = ::csi::v1;
+
+struct options {
+  std::filesystem::path root;
+  std::string node_id;
+  int64_t max_volumes = 0;  // per node; 0 = no limit
+  std::map<std::string, std::string> topology;
+  mount_mode mode = mount_mode::bind;
+  // Other node ids the controller accepts in ControllerPublishVolume (a
+  // monolith otherwise only knows its own node).
+  std::vector<std::string> peer_nodes;
+};
+
+class plugin {
+ public:
+  // Creates ROOT/volumes and loads ROOT/state.json. Throws on a corrupt state.
+  explicit plugin(options opts);
+
+  static constexpr const char* name = "berth-hostpath";
+
+  // Identity.
+  grpc::Status get_plugin_info(const v1::GetPluginInfoRequest&, v1::GetPluginInfoResponse&);
+  grpc::Status get_plugin_capabilities(const v1::GetPluginCapabilitiesRequest&,
+                                       v1::GetPluginCapabilitiesResponse&);
+  grpc::Status probe(const v1::ProbeRequest&, v1::ProbeResponse&);
+
+  // Controller (controller.cpp).
+  grpc::Status create_volume(const v1::CreateVolumeRequest&, v1::CreateVolumeResponse&);
+  grpc::Status delete_volume(const v1::DeleteVolumeRequest&, v1::DeleteVolumeResponse&);
+  grpc::Status controller_publish(const v1::ControllerPublishVolumeRequest&,
+                                  v1::ControllerPublishVolumeResponse&);
+  grpc::Status controller_unpublish(const v1::ControllerUnpublishVolumeRequest&,
+                                    v1::ControllerUnpublishVolumeResponse&);
+  grpc::Status validate_capabilities(const v1::ValidateVolumeCapabilitiesRequest&,
+                                     v1::ValidateVolumeCapabilitiesResponse&);
+  grpc::Status list_volumes(const v1::ListVolumesRequest&, v1::ListVolumesResponse&);
+  grpc::Status get_capacity(const v1::GetCapacityRequest&, v1::GetCapacityResponse&);
+  grpc::Status controller_capabilities(const v1::ControllerGetCapabilitiesRequest&,
+                                       v1::ControllerGetCapabilitiesResponse&);
+
+  // Node (node.cpp).
+  grpc::Status node_stage(const v1::NodeStageVolumeRequest&, v1::NodeStageVolumeResponse&);
+  grpc::Status node_unstage(const v1::NodeUnstageVolumeRequest&, v1::NodeUnstageVolumeResponse&);
+  grpc::Status node_publish(const v1::NodePublishVolumeRequest&, v1::NodePublishVolumeResponse&);
+  grpc::Status node_unpublish(const v1::NodeUnpublishVolumeRequest&,
+                              v1::NodeUnpublishVolumeResponse&);
+  grpc::Status node_volume_stats(const v1::NodeGetVolumeStatsRequest&,
+                                 v1::NodeGetVolumeStatsResponse&);
+  grpc::Status node_capabilities(const v1::NodeGetCapabilitiesRequest&,
+                                 v1::NodeGetCapabilitiesResponse&);
+  grpc::Status node_info(const v1::NodeGetInfoRequest&, v1::NodeGetInfoResponse&);
+
+ private:
+  std::filesystem::path volume_dir(const std::string& volume_id) const;
+  bool known_node(const std::string& node_id) const;
+  void fill_volume(const std::string& id, const volume_record& rec, v1::Volume& out) const;
+  // Saves `next` durably, then makes it the current state.
+  grpc::Status commit(state next);
+
+  options opts_;
+  mounter mounter_;
+  std::filesystem::path state_file_;
+  state state_;
+};
+
+// The stable volume id for a CreateVolume name ("hp-" + 16 hex digits), so a
+// retried CreateVolume finds the volume an earlier attempt made.
+std::string volume_id_for(const std::string& name);
+
+// Empty when `cap` is a capability berth-hostpath serves, else the reason
+// (for an INVALID_ARGUMENT answer).
+std::string unsupported(const v1::VolumeCapability& cap);
+
+// SINGLE_NODE_* access modes: at most one node at a time.
+bool single_node(int access_mode);
+
+// Modes that allow several publications on one node (MULTI_NODE_* and
+// SINGLE_NODE_MULTI_WRITER, per the spec's NodePublishVolume table).
+bool multi_publish(int access_mode);
+
+}  // namespace berth::hostpath

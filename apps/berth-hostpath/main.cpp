@@ -1,0 +1,116 @@
+// berth-hostpath: command line, socket and signals around the plugin.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <iostream>
+
+#include "call_log.hpp"
+#include "hostpath.hpp"
+#include "services.hpp"
+
+namespace fs = std::filesystem;
+using namespace berth::hostpath;
+
+int main(int argc, char** argv) {
+  options opts;
+  std::string endpoint;
+  std::string log_file;
+  std::vector<std::string> topology;
+  // Real bind mounts need CAP_SYS_ADMIN; without root, symlinks stand in.
+  std::string mode = ::geteuid() == 0 ? "bind" : "symlink";
+
+  CLI::App app{"berth-hostpath: a monolith CSI plugin (Identity, Controller, Node) whose "
+               "volumes are directories under ROOT/volumes. berth's reference plugin."};
+  app.add_option("--endpoint", endpoint, "gRPC endpoint to serve, unix:///path/csi.sock "
+                                         "(a stale socket file is removed first)")
+      ->required();
+  app.add_option("--root", opts.root, "directory holding volumes/ and state.json "
+                                      "(created if missing)")
+      ->required();
+  app.add_option("--node-id", opts.node_id, "node id returned by NodeGetInfo and accepted by "
+                                            "ControllerPublishVolume")
+      ->required();
+  app.add_option("--max-volumes", opts.max_volumes,
+                 "max volumes staged on this node and controller-published per node; "
+                 "RESOURCE_EXHAUSTED beyond (0 = no limit)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--topology", topology,
+                 "KEY=VALUE topology segment of this node (repeatable); when set, "
+                 "VOLUME_ACCESSIBILITY_CONSTRAINTS is advertised");
+  app.add_option("--peer-node", opts.peer_nodes,
+                 "another node id the controller may publish to (repeatable); unknown "
+                 "node ids get NOT_FOUND");
+  app.add_option("--mount-mode", mode,
+                 "bind: stage and publish with real bind mounts (mount(2), needs root; "
+                 "readonly publications are remounted read-only). symlink: the target "
+                 "path becomes a symlink to the volume directory, staging is bookkeeping "
+                 "only (for unprivileged runs; readonly is not enforced). "
+                 "Default: bind as root, else symlink")
+      ->check(CLI::IsMember({"bind", "symlink"}))
+      ->capture_default_str();
+  app.add_option("--call-log", log_file,
+                 "append one JSON line per RPC (method, ids, paths, code), fsync'ed; "
+                 "never secrets");
+  CLI11_PARSE(app, argc, argv);
+
+  for (const auto& kv : topology) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "berth-hostpath: --topology wants KEY=VALUE, got '" << kv << "'\n";
+      return 2;
+    }
+    opts.topology[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  opts.mode = mode == "bind" ? mount_mode::bind : mount_mode::symlink;
+  const std::string scheme = "unix://";
+  if (endpoint.rfind(scheme, 0) != 0 || endpoint.size() == scheme.size()) {
+    std::cerr << "berth-hostpath: --endpoint must be unix:///path, got '" << endpoint << "'\n";
+    return 2;
+  }
+  fs::path socket_path = endpoint.substr(scheme.size());
+
+  // Block the stop signals before gRPC starts its threads (they inherit the
+  // mask), so that only sigwait() below receives them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  try {
+    plugin p(opts);
+    call_log log(log_file);
+    services svc(p, log);
+
+    std::error_code ec;
+    fs::create_directories(socket_path.parent_path(), ec);
+    struct stat st {};
+    if (::lstat(socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode))
+      ::unlink(socket_path.c_str());  // left by a previous run that was killed
+
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(endpoint, grpc::InsecureServerCredentials());
+    svc.register_with(builder);
+    auto server = builder.BuildAndStart();
+    if (!server) {
+      std::cerr << "berth-hostpath: cannot listen on " << endpoint << "\n";
+      return 1;
+    }
+    std::cerr << "berth-hostpath: serving " << endpoint << " (node " << opts.node_id
+              << ", mount mode " << to_string(opts.mode) << ")\n";
+
+    int sig = 0;
+    sigwait(&stop, &sig);
+    std::cerr << "berth-hostpath: signal " << sig << ", shutting down\n";
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ::unlink(socket_path.c_str());
+  } catch (const std::exception& e) {
+    std::cerr << "berth-hostpath: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

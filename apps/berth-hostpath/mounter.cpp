@@ -1,0 +1,113 @@
+#include "mounter.hpp"
+
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace berth::hostpath {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const fs::path& p) {
+  throw std::runtime_error(what + " " + p.string() + ": " + std::strerror(errno));
+}
+
+void ensure_dir(const fs::path& p) {
+  std::error_code ec;
+  fs::create_directories(p, ec);
+  if (ec)
+    throw std::runtime_error("cannot create " + p.string() + ": " + ec.message());
+}
+
+void bind(const fs::path& source, const fs::path& target) {
+  if (same_inode(source, target))
+    return;  // already mounted by an earlier (retried) call
+  if (::mount(source.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0)
+    fail("cannot bind-mount onto", target);
+}
+
+// Detaches a mount at `p`; "not a mount point" (EINVAL) and a missing path
+// (ENOENT) mean there is nothing to undo.
+void unmount(const fs::path& p) {
+  if (::umount2(p.c_str(), 0) == 0 || errno == EINVAL || errno == ENOENT)
+    return;
+  if (errno == EBUSY && ::umount2(p.c_str(), MNT_DETACH) == 0)
+    return;  // still in use: detach lazily so the CO can proceed
+  fail("cannot unmount", p);
+}
+
+}  // namespace
+
+std::string to_string(mount_mode m) {
+  return m == mount_mode::bind ? "bind" : "symlink";
+}
+
+bool same_inode(const fs::path& a, const fs::path& b) {
+  struct stat sa {};
+  struct stat sb {};
+  if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0)
+    return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+int64_t directory_bytes(const fs::path& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec))
+      total += static_cast<int64_t>(it->file_size(size_ec));
+  }
+  return total;
+}
+
+void mounter::stage(const fs::path& volume_dir, const fs::path& staging) {
+  ensure_dir(staging);
+  if (mode_ == mount_mode::bind)
+    bind(volume_dir, staging);
+}
+
+void mounter::unstage(const fs::path& staging) {
+  if (mode_ == mount_mode::bind)
+    unmount(staging);
+}
+
+void mounter::publish(const fs::path& volume_dir, const fs::path& staging,
+                      const fs::path& target, bool readonly) {
+  if (mode_ == mount_mode::symlink) {
+    std::error_code ec;
+    if (fs::is_symlink(target, ec) && fs::read_symlink(target, ec) == volume_dir)
+      return;
+    fs::create_symlink(volume_dir, target, ec);
+    if (ec)
+      throw std::runtime_error("cannot create symlink " + target.string() + ": " + ec.message());
+    return;
+  }
+  ensure_dir(target);
+  bind(staging, target);
+  // MS_RDONLY on the first bind is ignored by the kernel: a bind mount
+  // becomes read-only only through a remount of that mount.
+  if (readonly
+      && ::mount(nullptr, target.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0)
+    fail("cannot remount read-only", target);
+}
+
+void mounter::unpublish(const fs::path& target) {
+  std::error_code ec;
+  if (fs::is_symlink(target, ec)) {
+    fs::remove(target, ec);
+  } else if (fs::exists(target, ec)) {
+    if (mode_ == mount_mode::bind)
+      unmount(target);
+    fs::remove(target, ec);  // only removes an empty directory: never data
+  }
+  if (ec)
+    throw std::runtime_error("cannot remove " + target.string() + ": " + ec.message());
+}
+
+}  // namespace berth::hostpath

@@ -1,0 +1,179 @@
+#include "services.hpp"
+
+#include <grpcpp/grpcpp.h>
+
+#include <mutex>
+
+#include "call_log.hpp"
+#include "csi/csi.grpc.pb.h"
+#include "csi/status.hpp"
+#include "hostpath.hpp"
+
+namespace berth::hostpath {
+
+using fields = std::map<std::string, std::string>;
+
+// Shared by the three services: the lock and the log around each call.
+struct dispatcher {
+  plugin& p;
+  call_log& log;
+  std::mutex mu;
+
+  // `what` names the ids and paths of the call: never secrets or contexts.
+  template <class Fn>
+  grpc::Status run(const char* method, const fields& what, Fn&& fn) {
+    std::lock_guard<std::mutex> lock(mu);
+    grpc::Status s = fn();
+    auto c = static_cast<int>(s.error_code());
+    log.append(method, what, c, berth::csi::code_name(static_cast<berth::csi::code>(c)));
+    return s;
+  }
+};
+
+namespace {
+
+using grpc::ServerContext;
+using grpc::Status;
+
+class identity_service final : public v1::Identity::Service {
+ public:
+  explicit identity_service(dispatcher& d) : d_(d) {}
+
+  Status GetPluginInfo(ServerContext*, const v1::GetPluginInfoRequest* req,
+                       v1::GetPluginInfoResponse* resp) override {
+    return d_.run("GetPluginInfo", {}, [&] { return d_.p.get_plugin_info(*req, *resp); });
+  }
+  Status GetPluginCapabilities(ServerContext*, const v1::GetPluginCapabilitiesRequest* req,
+                               v1::GetPluginCapabilitiesResponse* resp) override {
+    return d_.run("GetPluginCapabilities", {},
+                  [&] { return d_.p.get_plugin_capabilities(*req, *resp); });
+  }
+  Status Probe(ServerContext*, const v1::ProbeRequest* req, v1::ProbeResponse* resp) override {
+    return d_.run("Probe", {}, [&] { return d_.p.probe(*req, *resp); });
+  }
+
+ private:
+  dispatcher& d_;
+};
+
+class controller_service final : public v1::Controller::Service {
+ public:
+  explicit controller_service(dispatcher& d) : d_(d) {}
+
+  Status CreateVolume(ServerContext*, const v1::CreateVolumeRequest* req,
+                      v1::CreateVolumeResponse* resp) override {
+    return d_.run("CreateVolume", {{"name", req->name()}},
+                  [&] { return d_.p.create_volume(*req, *resp); });
+  }
+  Status DeleteVolume(ServerContext*, const v1::DeleteVolumeRequest* req,
+                      v1::DeleteVolumeResponse* resp) override {
+    return d_.run("DeleteVolume", {{"volume_id", req->volume_id()}},
+                  [&] { return d_.p.delete_volume(*req, *resp); });
+  }
+  Status ControllerPublishVolume(ServerContext*, const v1::ControllerPublishVolumeRequest* req,
+                                 v1::ControllerPublishVolumeResponse* resp) override {
+    return d_.run("ControllerPublishVolume",
+                  {{"volume_id", req->volume_id()}, {"node_id", req->node_id()}},
+                  [&] { return d_.p.controller_publish(*req, *resp); });
+  }
+  Status ControllerUnpublishVolume(ServerContext*, const v1::ControllerUnpublishVolumeRequest* req,
+                                   v1::ControllerUnpublishVolumeResponse* resp) override {
+    return d_.run("ControllerUnpublishVolume",
+                  {{"volume_id", req->volume_id()}, {"node_id", req->node_id()}},
+                  [&] { return d_.p.controller_unpublish(*req, *resp); });
+  }
+  Status ValidateVolumeCapabilities(ServerContext*,
+                                    const v1::ValidateVolumeCapabilitiesRequest* req,
+                                    v1::ValidateVolumeCapabilitiesResponse* resp) override {
+    return d_.run("ValidateVolumeCapabilities", {{"volume_id", req->volume_id()}},
+                  [&] { return d_.p.validate_capabilities(*req, *resp); });
+  }
+  Status ListVolumes(ServerContext*, const v1::ListVolumesRequest* req,
+                     v1::ListVolumesResponse* resp) override {
+    return d_.run("ListVolumes", {}, [&] { return d_.p.list_volumes(*req, *resp); });
+  }
+  Status GetCapacity(ServerContext*, const v1::GetCapacityRequest* req,
+                     v1::GetCapacityResponse* resp) override {
+    return d_.run("GetCapacity", {}, [&] { return d_.p.get_capacity(*req, *resp); });
+  }
+  Status ControllerGetCapabilities(ServerContext*, const v1::ControllerGetCapabilitiesRequest* req,
+                                   v1::ControllerGetCapabilitiesResponse* resp) override {
+    return d_.run("ControllerGetCapabilities", {},
+                  [&] { return d_.p.controller_capabilities(*req, *resp); });
+  }
+
+ private:
+  dispatcher& d_;
+};
+
+class node_service final : public v1::Node::Service {
+ public:
+  explicit node_service(dispatcher& d) : d_(d) {}
+
+  Status NodeStageVolume(ServerContext*, const v1::NodeStageVolumeRequest* req,
+                         v1::NodeStageVolumeResponse* resp) override {
+    return d_.run("NodeStageVolume",
+                  {{"volume_id", req->volume_id()},
+                   {"staging_target_path", req->staging_target_path()}},
+                  [&] { return d_.p.node_stage(*req, *resp); });
+  }
+  Status NodeUnstageVolume(ServerContext*, const v1::NodeUnstageVolumeRequest* req,
+                           v1::NodeUnstageVolumeResponse* resp) override {
+    return d_.run("NodeUnstageVolume",
+                  {{"volume_id", req->volume_id()},
+                   {"staging_target_path", req->staging_target_path()}},
+                  [&] { return d_.p.node_unstage(*req, *resp); });
+  }
+  Status NodePublishVolume(ServerContext*, const v1::NodePublishVolumeRequest* req,
+                           v1::NodePublishVolumeResponse* resp) override {
+    return d_.run("NodePublishVolume",
+                  {{"volume_id", req->volume_id()},
+                   {"staging_target_path", req->staging_target_path()},
+                   {"target_path", req->target_path()}},
+                  [&] { return d_.p.node_publish(*req, *resp); });
+  }
+  Status NodeUnpublishVolume(ServerContext*, const v1::NodeUnpublishVolumeRequest* req,
+                             v1::NodeUnpublishVolumeResponse* resp) override {
+    return d_.run("NodeUnpublishVolume",
+                  {{"volume_id", req->volume_id()}, {"target_path", req->target_path()}},
+                  [&] { return d_.p.node_unpublish(*req, *resp); });
+  }
+  Status NodeGetVolumeStats(ServerContext*, const v1::NodeGetVolumeStatsRequest* req,
+                            v1::NodeGetVolumeStatsResponse* resp) override {
+    return d_.run("NodeGetVolumeStats",
+                  {{"volume_id", req->volume_id()}, {"volume_path", req->volume_path()}},
+                  [&] { return d_.p.node_volume_stats(*req, *resp); });
+  }
+  Status NodeGetCapabilities(ServerContext*, const v1::NodeGetCapabilitiesRequest* req,
+                             v1::NodeGetCapabilitiesResponse* resp) override {
+    return d_.run("NodeGetCapabilities", {}, [&] { return d_.p.node_capabilities(*req, *resp); });
+  }
+  Status NodeGetInfo(ServerContext*, const v1::NodeGetInfoRequest* req,
+                     v1::NodeGetInfoResponse* resp) override {
+    return d_.run("NodeGetInfo", {}, [&] { return d_.p.node_info(*req, *resp); });
+  }
+
+ private:
+  dispatcher& d_;
+};
+
+}  // namespace
+
+struct services::impl {
+  dispatcher d;
+  identity_service identity{d};
+  controller_service controller{d};
+  node_service node{d};
+};
+
+services::services(plugin& p, call_log& log) : impl_(new impl{{p, log, {}}}) {}
+
+services::~services() = default;
+
+void services::register_with(grpc::ServerBuilder& builder) {
+  builder.RegisterService(&impl_->identity);
+  builder.RegisterService(&impl_->controller);
+  builder.RegisterService(&impl_->node);
+}
+
+}  // namespace berth::hostpath

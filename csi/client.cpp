@@ -1,0 +1,384 @@
+#include "csi/client.hpp"
+
+#include <grpcpp/grpcpp.h>
+
+#include "csi/csi.grpc.pb.h"
+
+namespace berth::csi {
+
+namespace v1 = ::csi::v1;
+
+namespace {
+
+void to_proto(const volume_capability& in, v1::VolumeCapability& out) {
+  out.mutable_access_mode()->set_mode(
+      static_cast<v1::VolumeCapability::AccessMode::Mode>(in.mode));
+  if (in.block) {
+    out.mutable_block();
+    return;
+  }
+  auto* mount = out.mutable_mount();
+  mount->set_fs_type(in.fs_type);
+  for (const auto& flag : in.mount_flags)
+    mount->add_mount_flags(flag);
+}
+
+template <class ProtoMap>
+void to_proto(const string_map& in, ProtoMap& out) {
+  for (const auto& [k, v] : in)
+    out[k] = v;
+}
+
+template <class ProtoMap>
+string_map from_proto(const ProtoMap& in) {
+  return string_map(in.begin(), in.end());
+}
+
+volume from_proto(const v1::Volume& in) {
+  volume out;
+  out.volume_id = in.volume_id();
+  out.capacity_bytes = in.capacity_bytes();
+  out.volume_context = from_proto(in.volume_context());
+  for (const auto& t : in.accessible_topology())
+    out.accessible_topology.push_back(from_proto(t.segments()));
+  return out;
+}
+
+}  // namespace
+
+struct client::impl {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Identity::Stub> identity;
+  std::unique_ptr<v1::Controller::Stub> controller;
+  std::unique_ptr<v1::Node::Stub> node;
+  std::chrono::milliseconds deadline;
+
+  // Runs one unary call with a fresh context and the per-call deadline.
+  template <class Call>
+  call_status run(method m, Call&& call) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    grpc::Status s = call(ctx);
+    return make_status(m, static_cast<code>(s.error_code()), s.error_message());
+  }
+};
+
+client::client(const std::string& endpoint, std::chrono::milliseconds deadline)
+    : impl_(std::make_unique<impl>()) {
+  impl_->channel = grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
+  impl_->identity = v1::Identity::NewStub(impl_->channel);
+  impl_->controller = v1::Controller::NewStub(impl_->channel);
+  impl_->node = v1::Node::NewStub(impl_->channel);
+  impl_->deadline = deadline;
+}
+
+client::~client() = default;
+client::client(client&&) noexcept = default;
+client& client::operator=(client&&) noexcept = default;
+
+result<plugin_info> client::get_plugin_info() {
+  v1::GetPluginInfoRequest req;
+  v1::GetPluginInfoResponse resp;
+  result<plugin_info> r;
+  r.status = impl_->run(method::get_plugin_info, [&](grpc::ClientContext& ctx) {
+    return impl_->identity->GetPluginInfo(&ctx, req, &resp);
+  });
+  r.response = {resp.name(), resp.vendor_version()};
+  return r;
+}
+
+result<plugin_capabilities> client::get_plugin_capabilities() {
+  v1::GetPluginCapabilitiesRequest req;
+  v1::GetPluginCapabilitiesResponse resp;
+  result<plugin_capabilities> r;
+  r.status = impl_->run(method::get_plugin_capabilities, [&](grpc::ClientContext& ctx) {
+    return impl_->identity->GetPluginCapabilities(&ctx, req, &resp);
+  });
+  using svc = v1::PluginCapability::Service;
+  using exp = v1::PluginCapability::VolumeExpansion;
+  for (const auto& cap : resp.capabilities()) {
+    if (cap.has_service()) {
+      auto t = cap.service().type();
+      r.response.controller_service |= t == svc::CONTROLLER_SERVICE;
+      r.response.accessibility_constraints |= t == svc::VOLUME_ACCESSIBILITY_CONSTRAINTS;
+    } else if (cap.has_volume_expansion()) {
+      auto t = cap.volume_expansion().type();
+      r.response.expansion_online |= t == exp::ONLINE;
+      r.response.expansion_offline |= t == exp::OFFLINE;
+    }
+  }
+  return r;
+}
+
+result<bool> client::probe() {
+  v1::ProbeRequest req;
+  v1::ProbeResponse resp;
+  result<bool> r;
+  r.status = impl_->run(method::probe, [&](grpc::ClientContext& ctx) {
+    return impl_->identity->Probe(&ctx, req, &resp);
+  });
+  r.response = !resp.has_ready() || resp.ready().value();
+  return r;
+}
+
+result<controller_capabilities> client::controller_get_capabilities() {
+  v1::ControllerGetCapabilitiesRequest req;
+  v1::ControllerGetCapabilitiesResponse resp;
+  result<controller_capabilities> r;
+  r.status = impl_->run(method::controller_get_capabilities, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->ControllerGetCapabilities(&ctx, req, &resp);
+  });
+  using rpc = v1::ControllerServiceCapability::RPC;
+  auto& c = r.response;
+  for (const auto& cap : resp.capabilities()) {
+    switch (cap.rpc().type()) {
+      case rpc::CREATE_DELETE_VOLUME: c.create_delete_volume = true; break;
+      case rpc::PUBLISH_UNPUBLISH_VOLUME: c.publish_unpublish_volume = true; break;
+      case rpc::LIST_VOLUMES: c.list_volumes = true; break;
+      case rpc::GET_CAPACITY: c.get_capacity = true; break;
+      case rpc::PUBLISH_READONLY: c.publish_readonly = true; break;
+      case rpc::EXPAND_VOLUME: c.expand_volume = true; break;
+      case rpc::LIST_VOLUMES_PUBLISHED_NODES: c.list_volumes_published_nodes = true; break;
+      case rpc::SINGLE_NODE_MULTI_WRITER: c.single_node_multi_writer = true; break;
+      default: break;  // capabilities berth does not act on
+    }
+  }
+  return r;
+}
+
+result<volume> client::create_volume(const create_volume_request& in) {
+  v1::CreateVolumeRequest req;
+  req.set_name(in.name);
+  if (in.required_bytes != 0 || in.limit_bytes != 0) {
+    req.mutable_capacity_range()->set_required_bytes(in.required_bytes);
+    req.mutable_capacity_range()->set_limit_bytes(in.limit_bytes);
+  }
+  for (const auto& cap : in.capabilities)
+    to_proto(cap, *req.add_volume_capabilities());
+  to_proto(in.parameters, *req.mutable_parameters());
+  to_proto(in.secrets, *req.mutable_secrets());
+  v1::CreateVolumeResponse resp;
+  result<volume> r;
+  r.status = impl_->run(method::create_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->CreateVolume(&ctx, req, &resp);
+  });
+  r.response = from_proto(resp.volume());
+  return r;
+}
+
+result<empty> client::delete_volume(const std::string& volume_id, const string_map& secrets) {
+  v1::DeleteVolumeRequest req;
+  req.set_volume_id(volume_id);
+  to_proto(secrets, *req.mutable_secrets());
+  v1::DeleteVolumeResponse resp;
+  result<empty> r;
+  r.status = impl_->run(method::delete_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->DeleteVolume(&ctx, req, &resp);
+  });
+  return r;
+}
+
+result<string_map> client::controller_publish_volume(const controller_publish_request& in) {
+  v1::ControllerPublishVolumeRequest req;
+  req.set_volume_id(in.volume_id);
+  req.set_node_id(in.node_id);
+  to_proto(in.capability, *req.mutable_volume_capability());
+  req.set_readonly(in.readonly);
+  to_proto(in.secrets, *req.mutable_secrets());
+  to_proto(in.volume_context, *req.mutable_volume_context());
+  v1::ControllerPublishVolumeResponse resp;
+  result<string_map> r;
+  r.status = impl_->run(method::controller_publish_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->ControllerPublishVolume(&ctx, req, &resp);
+  });
+  r.response = from_proto(resp.publish_context());
+  return r;
+}
+
+result<empty> client::controller_unpublish_volume(const std::string& volume_id,
+                                                  const std::string& node_id,
+                                                  const string_map& secrets) {
+  v1::ControllerUnpublishVolumeRequest req;
+  req.set_volume_id(volume_id);
+  req.set_node_id(node_id);
+  to_proto(secrets, *req.mutable_secrets());
+  v1::ControllerUnpublishVolumeResponse resp;
+  result<empty> r;
+  r.status = impl_->run(method::controller_unpublish_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->ControllerUnpublishVolume(&ctx, req, &resp);
+  });
+  return r;
+}
+
+result<validate_response> client::validate_volume_capabilities(const validate_request& in) {
+  v1::ValidateVolumeCapabilitiesRequest req;
+  req.set_volume_id(in.volume_id);
+  for (const auto& cap : in.capabilities)
+    to_proto(cap, *req.add_volume_capabilities());
+  to_proto(in.volume_context, *req.mutable_volume_context());
+  to_proto(in.parameters, *req.mutable_parameters());
+  to_proto(in.secrets, *req.mutable_secrets());
+  v1::ValidateVolumeCapabilitiesResponse resp;
+  result<validate_response> r;
+  r.status = impl_->run(method::validate_volume_capabilities, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->ValidateVolumeCapabilities(&ctx, req, &resp);
+  });
+  // The spec asks the CO to compare what was confirmed with what it asked
+  // for, so that an older plugin cannot confirm fields it does not know.
+  r.response.confirmed = resp.has_confirmed()
+                         && resp.confirmed().volume_capabilities_size()
+                                == req.volume_capabilities_size();
+  r.response.message = resp.message();
+  return r;
+}
+
+result<list_volumes_response> client::list_volumes(int32_t max_entries,
+                                                   const std::string& starting_token) {
+  v1::ListVolumesRequest req;
+  req.set_max_entries(max_entries);
+  req.set_starting_token(starting_token);
+  v1::ListVolumesResponse resp;
+  result<list_volumes_response> r;
+  r.status = impl_->run(method::list_volumes, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->ListVolumes(&ctx, req, &resp);
+  });
+  for (const auto& e : resp.entries()) {
+    list_volumes_response::entry out{from_proto(e.volume()), {}};
+    for (const auto& n : e.status().published_node_ids())
+      out.published_node_ids.push_back(n);
+    r.response.entries.push_back(std::move(out));
+  }
+  r.response.next_token = resp.next_token();
+  return r;
+}
+
+result<int64_t> client::get_capacity(const std::vector<volume_capability>& capabilities,
+                                     const string_map& parameters) {
+  v1::GetCapacityRequest req;
+  for (const auto& cap : capabilities)
+    to_proto(cap, *req.add_volume_capabilities());
+  to_proto(parameters, *req.mutable_parameters());
+  v1::GetCapacityResponse resp;
+  result<int64_t> r;
+  r.status = impl_->run(method::get_capacity, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->GetCapacity(&ctx, req, &resp);
+  });
+  r.response = resp.available_capacity();
+  return r;
+}
+
+result<node_capabilities> client::node_get_capabilities() {
+  v1::NodeGetCapabilitiesRequest req;
+  v1::NodeGetCapabilitiesResponse resp;
+  result<node_capabilities> r;
+  r.status = impl_->run(method::node_get_capabilities, [&](grpc::ClientContext& ctx) {
+    return impl_->node->NodeGetCapabilities(&ctx, req, &resp);
+  });
+  using rpc = v1::NodeServiceCapability::RPC;
+  auto& c = r.response;
+  for (const auto& cap : resp.capabilities()) {
+    switch (cap.rpc().type()) {
+      case rpc::STAGE_UNSTAGE_VOLUME: c.stage_unstage_volume = true; break;
+      case rpc::GET_VOLUME_STATS: c.get_volume_stats = true; break;
+      case rpc::EXPAND_VOLUME: c.expand_volume = true; break;
+      case rpc::SINGLE_NODE_MULTI_WRITER: c.single_node_multi_writer = true; break;
+      default: break;
+    }
+  }
+  return r;
+}
+
+result<node_info> client::node_get_info() {
+  v1::NodeGetInfoRequest req;
+  v1::NodeGetInfoResponse resp;
+  result<node_info> r;
+  r.status = impl_->run(method::node_get_info, [&](grpc::ClientContext& ctx) {
+    return impl_->node->NodeGetInfo(&ctx, req, &resp);
+  });
+  r.response.node_id = resp.node_id();
+  r.response.max_volumes_per_node = resp.max_volumes_per_node();
+  r.response.accessible_topology = from_proto(resp.accessible_topology().segments());
+  return r;
+}
+
+result<empty> client::node_stage_volume(const node_stage_request& in) {
+  v1::NodeStageVolumeRequest req;
+  req.set_volume_id(in.volume_id);
+  to_proto(in.publish_context, *req.mutable_publish_context());
+  req.set_staging_target_path(in.staging_target_path);
+  to_proto(in.capability, *req.mutable_volume_capability());
+  to_proto(in.secrets, *req.mutable_secrets());
+  to_proto(in.volume_context, *req.mutable_volume_context());
+  v1::NodeStageVolumeResponse resp;
+  result<empty> r;
+  r.status = impl_->run(method::node_stage_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->node->NodeStageVolume(&ctx, req, &resp);
+  });
+  return r;
+}
+
+result<empty> client::node_unstage_volume(const std::string& volume_id,
+                                          const std::string& staging_target_path) {
+  v1::NodeUnstageVolumeRequest req;
+  req.set_volume_id(volume_id);
+  req.set_staging_target_path(staging_target_path);
+  v1::NodeUnstageVolumeResponse resp;
+  result<empty> r;
+  r.status = impl_->run(method::node_unstage_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->node->NodeUnstageVolume(&ctx, req, &resp);
+  });
+  return r;
+}
+
+result<empty> client::node_publish_volume(const node_publish_request& in) {
+  v1::NodePublishVolumeRequest req;
+  req.set_volume_id(in.volume_id);
+  to_proto(in.publish_context, *req.mutable_publish_context());
+  req.set_staging_target_path(in.staging_target_path);
+  req.set_target_path(in.target_path);
+  to_proto(in.capability, *req.mutable_volume_capability());
+  req.set_readonly(in.readonly);
+  to_proto(in.secrets, *req.mutable_secrets());
+  to_proto(in.volume_context, *req.mutable_volume_context());
+  v1::NodePublishVolumeResponse resp;
+  result<empty> r;
+  r.status = impl_->run(method::node_publish_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->node->NodePublishVolume(&ctx, req, &resp);
+  });
+  return r;
+}
+
+result<empty> client::node_unpublish_volume(const std::string& volume_id,
+                                            const std::string& target_path) {
+  v1::NodeUnpublishVolumeRequest req;
+  req.set_volume_id(volume_id);
+  req.set_target_path(target_path);
+  v1::NodeUnpublishVolumeResponse resp;
+  result<empty> r;
+  r.status = impl_->run(method::node_unpublish_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->node->NodeUnpublishVolume(&ctx, req, &resp);
+  });
+  return r;
+}
+
+result<volume_stats> client::node_get_volume_stats(const std::string& volume_id,
+                                                   const std::string& volume_path,
+                                                   const std::string& staging_target_path) {
+  v1::NodeGetVolumeStatsRequest req;
+  req.set_volume_id(volume_id);
+  req.set_volume_path(volume_path);
+  req.set_staging_target_path(staging_target_path);
+  v1::NodeGetVolumeStatsResponse resp;
+  result<volume_stats> r;
+  r.status = impl_->run(method::node_get_volume_stats, [&](grpc::ClientContext& ctx) {
+    return impl_->node->NodeGetVolumeStats(&ctx, req, &resp);
+  });
+  for (const auto& u : resp.usage()) {
+    if (u.unit() != v1::VolumeUsage::BYTES)
+      continue;
+    r.response = {u.total(), u.used(), u.available()};
+  }
+  return r;
+}
+
+}  // namespace berth::csi

@@ -1,0 +1,660 @@
+// Conformance of berth-hostpath to the CSI spec, over its real socket and
+// through the generated gRPC stubs: for each RPC, success, idempotency (a
+// repeat answers OK with the same result) and the spec's error codes.
+#include <doctest/doctest.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "csi/csi.grpc.pb.h"
+#include "plugin_process.hpp"
+
+namespace fs = std::filesystem;
+namespace v1 = csi::v1;
+using berth::test::plugin_process;
+using grpc::StatusCode;
+using Mode = v1::VolumeCapability::AccessMode;
+
+namespace {
+
+struct stubs {
+  explicit stubs(const std::string& endpoint)
+      : channel(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials())),
+        identity(v1::Identity::NewStub(channel)),
+        controller(v1::Controller::NewStub(channel)),
+        node(v1::Node::NewStub(channel)) {}
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Identity::Stub> identity;
+  std::unique_ptr<v1::Controller::Stub> controller;
+  std::unique_ptr<v1::Node::Stub> node;
+};
+
+template <class Resp>
+struct reply {
+  StatusCode code;
+  std::string message;
+  Resp resp;
+};
+
+template <class Resp, class Fn>
+reply<Resp> call(Fn&& fn) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  reply<Resp> r;
+  auto s = fn(&ctx, &r.resp);
+  r.code = s.error_code();
+  r.message = s.error_message();
+  return r;
+}
+
+// CALL(c, controller, CreateVolume, req): one RPC on stubs `c`, returning a
+// reply<CreateVolumeResponse>.
+#define CALL(c, svc, name, req)                                               \
+  call<v1::name##Response>([&](grpc::ClientContext* ctx, v1::name##Response* r) { \
+    return (c).svc->name(ctx, req, r);                                        \
+  })
+
+v1::VolumeCapability mount_cap(Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
+  v1::VolumeCapability cap;
+  cap.mutable_mount();
+  cap.mutable_access_mode()->set_mode(mode);
+  return cap;
+}
+
+v1::CreateVolumeRequest create_req(const std::string& name, int64_t required = 1 << 20,
+                                   Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
+  v1::CreateVolumeRequest req;
+  req.set_name(name);
+  req.mutable_capacity_range()->set_required_bytes(required);
+  *req.add_volume_capabilities() = mount_cap(mode);
+  return req;
+}
+
+std::string create(stubs& c, const std::string& name,
+                   Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
+  auto r = CALL(c, controller, CreateVolume, create_req(name, 1 << 20, mode));
+  REQUIRE(r.code == StatusCode::OK);
+  return r.resp.volume().volume_id();
+}
+
+v1::ControllerPublishVolumeRequest cpub_req(const std::string& vol, const std::string& node,
+                                            Mode::Mode mode = Mode::SINGLE_NODE_WRITER,
+                                            bool readonly = false) {
+  v1::ControllerPublishVolumeRequest req;
+  req.set_volume_id(vol);
+  req.set_node_id(node);
+  *req.mutable_volume_capability() = mount_cap(mode);
+  req.set_readonly(readonly);
+  return req;
+}
+
+v1::NodeStageVolumeRequest stage_req(const std::string& vol, const fs::path& staging,
+                                     Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
+  v1::NodeStageVolumeRequest req;
+  req.set_volume_id(vol);
+  req.set_staging_target_path(staging.string());
+  *req.mutable_volume_capability() = mount_cap(mode);
+  return req;
+}
+
+v1::NodePublishVolumeRequest pub_req(const std::string& vol, const fs::path& staging,
+                                     const fs::path& target, bool readonly = false,
+                                     Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
+  v1::NodePublishVolumeRequest req;
+  req.set_volume_id(vol);
+  req.set_staging_target_path(staging.string());
+  req.set_target_path(target.string());
+  *req.mutable_volume_capability() = mount_cap(mode);
+  req.set_readonly(readonly);
+  return req;
+}
+
+v1::NodeUnpublishVolumeRequest unpub_req(const std::string& vol, const fs::path& target) {
+  v1::NodeUnpublishVolumeRequest req;
+  req.set_volume_id(vol);
+  req.set_target_path(target.string());
+  return req;
+}
+
+v1::NodeUnstageVolumeRequest unstage_req(const std::string& vol, const fs::path& staging) {
+  v1::NodeUnstageVolumeRequest req;
+  req.set_volume_id(vol);
+  req.set_staging_target_path(staging.string());
+  return req;
+}
+
+// The CO creates the staging directory and the target's parent (spec).
+fs::path co_dir(const plugin_process& p, const std::string& name) {
+  auto d = p.dir / "co" / name;
+  fs::create_directories(d);
+  return d;
+}
+
+std::vector<std::string> mode_args(bool bind) {
+  return {"--mount-mode", bind ? "bind" : "symlink"};
+}
+
+std::vector<nlohmann::json> read_log(const fs::path& file) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line))
+    lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("hostpath identity: plugin info, capabilities and probe, repeatable") {
+  plugin_process p({"--topology", "zone=z1"});
+  p.start();
+  stubs c(p.endpoint);
+  for (int i = 0; i < 2; ++i) {
+    auto info = CALL(c, identity, GetPluginInfo, v1::GetPluginInfoRequest{});
+    REQUIRE(info.code == StatusCode::OK);
+    CHECK(info.resp.name() == "berth-hostpath");
+    CHECK_FALSE(info.resp.vendor_version().empty());
+    auto caps = CALL(c, identity, GetPluginCapabilities, v1::GetPluginCapabilitiesRequest{});
+    REQUIRE(caps.code == StatusCode::OK);
+    std::vector<int> types;
+    for (const auto& cap : caps.resp.capabilities())
+      types.push_back(cap.service().type());
+    CHECK(types == std::vector<int>{v1::PluginCapability::Service::CONTROLLER_SERVICE,
+                                    v1::PluginCapability::Service::VOLUME_ACCESSIBILITY_CONSTRAINTS});
+    auto probe = CALL(c, identity, Probe, v1::ProbeRequest{});
+    REQUIRE(probe.code == StatusCode::OK);
+    CHECK(probe.resp.ready().value());
+  }
+}
+
+TEST_CASE("hostpath identity: no topology, no accessibility constraints") {
+  plugin_process p;
+  p.start();
+  stubs c(p.endpoint);
+  auto caps = CALL(c, identity, GetPluginCapabilities, v1::GetPluginCapabilitiesRequest{});
+  REQUIRE(caps.resp.capabilities_size() == 1);
+  CHECK(caps.resp.capabilities(0).service().type()
+        == v1::PluginCapability::Service::CONTROLLER_SERVICE);
+}
+
+TEST_CASE("hostpath CreateVolume: idempotent by name, spec error codes") {
+  plugin_process p;
+  p.start();
+  stubs c(p.endpoint);
+  auto first = CALL(c, controller, CreateVolume, create_req("db", 4096));
+  REQUIRE(first.code == StatusCode::OK);
+  const auto id = first.resp.volume().volume_id();
+  CHECK_FALSE(id.empty());
+  CHECK(first.resp.volume().capacity_bytes() == 4096);
+  CHECK(fs::is_directory(p.root / "volumes" / id));
+
+  auto again = CALL(c, controller, CreateVolume, create_req("db", 4096));
+  REQUIRE(again.code == StatusCode::OK);
+  CHECK(again.resp.SerializeAsString() == first.resp.SerializeAsString());
+  // A smaller requirement is still satisfied by the existing volume.
+  CHECK(CALL(c, controller, CreateVolume, create_req("db", 1024)).code == StatusCode::OK);
+  CHECK(CALL(c, controller, CreateVolume, create_req("db", 8192)).code
+        == StatusCode::ALREADY_EXISTS);
+
+  auto other = CALL(c, controller, CreateVolume, create_req("logs", 4096));
+  CHECK(other.resp.volume().volume_id() != id);
+
+  CHECK(CALL(c, controller, CreateVolume, create_req("")).code == StatusCode::INVALID_ARGUMENT);
+  auto no_caps = create_req("x");
+  no_caps.clear_volume_capabilities();
+  CHECK(CALL(c, controller, CreateVolume, no_caps).code == StatusCode::INVALID_ARGUMENT);
+  auto block = create_req("x");
+  block.mutable_volume_capabilities(0)->mutable_block();
+  CHECK(CALL(c, controller, CreateVolume, block).code == StatusCode::INVALID_ARGUMENT);
+  auto range = create_req("x", 8192);
+  range.mutable_capacity_range()->set_limit_bytes(4096);
+  CHECK(CALL(c, controller, CreateVolume, range).code == StatusCode::OUT_OF_RANGE);
+  CHECK_FALSE(fs::exists(p.root / "volumes" / "x"));
+}
+
+TEST_CASE("hostpath DeleteVolume: removes, repeat and unknown are OK, in use refused") {
+  plugin_process p;
+  p.start();
+  stubs c(p.endpoint);
+  auto id = create(c, "scratch");
+  v1::DeleteVolumeRequest del;
+  del.set_volume_id(id);
+
+  REQUIRE(CALL(c, controller, ControllerPublishVolume, cpub_req(id, "n1")).code == StatusCode::OK);
+  CHECK(CALL(c, controller, DeleteVolume, del).code == StatusCode::FAILED_PRECONDITION);
+  v1::ControllerUnpublishVolumeRequest unpub;
+  unpub.set_volume_id(id);
+  unpub.set_node_id("n1");
+  REQUIRE(CALL(c, controller, ControllerUnpublishVolume, unpub).code == StatusCode::OK);
+
+  CHECK(CALL(c, controller, DeleteVolume, del).code == StatusCode::OK);
+  CHECK_FALSE(fs::exists(p.root / "volumes" / id));
+  CHECK(CALL(c, controller, DeleteVolume, del).code == StatusCode::OK);
+  del.set_volume_id("hp-never-existed");
+  CHECK(CALL(c, controller, DeleteVolume, del).code == StatusCode::OK);
+  del.clear_volume_id();
+  CHECK(CALL(c, controller, DeleteVolume, del).code == StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_CASE("hostpath ValidateVolumeCapabilities: confirms mounts, not blocks") {
+  plugin_process p;
+  p.start();
+  stubs c(p.endpoint);
+  auto id = create(c, "v");
+  v1::ValidateVolumeCapabilitiesRequest req;
+  req.set_volume_id(id);
+  *req.add_volume_capabilities() = mount_cap(Mode::MULTI_NODE_READER_ONLY);
+  for (int i = 0; i < 2; ++i) {
+    auto r = CALL(c, controller, ValidateVolumeCapabilities, req);
+    REQUIRE(r.code == StatusCode::OK);
+    REQUIRE(r.resp.has_confirmed());
+    CHECK(r.resp.confirmed().volume_capabilities_size() == 1);
+  }
+  auto block = req;
+  block.mutable_volume_capabilities(0)->mutable_block();
+  auto r = CALL(c, controller, ValidateVolumeCapabilities, block);
+  CHECK(r.code == StatusCode::OK);
+  CHECK_FALSE(r.resp.has_confirmed());
+  CHECK_FALSE(r.resp.message().empty());
+
+  auto unknown = req;
+  unknown.set_volume_id("hp-unknown");
+  CHECK(CALL(c, controller, ValidateVolumeCapabilities, unknown).code == StatusCode::NOT_FOUND);
+  auto no_id = req;
+  no_id.clear_volume_id();
+  CHECK(CALL(c, controller, ValidateVolumeCapabilities, no_id).code
+        == StatusCode::INVALID_ARGUMENT);
+  auto no_caps = req;
+  no_caps.clear_volume_capabilities();
+  CHECK(CALL(c, controller, ValidateVolumeCapabilities, no_caps).code
+        == StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_CASE("hostpath ListVolumes: pages with tokens, bad token is ABORTED") {
+  plugin_process p;
+  p.start();
+  stubs c(p.endpoint);
+  std::set<std::string> ids;
+  for (auto name : {"a", "b", "c"})
+    ids.insert(create(c, name));
+  REQUIRE(CALL(c, controller, ControllerPublishVolume, cpub_req(*ids.begin(), "n1")).code
+          == StatusCode::OK);
+
+  v1::ListVolumesRequest req;
+  req.set_max_entries(2);
+  auto page1 = CALL(c, controller, ListVolumes, req);
+  REQUIRE(page1.code == StatusCode::OK);
+  REQUIRE(page1.resp.entries_size() == 2);
+  REQUIRE_FALSE(page1.resp.next_token().empty());
+  CHECK(CALL(c, controller, ListVolumes, req).resp.SerializeAsString()
+        == page1.resp.SerializeAsString());
+  req.set_starting_token(page1.resp.next_token());
+  auto page2 = CALL(c, controller, ListVolumes, req);
+  REQUIRE(page2.code == StatusCode::OK);
+  REQUIRE(page2.resp.entries_size() == 1);
+  CHECK(page2.resp.next_token().empty());
+
+  std::set<std::string> seen;
+  for (const auto* page : {&page1.resp, &page2.resp})
+    for (const auto& e : page->entries())
+      seen.insert(e.volume().volume_id());
+  CHECK(seen == ids);
+  CHECK(page1.resp.entries(0).status().published_node_ids_size() == 1);
+
+  req.set_starting_token("not-a-token");
+  CHECK(CALL(c, controller, ListVolumes, req).code == StatusCode::ABORTED);
+}
+
+TEST_CASE("hostpath GetCapacity and ControllerGetCapabilities") {
+  plugin_process p;
+  p.start();
+  stubs c(p.endpoint);
+  v1::GetCapacityRequest req;
+  *req.add_volume_capabilities() = mount_cap();
+  auto cap = CALL(c, controller, GetCapacity, req);
+  REQUIRE(cap.code == StatusCode::OK);
+  CHECK(cap.resp.available_capacity() > 0);
+  req.mutable_volume_capabilities(0)->mutable_block();
+  CHECK(CALL(c, controller, GetCapacity, req).resp.available_capacity() == 0);
+
+  auto caps = CALL(c, controller, ControllerGetCapabilities, v1::ControllerGetCapabilitiesRequest{});
+  REQUIRE(caps.code == StatusCode::OK);
+  std::set<int> types;
+  for (const auto& c2 : caps.resp.capabilities())
+    types.insert(c2.rpc().type());
+  using rpc = v1::ControllerServiceCapability::RPC;
+  for (auto t : {rpc::CREATE_DELETE_VOLUME, rpc::PUBLISH_UNPUBLISH_VOLUME, rpc::LIST_VOLUMES,
+                 rpc::GET_CAPACITY, rpc::PUBLISH_READONLY})
+    CHECK(types.count(t) == 1);
+}
+
+TEST_CASE("hostpath ControllerPublishVolume: per node, single-node rules, limits") {
+  plugin_process p({"--peer-node", "n2", "--max-volumes", "2"});
+  p.start();
+  stubs c(p.endpoint);
+  auto id = create(c, "single");
+
+  auto first = CALL(c, controller, ControllerPublishVolume, cpub_req(id, "n1"));
+  REQUIRE(first.code == StatusCode::OK);
+  CHECK_FALSE(first.resp.publish_context().empty());
+  auto again = CALL(c, controller, ControllerPublishVolume, cpub_req(id, "n1"));
+  REQUIRE(again.code == StatusCode::OK);
+  CHECK(again.resp.SerializeAsString() == first.resp.SerializeAsString());
+
+  CHECK(CALL(c, controller, ControllerPublishVolume, cpub_req(id, "n1", Mode::SINGLE_NODE_WRITER, true)).code
+        == StatusCode::ALREADY_EXISTS);
+  auto second_node = CALL(c, controller, ControllerPublishVolume, cpub_req(id, "n2"));
+  CHECK(second_node.code == StatusCode::FAILED_PRECONDITION);
+  CHECK(second_node.message.find("n1") != std::string::npos);  // names the holder
+
+  CHECK(CALL(c, controller, ControllerPublishVolume, cpub_req("hp-unknown", "n1")).code
+        == StatusCode::NOT_FOUND);
+  CHECK(CALL(c, controller, ControllerPublishVolume, cpub_req(id, "n9")).code
+        == StatusCode::NOT_FOUND);
+  CHECK(CALL(c, controller, ControllerPublishVolume, cpub_req("", "n1")).code
+        == StatusCode::INVALID_ARGUMENT);
+  CHECK(CALL(c, controller, ControllerPublishVolume, cpub_req(id, "")).code
+        == StatusCode::INVALID_ARGUMENT);
+  auto no_cap = cpub_req(id, "n1");
+  no_cap.clear_volume_capability();
+  CHECK(CALL(c, controller, ControllerPublishVolume, no_cap).code
+        == StatusCode::INVALID_ARGUMENT);
+
+  // Multi-node volumes go to both nodes.
+  auto shared = create(c, "shared", Mode::MULTI_NODE_MULTI_WRITER);
+  CHECK(CALL(c, controller, ControllerPublishVolume, cpub_req(shared, "n1", Mode::MULTI_NODE_MULTI_WRITER)).code
+        == StatusCode::OK);
+  CHECK(CALL(c, controller, ControllerPublishVolume, cpub_req(shared, "n2", Mode::MULTI_NODE_MULTI_WRITER)).code
+        == StatusCode::OK);
+  // n1 now holds two volumes: the third exceeds --max-volumes.
+  auto third = create(c, "third");
+  CHECK(CALL(c, controller, ControllerPublishVolume, cpub_req(third, "n1")).code
+        == StatusCode::RESOURCE_EXHAUSTED);
+
+  v1::ControllerUnpublishVolumeRequest unpub;
+  unpub.set_volume_id(id);
+  unpub.set_node_id("n1");
+  CHECK(CALL(c, controller, ControllerUnpublishVolume, unpub).code == StatusCode::OK);
+  CHECK(CALL(c, controller, ControllerUnpublishVolume, unpub).code == StatusCode::OK);
+  CHECK(CALL(c, controller, ControllerPublishVolume, cpub_req(id, "n2")).code == StatusCode::OK);
+  unpub.set_volume_id(third);  // never published
+  CHECK(CALL(c, controller, ControllerUnpublishVolume, unpub).code == StatusCode::OK);
+  unpub.set_volume_id(shared);
+  unpub.clear_node_id();  // every node
+  CHECK(CALL(c, controller, ControllerUnpublishVolume, unpub).code == StatusCode::OK);
+  CHECK(CALL(c, controller, ControllerPublishVolume, cpub_req(third, "n1")).code == StatusCode::OK);
+  unpub.clear_volume_id();
+  CHECK(CALL(c, controller, ControllerUnpublishVolume, unpub).code
+        == StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_CASE("hostpath NodeGetInfo and NodeGetCapabilities") {
+  plugin_process p({"--max-volumes", "7", "--topology", "zone=z1", "--topology", "rack=r4"});
+  p.start();
+  stubs c(p.endpoint);
+  auto info = CALL(c, node, NodeGetInfo, v1::NodeGetInfoRequest{});
+  REQUIRE(info.code == StatusCode::OK);
+  CHECK(info.resp.node_id() == "n1");
+  CHECK(info.resp.max_volumes_per_node() == 7);
+  CHECK(info.resp.accessible_topology().segments().at("zone") == "z1");
+  CHECK(info.resp.accessible_topology().segments().at("rack") == "r4");
+  auto caps = CALL(c, node, NodeGetCapabilities, v1::NodeGetCapabilitiesRequest{});
+  std::set<int> types;
+  for (const auto& cap : caps.resp.capabilities())
+    types.insert(cap.rpc().type());
+  CHECK(types.count(v1::NodeServiceCapability::RPC::STAGE_UNSTAGE_VOLUME) == 1);
+  CHECK(types.count(v1::NodeServiceCapability::RPC::GET_VOLUME_STATS) == 1);
+}
+
+// The node lifecycle, run in each mount mode.
+void node_lifecycle(bool bind) {
+  plugin_process p(mode_args(bind));
+  p.start();
+  stubs c(p.endpoint);
+  auto id = create(c, "data");
+  auto staging = co_dir(p, "staging");
+  auto target = co_dir(p, "pods") / "a1";
+
+  // Publish before stage, and without a staging path: FAILED_PRECONDITION.
+  CHECK(CALL(c, node, NodePublishVolume, pub_req(id, staging, target)).code
+        == StatusCode::FAILED_PRECONDITION);
+  CHECK(CALL(c, node, NodePublishVolume, pub_req(id, "", target)).code
+        == StatusCode::FAILED_PRECONDITION);
+  CHECK_FALSE(fs::exists(fs::symlink_status(target)));
+
+  // Stage: errors, then success and its repeat.
+  CHECK(CALL(c, node, NodeStageVolume, stage_req("", staging)).code == StatusCode::INVALID_ARGUMENT);
+  CHECK(CALL(c, node, NodeStageVolume, stage_req(id, "")).code == StatusCode::INVALID_ARGUMENT);
+  auto no_cap = stage_req(id, staging);
+  no_cap.clear_volume_capability();
+  CHECK(CALL(c, node, NodeStageVolume, no_cap).code == StatusCode::INVALID_ARGUMENT);
+  CHECK(CALL(c, node, NodeStageVolume, stage_req("hp-unknown", staging)).code
+        == StatusCode::NOT_FOUND);
+  REQUIRE(CALL(c, node, NodeStageVolume, stage_req(id, staging)).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodeStageVolume, stage_req(id, staging)).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodeStageVolume, stage_req(id, staging, Mode::MULTI_NODE_MULTI_WRITER)).code
+        == StatusCode::ALREADY_EXISTS);
+  if (bind)
+    CHECK(berth::test::mounts_under(p.dir).size() == 1);
+
+  // Publish: success, repeat, incompatible repeat, second target.
+  REQUIRE(CALL(c, node, NodePublishVolume, pub_req(id, staging, target)).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodePublishVolume, pub_req(id, staging, target)).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodePublishVolume, pub_req(id, staging, target, true)).code
+        == StatusCode::ALREADY_EXISTS);
+  CHECK(CALL(c, node, NodePublishVolume, pub_req(id, staging, co_dir(p, "pods") / "a2")).code
+        == StatusCode::FAILED_PRECONDITION);
+  CHECK(CALL(c, node, NodePublishVolume, pub_req("", staging, target)).code
+        == StatusCode::INVALID_ARGUMENT);
+  CHECK(CALL(c, node, NodePublishVolume, pub_req(id, staging, "")).code
+        == StatusCode::INVALID_ARGUMENT);
+  if (bind)
+    CHECK(berth::test::mounts_under(p.dir).size() == 2);
+  else
+    CHECK(fs::is_symlink(target));
+
+  // A write through the published path lands in the volume's directory.
+  { std::ofstream(target / "hello.txt") << "written through the publication\n"; }
+  CHECK(fs::exists(p.root / "volumes" / id / "hello.txt"));
+
+  v1::NodeGetVolumeStatsRequest stats;
+  stats.set_volume_id(id);
+  stats.set_volume_path(target.string());
+  auto st = CALL(c, node, NodeGetVolumeStats, stats);
+  REQUIRE(st.code == StatusCode::OK);
+  REQUIRE(st.resp.usage_size() == 1);
+  CHECK(st.resp.usage(0).unit() == v1::VolumeUsage::BYTES);
+  CHECK(st.resp.usage(0).used() == 32);
+  CHECK(st.resp.usage(0).total() == 1 << 20);
+  CHECK(st.resp.usage(0).available() == (1 << 20) - 32);
+  stats.set_volume_path((p.dir / "elsewhere").string());
+  CHECK(CALL(c, node, NodeGetVolumeStats, stats).code == StatusCode::NOT_FOUND);
+  stats.set_volume_id("hp-unknown");
+  CHECK(CALL(c, node, NodeGetVolumeStats, stats).code == StatusCode::NOT_FOUND);
+  stats.clear_volume_id();
+  CHECK(CALL(c, node, NodeGetVolumeStats, stats).code == StatusCode::INVALID_ARGUMENT);
+
+  // Unstage waits for unpublish.
+  CHECK(CALL(c, node, NodeUnstageVolume, unstage_req(id, staging)).code
+        == StatusCode::FAILED_PRECONDITION);
+  CHECK(CALL(c, node, NodeUnpublishVolume, unpub_req(id, target)).code == StatusCode::OK);
+  CHECK_FALSE(fs::exists(fs::symlink_status(target)));
+  CHECK(CALL(c, node, NodeUnpublishVolume, unpub_req(id, target)).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodeUnpublishVolume, unpub_req("", target)).code
+        == StatusCode::INVALID_ARGUMENT);
+  CHECK(CALL(c, node, NodeUnstageVolume, unstage_req(id, staging)).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodeUnstageVolume, unstage_req(id, staging)).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodeUnstageVolume, unstage_req(id, "")).code
+        == StatusCode::INVALID_ARGUMENT);
+  CHECK(berth::test::mounts_under(p.dir).empty());
+  // The data stays with the volume.
+  CHECK(fs::exists(p.root / "volumes" / id / "hello.txt"));
+}
+
+TEST_CASE("hostpath node lifecycle, symlink mode") {
+  node_lifecycle(false);
+}
+
+TEST_CASE("hostpath node lifecycle, bind mode (root only)") {
+  if (!berth::test::can_bind_mount()) {
+    MESSAGE("not root: bind mode skipped");
+    return;
+  }
+  node_lifecycle(true);
+}
+
+TEST_CASE("hostpath bind mode: a readonly publication refuses writes") {
+  if (!berth::test::can_bind_mount()) {
+    MESSAGE("not root: bind mode skipped");
+    return;
+  }
+  plugin_process p(mode_args(true));
+  p.start();
+  stubs c(p.endpoint);
+  auto id = create(c, "shared", Mode::MULTI_NODE_MULTI_WRITER);
+  auto staging = co_dir(p, "staging");
+  auto rw = co_dir(p, "pods") / "rw";
+  auto ro = co_dir(p, "pods") / "ro";
+  REQUIRE(CALL(c, node, NodeStageVolume, stage_req(id, staging, Mode::MULTI_NODE_MULTI_WRITER)).code
+          == StatusCode::OK);
+  REQUIRE(CALL(c, node, NodePublishVolume, pub_req(id, staging, rw, false, Mode::MULTI_NODE_MULTI_WRITER)).code
+          == StatusCode::OK);
+  REQUIRE(CALL(c, node, NodePublishVolume, pub_req(id, staging, ro, true, Mode::MULTI_NODE_MULTI_WRITER)).code
+          == StatusCode::OK);
+  { std::ofstream(rw / "a") << "x"; }
+  CHECK(fs::exists(ro / "a"));
+  std::ofstream denied(ro / "b");
+  CHECK_FALSE(denied.good());
+  CHECK(CALL(c, node, NodeUnpublishVolume, unpub_req(id, ro)).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodeUnpublishVolume, unpub_req(id, rw)).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodeUnstageVolume, unstage_req(id, staging)).code == StatusCode::OK);
+}
+
+TEST_CASE("hostpath NodeStageVolume: more than --max-volumes is RESOURCE_EXHAUSTED") {
+  plugin_process p({"--max-volumes", "1", "--mount-mode", "symlink"});
+  p.start();
+  stubs c(p.endpoint);
+  auto a = create(c, "a");
+  auto b = create(c, "b");
+  REQUIRE(CALL(c, node, NodeStageVolume, stage_req(a, co_dir(p, "sa"))).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodeStageVolume, stage_req(b, co_dir(p, "sb"))).code
+        == StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(CALL(c, node, NodeStageVolume, stage_req(a, co_dir(p, "sa"))).code == StatusCode::OK);
+  REQUIRE(CALL(c, node, NodeUnstageVolume, unstage_req(a, co_dir(p, "sa"))).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodeStageVolume, stage_req(b, co_dir(p, "sb"))).code == StatusCode::OK);
+}
+
+void survives_kill9(bool bind) {
+  plugin_process p(mode_args(bind));
+  p.start();
+  auto c = std::make_unique<stubs>(p.endpoint);
+  auto id = create(*c, "durable");
+  auto staging = co_dir(p, "staging");
+  auto target = co_dir(p, "pods") / "a1";
+  REQUIRE(CALL(*c, controller, ControllerPublishVolume, cpub_req(id, "n1")).code == StatusCode::OK);
+  REQUIRE(CALL(*c, node, NodeStageVolume, stage_req(id, staging)).code == StatusCode::OK);
+  REQUIRE(CALL(*c, node, NodePublishVolume, pub_req(id, staging, target)).code == StatusCode::OK);
+
+  p.kill9();
+  CHECK(fs::exists(p.socket));  // stale: the restart must remove it
+  p.start();
+  c = std::make_unique<stubs>(p.endpoint);
+
+  auto list = CALL(*c, controller, ListVolumes, v1::ListVolumesRequest{});
+  REQUIRE(list.resp.entries_size() == 1);
+  CHECK(list.resp.entries(0).volume().volume_id() == id);
+  CHECK(list.resp.entries(0).volume().capacity_bytes() == 1 << 20);
+  REQUIRE(list.resp.entries(0).status().published_node_ids_size() == 1);
+  // The restarted plugin remembers every step: repeats are OK, conflicts
+  // and ordering violations are still refused.
+  CHECK(CALL(*c, node, NodePublishVolume, pub_req(id, staging, target)).code == StatusCode::OK);
+  CHECK(CALL(*c, node, NodePublishVolume, pub_req(id, staging, target, true)).code
+        == StatusCode::ALREADY_EXISTS);
+  CHECK(CALL(*c, node, NodeUnstageVolume, unstage_req(id, staging)).code
+        == StatusCode::FAILED_PRECONDITION);
+  CHECK(CALL(*c, controller, ControllerPublishVolume, cpub_req(id, "n1", Mode::SINGLE_NODE_WRITER, true)).code
+        == StatusCode::ALREADY_EXISTS);
+  { std::ofstream(target / "after-restart") << "ok"; }
+  CHECK(fs::exists(p.root / "volumes" / id / "after-restart"));
+
+  CHECK(CALL(*c, node, NodeUnpublishVolume, unpub_req(id, target)).code == StatusCode::OK);
+  CHECK(CALL(*c, node, NodeUnstageVolume, unstage_req(id, staging)).code == StatusCode::OK);
+  v1::ControllerUnpublishVolumeRequest unpub;
+  unpub.set_volume_id(id);
+  unpub.set_node_id("n1");
+  CHECK(CALL(*c, controller, ControllerUnpublishVolume, unpub).code == StatusCode::OK);
+  CHECK(berth::test::mounts_under(p.dir).empty());
+}
+
+TEST_CASE("hostpath state survives kill -9 and restart, symlink mode") {
+  survives_kill9(false);
+}
+
+TEST_CASE("hostpath state survives kill -9 and restart, bind mode (root only)") {
+  if (!berth::test::can_bind_mount()) {
+    MESSAGE("not root: bind mode skipped");
+    return;
+  }
+  survives_kill9(true);
+}
+
+TEST_CASE("hostpath call log: calls in order, with codes, without secrets") {
+  plugin_process p({"--mount-mode", "symlink"});
+  p.start();
+  stubs c(p.endpoint);
+  auto id = create(c, "logged");
+  auto staging = co_dir(p, "staging");
+  auto target = co_dir(p, "pods") / "a1";
+  auto cpub = cpub_req(id, "n1");
+  (*cpub.mutable_secrets())["password"] = "hunter2-controller";
+  auto stage = stage_req(id, staging);
+  (*stage.mutable_secrets())["password"] = "hunter2-stage";
+  auto pub = pub_req(id, staging, target);
+  (*pub.mutable_secrets())["password"] = "hunter2-publish";
+  REQUIRE(CALL(c, controller, ControllerPublishVolume, cpub).code == StatusCode::OK);
+  REQUIRE(CALL(c, node, NodeStageVolume, stage).code == StatusCode::OK);
+  CHECK(CALL(c, node, NodeUnstageVolume, unstage_req(id, "")).code == StatusCode::INVALID_ARGUMENT);
+  REQUIRE(CALL(c, node, NodePublishVolume, pub).code == StatusCode::OK);
+  REQUIRE(CALL(c, node, NodeUnpublishVolume, unpub_req(id, target)).code == StatusCode::OK);
+  REQUIRE(CALL(c, node, NodeUnstageVolume, unstage_req(id, staging)).code == StatusCode::OK);
+
+  auto lines = read_log(p.call_log);
+  std::vector<std::string> methods;
+  for (const auto& l : lines)
+    if (l["method"] != "Probe")  // the harness probes until the plugin is up
+      methods.push_back(l["method"]);
+  CHECK(methods == std::vector<std::string>{"CreateVolume", "ControllerPublishVolume",
+                                            "NodeStageVolume", "NodeUnstageVolume",
+                                            "NodePublishVolume", "NodeUnpublishVolume",
+                                            "NodeUnstageVolume"});
+  auto find = [&](const std::string& m) {
+    for (const auto& l : lines)
+      if (l["method"] == m)
+        return l;
+    return nlohmann::json{};
+  };
+  CHECK(find("ControllerPublishVolume")["node_id"] == "n1");
+  CHECK(find("NodePublishVolume")["target_path"] == target.string());
+  CHECK(find("NodeStageVolume")["volume_id"] == id);
+  CHECK(find("NodeUnstageVolume")["code_name"] == "INVALID_ARGUMENT");
+  CHECK(find("NodeUnstageVolume")["code"] == 3);
+
+  std::stringstream raw;
+  raw << std::ifstream(p.call_log).rdbuf();
+  CHECK(raw.str().find("hunter2") == std::string::npos);
+  CHECK(raw.str().find("password") == std::string::npos);
+}
+
+TEST_CASE("hostpath exits cleanly on SIGTERM and removes its socket") {
+  plugin_process p;
+  p.start();
+  int status = p.terminate();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(fs::exists(p.socket));
+}

@@ -15,6 +15,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +41,10 @@
 #include "messages/model.hpp"
 #include "persistence/log_store.hpp"
 
+namespace berth::csi {
+class client;
+}
+
 namespace berth {
 
 // --- atoms (verbs) ---------------------------------------------------------
@@ -48,14 +55,22 @@ using apply_atom = caf::atom_constant<caf::atom("apply")>;
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
 using changed_atom = caf::atom_constant<caf::atom("changed")>;
 using claim_atom = caf::atom_constant<caf::atom("claim")>;
+using create_atom = caf::atom_constant<caf::atom("create")>;
+using csi_atom = caf::atom_constant<caf::atom("csi")>;
+using ctrl_publish_atom = caf::atom_constant<caf::atom("ctrlpub")>;
+using ctrl_unpublish_atom = caf::atom_constant<caf::atom("ctrlunpub")>;
 using deregister_atom = caf::atom_constant<caf::atom("deregistr")>;
 using digest_atom = caf::atom_constant<caf::atom("digest")>;
 using fingerprint_atom = caf::atom_constant<caf::atom("fingerpr")>;
+using node_atom = caf::atom_constant<caf::atom("node")>;
 using propose_atom = caf::atom_constant<caf::atom("propose")>;
+using publish_atom = caf::atom_constant<caf::atom("publish")>;
 using register_atom = caf::atom_constant<caf::atom("register")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using removed_atom = caf::atom_constant<caf::atom("removed")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using unpublish_atom = caf::atom_constant<caf::atom("unpublish")>;
 
 // --- pb<T>: a protobuf message as a CAF message element --------------------
 
@@ -108,10 +123,27 @@ struct committed_batch {
   std::vector<std::pair<uint64_t, std::string>> entries;  // index, LogEntry bytes
 };
 
+// What CSI calls produced: an error for the operator, or the values the
+// caller asked for.
+struct csi_outcome {
+  std::optional<failure> error;
+  std::map<std::string, std::string> publish_context;
+  std::string target_path;
+  v1::Volume volume;                // CreateVolume
+  v1::PluginInstance instance;      // fingerprint: the instance as probed
+};
+
+// A sequence of CSI calls to run on a plugin connection's own thread.
+struct csi_job {
+  std::function<csi_outcome(csi::client&)> run;
+};
+
 }  // namespace berth
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::log_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::committed_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_outcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_job)
 
 namespace berth {
 
@@ -142,6 +174,34 @@ using replicated_log_actor = caf::typed_actor<
     // handed to the state machine in index order.
     caf::replies_to<propose_atom, pb<v1::LogEntry>>::with<uint64_t>>;
 
+// One CSI plugin connection on a node; runs detached because gRPC calls
+// block.  Calls to one plugin are thus serialized.
+using csi_plugin_actor = caf::typed_actor<
+    // Runs the job's CSI calls (each with a deadline) and replies with what
+    // they produced.
+    caf::replies_to<csi_atom, csi_job>::with<csi_outcome>>;
+
+// The node actor: one per host running a berth client.  It drives the CSI
+// calls against the plugins on its host and fingerprints them.
+using node_actor = caf::typed_actor<
+    // Stages the volume (when the plugin stages and it is not staged here
+    // yet) and publishes it for an alloc; replies with the target path.
+    caf::replies_to<publish_atom, pb<v1::NodeVolumeRequest>>::with<pb<v1::NodeVolumeResult>>,
+    // Unpublishes an alloc's publication, then unstages when asked (no
+    // other claim on this node uses the staging).  Already gone counts as
+    // done.
+    caf::replies_to<unpublish_atom, pb<v1::NodeVolumeRequest>>::with<pb<v1::NodeVolumeResult>>,
+    // ControllerPublishVolume through this node's controller instance, for
+    // the node named by csi_node_id; replies with the publish context.
+    caf::replies_to<ctrl_publish_atom, pb<v1::NodeVolumeRequest>>::with<pb<v1::NodeVolumeResult>>,
+    // ControllerUnpublishVolume through this node's controller instance.
+    caf::replies_to<ctrl_unpublish_atom, pb<v1::NodeVolumeRequest>>::with<pb<v1::NodeVolumeResult>>,
+    // CreateVolume through this node's controller instance; replies with the
+    // volume completed with the plugin's id, capacity, context and topology.
+    caf::replies_to<create_atom, pb<v1::Volume>>::with<pb<v1::Volume>>,
+    // Timer: fingerprints every plugin and reports changes to the leader.
+    caf::reacts_to<tick_atom>>;
+
 // Owns one plugin's instances and thus its health counts: every change of
 // them is serialized here (no write skew between concurrent updates).
 using plugin_actor = caf::typed_actor<
@@ -159,12 +219,21 @@ using volume_actor = caf::typed_actor<
     // replies with the committed volume.
     caf::replies_to<register_atom, pb<v1::Volume>>::with<pb<v1::Volume>>,
     // Claims the volume for an alloc, checking the plugin's health through
-    // the given plugin actor (invalid when the plugin is unknown).
-    caf::replies_to<claim_atom, pb<v1::ClaimRequest>, plugin_actor>::with<pb<v1::Volume>>,
-    // Releases an alloc's claim; replies with the committed volume.
-    caf::replies_to<release_atom, pb<v1::ReleaseRequest>>::with<pb<v1::Volume>>,
-    // Deregisters the volume (force: releasing its claims first); replies
-    // with the volume as it was and then quits.
+    // the plugin actor (invalid when the plugin is unknown); then has the
+    // controller node (when the plugin requires it) and the target node
+    // publish it (invalid handles: no client on that node, nothing to
+    // publish).  A failed publication is unwound and its claim freed.
+    caf::replies_to<claim_atom, pb<v1::ClaimRequest>, plugin_actor, node_actor,
+                    node_actor>::with<pb<v1::ClaimResult>>,
+    // Releases an alloc's claim: node unpublish (and unstage when it was
+    // the node's last claim), controller unpublish (when no live claim on
+    // that node remains), then frees it, committing after each step.  A
+    // failed step leaves the claim at that step; releasing again resumes.
+    caf::replies_to<release_atom, pb<v1::ReleaseRequest>, plugin_actor, node_actor,
+                    node_actor>::with<pb<v1::Volume>>,
+    // Deregisters the volume; replies with the volume as it was and then
+    // quits.  Refused while it has claims; with force, claims whose release
+    // is stuck are dropped (live claims are still refused).
     caf::replies_to<deregister_atom, bool>::with<pb<v1::Volume>>,
     // Replies with the volume as committed.
     caf::replies_to<status_atom>::with<pb<v1::Volume>>>;
@@ -180,7 +249,9 @@ using leader_actor = caf::typed_actor<
     // A volume actor deregistered its volume.
     caf::reacts_to<removed_atom, pb<v1::VolumeKey>>,
     // A plugin actor committed a change of its plugin.
-    caf::reacts_to<changed_atom, pb<v1::Plugin>>>;
+    caf::reacts_to<changed_atom, pb<v1::Plugin>>,
+    // A node actor (a berth client) serves the node with this id.
+    caf::reacts_to<node_atom, std::string, node_actor>>;
 
 // Published on the server's port for the shell: the one stable entry point
 // (a single handler, so shells and servers of other versions still connect).

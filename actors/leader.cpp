@@ -67,6 +67,31 @@ plugin_actor spawn_plugin(const self_ptr& self, v1::Plugin p) {
                                   std::move(p));
 }
 
+// The node actor of a node, or an invalid handle when no berth client
+// serves it.
+node_actor node_of(const self_ptr& self, const std::string& node_id) {
+  auto it = self->state.node_actors.find(node_id);
+  return it == self->state.node_actors.end() ? node_actor{} : it->second;
+}
+
+plugin_actor plugin_of(const self_ptr& self, const std::string& plugin_id) {
+  auto it = self->state.plugin_actors.find(plugin_id);
+  return it == self->state.plugin_actors.end() ? plugin_actor{} : it->second;
+}
+
+// A node with a berth client and a healthy controller instance of the
+// plugin, round-robin across them (controller calls are load-balanced).
+node_actor pick_controller(const self_ptr& self, const std::string& plugin_id) {
+  auto it = self->state.plugins.find(plugin_id);
+  if (it == self->state.plugins.end()) return {};
+  std::vector<node_actor> candidates;
+  for (const auto& c : it->second.controllers())
+    if (c.healthy())
+      if (auto n = node_of(self, c.node_id())) candidates.push_back(n);
+  if (candidates.empty()) return {};
+  return candidates[self->state.next_controller[plugin_id]++ % candidates.size()];
+}
+
 // Forwards a request to a volume actor and answers with the volume.
 template <class... Ts>
 void ask_volume(const self_ptr& self, volume_actor actor, response_promise rp,
@@ -93,6 +118,86 @@ std::optional<volume_key> find_volume(const self_ptr& self, const std::string& n
     return std::nullopt;
   }
   return key;
+}
+
+void register_volume(self_ptr self, v1::Volume v, response_promise rp);
+
+// deregister --force: releases every claim (each through the release
+// workflow, one after the other), then deregisters.
+void force_deregister(self_ptr self, volume_key key, std::vector<std::string> allocs,
+                      response_promise rp) {
+  auto actor_it = self->state.volume_actors.find(key);
+  auto vol_it = self->state.volumes.find(key);
+  if (actor_it == self->state.volume_actors.end() || vol_it == self->state.volumes.end()) {
+    rp.deliver(error_response(errc::not_found, "volume " + quoted(key.second) + " vanished"));
+    return;
+  }
+  if (allocs.empty()) {
+    ask_volume(self, actor_it->second, rp,
+               "volume " + quoted(key.second) + " deregistered after releasing its claims",
+               deregister_atom::value, true);
+    return;
+  }
+  auto alloc = allocs.back();
+  allocs.pop_back();
+  const auto* c = find_claim(vol_it->second, alloc);
+  v1::ReleaseRequest r;
+  r.set_namespace_(key.first);
+  r.set_volume_id(key.second);
+  r.set_alloc_id(alloc);
+  const auto& plugin_id = vol_it->second.plugin_id();
+  self->request(actor_it->second, caf::infinite, release_atom::value, wrap(std::move(r)),
+                plugin_of(self, plugin_id), c ? node_of(self, c->node_id()) : node_actor{},
+                pick_controller(self, plugin_id))
+      .then(
+          [self, key, allocs, rp](pb<v1::Volume>&) mutable {
+            force_deregister(self, key, std::move(allocs), rp);
+          },
+          [self, key, allocs, rp](caf::error&) mutable {
+            // A release that cannot finish now (plugin or node gone) is
+            // dropped by --force; the volume actor still refuses a claim
+            // that is taken.
+            force_deregister(self, key, std::move(allocs), rp);
+          });
+}
+
+// volume create: CreateVolume through a controller, then registration of
+// what the plugin created.
+void create_volume(self_ptr self, v1::Volume spec, response_promise rp) {
+  apply_defaults(spec);
+  bool placeholder = spec.external_id().empty();
+  if (placeholder) spec.set_external_id("(to be created)");
+  auto problems = validate_volume(spec);
+  if (placeholder) spec.clear_external_id();
+  if (!placeholder)
+    problems.push_back({"external_id", "is chosen by the plugin on create; use volume register "
+                                       "for an existing volume"});
+  if (!spec.plugin_id().empty() && !self->state.plugins.count(spec.plugin_id()))
+    problems.push_back({"plugin_id", "plugin " + quoted(spec.plugin_id()) +
+                                         " is not registered by any node (see berth plugin status)"});
+  if (!problems.empty()) {
+    rp.deliver(error_response(errc::invalid, describe("volume " + quoted(spec.id()), problems)));
+    return;
+  }
+  if (self->state.volumes.count({spec.namespace_(), spec.id()})) {
+    rp.deliver(error_response(errc::refused, "volume " + quoted(spec.id()) +
+                                                 " is already registered in namespace " +
+                                                 quoted(spec.namespace_())));
+    return;
+  }
+  auto controller = pick_controller(self, spec.plugin_id());
+  if (!controller) {
+    rp.deliver(error_response(errc::unavailable,
+                              "plugin " + quoted(spec.plugin_id()) +
+                                  " has no healthy controller on a node with a berth client; "
+                                  "volumes of it cannot be created now"));
+    return;
+  }
+  self->request(controller, caf::infinite, create_atom::value, wrap(std::move(spec)))
+      .then([self, rp](pb<v1::Volume>& created) mutable {
+              register_volume(self, std::move(created.msg), rp);
+            },
+            [rp](caf::error& e) mutable { rp.deliver(error_response(to_failure(e))); });
 }
 
 void register_volume(self_ptr self, v1::Volume v, response_promise rp) {
@@ -228,35 +333,61 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
     }
     case v1::Request::kVolumeDeregister: {
       const auto& d = req.volume_deregister();
-      if (auto key = find_volume(self, d.namespace_(), d.volume_id(), rp))
-        ask_volume(self, st.volume_actors.at(*key), rp,
-                   "volume " + quoted(d.volume_id()) + " deregistered", deregister_atom::value,
-                   d.force());
+      if (auto key = find_volume(self, d.namespace_(), d.volume_id(), rp)) {
+        if (!d.force()) {
+          ask_volume(self, st.volume_actors.at(*key), rp,
+                     "volume " + quoted(d.volume_id()) + " deregistered", deregister_atom::value,
+                     false);
+          return;
+        }
+        std::vector<std::string> allocs;
+        for (const auto& c : st.volumes.at(*key).claims()) allocs.push_back(c.alloc_id());
+        force_deregister(self, *key, std::move(allocs), rp);
+      }
       return;
     }
     case v1::Request::kVolumeClaim: {
       auto c = req.volume_claim();
       if (auto key = find_volume(self, c.namespace_(), c.volume_id(), rp)) {
-        plugin_actor plugin;
-        if (auto it = st.plugin_actors.find(st.volumes.at(*key).plugin_id());
-            it != st.plugin_actors.end())
-          plugin = it->second;
+        const auto& plugin_id = st.volumes.at(*key).plugin_id();
         std::string msg = "volume " + quoted(c.volume_id()) + " claimed for " +
                           (c.read_only() ? "reading" : "writing") + " by alloc " +
                           quoted(c.alloc_id()) + " on node " + quoted(c.node_id());
-        ask_volume(self, st.volume_actors.at(*key), rp, msg, claim_atom::value, wrap(c), plugin);
+        auto target = node_of(self, c.node_id());
+        self->request(st.volume_actors.at(*key), caf::infinite, claim_atom::value, wrap(c),
+                      plugin_of(self, plugin_id), target, pick_controller(self, plugin_id))
+            .then(
+                [self, rp, msg, target](pb<v1::ClaimResult>& r) mutable {
+                  auto text = msg;
+                  if (!r.msg.published_path().empty())
+                    text += "; published at " + r.msg.published_path();
+                  else if (!target)
+                    text += "; node has no berth client, so nothing was published";
+                  auto resp = volume_response(self, r.msg.volume(), text);
+                  resp.msg.set_published_path(r.msg.published_path());
+                  rp.deliver(std::move(resp));
+                },
+                [rp](caf::error& e) mutable { rp.deliver(error_response(to_failure(e))); });
       }
       return;
     }
     case v1::Request::kVolumeRelease: {
       auto r = req.volume_release();
-      if (auto key = find_volume(self, r.namespace_(), r.volume_id(), rp))
+      if (auto key = find_volume(self, r.namespace_(), r.volume_id(), rp)) {
+        const auto& vol = st.volumes.at(*key);
+        const auto* c = find_claim(vol, r.alloc_id());
         ask_volume(self, st.volume_actors.at(*key), rp,
                    "claim of alloc " + quoted(r.alloc_id()) + " on volume " +
                        quoted(r.volume_id()) + " released",
-                   release_atom::value, wrap(r));
+                   release_atom::value, wrap(r), plugin_of(self, vol.plugin_id()),
+                   c ? node_of(self, c->node_id()) : node_actor{},
+                   pick_controller(self, vol.plugin_id()));
+      }
       return;
     }
+    case v1::Request::kVolumeCreate:
+      create_volume(self, std::move(*req.mutable_volume_create()), rp);
+      return;
     case v1::Request::kPluginStatus: {
       auto it = st.plugins.find(req.plugin_status());
       if (it == st.plugins.end()) {
@@ -332,6 +463,13 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
   for (const auto& [key, v] : st.volumes) st.stats->volume_changed(nullptr, &v);
   for (const auto& [id, p] : st.plugins) st.stats->plugin_changed(nullptr, &p);
   count_actors(self);
+  // A node actor that stops (its client went away) publishes nothing more.
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& nodes = self->state.node_actors;
+    for (auto it = nodes.begin(); it != nodes.end();)
+      it = it->second.address() == dm.source ? nodes.erase(it) : std::next(it);
+    self->state.stats->actors("node", nodes.size());
+  });
   return {
       [self](api_atom, pb<v1::Request>& req) -> caf::result<pb<v1::Response>> {
         auto rp = self->make_response_promise<pb<v1::Response>>();
@@ -358,6 +496,11 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
         self->state.stats->plugin_changed(nullptr, &p.msg);
         self->state.plugins[p.msg.id()] = std::move(p.msg);
         count_actors(self);
+      },
+      [self](node_atom, const std::string& node_id, node_actor node) {
+        self->monitor(node);
+        self->state.node_actors[node_id] = std::move(node);
+        self->state.stats->actors("node", self->state.node_actors.size());
       },
   };
 }

@@ -23,6 +23,8 @@ struct leader_state {
   std::map<std::string, plugin_actor> plugin_actors;
   std::map<std::string, v1::Plugin> plugins;
   std::map<std::string, v1::Node> nodes;
+  std::map<std::string, node_actor> node_actors;  // nodes with a berth client
+  std::map<std::string, size_t> next_controller;  // round-robin per plugin
   static inline const char* name = "leader";
 };
 

@@ -1,9 +1,7 @@
 #include "actors/volume.hpp"
 
 #include <chrono>
-
-#include <caf/event_based_actor.hpp>
-#include <caf/typed_event_based_actor.hpp>
+#include <functional>
 
 #include "persistence/state_store.hpp"
 
@@ -13,6 +11,9 @@ namespace {
 
 using self_ptr = volume_actor::stateful_pointer<volume_state>;
 using volume_promise = caf::typed_response_promise<pb<v1::Volume>>;
+using claim_promise = caf::typed_response_promise<pb<v1::ClaimResult>>;
+// Continuations of the claim and release workflows: nullopt = success.
+using then_fn = std::function<void(std::optional<caf::error>)>;
 
 int64_t now_ms() {
   using namespace std::chrono;
@@ -20,9 +21,9 @@ int64_t now_ms() {
 }
 
 // Commits `next` as the volume's new state (or its deletion), then updates
-// the actor, tells the leader and answers.  await() keeps every other
-// request of this volume waiting until the change is durable.
-void commit(self_ptr self, v1::Volume next, bool remove, volume_promise rp) {
+// the actor and tells the leader before continuing.  await() keeps every
+// other request of this volume waiting until the change is durable.
+void persist(self_ptr self, v1::Volume next, bool remove, then_fn then) {
   v1::LogEntry entry;
   entry.set_format_version(1);
   auto* change = entry.add_changes();
@@ -34,14 +35,15 @@ void commit(self_ptr self, v1::Volume next, bool remove, volume_promise rp) {
   }
   self->request(self->state.log, caf::infinite, propose_atom::value, wrap(std::move(entry)))
       .await(
-          [self, next, remove, rp](uint64_t index) mutable {
+          [self, next, remove, then](uint64_t index) mutable {
             if (remove) {
               v1::VolumeKey key;
               key.set_namespace_(next.namespace_());
               key.set_id(next.id());
               self->send(self->state.leader, removed_atom::value, wrap(std::move(key)));
-              rp.deliver(wrap(next));
-              self->quit();
+              self->state.volume = std::move(next);
+              self->state.registered = false;
+              then(std::nullopt);
               return;
             }
             v1::Change stamped;
@@ -50,13 +52,193 @@ void commit(self_ptr self, v1::Volume next, bool remove, volume_promise rp) {
             self->state.volume = std::move(*stamped.mutable_volume_upsert());
             self->state.registered = true;
             self->send(self->state.leader, changed_atom::value, wrap(self->state.volume));
-            rp.deliver(wrap(self->state.volume));
+            then(std::nullopt);
           },
-          [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+          [then](caf::error& e) mutable { then(std::move(e)); });
+}
+
+// Answers with the committed volume once `persist` finished.
+then_fn answer(self_ptr self, volume_promise rp) {
+  return [self, rp](std::optional<caf::error> err) mutable {
+    if (err)
+      rp.deliver(std::move(*err));
+    else
+      rp.deliver(wrap(self->state.volume));
+  };
 }
 
 caf::error not_registered(const self_ptr& self) {
   return make_error(errc::not_found, "volume '" + self->state.volume.id() + "' is not registered");
+}
+
+// What a node actor needs for one claim's CSI calls.
+v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
+                                   const v1::Plugin& plugin) {
+  v1::NodeVolumeRequest r;
+  r.set_plugin_id(v.plugin_id());
+  r.set_alloc_id(c.alloc_id());
+  *r.mutable_volume() = v;
+  r.set_read_only(c.mode() == v1::CLAIM_READ);
+  r.set_access_mode(c.access_mode());
+  r.set_attachment_mode(c.attachment_mode());
+  const auto* inst = node_instance(plugin, c.node_id());
+  r.set_csi_node_id(inst && !inst->csi_node_id().empty() ? inst->csi_node_id() : c.node_id());
+  return r;
+}
+
+// Sends one CSI step to a node actor and continues with its result.
+template <class Atom>
+void csi_step(self_ptr self, const node_actor& node, Atom atom, v1::NodeVolumeRequest req,
+              std::function<void(v1::NodeVolumeResult)> ok, then_fn fail) {
+  self->request(node, caf::infinite, atom, wrap(std::move(req)))
+      .await([ok](pb<v1::NodeVolumeResult>& r) mutable { ok(std::move(r.msg)); },
+             [fail](caf::error& e) mutable { fail(std::move(e)); });
+}
+
+struct release_ctx {
+  std::string alloc;
+  std::string reason;
+  v1::Plugin plugin;
+  node_actor target;
+  node_actor controller;
+};
+
+// The release workflow of one claim, resumable at every step because each
+// step is committed: taken -> unpublishing -> node-detached (NodeUnpublish,
+// NodeUnstage when no other claim on the node is published) ->
+// controller-detached (ControllerUnpublish when no live claim on the node
+// remains) -> freed.  A node without a berth client counts as detached.
+void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
+  const auto* c = find_claim(self->state.volume, ctx.alloc);
+  if (c == nullptr) {
+    done(std::nullopt);  // freed already
+    return;
+  }
+  auto next = self->state.volume;
+  auto again = [self, ctx, done](std::optional<caf::error> err) {
+    if (err)
+      done(std::move(err));
+    else
+      release_steps(self, ctx, done);
+  };
+  auto advance = [self, ctx, again](v1::ClaimState to) {
+    auto v = self->state.volume;
+    advance_claim(v, ctx.alloc, to);
+    if (to == v1::CLAIM_READY_TO_FREE) free_claim(v, ctx.alloc);
+    persist(self, std::move(v), false, again);
+  };
+  switch (c->state()) {
+    case v1::CLAIM_TAKEN:
+      release(next, ctx.alloc, ctx.reason, now_ms());
+      persist(self, std::move(next), false, again);
+      return;
+    case v1::CLAIM_UNPUBLISHING: {
+      if (!ctx.target) {
+        advance(v1::CLAIM_NODE_DETACHED);
+        return;
+      }
+      auto req = node_request(self->state.volume, *c, ctx.plugin);
+      req.set_unstage(!other_publications_on_node(self->state.volume, c->node_id(), ctx.alloc));
+      csi_step(self, ctx.target, unpublish_atom::value, std::move(req),
+               [advance](v1::NodeVolumeResult) { advance(v1::CLAIM_NODE_DETACHED); }, done);
+      return;
+    }
+    case v1::CLAIM_NODE_DETACHED: {
+      bool needed = ctx.plugin.controller_required() &&
+                    !other_publications_on_node(self->state.volume, c->node_id(), ctx.alloc);
+      if (!needed) {
+        advance(v1::CLAIM_CONTROLLER_DETACHED);
+        return;
+      }
+      if (!ctx.controller) {
+        done(make_error(errc::unavailable,
+                        "volume '" + self->state.volume.id() + "': plugin '" + ctx.plugin.id() +
+                            "' has no healthy controller on a node with a berth client; the "
+                            "release stays at node-detached until one is back (then release "
+                            "again)"));
+        return;
+      }
+      csi_step(self, ctx.controller, ctrl_unpublish_atom::value,
+               node_request(self->state.volume, *c, ctx.plugin),
+               [advance](v1::NodeVolumeResult) { advance(v1::CLAIM_CONTROLLER_DETACHED); }, done);
+      return;
+    }
+    default:
+      advance(v1::CLAIM_READY_TO_FREE);
+      return;
+  }
+}
+
+struct claim_ctx {
+  std::string alloc;
+  v1::Plugin plugin;
+  node_actor target;
+  node_actor controller;
+};
+
+// After a claim is committed: controller publish (when the plugin requires
+// it), then stage and publish on the target node.  Any failure unwinds
+// whatever was done and frees the claim: no claim is left behind.
+void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
+  const auto* c = find_claim(self->state.volume, ctx.alloc);
+  auto reply = [self, rp](std::string path) mutable {
+    v1::ClaimResult r;
+    *r.mutable_volume() = self->state.volume;
+    r.set_published_path(std::move(path));
+    rp.deliver(wrap(std::move(r)));
+  };
+  if (c == nullptr || !ctx.target) {
+    reply("");  // no berth client on that node: the claim is recorded only
+    return;
+  }
+  auto unwind = [self, ctx, rp](caf::error cause) mutable {
+    release_ctx rc{ctx.alloc, "publish failed", ctx.plugin, ctx.target, ctx.controller};
+    release_steps(self, rc, [self, rp, cause](std::optional<caf::error> err) mutable {
+      auto f = to_failure(cause);
+      if (err)
+        f.message += "; unwinding it also failed (" + to_failure(*err).message +
+                     "): the claim stays in release, release it again";
+      else
+        f.message += "; the claim was released again";
+      rp.deliver(to_error(f));
+    });
+  };
+  auto req = node_request(self->state.volume, *c, ctx.plugin);
+  auto node_publish = [self, ctx, reply, unwind](v1::NodeVolumeRequest req) mutable {
+    csi_step(self, ctx.target, publish_atom::value, std::move(req),
+             [reply](v1::NodeVolumeResult r) mutable { reply(r.target_path()); },
+             [unwind](std::optional<caf::error> e) mutable { unwind(std::move(*e)); });
+  };
+  if (!ctx.plugin.controller_required()) {
+    node_publish(std::move(req));
+    return;
+  }
+  if (!ctx.controller) {
+    unwind(make_error(errc::unavailable,
+                      "plugin '" + ctx.plugin.id() +
+                          "' requires ControllerPublishVolume and no node with a berth client "
+                          "runs a healthy controller instance"));
+    return;
+  }
+  csi_step(self, ctx.controller, ctrl_publish_atom::value, req,
+           [node_publish, req](v1::NodeVolumeResult r) mutable {
+             *req.mutable_publish_context() = r.publish_context();
+             node_publish(std::move(req));
+           },
+           [unwind](std::optional<caf::error> e) mutable { unwind(std::move(*e)); });
+}
+
+// Runs `then` with the plugin as its actor has it (empty when unknown).
+// await: no other request of this volume runs meanwhile.
+void with_plugin(self_ptr self, const plugin_actor& plugin,
+                 std::function<void(std::optional<v1::Plugin>)> then) {
+  if (!plugin) {
+    then(std::nullopt);
+    return;
+  }
+  self->request(plugin, std::chrono::seconds(10), status_atom::value)
+      .await([then](pb<v1::Plugin>& p) { then(std::move(p.msg)); },
+             [then](caf::error&) { then(std::nullopt); });
 }
 
 }  // namespace
@@ -79,14 +261,15 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, lead
         // (A promise takes over the reply: make it only once the checks
         // passed, or a returned error would go nowhere.)
         auto rp = self->make_response_promise<pb<v1::Volume>>();
-        commit(self, std::move(next), false, rp);
+        persist(self, std::move(next), false, answer(self, rp));
         return rp;
       },
-      [self](claim_atom, pb<v1::ClaimRequest>& req,
-             plugin_actor plugin) -> caf::result<pb<v1::Volume>> {
+      [self](claim_atom, pb<v1::ClaimRequest>& req, plugin_actor plugin, node_actor target,
+             node_actor controller) -> caf::result<pb<v1::ClaimResult>> {
         if (!self->state.registered) return not_registered(self);
-        auto rp = self->make_response_promise<pb<v1::Volume>>();
-        auto decide = [self, req = std::move(req.msg), rp](const v1::Plugin* p) mutable {
+        auto rp = self->make_response_promise<pb<v1::ClaimResult>>();
+        with_plugin(self, plugin, [self, req = std::move(req.msg), rp, target,
+                                   controller](std::optional<v1::Plugin> p) mutable {
           claim_request r;
           r.alloc_id = req.alloc_id();
           r.node_id = req.node_id();
@@ -95,38 +278,38 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, lead
           r.attachment_mode = req.attachment_mode();
           r.now_ms = now_ms();
           auto next = self->state.volume;
-          if (auto f = claim(next, r, p)) {
+          if (auto f = claim(next, r, p ? &*p : nullptr)) {
             rp.deliver(to_error(*f));
             return;
           }
+          claim_ctx ctx{r.alloc_id, std::move(*p), target, controller};
           if (next.SerializeAsString() == self->state.volume.SerializeAsString()) {
-            rp.deliver(wrap(self->state.volume));  // idempotent repeat
+            publish_steps(self, std::move(ctx), rp);  // a repeat: CSI calls are idempotent
             return;
           }
-          commit(self, std::move(next), false, rp);
-        };
-        if (!plugin) {
-          decide(nullptr);
-          return rp;
-        }
-        // await: no other request of this volume runs until it is decided.
-        self->request(plugin, std::chrono::seconds(10), status_atom::value)
-            .await([decide](pb<v1::Plugin>& p) mutable { decide(&p.msg); },
-                   [decide](caf::error&) mutable { decide(nullptr); });
+          persist(self, std::move(next), false,
+                  [self, ctx, rp](std::optional<caf::error> err) mutable {
+                    if (err)
+                      rp.deliver(std::move(*err));
+                    else
+                      publish_steps(self, std::move(ctx), rp);
+                  });
+        });
         return rp;
       },
-      [self](release_atom, pb<v1::ReleaseRequest>& req) -> caf::result<pb<v1::Volume>> {
+      [self](release_atom, pb<v1::ReleaseRequest>& req, plugin_actor plugin, node_actor target,
+             node_actor controller) -> caf::result<pb<v1::Volume>> {
         if (!self->state.registered) return not_registered(self);
-        auto next = self->state.volume;
         const auto& alloc = req.msg.alloc_id();
         if (alloc.empty()) return make_error(errc::invalid, "release needs an alloc id (--alloc)");
-        if (auto f = release(next, alloc, "released", now_ms())) return to_error(*f);
-        // No node-side CSI steps exist yet (they come with the CSI issue):
-        // the claim has nothing to unpublish, so it is freed at once.
-        advance_claim(next, alloc, v1::CLAIM_READY_TO_FREE);
-        free_claim(next, alloc);
+        if (find_claim(self->state.volume, alloc) == nullptr)
+          return make_error(errc::not_found, "volume '" + self->state.volume.id() +
+                                                 "' has no claim of alloc '" + alloc + "'");
         auto rp = self->make_response_promise<pb<v1::Volume>>();
-        commit(self, std::move(next), false, rp);
+        with_plugin(self, plugin, [self, alloc, rp, target, controller](std::optional<v1::Plugin> p) {
+          release_ctx ctx{alloc, "released", p.value_or(v1::Plugin{}), target, controller};
+          release_steps(self, std::move(ctx), answer(self, rp));
+        });
         return rp;
       },
       [self](deregister_atom, bool force) -> caf::result<pb<v1::Volume>> {
@@ -135,16 +318,24 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, lead
         if (!force) {
           if (auto f = can_deregister(next)) return to_error(*f);
         } else {
-          std::vector<std::string> allocs;
-          for (const auto& c : next.claims()) allocs.push_back(c.alloc_id());
-          for (const auto& a : allocs) {
-            release(next, a, "deregister --force", now_ms());
-            advance_claim(next, a, v1::CLAIM_READY_TO_FREE);
-            free_claim(next, a);
-          }
+          // --force drops claims whose release is stuck, never a live one:
+          // the leader releases live claims before it asks for this.
+          for (const auto& c : next.claims())
+            if (c.state() == v1::CLAIM_TAKEN)
+              return make_error(errc::refused, "volume '" + next.id() + "' is still claimed by alloc '" +
+                                                   c.alloc_id() + "'; release it first");
+          next.clear_claims();
         }
         auto rp = self->make_response_promise<pb<v1::Volume>>();
-        commit(self, std::move(next), true, rp);
+        auto before = self->state.volume;
+        persist(self, std::move(next), true, [self, rp, before](std::optional<caf::error> err) mutable {
+          if (err) {
+            rp.deliver(std::move(*err));
+            return;
+          }
+          rp.deliver(wrap(before));
+          self->quit();
+        });
         return rp;
       },
       [self](status_atom) -> caf::result<pb<v1::Volume>> {

@@ -154,7 +154,8 @@ void read_topology_list(reader& r, const std::string& key,
 
 }  // namespace
 
-std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_view text) {
+std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_view text,
+                                                                 spec_use use) {
   std::vector<problem> problems;
   json doc;
   size_t first = text.find_first_not_of(" \t\r\n");
@@ -248,7 +249,14 @@ std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_vie
   apply_defaults(v);
   // Report what validation finds too, except for fields already reported
   // as malformed, so one run of the shell shows every problem.
-  for (auto& p : validate_volume(v)) {
+  bool create = use == spec_use::create;
+  if (create && !v.external_id().empty())
+    problems.push_back({"external_id", "is chosen by the plugin on create; use volume register "
+                                       "for a volume that exists"});
+  if (create) v.set_external_id("(created)");
+  auto invalid = validate_volume(v);
+  if (create) v.clear_external_id();
+  for (auto& p : invalid) {
     bool reported = false;
     for (const auto& q : problems) reported |= p.field.rfind(q.field, 0) == 0;
     if (!reported) problems.push_back(std::move(p));

@@ -17,7 +17,11 @@ namespace berth {
 // wrong types and invalid values are errors; every problem is reported at
 // once, each naming its field.  Defaults are applied and the result is
 // validated (validate_volume), so a returned volume is registrable.
-std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_view text);
+// For `spec_use::create`, external_id must be absent (the plugin chooses
+// it on CreateVolume).
+enum class spec_use { registration, create };
+std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(
+    std::string_view text, spec_use use = spec_use::registration);
 
 // JSON views with snake_case keys.  Volumes are rendered from a redacted
 // copy: never secrets, never mount flags.  `plugin` (may be null) gives the

@@ -322,6 +322,15 @@ const v1::Claim* find_claim(const v1::Volume& v, const std::string& alloc_id) {
   return nullptr;
 }
 
+bool other_publications_on_node(const v1::Volume& v, const std::string& node_id,
+                                const std::string& alloc_id) {
+  for (const auto& c : v.claims())
+    if (c.alloc_id() != alloc_id && c.node_id() == node_id &&
+        (c.state() == v1::CLAIM_TAKEN || c.state() == v1::CLAIM_UNPUBLISHING))
+      return true;
+  return false;
+}
+
 namespace {
 
 v1::Claim* find_claim_mut(v1::Volume& v, const std::string& alloc_id) {

@@ -161,6 +161,14 @@ std::optional<failure> free_claim(v1::Volume& v, const std::string& alloc_id);
 
 const v1::Claim* find_claim(const v1::Volume& v, const std::string& alloc_id);
 
+// Whether another claim than `alloc_id`'s is still published on `node_id`
+// (taken, or released but not yet unpublished).  While one is, the node's
+// staging stays (no NodeUnstage) and so does the controller attachment (no
+// ControllerUnpublish).  Decided from the current claims, never from counts
+// taken earlier.
+bool other_publications_on_node(const v1::Volume& v, const std::string& node_id,
+                                const std::string& alloc_id);
+
 // --- registration ------------------------------------------------------
 
 // Applies a re-registration `incoming` onto the registered `current`.

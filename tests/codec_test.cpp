@@ -70,6 +70,18 @@ parameters:
   CHECK(v.parameters().at("replicas") == "3");
 }
 
+TEST_CASE("a_create_spec_leaves_the_external_id_to_the_plugin") {
+  const char* spec = R"({"id": "db", "plugin_id": "hostpath", "capacity_min": "1MiB",
+    "capabilities": [{"access_mode": "single-node-writer", "attachment_mode": "file-system"}]})";
+  auto r = parse_volume_spec(spec, spec_use::create);
+  REQUIRE(std::holds_alternative<v1::Volume>(r));
+  CHECK(std::get<v1::Volume>(r).external_id().empty());
+  CHECK(has_field(problems_of(spec), "external_id"));  // registration needs it
+  auto given = parse_volume_spec(json_spec, spec_use::create);
+  REQUIRE(std::holds_alternative<std::vector<problem>>(given));
+  CHECK(has_field(std::get<std::vector<problem>>(given), "external_id"));
+}
+
 TEST_CASE("unknown_keys_are_errors_not_ignored") {
   auto ps = problems_of(R"({"id": "db", "plugin_id": "p", "external_id": "e",
     "capabilities": [{"access_mode": "single-node-writer", "attachment_mode": "file-system",

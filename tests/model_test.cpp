@@ -287,6 +287,20 @@ TEST_SUITE("claims") {
     CHECK_FALSE(claim(v, req("a2", "n2", true), &p));
   }
 
+  TEST_CASE("staging_stays_while_another_claim_on_the_node_is_published") {
+    auto p = monolith_on({"n1", "n2"});
+    auto v = volume(v1::MULTI_NODE_MULTI_WRITER);
+    REQUIRE_FALSE(claim(v, req("a1", "n1", true), &p));
+    REQUIRE_FALSE(claim(v, req("a2", "n1", false), &p));
+    REQUIRE_FALSE(claim(v, req("a3", "n2", false), &p));
+    CHECK(other_publications_on_node(v, "n1", "a1"));   // a2 still uses n1
+    CHECK_FALSE(other_publications_on_node(v, "n2", "a3"));
+    REQUIRE_FALSE(release(v, "a2", "alloc-stopped", 5));
+    CHECK(other_publications_on_node(v, "n1", "a1"));   // a2 not yet unpublished
+    REQUIRE_FALSE(advance_claim(v, "a2", v1::CLAIM_NODE_DETACHED));
+    CHECK_FALSE(other_publications_on_node(v, "n1", "a1"));
+  }
+
   TEST_CASE("releasing_an_unknown_alloc_is_not_found") {
     auto v = volume(v1::SINGLE_NODE_WRITER);
     auto r = release(v, "nope", "alloc-stopped", 1);

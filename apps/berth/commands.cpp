@@ -155,6 +155,26 @@ int run_command(const std::vector<std::string>& args) {
     };
   });
 
+  auto* create = volume->add_subcommand(
+      "create", "Create a volume through its plugin's controller (CreateVolume: capacity_min/max, "
+                "parameters, topology_request) and register it; the spec has no external_id");
+  create->add_option("file", spec_file, "The volume spec file, or - for stdin")->required();
+  create->callback([&] {
+    action = [&] {
+      auto text = read_input(spec_file);
+      if (auto* f = std::get_if<failure>(&text)) return fail(g, *f);
+      auto parsed = parse_volume_spec(std::get<std::string>(text), spec_use::create);
+      if (auto* problems = std::get_if<std::vector<problem>>(&parsed))
+        return fail(g, failure{errc::invalid, describe("volume spec " + spec_file, *problems)});
+      auto v = std::get<v1::Volume>(parsed);
+      if (create->get_parent()->get_parent()->get_option("--namespace")->count() > 0)
+        v.set_namespace_(g.ns);
+      v1::Request req;
+      *req.mutable_volume_create() = v;
+      return send(g, req, [&](const v1::Response& r) { show_volume(g, r); });
+    };
+  });
+
   std::string volume_id;
   auto* vstatus = volume->add_subcommand("status", "Show one volume, or list every volume");
   vstatus->add_option("id", volume_id, "The volume's id (omit to list all)");
@@ -234,7 +254,15 @@ int run_command(const std::vector<std::string>& args) {
                                                     "' is not one of " + attachment_mode_names()});
         c->set_attachment_mode(*m);
       }
-      return send(g, req, [&](const v1::Response& r) { show_volume(g, r); });
+      return send(g, req, [&](const v1::Response& r) {
+        if (g.json) {
+          auto j = volume_json(r.volumes(0), plugin_in(r, r.volumes(0).plugin_id()));
+          j["published_path"] = r.published_path();
+          std::cout << j.dump(2) << "\n";
+        } else {
+          show_volume(g, r);
+        }
+      });
     };
   });
 

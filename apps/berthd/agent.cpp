@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
+#include <unistd.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>
@@ -11,11 +12,49 @@
 #include "actors/leader.hpp"
 #include "actors/metrics.hpp"
 #include "actors/log_writer.hpp"
+#include "actors/node.hpp"
 #include "actors/replicated_log.hpp"
 #include "actors/state_machine.hpp"
+#include "apps/berthd/dev_plugin.hpp"
 #include "apps/berthd/metrics_server.hpp"
 
 namespace berth {
+
+namespace {
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == 0) return "dev";
+  std::string name(buf);
+  return name.substr(0, name.find('.'));
+}
+
+// The node actor's configuration from the options; --dev without --plugin
+// starts berth-hostpath and uses it.
+node_config client_config(const agent_options& opts) {
+  namespace fs = std::filesystem;
+  node_config cfg;
+  cfg.node_id = opts.node_name.empty() ? host_name() : opts.node_name;
+  if (!valid_id(cfg.node_id))
+    throw std::runtime_error("node name '" + cfg.node_id +
+                             "' is not a valid id (1-128 of A-Z a-z 0-9 _ . -); pass --node-name");
+  cfg.csi_root = opts.csi_root.empty() ? (fs::path(opts.data_dir) / "csi").string() : opts.csi_root;
+  cfg.fingerprint_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(opts.fingerprint_interval * 1000));
+  cfg.csi_timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.csi_timeout * 1000));
+  for (const auto& flag : opts.plugin_flags) {
+    auto p = parse_plugin_flag(flag);
+    if (auto* err = std::get_if<std::string>(&p)) throw std::runtime_error(*err);
+    cfg.plugins.push_back(std::get<node_plugin>(p));
+  }
+  if (opts.dev && cfg.plugins.empty()) {
+    auto socket = start_dev_plugin(opts.hostpath_bin, opts.data_dir, cfg.node_id);
+    cfg.plugins.push_back({"hostpath", v1::PLUGIN_MONOLITH, "unix://" + socket});
+  }
+  return cfg;
+}
+
+}  // namespace
 
 agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
   namespace fs = std::filesystem;
@@ -71,6 +110,10 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
                              ": " + sys.render(port.error()) +
                              " (is another berthd running? choose another --port)");
   started.port = *port;
+  auto client = client_config(opts);
+  started.node_name = client.node_id;
+  for (const auto& p : client.plugins) started.plugin_ids.push_back(p.id);
+  sys.spawn(node, std::move(client), lead);
   started.metrics_port = serve_metrics(opts.metrics_bind, opts.metrics_port, stats->registry());
   return started;
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace caf {
 class actor_system;
@@ -20,6 +21,13 @@ struct agent_options {
   std::string metrics_bind = "127.0.0.1";
   uint16_t metrics_port = 4746;
   int scheduler_threads = 2;
+  // The client side: this host's node actor and its plugins.
+  std::string node_name;                 // default: the host name
+  std::vector<std::string> plugin_flags;  // --plugin ID=TYPE:SOCKET
+  std::string csi_root;                   // default: DATA/csi
+  double fingerprint_interval = 5;        // seconds
+  double csi_timeout = 30;                // seconds per CSI call
+  std::string hostpath_bin;               // --dev: the plugin to start
 };
 
 struct agent_started {
@@ -28,6 +36,8 @@ struct agent_started {
   uint64_t applied_index = 0;
   size_t volumes = 0;
   size_t plugins = 0;
+  std::string node_name;
+  std::vector<std::string> plugin_ids;
 };
 
 // Starts the agent's actors in `sys`.  Throws std::runtime_error with a

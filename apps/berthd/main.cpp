@@ -41,6 +41,22 @@ int main(int argc, char** argv) {
                  "Worker threads of the actor scheduler")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  auto* client = app.add_option_group("client", "The node this berthd serves and its CSI plugins");
+  client->add_option("--node-name", opts.node_name, "This node's id (default: the host name)");
+  client->add_option("--plugin", opts.plugin_flags,
+                     "A CSI plugin on this host, ID=TYPE:SOCKET with TYPE node, controller or "
+                     "monolith (repeatable). --dev without --plugin starts berth-hostpath itself");
+  client->add_option("--csi-root", opts.csi_root,
+                     "Where volumes are staged and published (default: DATA-DIR/csi)");
+  client->add_option("--fingerprint-interval", opts.fingerprint_interval,
+                     "Seconds between plugin fingerprints (health, capabilities)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
+  client->add_option("--csi-timeout", opts.csi_timeout, "Deadline of one CSI call, in seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  client->add_option("--hostpath-bin", opts.hostpath_bin,
+                     "--dev: the berth-hostpath binary to start (default: next to berthd, or PATH)");
   CLI11_PARSE(app, argc, argv);
 
   if (!opts.dev) {
@@ -69,7 +85,10 @@ int main(int argc, char** argv) {
     auto s = berth::start_agent(sys, opts);
     std::cout << "berthd: dev agent serving the shell on " << opts.bind << ":" << s.port
               << ", metrics on " << opts.metrics_bind << ":" << s.metrics_port << " (data in " << opts.data_dir << "; " << s.volumes << " volumes, " << s.plugins
-              << " plugins restored at index " << s.applied_index << ")" << std::endl;
+              << " plugins restored at index " << s.applied_index << "); node " << s.node_name
+              << " with plugins:";
+    for (const auto& id : s.plugin_ids) std::cout << " " << id;
+    std::cout << std::endl;
   } catch (const std::exception& e) {
     std::cerr << "berthd: cannot start: " << e.what() << std::endl;
     std::_Exit(1);

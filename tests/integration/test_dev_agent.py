@@ -15,7 +15,7 @@ from harness import Agent, berth
 
 VOLUME_YAML = """
 id: db
-plugin_id: hostpath
+plugin_id: manual
 external_id: vol-1
 capabilities:
   - access_mode: single-node-writer
@@ -33,7 +33,7 @@ SECRET = "hunter2"
 
 
 def shared_volume_json(volume_id):
-    return ('{"id": "%s", "plugin_id": "hostpath", "external_id": "ext-%s", '
+    return ('{"id": "%s", "plugin_id": "manual", "external_id": "ext-%s", '
             '"capabilities": [{"access_mode": "multi-node-multi-writer", '
             '"attachment_mode": "file-system"}]}' % (volume_id, volume_id))
 
@@ -60,7 +60,9 @@ class DevAgentTest(unittest.TestCase):
         return r
 
     def fingerprint(self, node="n1", *extra):
-        return self.run_berth("plugin", "fingerprint", "hostpath", "--node", node,
+        # Reported by hand: the dev agent's own berth-hostpath is a separate
+        # plugin ("hostpath") on the agent's own node.
+        return self.run_berth("plugin", "fingerprint", "manual", "--node", node,
                               "--provider", "berth-hostpath", "--provider-version", "0.1", *extra)
 
     def test_register_claim_refuse_release_kill_restart(self):
@@ -69,7 +71,7 @@ class DevAgentTest(unittest.TestCase):
         vol = reg.json()
         self.assertEqual(vol["id"], "db")
         self.assertEqual(vol["namespace"], "default")
-        self.assertEqual(vol["plugin_id"], "hostpath")
+        self.assertEqual(vol["plugin_id"], "manual")
         self.assertEqual(vol["external_id"], "vol-1")
         self.assertTrue(vol["healthy"])
         self.assertEqual(vol["capabilities"],
@@ -91,14 +93,14 @@ class DevAgentTest(unittest.TestCase):
         # berthd dies without any chance to flush.
         self.run_berth("volume", "claim", "db", "--alloc", "a2", "--node", "n1")
         self.agent.restart()
-        self.assertIn("1 volumes, 1 plugins restored", self.agent.banner)
+        self.assertIn("1 volumes, 2 plugins restored", self.agent.banner)
         status = self.run_berth("--json", "volume", "status").json()
         self.assertEqual(len(status), 1)
         self.assertEqual([(c["alloc_id"], c["mode"], c["state"]) for c in status[0]["claims"]],
                          [("a2", "write", "taken")])
         plugins = self.run_berth("--json", "plugin", "status").json()
-        self.assertEqual([(p["id"], p["nodes_healthy"], p["nodes_expected"]) for p in plugins],
-                         [("hostpath", 1, 1)])
+        self.assertEqual([(p["id"], p["nodes_healthy"], p["nodes_expected"]) for p in plugins
+                          if p["id"] == "manual"], [("manual", 1, 1)])
         # The restarted server still enforces the rules on the restored state.
         self.run_berth("volume", "claim", "db", "--alloc", "a3", "--node", "n1", expect=4)
         self.run_berth("volume", "release", "db", "--alloc", "a2")
@@ -113,8 +115,8 @@ class DevAgentTest(unittest.TestCase):
         self.outputs.append(text)
         self.assertEqual(series['berth_volumes{state="claimed"}'], 1)
         self.assertEqual(series['berth_claims{mode="write",state="taken"}'], 1)
-        self.assertEqual(series['berth_plugin_nodes_healthy{plugin="hostpath"}'], 1)
-        self.assertEqual(series['berth_plugin_nodes_expected{plugin="hostpath"}'], 1)
+        self.assertEqual(series['berth_plugin_nodes_healthy{plugin="manual"}'], 1)
+        self.assertEqual(series['berth_plugin_nodes_expected{plugin="manual"}'], 1)
         self.assertEqual(series['berth_actors{kind="volume"}'], 1)
         self.assertGreaterEqual(series["berth_log_entries_total"], 4)
         self.assertEqual(series["berth_log_last_index"], series["berth_log_entries_total"])
@@ -140,11 +142,11 @@ class DevAgentTest(unittest.TestCase):
         listing = self.run_berth("volume", "status").out.splitlines()
         self.assertEqual(listing[0].split(),
                          ["ID", "NAMESPACE", "PLUGIN", "ACCESS", "MODE", "HEALTHY", "CLAIMS"])
-        self.assertEqual(listing[0].index("PLUGIN"), listing[1].index("hostpath"))
+        self.assertEqual(listing[0].index("PLUGIN"), listing[1].index("manual"))
         detail = self.run_berth("volume", "status", "db").out
         self.assertIn("External ID  = vol-1", detail)
         self.assertRegex(detail, r"a1\s+n1\s+write\s+taken")
-        self.assertIn("hostpath", self.run_berth("plugin", "status").out)
+        self.assertIn("manual", self.run_berth("plugin", "status").out)
         node = self.run_berth("node", "status", "n1").out
         self.assertRegex(node, r"db\s+default\s+a1\s+write\s+taken")
 
@@ -162,7 +164,7 @@ class DevAgentTest(unittest.TestCase):
         missing = self.run_berth("volume", "register", "/nonexistent/spec.yaml", expect=2)
         self.assertIn("cannot read /nonexistent/spec.yaml", missing.err)
         unknown_plugin = self.run_berth("volume", "register", "-", expect=2,
-                                        stdin=VOLUME_YAML.replace("hostpath", "nope"))
+                                        stdin=VOLUME_YAML.replace("manual", "nope"))
         self.assertIn("plugin 'nope' is not registered", unknown_plugin.err)
         changed = self.run_berth("volume", "register", "-", expect=4,
                                  stdin=VOLUME_YAML.replace("vol-1", "vol-2"))
@@ -209,7 +211,7 @@ class DevAgentTest(unittest.TestCase):
         self.fingerprint("n1", "--unhealthy", "--health-description", "probe failed")
         sick = self.run_berth("volume", "claim", "db", "--alloc", "a1", "--node", "n1", expect=4)
         self.assertIn("no healthy node instance", sick.err)
-        plugin = self.run_berth("--json", "plugin", "status", "hostpath").json()
+        plugin = self.run_berth("--json", "plugin", "status", "manual").json()
         self.assertEqual((plugin["nodes_healthy"], plugin["nodes_expected"]), (0, 1))
         self.fingerprint()
         self.run_berth("volume", "claim", "db", "--alloc", "a1", "--node", "n1")

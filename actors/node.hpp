@@ -1,0 +1,49 @@
+// The node actor: the berth client of one host.  It owns a connection
+// (csi_plugin actor) per configured plugin, fingerprints the plugins
+// periodically (GetPluginInfo, Probe, capabilities, NodeGetInfo) and reports
+// changes to the leader, and runs the CSI calls that publish and unpublish
+// volumes on this host.  Paths for stagings and publications are its own:
+//   <csi_root>/<plugin>/staging/<namespace>/<volume>/<mode>
+//   <csi_root>/<plugin>/per-alloc/<alloc>/<namespace>/<volume>/<mode>
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/actors.hpp"
+
+namespace berth {
+
+struct node_plugin {
+  std::string id;
+  v1::PluginType type = v1::PLUGIN_MONOLITH;
+  std::string endpoint;  // unix:///path/csi.sock
+};
+
+struct node_config {
+  std::string node_id;
+  std::string csi_root;
+  std::vector<node_plugin> plugins;
+  std::chrono::milliseconds fingerprint_interval{5000};
+  std::chrono::milliseconds csi_timeout{30000};
+};
+
+struct node_state {
+  node_config config;
+  leader_actor leader;
+  std::map<std::string, csi_plugin_actor> connections;
+  std::map<std::string, v1::PluginInstance> instances;  // last probed
+  std::map<std::string, std::string> reported;          // last reported, serialized
+  static inline const char* name = "node";
+};
+
+node_actor::behavior_type node(node_actor::stateful_pointer<node_state> self, node_config config,
+                               leader_actor leader);
+
+// Parses "--plugin ID=TYPE:SOCKET" (SOCKET: a path or unix:///path).
+std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag);
+
+}  // namespace berth

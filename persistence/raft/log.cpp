@@ -1,7 +1,7 @@
 #include "persistence/raft/log.hpp"
+#include "persistence/raft/invariant.hpp"
 
 #include <algorithm>
-#include <cassert>
 
 namespace berth::raft {
 
@@ -97,7 +97,7 @@ std::optional<uint64_t> raft_log::maybe_append(uint64_t index, uint64_t log_term
   uint64_t last_new = index + ents.size();
   uint64_t ci = find_conflict(ents);
   if (ci != 0) {
-    assert(ci > committed_ && "conflict with a committed entry");
+    BERTH_RAFT_INVARIANT(ci > committed_, "conflict with a committed entry");
     std::vector<pb::Entry> tail(ents.begin() + static_cast<std::ptrdiff_t>(ci - index - 1),
                                 ents.end());
     append(tail);
@@ -108,7 +108,7 @@ std::optional<uint64_t> raft_log::maybe_append(uint64_t index, uint64_t log_term
 
 uint64_t raft_log::append(const std::vector<pb::Entry>& ents) {
   if (ents.empty()) return last_index();
-  assert(ents.front().index() > committed_ && "appending below the commit index");
+  BERTH_RAFT_INVARIANT(ents.front().index() > committed_, "appending below the commit index");
   unstable_.truncate_and_append(ents);
   return last_index();
 }
@@ -135,7 +135,7 @@ storage_result<std::vector<pb::Entry>> raft_log::entries(uint64_t i, uint64_t ma
 
 storage_result<std::vector<pb::Entry>> raft_log::slice(uint64_t lo, uint64_t hi,
                                                        uint64_t max_size) const {
-  assert(lo <= hi && hi <= last_index() + 1);
+  BERTH_RAFT_INVARIANT(lo <= hi && hi <= last_index() + 1, "slice out of the log's bounds");
   if (lo < first_index()) return {{}, storage_error::compacted};
   std::vector<pb::Entry> out;
   if (lo < unstable_.offset) {
@@ -167,7 +167,7 @@ std::vector<pb::Entry> raft_log::next_committed_entries() const {
   if (!has_next_committed_entries()) return {};
   uint64_t lo = std::max(applied_ + 1, first_index());
   auto r = slice(lo, committed_ + 1, no_limit);
-  assert(r.ok() && "committed entries must be available");
+  BERTH_RAFT_INVARIANT(r.ok(), "committed entries must be available");
   return std::move(r.value);
 }
 
@@ -186,13 +186,13 @@ bool raft_log::maybe_commit(uint64_t max_index, uint64_t t) {
 
 void raft_log::commit_to(uint64_t index) {
   if (index <= committed_) return;  // never decrease
-  assert(index <= last_index() && "commit beyond the log");
+  BERTH_RAFT_INVARIANT(index <= last_index(), "commit beyond the log");
   committed_ = index;
 }
 
 void raft_log::applied_to(uint64_t index) {
   if (index == 0) return;
-  assert(index <= committed_ && index >= applied_);
+  BERTH_RAFT_INVARIANT(index <= committed_ && index >= applied_, "applied must only move forward, up to the commit index");
   applied_ = index;
 }
 

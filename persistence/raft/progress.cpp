@@ -94,6 +94,10 @@ void progress::free_inflight_to(uint64_t n) {
   while (!inflight_.empty() && inflight_.front() <= n) inflight_.pop_front();
 }
 
+void progress::free_first_inflight_if_full() {
+  if (inflight_.size() >= max_inflight_) inflight_.pop_front();
+}
+
 bool progress::paused() const {
   switch (state_) {
     case progress_state::probe: return probe_sent_;

@@ -50,6 +50,7 @@ class progress {
   void resume() { probe_sent_ = false; }
   // Frees the inflight slots of appends up to index n (acknowledged).
   void free_inflight_to(uint64_t n);
+  void free_first_inflight_if_full();
   // Whether sending another append must wait.
   bool paused() const;
 

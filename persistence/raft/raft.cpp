@@ -1,7 +1,7 @@
 #include "persistence/raft/raft.hpp"
+#include "persistence/raft/invariant.hpp"
 
 #include <algorithm>
-#include <cassert>
 
 namespace berth::raft {
 
@@ -77,7 +77,7 @@ std::string result::message() const {
 
 node::node(const config& cfg, memory_storage& storage)
     : id_(cfg.id), cfg_(cfg), rng_(cfg.seed), log_(storage) {
-  assert(id_ != 0 && cfg.election_tick > cfg.heartbeat_tick && cfg.heartbeat_tick > 0);
+  BERTH_RAFT_INVARIANT(id_ != 0 && cfg.election_tick > cfg.heartbeat_tick && cfg.heartbeat_tick > 0, "config: id must be set, 0 < heartbeat_tick < election_tick");
   const auto& hs = storage.hard_state();
   term_ = hs.term();
   vote_ = hs.vote();
@@ -90,7 +90,7 @@ node::node(const config& cfg, memory_storage& storage)
   uint64_t applied = std::max(cfg.applied, log_.first_index() - 1);
   if (applied >= log_.first_index()) {
     auto ents = log_.slice(log_.first_index(), applied + 1, no_limit);
-    assert(ents.ok());
+    BERTH_RAFT_INVARIANT(ents.ok(), "applied entries must be in storage");
     for (const auto& e : ents.value) {
       if (e.type() != pb::ENTRY_CONF_CHANGE) continue;
       pb::ConfChange cc;
@@ -128,7 +128,7 @@ result node::bootstrap(const std::vector<peer>& peers) {
 }
 
 void node::tick() {
-  assert(!awaiting_advance_);
+  BERTH_RAFT_INVARIANT(!awaiting_advance_, "called between get_ready() and advance()");
   if (role_ != role::leader) {
     ++election_elapsed_;
     if (promotable() && past_election_timeout()) {
@@ -153,21 +153,21 @@ void node::tick() {
 }
 
 result node::step(const pb::Message& m) {
-  assert(!awaiting_advance_);
+  BERTH_RAFT_INVARIANT(!awaiting_advance_, "called between get_ready() and advance()");
   if (is_local(m.type())) return fail(errc::invalid_message);
   if (is_response(m.type()) && !prs_.count(m.from())) return fail(errc::invalid_message);
   return step_internal(m);
 }
 
 result node::propose(std::string data) {
-  assert(!awaiting_advance_);
+  BERTH_RAFT_INVARIANT(!awaiting_advance_, "called between get_ready() and advance()");
   pb::Entry e;
   e.set_data(std::move(data));
   return append_entries({std::move(e)});
 }
 
 result node::propose_conf_change(const pb::ConfChange& cc) {
-  assert(!awaiting_advance_);
+  BERTH_RAFT_INVARIANT(!awaiting_advance_, "called between get_ready() and advance()");
   if (role_ != role::leader) return fail(errc::not_leader, lead_);
   // Single-server changes stay safe only one at a time; pending_conf_index_
   // also covers the term's first entry (see become_leader).
@@ -185,7 +185,7 @@ result node::propose_conf_change(const pb::ConfChange& cc) {
 }
 
 result node::transfer_leadership(uint64_t to) {
-  assert(!awaiting_advance_);
+  BERTH_RAFT_INVARIANT(!awaiting_advance_, "called between get_ready() and advance()");
   // etcd's convention: a MsgTransferLeader's `from` is the transferee.
   auto m = make(pb::MSG_TRANSFER_LEADER, id_);
   m.set_from(to);
@@ -193,7 +193,7 @@ result node::transfer_leadership(uint64_t to) {
 }
 
 result node::read_index(std::string context) {
-  assert(!awaiting_advance_);
+  BERTH_RAFT_INVARIANT(!awaiting_advance_, "called between get_ready() and advance()");
   auto m = make(pb::MSG_READ_INDEX, id_);
   m.set_from(id_);
   m.set_context(std::move(context));
@@ -221,7 +221,7 @@ bool node::has_ready() const {
 }
 
 ready node::get_ready() {
-  assert(!awaiting_advance_);
+  BERTH_RAFT_INVARIANT(!awaiting_advance_, "called between get_ready() and advance()");
   ready rd;
   rd.committed_entries = log_.next_committed_entries();
   // Membership takes effect when its entry is handed out to apply, before
@@ -260,7 +260,7 @@ ready node::get_ready() {
 }
 
 void node::advance() {
-  assert(awaiting_advance_);
+  BERTH_RAFT_INVARIANT(awaiting_advance_, "advance() without get_ready()");
   awaiting_advance_ = false;
   if (unacked_.snapshot_index) {
     log_.stable_snap_to(unacked_.snapshot_index);
@@ -486,6 +486,9 @@ void node::handle_append_response(const pb::Message& m, progress& pr) {
 void node::handle_heartbeat_response(const pb::Message& m, progress& pr) {
   pr.recent_active = true;
   pr.resume();
+  // An append lost while replicating would otherwise keep the window full
+  // forever; the next append then exposes the gap and we fall back to probing.
+  if (pr.state() == progress_state::replicate) pr.free_first_inflight_if_full();
   if (pr.match() < log_.last_index()) maybe_send_append(m.from(), true);
   if (m.context().empty()) return;
   auto it = std::find_if(pending_reads_.begin(), pending_reads_.end(),
@@ -837,7 +840,7 @@ bool node::maybe_send_append(uint64_t to, bool send_if_empty) {
     // a follower we have not heard from lately: it is likely down.
     if (!pr.recent_active) return false;
     const pb::Snapshot& snap = log_.snapshot();
-    assert(snap.metadata().index() != 0 && "compacted without a snapshot");
+    BERTH_RAFT_INVARIANT(snap.metadata().index() != 0, "compacted without a snapshot");
     m.set_type(pb::MSG_SNAP);
     *m.mutable_snapshot() = snap;
     pr.become_snapshot(snap.metadata().index());
@@ -874,7 +877,7 @@ void node::send(pb::Message m) {
     case pb::MSG_PRE_VOTE:
     case pb::MSG_VOTE_RESP:
     case pb::MSG_PRE_VOTE_RESP:
-      assert(m.term() != 0 && "election messages carry their term explicitly");
+      BERTH_RAFT_INVARIANT(m.term() != 0, "election messages carry their term explicitly");
       break;
     case pb::MSG_PROP:
     case pb::MSG_READ_INDEX:

@@ -1,6 +1,6 @@
 #include "persistence/raft/storage.hpp"
+#include "persistence/raft/invariant.hpp"
 
-#include <cassert>
 
 namespace berth::raft {
 
@@ -52,7 +52,7 @@ storage_error memory_storage::apply_snapshot(const pb::Snapshot& snap) {
 storage_error memory_storage::create_snapshot(uint64_t i, const pb::ConfState& cs,
                                               std::string data) {
   if (i <= snapshot_.metadata().index()) return storage_error::out_of_date;
-  assert(i <= last_index() && "snapshot beyond the last entry");
+  BERTH_RAFT_INVARIANT(i <= last_index(), "snapshot beyond the last entry");
   auto* md = snapshot_.mutable_metadata();
   md->set_index(i);
   md->set_term(ents_[i - offset()].term());
@@ -63,7 +63,7 @@ storage_error memory_storage::create_snapshot(uint64_t i, const pb::ConfState& c
 
 storage_error memory_storage::compact(uint64_t i) {
   if (i <= offset()) return storage_error::compacted;
-  assert(i <= last_index() && "compact beyond the last entry");
+  BERTH_RAFT_INVARIANT(i <= last_index(), "compact beyond the last entry");
   auto first_kept = ents_.begin() + static_cast<std::ptrdiff_t>(i - offset());
   ents_.erase(ents_.begin(), first_kept);
   ents_[0].clear_data();  // the dummy keeps only index and term
@@ -79,7 +79,7 @@ void memory_storage::append(const std::vector<pb::Entry>& entries) {
   auto begin = entries.begin();
   if (first > entries.front().index()) begin += static_cast<std::ptrdiff_t>(first - entries.front().index());
   uint64_t at = begin->index() - offset();
-  assert(at <= ents_.size() && "gap between stored and appended entries");
+  BERTH_RAFT_INVARIANT(at <= ents_.size(), "gap between stored and appended entries");
   ents_.resize(at);  // drop the conflicting suffix, if any
   ents_.insert(ents_.end(), begin, entries.end());
 }

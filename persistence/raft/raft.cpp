@@ -201,12 +201,14 @@ result node::read_index(std::string context) {
 }
 
 void node::report_unreachable(uint64_t id) {
+  BERTH_RAFT_INVARIANT(!awaiting_advance_, "called between get_ready() and advance()");
   auto m = make(pb::MSG_UNREACHABLE, id_);
   m.set_from(id);
   step_internal(m);
 }
 
 void node::report_snapshot(uint64_t id, bool success) {
+  BERTH_RAFT_INVARIANT(!awaiting_advance_, "called between get_ready() and advance()");
   auto m = make(pb::MSG_SNAP_STATUS, id_);
   m.set_from(id);
   m.set_reject(!success);
@@ -399,8 +401,7 @@ result node::step_leader(const pb::Message& m) {
       return append_entries(std::move(ents));
     }
     case pb::MSG_READ_INDEX:
-      handle_read_index(m);
-      return {};
+      return handle_read_index(m);
     case pb::MSG_TRANSFER_LEADER: {
       uint64_t to = m.from();
       if (!prs_.count(to)) return fail(errc::invalid_message, lead_);
@@ -505,21 +506,22 @@ void node::handle_heartbeat_response(const pb::Message& m, progress& pr) {
   pending_reads_.erase(pending_reads_.begin(), end);
 }
 
-void node::handle_read_index(const pb::Message& m) {
+result node::handle_read_index(const pb::Message& m) {
   read_request req{log_.committed(), m.context(), m.from(), {id_}};
   if (prs_.size() == 1) {
     respond_read(req);  // a single member is its own quorum
-    return;
+    return {};
   }
   // Until an entry of our term commits we may not know the latest commit
-  // index; the shell retries.
-  if (log_.zero_on_error(log_.term(log_.committed())) != term_) return;
+  // index. A forwarded request is dropped silently: its shell retries.
+  if (log_.zero_on_error(log_.term(log_.committed())) != term_) return fail(errc::not_ready, id_);
   for (const auto& r : pending_reads_)
-    if (r.context == req.context) return;  // duplicate request
+    if (r.context == req.context) return {};  // duplicate request
   pending_reads_.push_back(std::move(req));
   // Confirm leadership with a heartbeat round carrying the context.
   for (const auto& [id, pr] : prs_)
     if (id != id_) send_heartbeat(id, m.context());
+  return {};
 }
 
 void node::respond_read(const read_request& req) {

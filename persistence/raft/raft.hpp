@@ -178,7 +178,7 @@ class node {
   void handle_snapshot(const pb::Message& m);
   void handle_append_response(const pb::Message& m, progress& pr);
   void handle_heartbeat_response(const pb::Message& m, progress& pr);
-  void handle_read_index(const pb::Message& m);
+  result handle_read_index(const pb::Message& m);
 
   void become_follower(uint64_t term, uint64_t leader);
   void become_pre_candidate();

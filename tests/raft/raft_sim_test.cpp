@@ -55,10 +55,6 @@ struct member {
   uint64_t sm_hash = 0;
 };
 
-struct packet {
-  pb::Message m;
-};
-
 class simulation {
  public:
   simulation(uint64_t seed, int size) : seed_(seed), rng_(seed) {
@@ -288,12 +284,14 @@ class simulation {
   // ---- network and clock ----
 
   void send(const pb::Message& m) {
-    if (chance(loss_)) return dropped(m);
-    int copies = chance(dup_) ? 2 : 1;
+    // A lost message is still queued: the transport notices the loss later,
+    // never while the sender is in the middle of handling a Ready.
+    bool lost = chance(loss_);
+    int copies = !lost && chance(dup_) ? 2 : 1;
     for (int i = 0; i < copies; ++i) {
       uint64_t at = now_ + rng_() % (max_delay_ + 1);
       // The random tie-breaker reorders messages due at the same tick.
-      inflight_.emplace(std::make_pair(at, rng_()), m);
+      inflight_.emplace(std::make_pair(at, rng_()), std::make_pair(m, lost));
     }
   }
 
@@ -328,9 +326,12 @@ class simulation {
 
   void advance_clock() {
     while (ok() && !inflight_.empty() && inflight_.begin()->first.first <= now_) {
-      auto m = std::move(inflight_.begin()->second);
+      auto [m, lost] = std::move(inflight_.begin()->second);
       inflight_.erase(inflight_.begin());
-      deliver(m);
+      if (lost)
+        dropped(m);
+      else
+        deliver(m);
     }
     for (auto* m : up()) {
       if (!ok()) break;
@@ -456,7 +457,7 @@ class simulation {
   bool pre_vote_, check_quorum_;
   std::map<uint64_t, std::unique_ptr<member>> members_;
   std::map<uint64_t, int> groups_;  // partition: members talk within a group
-  std::multimap<std::pair<uint64_t, uint64_t>, pb::Message> inflight_;
+  std::multimap<std::pair<uint64_t, uint64_t>, std::pair<pb::Message, bool>> inflight_;
   uint64_t now_ = 0;
   uint64_t next_id_ = 0;
   uint64_t initial_size_ = 0;

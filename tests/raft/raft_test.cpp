@@ -3,6 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -23,12 +24,12 @@ struct member {
 
 class cluster {
  public:
-  explicit cluster(std::vector<uint64_t> ids, bool bootstrap = true) {
+  explicit cluster(std::vector<uint64_t> ids, size_t max_size = 1 << 20) : max_size_per_msg(max_size) {
     std::vector<peer> peers;
     for (auto id : ids) peers.push_back({id, "addr-" + std::to_string(id)});
     for (auto id : ids) {
       start(id);
-      if (bootstrap) at(id).bootstrap(peers);
+      at(id).bootstrap(peers);
     }
     settle();
   }
@@ -41,6 +42,7 @@ class cluster {
     cfg.id = id;
     cfg.seed = id;
     cfg.applied = applied;
+    cfg.max_size_per_msg = max_size_per_msg;
     members[id].applied.clear();
     members[id].raft = std::make_unique<node>(cfg, members[id].disk);
   }
@@ -66,7 +68,7 @@ class cluster {
       outbox.clear();
       for (auto& msg : msgs) {
         busy = true;
-        if (cut.count(msg.from()) || cut.count(msg.to())) continue;
+        if (cut.count(msg.from()) || cut.count(msg.to()) || (drop && drop(msg))) continue;
         auto it = members.find(msg.to());
         if (it == members.end() || !it->second.raft) continue;
         it->second.raft->step(msg);
@@ -106,6 +108,8 @@ class cluster {
   std::map<uint64_t, member> members;
   std::vector<pb::Message> outbox;
   std::set<uint64_t> cut;  // members whose messages are all lost
+  std::function<bool(const pb::Message&)> drop;  // and single messages lost
+  size_t max_size_per_msg = 1 << 20;
 };
 
 pb::ConfChange conf_change(pb::ConfChangeType type, uint64_t id) {
@@ -170,6 +174,58 @@ TEST_CASE("leader_does_not_commit_without_a_majority") {
   c.cut.clear();
   c.tick(1);
   CHECK(c.data(1) == std::vector<std::string>{"lonely"});
+}
+
+// Raft paper, figure 8: an entry of an earlier term stored on a majority is
+// not committed by counting, because a leader of a later term that lacks it
+// can still be elected and overwrite it.
+TEST_CASE("leader_never_commits_an_earlier_term_entry_by_counting_replicas") {
+  cluster c({1, 2, 3, 4, 5}, 1);  // one entry per append
+  c.elect(1);
+  uint64_t b = c.at(1).status().last_index;
+  auto append_of = [](const pb::Message& m, uint64_t index) {
+    return m.type() == pb::MSG_APP && m.entries_size() > 0 && m.entries(0).index() == index;
+  };
+  // (a) 1 replicates "old" (term T) to 2 only.
+  c.drop = [](const pb::Message& m) { return m.from() == 1 && m.to() > 2; };
+  REQUIRE(c.at(1).propose("old").ok());
+  c.settle();
+  c.drop = nullptr;
+  // (b) 1 crashes; 5 wins term T+1 with 3 and 4, writes its own b+1, crashes.
+  c.cut = {1};
+  for (uint64_t id : {2, 3, 4}) c.tick(id, 10);
+  c.drop = [](const pb::Message& m) { return m.from() == 5 && m.type() == pb::MSG_APP; };
+  c.elect(5);
+  c.drop = nullptr;
+  // (c) 1 restarts, wins term T+2 and gets "old" onto 3, but its own b+2
+  //     reaches nobody: "old" is on a majority, yet not committed.
+  c.cut = {5};
+  c.start(1);
+  for (uint64_t id : {2, 3, 4}) c.tick(id, 10);
+  // Lose b+2 wherever it would be accepted (probes that fail are harmless).
+  c.drop = [&](const pb::Message& m) {
+    return append_of(m, b + 2) && c.at(m.to()).log().last_index() >= b + 1;
+  };
+  c.elect(1);
+  c.settle();
+  CHECK(c.at(1).status().commit < b + 1);
+  CHECK(c.data(1).empty());
+  // (d) 1 crashes; 5 (last term T+1) wins and overwrites b+1 everywhere.
+  c.drop = nullptr;
+  c.cut = {1};
+  c.start(5);
+  for (uint64_t id : {2, 3, 4}) c.tick(id, 10);
+  c.elect(5);
+  c.cut.clear();
+  c.tick(5, 2);
+  for (uint64_t id : {1, 2, 3, 4}) {
+    auto& mine = c.state(id).applied;
+    auto& theirs = c.state(5).applied;
+    for (size_t i = 0; i < std::min(mine.size(), theirs.size()); ++i) {
+      CHECK(mine[i].index() == theirs[i].index());
+      CHECK(mine[i].term() == theirs[i].term());
+    }
+  }
 }
 
 TEST_CASE("pre_vote_keeps_an_isolated_member_from_raising_its_term") {

@@ -1,7 +1,8 @@
 #include "persistence/raft/log.hpp"
-#include "persistence/raft/invariant.hpp"
 
 #include <algorithm>
+
+#include "persistence/raft/invariant.hpp"
 
 namespace berth::raft {
 
@@ -192,7 +193,8 @@ void raft_log::commit_to(uint64_t index) {
 
 void raft_log::applied_to(uint64_t index) {
   if (index == 0) return;
-  BERTH_RAFT_INVARIANT(index <= committed_ && index >= applied_, "applied must only move forward, up to the commit index");
+  BERTH_RAFT_INVARIANT(index <= committed_ && index >= applied_,
+                       "applied must only move forward, up to the commit index");
   applied_ = index;
 }
 

@@ -6,9 +6,12 @@ namespace berth::raft {
 
 const char* to_string(progress_state s) {
   switch (s) {
-    case progress_state::probe: return "probe";
-    case progress_state::replicate: return "replicate";
-    case progress_state::snapshot: return "snapshot";
+    case progress_state::probe:
+      return "probe";
+    case progress_state::replicate:
+      return "replicate";
+    case progress_state::snapshot:
+      return "snapshot";
   }
   return "unknown";
 }
@@ -100,9 +103,12 @@ void progress::free_first_inflight_if_full() {
 
 bool progress::paused() const {
   switch (state_) {
-    case progress_state::probe: return probe_sent_;
-    case progress_state::replicate: return inflight_.size() >= max_inflight_;
-    case progress_state::snapshot: return true;
+    case progress_state::probe:
+      return probe_sent_;
+    case progress_state::replicate:
+      return inflight_.size() >= max_inflight_;
+    case progress_state::snapshot:
+      return true;
   }
   return true;
 }

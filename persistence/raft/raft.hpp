@@ -7,6 +7,10 @@
 // drains get_ready(): persist, send, apply, then advance(). See
 // docs/raft.md for the full contract. Modelled on etcd's raft.RawNode.
 //
+// Implemented in raft.cpp (API, Ready, membership), step.cpp (term rules,
+// follower and candidate), election.cpp (roles, campaigns) and leader.cpp
+// (replication, commit, ReadIndex, transfer).
+//
 // Not thread-safe. Errors are values (result); nothing throws. Broken
 // invariants (a bug in the core, or a shell that broke the contract) are
 // asserts.
@@ -28,14 +32,14 @@
 namespace berth::raft {
 
 struct config {
-  uint64_t id = 0;  // this member; never 0
-  int election_tick = 10;  // ticks without a leader before campaigning (randomized up to 2x)
-  int heartbeat_tick = 1;  // ticks between a leader's heartbeats
-  bool pre_vote = true;  // ask before campaigning, so a rejoining member does not disrupt
+  uint64_t id = 0;           // this member; never 0
+  int election_tick = 10;    // ticks without a leader before campaigning (randomized up to 2x)
+  int heartbeat_tick = 1;    // ticks between a leader's heartbeats
+  bool pre_vote = true;      // ask before campaigning, so a rejoining member does not disrupt
   bool check_quorum = true;  // a leader without a recent quorum steps down
-  size_t max_inflight_msgs = 256;  // appends in flight per follower while replicating
+  size_t max_inflight_msgs = 256;     // appends in flight per follower while replicating
   size_t max_size_per_msg = 1 << 20;  // bytes of entries per append (at least one entry)
-  uint64_t seed = 0;  // seeds election timeout randomization
+  uint64_t seed = 0;                  // seeds election timeout randomization
   // Index the shell's state machine had applied when it (re)started; at
   // least the storage's snapshot index is assumed.
   uint64_t applied = 0;
@@ -46,15 +50,15 @@ const char* to_string(role r);
 
 enum class errc {
   ok,
-  not_leader,             // result::leader names the leader, if known
-  no_leader,              // none known to forward to
-  transfer_in_progress,   // proposals wait until a leadership transfer ends
-  conf_change_pending,    // one membership change at a time
-  invalid_conf_change,    // adds a member or removes a non-member, or the last
-  not_member,             // this node was removed from the configuration
-  not_ready,              // read_index before the leader committed in its term
-  bootstrap_not_empty,    // bootstrap on a node that already has state
-  invalid_message,        // local message type, or from an unknown peer
+  not_leader,            // result::leader names the leader, if known
+  no_leader,             // none known to forward to
+  transfer_in_progress,  // proposals wait until a leadership transfer ends
+  conf_change_pending,   // one membership change at a time
+  invalid_conf_change,   // adds a member or removes a non-member, or the last
+  not_member,            // this node was removed from the configuration
+  not_ready,             // read_index before the leader committed in its term
+  bootstrap_not_empty,   // bootstrap on a node that already has state
+  invalid_message,       // local message type, or from an unknown peer
 };
 const char* to_string(errc e);
 

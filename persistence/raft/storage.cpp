@@ -1,15 +1,19 @@
 #include "persistence/raft/storage.hpp"
-#include "persistence/raft/invariant.hpp"
 
+#include "persistence/raft/invariant.hpp"
 
 namespace berth::raft {
 
 const char* to_string(storage_error e) {
   switch (e) {
-    case storage_error::none: return "none";
-    case storage_error::compacted: return "requested index is compacted";
-    case storage_error::unavailable: return "requested index is unavailable";
-    case storage_error::out_of_date: return "snapshot is out of date";
+    case storage_error::none:
+      return "none";
+    case storage_error::compacted:
+      return "requested index is compacted";
+    case storage_error::unavailable:
+      return "requested index is unavailable";
+    case storage_error::out_of_date:
+      return "snapshot is out of date";
   }
   return "unknown";
 }
@@ -77,7 +81,8 @@ void memory_storage::append(const std::vector<pb::Entry>& entries) {
   uint64_t last = entries.back().index();
   if (last < first) return;  // all already compacted
   auto begin = entries.begin();
-  if (first > entries.front().index()) begin += static_cast<std::ptrdiff_t>(first - entries.front().index());
+  if (first > entries.front().index())
+    begin += static_cast<std::ptrdiff_t>(first - entries.front().index());
   uint64_t at = begin->index() - offset();
   BERTH_RAFT_INVARIANT(at <= ents_.size(), "gap between stored and appended entries");
   ents_.resize(at);  // drop the conflicting suffix, if any

@@ -40,8 +40,7 @@ class memory_storage {
   void set_hard_state(const pb::HardState& hs) { hard_state_ = hs; }
 
   // Entries in [lo, hi), at most max_size bytes but always at least one.
-  storage_result<std::vector<pb::Entry>> entries(uint64_t lo, uint64_t hi,
-                                                 uint64_t max_size) const;
+  storage_result<std::vector<pb::Entry>> entries(uint64_t lo, uint64_t hi, uint64_t max_size) const;
   // Term of entry i; the snapshot's index and term are kept, so i may be it.
   storage_result<uint64_t> term(uint64_t i) const;
   uint64_t first_index() const { return offset() + 1; }

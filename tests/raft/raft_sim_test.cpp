@@ -43,12 +43,14 @@ uint64_t fnv(const std::string& s, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
-uint64_t entry_hash(const pb::Entry& e) { return fnv(e.data(), e.type() + 1); }
+uint64_t entry_hash(const pb::Entry& e) {
+  return fnv(e.data(), e.type() + 1);
+}
 
 // What one member has: a disk that survives crashes, and the volatile rest.
 struct member {
   uint64_t id = 0;
-  memory_storage disk;  // exactly what the shell persisted
+  memory_storage disk;         // exactly what the shell persisted
   std::unique_ptr<node> raft;  // null while crashed
   // The state machine: a running hash over every applied entry.
   uint64_t sm_index = 0;
@@ -134,8 +136,8 @@ class simulation {
 
  private:
   struct applied_entry {
-    uint64_t term;     // the entry's term
-    uint64_t hash;     // state machine hash after applying it
+    uint64_t term;         // the entry's term
+    uint64_t hash;         // state machine hash after applying it
     uint64_t commit_term;  // the applying leader's term when it first committed
   };
 
@@ -384,10 +386,11 @@ class simulation {
       totals.conf_changes += e.type() == pb::ENTRY_CONF_CHANGE && e.index() > initial_size_;
     }
     m.sm_hash = fnv(std::to_string(e.term()) + ":" + std::to_string(entry_hash(e)), m.sm_hash);
-    auto [it, fresh] = applied_.try_emplace(e.index(), applied_entry{e.term(), m.sm_hash, m.raft->term()});
+    auto [it, fresh] =
+        applied_.try_emplace(e.index(), applied_entry{e.term(), m.sm_hash, m.raft->term()});
     if (!fresh && (it->second.term != e.term() || it->second.hash != m.sm_hash))
-      fail("state machine safety: member " + std::to_string(m.id) + " applied a different entry at " +
-           std::to_string(e.index()));
+      fail("state machine safety: member " + std::to_string(m.id) +
+           " applied a different entry at " + std::to_string(e.index()));
   }
 
   bool fresh_index(uint64_t i) const { return applied_.find(i) == applied_.end(); }
@@ -505,4 +508,3 @@ TEST_CASE("raft_sim_random_schedules_keep_safety_and_recover_liveness") {
                        << totals.snapshots_installed << " snapshots installed, " << totals.crashes
                        << " crashes, " << totals.reads << " reads");
 }
-

@@ -1,14 +1,14 @@
 // node: the Raft behaviours, one scenario each, on a synchronous in-memory
 // network that delivers everything unless a member is cut off.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "persistence/raft/raft.hpp"
+
 #include <doctest/doctest.h>
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
-
-#include "persistence/raft/raft.hpp"
 
 using namespace berth::raft;
 
@@ -24,7 +24,8 @@ struct member {
 
 class cluster {
  public:
-  explicit cluster(std::vector<uint64_t> ids, size_t max_size = 1 << 20) : max_size_per_msg(max_size) {
+  explicit cluster(std::vector<uint64_t> ids, size_t max_size = 1 << 20)
+      : max_size_per_msg(max_size) {
     std::vector<peer> peers;
     for (auto id : ids) peers.push_back({id, "addr-" + std::to_string(id)});
     for (auto id : ids) {
@@ -107,7 +108,7 @@ class cluster {
 
   std::map<uint64_t, member> members;
   std::vector<pb::Message> outbox;
-  std::set<uint64_t> cut;  // members whose messages are all lost
+  std::set<uint64_t> cut;                        // members whose messages are all lost
   std::function<bool(const pb::Message&)> drop;  // and single messages lost
   size_t max_size_per_msg = 1 << 20;
 };
@@ -344,14 +345,16 @@ TEST_CASE("second_membership_change_is_refused_while_one_is_pending") {
   REQUIRE(c.at(1).propose_conf_change(conf_change(pb::ADD_NODE, 4)).ok());
   auto r = c.at(1).propose_conf_change(conf_change(pb::REMOVE_NODE, 3));
   CHECK(r.code == errc::conf_change_pending);
-  CHECK(c.at(1).propose_conf_change(conf_change(pb::ADD_NODE, 1)).code == errc::conf_change_pending);
+  CHECK(c.at(1).propose_conf_change(conf_change(pb::ADD_NODE, 1)).code ==
+        errc::conf_change_pending);
 }
 
 TEST_CASE("membership_change_that_changes_nothing_is_invalid") {
   cluster c({1, 2, 3});
   c.elect(1);
   c.tick(1);
-  CHECK(c.at(1).propose_conf_change(conf_change(pb::ADD_NODE, 2)).code == errc::invalid_conf_change);
+  CHECK(c.at(1).propose_conf_change(conf_change(pb::ADD_NODE, 2)).code ==
+        errc::invalid_conf_change);
   CHECK(c.at(1).propose_conf_change(conf_change(pb::REMOVE_NODE, 9)).code ==
         errc::invalid_conf_change);
 }

@@ -18,10 +18,6 @@ result node::step_leader(const pb::Message& m) {
       if (!quorum_active()) become_follower(term_, 0);
       for (auto& [id, pr] : prs_) pr.recent_active = id == id_;
       return {};
-    case pb::MSG_PROP: {
-      std::vector<pb::Entry> ents(m.entries().begin(), m.entries().end());
-      return append_entries(std::move(ents));
-    }
     case pb::MSG_READ_INDEX:
       return handle_read_index(m);
     case pb::MSG_TRANSFER_LEADER: {
@@ -254,7 +250,6 @@ void node::send(pb::Message m) {
     case pb::MSG_PRE_VOTE_RESP:
       BERTH_RAFT_INVARIANT(m.term() != 0, "election messages carry their term explicitly");
       break;
-    case pb::MSG_PROP:
     case pb::MSG_READ_INDEX:
     case pb::MSG_TRANSFER_LEADER:
       // Forwarded requests carry no term: they are valid in any.

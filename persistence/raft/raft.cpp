@@ -11,14 +11,16 @@ namespace berth::raft {
 
 namespace {
 
+// Messages peers never send: the node's own timers and reports, and
+// proposals (followers do not forward them; the shell redirects clients).
 bool is_local(pb::MessageType t) {
   return t == pb::MSG_HUP || t == pb::MSG_BEAT || t == pb::MSG_UNREACHABLE ||
-         t == pb::MSG_SNAP_STATUS || t == pb::MSG_CHECK_QUORUM;
+         t == pb::MSG_SNAP_STATUS || t == pb::MSG_CHECK_QUORUM || t == pb::MSG_PROP;
 }
 
 bool is_response(pb::MessageType t) {
   return t == pb::MSG_APP_RESP || t == pb::MSG_VOTE_RESP || t == pb::MSG_HEARTBEAT_RESP ||
-         t == pb::MSG_UNREACHABLE || t == pb::MSG_PRE_VOTE_RESP;
+         t == pb::MSG_PRE_VOTE_RESP;
 }
 
 bool same(const pb::HardState& a, const pb::HardState& b) {

@@ -43,7 +43,7 @@ result node::step_internal(const pb::Message& m) {
 
 // Applies Raft's term rules; false if the message is to be ignored.
 bool node::handle_term(const pb::Message& m) {
-  if (m.term() == 0) return true;  // local message, or a proposal/read forwarded
+  if (m.term() == 0) return true;  // local, or a forwarded read or transfer request
   if (m.term() > term_) {
     if (m.type() == pb::MSG_VOTE || m.type() == pb::MSG_PRE_VOTE) {
       bool force = m.context() == campaign_transfer;
@@ -104,8 +104,6 @@ void node::handle_vote_request(const pb::Message& m) {
 result node::step_candidate(const pb::Message& m) {
   auto my_response = role_ == role::pre_candidate ? pb::MSG_PRE_VOTE_RESP : pb::MSG_VOTE_RESP;
   switch (m.type()) {
-    case pb::MSG_PROP:
-      return fail(errc::not_leader, 0);
     case pb::MSG_READ_INDEX:
     case pb::MSG_TRANSFER_LEADER:
       return fail(errc::no_leader);
@@ -146,8 +144,6 @@ result node::step_candidate(const pb::Message& m) {
 
 result node::step_follower(const pb::Message& m) {
   switch (m.type()) {
-    case pb::MSG_PROP:
-      return fail(errc::not_leader, lead_);
     case pb::MSG_APP:
       election_elapsed_ = 0;
       lead_ = m.from();

@@ -22,7 +22,7 @@ result node::step_leader(const pb::Message& m) {
       return handle_read_index(m);
     case pb::MSG_TRANSFER_LEADER: {
       uint64_t to = m.from();
-      if (!prs_.count(to)) return fail(errc::invalid_message, lead_);
+      if (!prs_.count(to)) return fail(errc::unknown_peer, lead_);
       if (to == id_ || lead_transferee_ == to) return {};
       abort_transfer();       // a newer request replaces an older one
       election_elapsed_ = 0;  // the transfer gets one election timeout

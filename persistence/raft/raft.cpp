@@ -59,6 +59,8 @@ const char* to_string(errc e) {
       return "invalid membership change";
     case errc::not_member:
       return "this node is not a member of the cluster";
+    case errc::unknown_peer:
+      return "no such member";
     case errc::not_ready:
       return "leader has not committed an entry in its term yet";
     case errc::bootstrap_not_empty:

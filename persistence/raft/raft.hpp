@@ -56,6 +56,7 @@ enum class errc {
   conf_change_pending,   // one membership change at a time
   invalid_conf_change,   // adds a member or removes a non-member, or the last
   not_member,            // this node was removed from the configuration
+  unknown_peer,          // transfer to a node that is not a member
   not_ready,             // read_index before the leader committed in its term
   bootstrap_not_empty,   // bootstrap on a node that already has state
   invalid_message,       // local message type, or from an unknown peer

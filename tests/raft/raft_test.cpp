@@ -294,6 +294,26 @@ TEST_CASE("restarted_member_keeps_term_vote_and_log_and_reapplies_committed_entr
   CHECK(c.data(2) == std::vector<std::string>{"a"});
 }
 
+TEST_CASE("restart_with_applied_index_keeps_configuration_and_skips_applied_entries") {
+  cluster c({1, 2, 3});
+  c.elect(1);
+  c.at(1).propose("a");
+  c.settle();
+  c.tick(1);
+  uint64_t applied = c.at(2).status().applied;
+  c.start(2, applied);  // the state machine survived the crash
+  CHECK(c.at(2).conf_state().voters_size() == 3);
+  CHECK(c.at(2).status().applied == applied);
+  c.settle();
+  CHECK(c.data(2).empty());  // nothing handed out twice
+}
+
+TEST_CASE("transfer_to_a_non_member_is_refused") {
+  cluster c({1, 2, 3});
+  c.elect(1);
+  CHECK(c.at(1).transfer_leadership(7).code == errc::unknown_peer);
+}
+
 TEST_CASE("lagging_follower_is_restored_from_a_snapshot_after_compaction") {
   cluster c({1, 2, 3});
   c.elect(1);

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -64,6 +65,8 @@ class simulation {
     dup_ = chance(0.5) ? uniform(0.0, 0.05) : 0.0;
     max_delay_ = 1 + static_cast<int>(rng_() % 4);
     pre_vote_ = chance(0.8);
+    election_tick_ = 5 + static_cast<int>(rng_() % 11);
+    heartbeat_tick_ = 1 + static_cast<int>(rng_() % 3);
     check_quorum_ = chance(0.8);
     std::vector<peer> peers;
     for (int i = 1; i <= size; ++i) peers.push_back({static_cast<uint64_t>(i), address(i)});
@@ -91,6 +94,7 @@ class simulation {
     loss_ = dup_ = 0;
     max_delay_ = 1;
     groups_.clear();
+    one_way_.clear();
     for (auto& [id, m] : members_)
       if (!m->raft) restart(*m);
     uint64_t want_index = 0, want_term = 0;
@@ -170,6 +174,8 @@ class simulation {
     cfg.seed = rng_();
     cfg.pre_vote = pre_vote_;
     cfg.check_quorum = check_quorum_;
+    cfg.election_tick = election_tick_;
+    cfg.heartbeat_tick = heartbeat_tick_;
     // Small limits, so batching, pipelining and its window are exercised.
     cfg.max_inflight_msgs = 1 + rng_() % 4;
     cfg.max_size_per_msg = 64;
@@ -210,7 +216,11 @@ class simulation {
   void random_event() {
     auto live = up();
     if (chance(0.04)) partition();
-    if (chance(0.05)) groups_.clear();
+    if (chance(0.02)) one_way_.insert({pick(members_).first, pick(members_).first});
+    if (chance(0.05)) {
+      groups_.clear();
+      one_way_.clear();
+    }
     if (chance(0.02) && live.size() > 1) crash(*pick(live));
     if (chance(0.1)) {
       for (auto& [id, m] : members_)
@@ -233,6 +243,7 @@ class simulation {
   }
 
   bool connected(uint64_t a, uint64_t b) {
+    if (one_way_.count({a, b})) return false;
     if (groups_.empty()) return true;
     return groups_[a] == groups_[b];
   }
@@ -292,6 +303,8 @@ class simulation {
     int copies = !lost && chance(dup_) ? 2 : 1;
     for (int i = 0; i < copies; ++i) {
       uint64_t at = now_ + rng_() % (max_delay_ + 1);
+      // Rarely a message arrives very late, from an older term.
+      if (chance(0.005)) at += rng_() % (3 * election_tick_);
       // The random tie-breaker reorders messages due at the same tick.
       inflight_.emplace(std::make_pair(at, rng_()), std::make_pair(m, lost));
     }
@@ -460,6 +473,8 @@ class simulation {
   bool pre_vote_, check_quorum_;
   std::map<uint64_t, std::unique_ptr<member>> members_;
   std::map<uint64_t, int> groups_;  // partition: members talk within a group
+  std::set<std::pair<uint64_t, uint64_t>> one_way_;  // links cut in one direction
+  int election_tick_, heartbeat_tick_;
   std::multimap<std::pair<uint64_t, uint64_t>, std::pair<pb::Message, bool>> inflight_;
   uint64_t now_ = 0;
   uint64_t next_id_ = 0;

@@ -85,13 +85,17 @@ node::node(const config& cfg, memory_storage& storage)
   const auto& hs = storage.hard_state();
   term_ = hs.term();
   vote_ = hs.vote();
-  log_.commit_to(hs.commit());
+  // A commit-only hard state change is written without fsync, so the state
+  // machine may durably have applied beyond the commit index that survived
+  // a crash. Whatever was applied was committed.
+  uint64_t applied = std::max(cfg.applied, log_.first_index() - 1);
+  BERTH_RAFT_INVARIANT(applied <= log_.last_index(), "applied entries must be in storage");
+  log_.commit_to(std::max(hs.commit(), applied));
   prev_hard_ = hard();
   // Rebuild the configuration as of `applied`: the snapshot's, then the
   // changes after it that the state machine had already applied. Later
   // ones are applied again when handed out as committed entries.
   restore_conf(storage.snapshot().metadata().conf_state());
-  uint64_t applied = std::max(cfg.applied, log_.first_index() - 1);
   if (applied >= log_.first_index()) {
     auto ents = log_.slice(log_.first_index(), applied + 1, no_limit);
     BERTH_RAFT_INVARIANT(ents.ok(), "applied entries must be in storage");

@@ -60,7 +60,7 @@ struct member {
 
 class simulation {
  public:
-  simulation(uint64_t seed, int size) : seed_(seed), rng_(seed) {
+  simulation(uint64_t seed, int size) : rng_(seed) {
     loss_ = chance(0.7) ? uniform(0.0, 0.2) : 0.0;
     dup_ = chance(0.5) ? uniform(0.0, 0.05) : 0.0;
     max_delay_ = 1 + static_cast<int>(rng_() % 4);
@@ -68,6 +68,8 @@ class simulation {
     election_tick_ = 5 + static_cast<int>(rng_() % 11);
     heartbeat_tick_ = 1 + static_cast<int>(rng_() % 3);
     check_quorum_ = chance(0.8);
+    const uint64_t sizes[] = {1, 64, 1 << 20};  // one entry per append, a few, all
+    max_size_per_msg_ = sizes[rng_() % 3];
     std::vector<peer> peers;
     for (int i = 1; i <= size; ++i) peers.push_back({static_cast<uint64_t>(i), address(i)});
     initial_size_ = size;
@@ -117,6 +119,7 @@ class simulation {
   }
 
   bool ok() const { return failure_.empty(); }
+  const std::string& failure() const { return failure_; }
 
   // Each member's view, for failure reports.
   std::string describe() {
@@ -136,7 +139,6 @@ class simulation {
     }
     return os.str();
   }
-  const std::string& failure() const { return failure_; }
 
  private:
   struct applied_entry {
@@ -178,7 +180,7 @@ class simulation {
     cfg.heartbeat_tick = heartbeat_tick_;
     // Small limits, so batching, pipelining and its window are exercised.
     cfg.max_inflight_msgs = 1 + rng_() % 4;
-    cfg.max_size_per_msg = 64;
+    cfg.max_size_per_msg = max_size_per_msg_;
     // The state machine is rebuilt from the snapshot; the rest is re-applied.
     const auto& snap = m.disk.snapshot();
     cfg.applied = snap.metadata().index();
@@ -273,17 +275,18 @@ class simulation {
   void change_membership(member& l) {
     auto cs = l.raft->conf_state();
     pb::ConfChange cc;
-    if (cs.voters_size() <= 3 || (cs.voters_size() < 6 && chance(0.5))) {
-      uint64_t id = next_id_++;
-      add_member(id);  // starts empty; learns everything from the leader
+    bool add = cs.voters_size() <= 3 || (cs.voters_size() < 6 && chance(0.5));
+    if (add) {
       cc.set_type(pb::ADD_NODE);
-      cc.set_node_id(id);
-      cc.set_context(address(id));
+      cc.set_node_id(next_id_);
+      cc.set_context(address(next_id_));
     } else {
       cc.set_type(pb::REMOVE_NODE);
       cc.set_node_id(cs.voters(rng_() % cs.voters_size()));
     }
-    l.raft->propose_conf_change(cc);
+    // The new member starts empty and learns everything from the leader;
+    // it must exist before the leader's Ready is sent.
+    if (l.raft->propose_conf_change(cc).ok() && add) add_member(next_id_++);
     process_ready(l);
   }
 
@@ -466,7 +469,6 @@ class simulation {
     }
   }
 
-  uint64_t seed_;
   std::mt19937_64 rng_;
   double loss_, dup_;
   int max_delay_;
@@ -475,6 +477,7 @@ class simulation {
   std::map<uint64_t, int> groups_;  // partition: members talk within a group
   std::set<std::pair<uint64_t, uint64_t>> one_way_;  // links cut in one direction
   int election_tick_, heartbeat_tick_;
+  uint64_t max_size_per_msg_;
   std::multimap<std::pair<uint64_t, uint64_t>, std::pair<pb::Message, bool>> inflight_;
   uint64_t now_ = 0;
   uint64_t next_id_ = 0;
@@ -507,7 +510,7 @@ TEST_CASE("raft_sim_random_schedules_keep_safety_and_recover_liveness") {
   std::signal(SIGABRT, on_abort);
   uint64_t only = env_u64("BERTH_RAFT_SEED", 0);
   uint64_t first = only ? only : 1;
-  uint64_t count = only ? 1 : env_u64("BERTH_RAFT_SEEDS", 2000);
+  uint64_t count = only ? 1 : env_u64("BERTH_RAFT_SEEDS", 3000);
   int failures = 0;
   for (uint64_t seed = first; seed < first + count && failures < 5; ++seed) {
     std::string why = run_seed(seed);

@@ -308,6 +308,21 @@ TEST_CASE("restart_with_applied_index_keeps_configuration_and_skips_applied_entr
   CHECK(c.data(2).empty());  // nothing handed out twice
 }
 
+TEST_CASE("restart_with_applied_beyond_the_persisted_commit_index_trusts_applied") {
+  cluster c({1, 2, 3});
+  c.elect(1);
+  c.at(1).propose("a");
+  c.settle();
+  c.tick(1);
+  uint64_t applied = c.at(2).status().applied;
+  // The commit-only hard state write was not fsync'd and got lost.
+  auto hs = c.state(2).disk.hard_state();
+  hs.set_commit(1);
+  c.state(2).disk.set_hard_state(hs);
+  c.start(2, applied);
+  CHECK(c.at(2).status().commit == applied);
+}
+
 TEST_CASE("transfer_to_a_non_member_is_refused") {
   cluster c({1, 2, 3});
   c.elect(1);

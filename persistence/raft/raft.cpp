@@ -78,7 +78,7 @@ std::string result::message() const {
   return s;
 }
 
-node::node(const config& cfg, memory_storage& storage)
+node::node(const config& cfg, const memory_storage& storage)
     : id_(cfg.id), cfg_(cfg), rng_(cfg.seed), log_(storage) {
   BERTH_RAFT_INVARIANT(id_ != 0 && cfg.election_tick > cfg.heartbeat_tick && cfg.heartbeat_tick > 0,
                        "config: id must be set, 0 < heartbeat_tick < election_tick");

@@ -12,8 +12,8 @@
 // (replication, commit, ReadIndex, transfer).
 //
 // Not thread-safe. Errors are values (result); nothing throws. Broken
-// invariants (a bug in the core, or a shell that broke the contract) are
-// asserts.
+// invariants (a bug in the core, or a shell that broke the contract) abort,
+// in every build type (invariant.hpp).
 #pragma once
 
 #include <cstdint>
@@ -128,15 +128,16 @@ struct node_status {
 class node {
  public:
   // Restores from what the shell persisted in `storage` (hard state,
-  // snapshot, entries after it). `storage` must outlive the node.
-  node(const config& cfg, memory_storage& storage);
+  // snapshot, entries after it). The node only reads `storage`; the shell
+  // writes it after persisting each Ready. It must outlive the node.
+  node(const config& cfg, const memory_storage& storage);
 
   // First start of a new cluster: every initial member calls this with the
   // same peers. Members added later start empty and never bootstrap.
   result bootstrap(const std::vector<peer>& peers);
 
   void tick();
-  // A message from a peer. Local message types are refused.
+  // A message from a peer. Local message types and proposals are refused.
   result step(const pb::Message& m);
   result propose(std::string data);
   result propose_conf_change(const pb::ConfChange& cc);
@@ -161,7 +162,7 @@ class node {
   uint64_t term() const { return term_; }
   uint64_t leader() const { return lead_; }
   raft::role current_role() const { return role_; }
-  const raft_log& log() const { return log_; }
+  const raft_log& log() const { return log_; }  // read-only, for tests and diagnostics
 
  private:
   enum class vote_result { pending, won, lost };

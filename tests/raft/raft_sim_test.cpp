@@ -474,7 +474,7 @@ class simulation {
   int max_delay_;
   bool pre_vote_, check_quorum_;
   std::map<uint64_t, std::unique_ptr<member>> members_;
-  std::map<uint64_t, int> groups_;  // partition: members talk within a group
+  std::map<uint64_t, int> groups_;                   // partition: members talk within a group
   std::set<std::pair<uint64_t, uint64_t>> one_way_;  // links cut in one direction
   int election_tick_, heartbeat_tick_;
   uint64_t max_size_per_msg_;

@@ -361,6 +361,8 @@ class simulation {
 
   // ---- the shell: persist, send, apply ----
 
+  // The shell's loop; every step (tick, delivery, request) ends here, so the
+  // safety checks run after each one.
   void process_ready(member& m) {
     while (ok() && m.raft->has_ready()) {
       ready rd = m.raft->get_ready();
@@ -380,8 +382,8 @@ class simulation {
       for (const auto& rs : rd.read_states) check_read(m, rs);
       totals.reads += rd.read_states.size();
       m.raft->advance();
-      check_all();
     }
+    check_all();
   }
 
   void restore(member& m, const pb::Snapshot& snap) {

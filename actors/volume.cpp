@@ -220,7 +220,13 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
                           "runs a healthy controller instance"));
     return;
   }
-  csi_step(self, ctx.controller, ctrl_publish_atom::value, req,
+  // The attachment is per volume and node, shared by every claim there: it
+  // is read-only exactly when the access mode allows no writer, so each
+  // claim's ControllerPublishVolume repeats the same arguments (idempotent,
+  // same publish context) and only the last claim's release detaches it.
+  auto attach = req;
+  attach.set_read_only(!allows_writers(c->access_mode()));
+  csi_step(self, ctx.controller, ctrl_publish_atom::value, std::move(attach),
            [node_publish, req](v1::NodeVolumeResult r) mutable {
              *req.mutable_publish_context() = r.publish_context();
              node_publish(std::move(req));

@@ -507,14 +507,17 @@ std::optional<failure> advance_claim(v1::Volume& v, const std::string& alloc_id,
 }
 
 std::optional<failure> free_claim(v1::Volume& v, const std::string& alloc_id) {
-  auto* c = find_claim_mut(v, alloc_id);
-  if (c == nullptr) return std::nullopt;  // already freed
-  if (c->state() != v1::CLAIM_READY_TO_FREE)
-    return refused(volume_name(v) + ": the claim of alloc " + quoted(alloc_id) + " is " +
-                   std::string(name_of(c->state())) + ", not ready-to-free");
   auto* claims = v.mutable_claims();
-  claims->erase(claims->begin() + (c - &*claims->begin()));
-  return std::nullopt;
+  for (int i = 0; i < claims->size(); ++i) {
+    const auto& c = claims->Get(i);
+    if (c.alloc_id() != alloc_id) continue;
+    if (c.state() != v1::CLAIM_READY_TO_FREE)
+      return refused(volume_name(v) + ": the claim of alloc " + quoted(alloc_id) + " is " +
+                     std::string(name_of(c.state())) + ", not ready-to-free");
+    claims->DeleteSubrange(i, 1);
+    return std::nullopt;
+  }
+  return std::nullopt;  // already freed
 }
 
 // --- registration ------------------------------------------------------------

@@ -301,6 +301,19 @@ TEST_SUITE("claims") {
     CHECK_FALSE(other_publications_on_node(v, "n1", "a1"));
   }
 
+  TEST_CASE("freeing_one_claim_keeps_the_others_in_order") {
+    auto p = monolith_on({"n1"});
+    auto v = volume(v1::MULTI_NODE_MULTI_WRITER);
+    for (auto a : {"a1", "a2", "a3"}) REQUIRE_FALSE(claim(v, req(a, "n1", true), &p));
+    release_fully(v, "a2");
+    REQUIRE(v.claims_size() == 2);
+    CHECK(v.claims(0).alloc_id() == "a1");
+    CHECK(v.claims(1).alloc_id() == "a3");
+    release_fully(v, "a3");
+    release_fully(v, "a1");
+    CHECK(v.claims().empty());
+  }
+
   TEST_CASE("releasing_an_unknown_alloc_is_not_found") {
     auto v = volume(v1::SINGLE_NODE_WRITER);
     auto r = release(v, "nope", "alloc-stopped", 1);

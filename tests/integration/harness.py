@@ -13,6 +13,9 @@ import urllib.request
 
 BERTHD = os.environ.get("BERTHD_BIN", "berthd")
 BERTH = os.environ.get("BERTH_BIN", "berth")
+# --dev starts berth-hostpath; tell it which binary when the build says.
+HOSTPATH_ARGS = (["--hostpath-bin", os.environ["BERTH_HOSTPATH_BIN"]]
+                 if os.environ.get("BERTH_HOSTPATH_BIN") else [])
 
 
 class Agent:
@@ -30,7 +33,7 @@ class Agent:
         self.log = log
         self.proc = subprocess.Popen(
             [BERTHD, "--dev", "--data-dir", self.data_dir, "--port", str(port),
-             "--metrics-port", "0"] + self.extra_args,
+             "--metrics-port", "0"] + HOSTPATH_ARGS + self.extra_args,
             stdout=subprocess.PIPE, stderr=log, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"127\.0\.0\.1:(\d+)", line)

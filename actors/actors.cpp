@@ -28,6 +28,15 @@ failure to_failure(const caf::error& e) {
 void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<pb<v1::Request>>("berth.v1.Request");
   cfg.add_message_type<pb<v1::Response>>("berth.v1.Response");
+  cfg.add_message_type<pb<v1::ServerList>>("berth.v1.ServerList");
+  cfg.add_message_type<pb<v1::ServerInfo>>("berth.v1.ServerInfo");
+  cfg.add_message_type<pb<v1::RaftStatus>>("berth.v1.RaftStatus");
+  cfg.add_message_type<pb<v1::LogEntry>>("berth.v1.LogEntry");
+  cfg.add_message_type<pb<v1::Volume>>("berth.v1.Volume");
+  cfg.add_message_type<pb<v1::NodeVolumeRequest>>("berth.v1.NodeVolumeRequest");
+  cfg.add_message_type<pb<v1::NodeVolumeResult>>("berth.v1.NodeVolumeResult");
+  cfg.add_message_type<pb<raft::v1::Message>>("berth.raft.v1.Message");
+  cfg.add_message_type<node_actor>("berth.node_actor");
 }
 
 }  // namespace berth

@@ -39,7 +39,9 @@
 #include "messages/api.pb.h"
 #include "messages/berth.pb.h"
 #include "messages/model.hpp"
+#include "messages/raft.pb.h"
 #include "persistence/log_store.hpp"
+#include "persistence/state_store.hpp"
 
 namespace berth::csi {
 class client;
@@ -62,8 +64,16 @@ using ctrl_unpublish_atom = caf::atom_constant<caf::atom("ctrlunpub")>;
 using deregister_atom = caf::atom_constant<caf::atom("deregistr")>;
 using digest_atom = caf::atom_constant<caf::atom("digest")>;
 using fingerprint_atom = caf::atom_constant<caf::atom("fingerpr")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using following_atom = caf::atom_constant<caf::atom("following")>;
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using leading_atom = caf::atom_constant<caf::atom("leading")>;
+using load_atom = caf::atom_constant<caf::atom("load")>;
 using node_atom = caf::atom_constant<caf::atom("node")>;
 using propose_atom = caf::atom_constant<caf::atom("propose")>;
+using raft_atom = caf::atom_constant<caf::atom("raft")>;
+using remove_atom = caf::atom_constant<caf::atom("remove")>;
+using transfer_atom = caf::atom_constant<caf::atom("transfer")>;
 using publish_atom = caf::atom_constant<caf::atom("publish")>;
 using register_atom = caf::atom_constant<caf::atom("register")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
@@ -113,11 +123,6 @@ failure to_failure(const caf::error& e);
 
 // --- in-process messages ----------------------------------------------------
 
-// Entries handed to the log writer in one durable transaction.
-struct log_batch {
-  std::vector<log_record> records;
-};
-
 // Committed entries, in index order, for the state machine to apply.
 struct committed_batch {
   std::vector<std::pair<uint64_t, std::string>> entries;  // index, LogEntry bytes
@@ -140,7 +145,7 @@ struct csi_job {
 
 }  // namespace berth
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::log_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::state_contents)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::committed_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_outcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_job)
@@ -149,12 +154,6 @@ namespace berth {
 
 // --- interfaces ---------------------------------------------------------------
 
-// Owns the durable log file; runs detached because every write fsyncs.
-using log_writer_actor = caf::typed_actor<
-    // Writes a batch in one transaction and fsyncs; replies with the last
-    // index written.  A failed write is fatal to berthd (fail-stop).
-    caf::replies_to<append_atom, log_batch>::with<uint64_t>>;
-
 // Owns the state tables; runs detached.
 using state_machine_actor = caf::typed_actor<
     // Applies committed entries with the applied index in one transaction.
@@ -162,17 +161,37 @@ using state_machine_actor = caf::typed_actor<
     // Replies with the applied index.
     caf::replies_to<applied_atom>::with<uint64_t>,
     // Replies with the applied index and a digest of the state tables.
-    caf::replies_to<digest_atom>::with<uint64_t, std::string>>;
+    caf::replies_to<digest_atom>::with<uint64_t, std::string>,
+    // Replies with everything in the state tables (after every apply sent
+    // before this request).
+    caf::replies_to<load_atom>::with<state_contents>>;
 
-// The replicated log: orders and makes durable every state change.  In this
-// version it has a single member (the local disk); the Raft issue replaces
-// the implementation, not this interface.
+// The replicated log: Raft across the servers (one member in --dev),
+// durable in SQLite.  Runs detached: it fsyncs.  Published on the raft port
+// for the other servers.
 using replicated_log_actor = caf::typed_actor<
     // Appends an entry; replies with its index once it is committed
-    // (durable on a majority).  Entries that arrive while a write is in
-    // flight share the next write (group commit).  Committed entries are
-    // handed to the state machine in index order.
-    caf::replies_to<propose_atom, pb<v1::LogEntry>>::with<uint64_t>>;
+    // (durable on a majority).  Entries that arrive while an fsync runs
+    // share the next one (group commit).  Committed entries go to the state
+    // machine in index order.  Fails when this server does not lead.
+    caf::replies_to<propose_atom, pb<v1::LogEntry>>::with<uint64_t>,
+    // A Raft message from a peer server.
+    caf::reacts_to<raft_atom, pb<raft::v1::Message>>,
+    // Bootstrap discovery: a server announces the servers it knows; the
+    // reply lists the ones this server knows.
+    caf::replies_to<hello_atom, pb<v1::ServerList>>::with<pb<v1::ServerList>>,
+    // Replies with this server's view of the log and its members.
+    caf::replies_to<status_atom>::with<pb<v1::RaftStatus>>,
+    // Removes a member (by server name) through a committed configuration
+    // change; replies with what was done.
+    caf::replies_to<remove_atom, std::string>::with<std::string>,
+    // Hands leadership to a member (by name; "" = the most up to date
+    // other); replies with what was asked.
+    caf::replies_to<transfer_atom, std::string>::with<std::string>,
+    // Timer: drives Raft's elections and heartbeats.
+    caf::reacts_to<tick_atom>,
+    // Group commit: persists, sends and applies what Raft made ready.
+    caf::reacts_to<flush_atom>>;
 
 // One CSI plugin connection on a node; runs detached because gRPC calls
 // block.  Calls to one plugin are thus serialized.
@@ -253,11 +272,26 @@ using leader_actor = caf::typed_actor<
     // A node actor (a berth client) serves the node with this id.
     caf::reacts_to<node_atom, std::string, node_actor>>;
 
-// Published on the server's port for the shell: the one stable entry point
-// (a single handler, so shells and servers of other versions still connect).
+// What a server publishes on its port for the shell and for clients.
 using api_actor = caf::typed_actor<
-    // Executes one request on the leader and replies with its response.
-    caf::replies_to<api_atom, pb<v1::Request>>::with<pb<v1::Response>>>;
+    // Executes one request on the leader (forwarding it when this server
+    // follows) and replies with its response.
+    caf::replies_to<api_atom, pb<v1::Request>>::with<pb<v1::Response>>,
+    // A client's node actor serves the node with this id (sent again on
+    // every fingerprint, so a new leader learns it).
+    caf::reacts_to<node_atom, std::string, node_actor>>;
+
+// The server actor: the api (published), plus what the replicated log
+// tells it about leadership.  It runs the leader actor while this server
+// leads, and forwards to the leader's server otherwise.
+using server_actor = api_actor::extend<
+    // This server now leads and the state machine holds everything
+    // committed: start the leader actor with it.
+    caf::reacts_to<leading_atom, state_contents>,
+    // Another server (or none, id 0) leads: stop the leader actor, forward.
+    caf::reacts_to<following_atom, uint64_t, pb<v1::ServerInfo>>,
+    // At start: the replicated log this server runs (spawned after it).
+    caf::reacts_to<replicated_log_actor>>;
 
 // Registers the message types that cross the network with a CAF config.
 void add_message_types(caf::actor_system_config& cfg);

@@ -2,6 +2,11 @@
 
 #include <filesystem>
 
+#include <set>
+
+#include <caf/io/middleman.hpp>
+#include <caf/io/middleman_actor.hpp>
+
 #include "actors/csi_plugin.hpp"
 #include "csi/client.hpp"
 
@@ -156,7 +161,8 @@ void fingerprint(self_ptr self) {
           f->set_node_id(st.config.node_id);
           f->set_type(p.type);
           *f->mutable_instance() = inst;
-          self->request(st.leader, std::chrono::seconds(30), api_atom::value, wrap(std::move(req)))
+          if (!st.api) return;
+          self->request(st.api, std::chrono::seconds(30), api_atom::value, wrap(std::move(req)))
               .then(
                   [self, p, key](pb<v1::Response>& r) {
                     // Remember only what the leader accepted; otherwise the
@@ -166,6 +172,31 @@ void fingerprint(self_ptr self) {
                   [](caf::error&) {});
         });
   }
+}
+
+// Client mode: connect to the next server of the list (asynchronously).
+void connect_server(self_ptr self) {
+  auto& st = self->state;
+  if (st.api || st.connecting || st.config.servers.empty()) return;
+  auto address = st.config.servers[st.next_server++ % st.config.servers.size()];
+  auto colon = address.rfind(':');
+  auto host = address.substr(0, colon);
+  auto port = static_cast<uint16_t>(std::stoi(address.substr(colon + 1)));
+  st.connecting = true;
+  self->request(self->system().middleman().actor_handle(), std::chrono::seconds(5),
+                caf::connect_atom::value, host, port)
+      .then(
+          [self](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
+            self->state.connecting = false;
+            if (!ptr) return;
+            self->state.api = caf::actor_cast<api_actor>(ptr);
+            self->monitor(self->state.api);
+            // A new server may front a new leader: report everything again.
+            self->state.reported.clear();
+            self->send(self->state.api, node_atom::value, self->state.config.node_id,
+                       caf::actor_cast<node_actor>(self));
+          },
+          [self](caf::error&) { self->state.connecting = false; });
 }
 
 }  // namespace
@@ -190,14 +221,16 @@ std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag
   return p;
 }
 
-node_actor::behavior_type node(self_ptr self, node_config config, leader_actor leader) {
+node_actor::behavior_type node(self_ptr self, node_config config, api_actor api) {
   auto& st = self->state;
   st.config = std::move(config);
-  st.leader = std::move(leader);
+  st.api = std::move(api);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    if (self->state.api && self->state.api.address() == dm.source) self->state.api = nullptr;
+  });
   for (const auto& p : st.config.plugins)
     st.connections.emplace(p.id, self->spawn<caf::detached + caf::linked>(
                                      csi_plugin, p.endpoint, st.config.csi_timeout));
-  self->send(st.leader, node_atom::value, st.config.node_id, caf::actor_cast<node_actor>(self));
   self->send(self, tick_atom::value);
   return {
       [self](publish_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
@@ -356,6 +389,11 @@ node_actor::behavior_type node(self_ptr self, node_config config, leader_actor l
         return rp;
       },
       [self](tick_atom) {
+        auto& st = self->state;
+        connect_server(self);
+        // Registered again every round: a new leader learns this node.
+        if (st.api)
+          self->send(st.api, node_atom::value, st.config.node_id, caf::actor_cast<node_actor>(self));
         fingerprint(self);
         self->delayed_send(self, self->state.config.fingerprint_interval, tick_atom::value);
       },

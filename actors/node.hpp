@@ -29,19 +29,26 @@ struct node_config {
   std::vector<node_plugin> plugins;
   std::chrono::milliseconds fingerprint_interval{5000};
   std::chrono::milliseconds csi_timeout{30000};
+  // Client mode: the servers' shell endpoints (HOST:PORT) to register with;
+  // any of them forwards to the leader.  Empty in --dev (local server).
+  std::vector<std::string> servers;
 };
 
 struct node_state {
   node_config config;
-  leader_actor leader;
+  api_actor api;            // a server (forwarding to the leader)
+  size_t next_server = 0;   // client mode: which server to try next
+  bool connecting = false;
   std::map<std::string, csi_plugin_actor> connections;
   std::map<std::string, v1::PluginInstance> instances;  // last probed
   std::map<std::string, std::string> reported;          // last reported, serialized
   static inline const char* name = "node";
 };
 
+// `api`: the local server in --dev; invalid in client mode (the node
+// connects to config.servers, and to the next one when its server fails).
 node_actor::behavior_type node(node_actor::stateful_pointer<node_state> self, node_config config,
-                               leader_actor leader);
+                               api_actor api);
 
 // Parses "--plugin ID=TYPE:SOCKET" (SOCKET: a path or unix:///path).
 std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag);

@@ -22,6 +22,7 @@ state_machine_actor::behavior_type state_machine(
         }
       },
       [self](applied_atom) -> uint64_t { return self->state.store->applied_index(); },
+      [self](load_atom) -> state_contents { return self->state.store->load(); },
       [self](digest_atom) -> std::tuple<uint64_t, std::string> {
         return {self->state.store->applied_index(), self->state.store->digest()};
       },

@@ -8,12 +8,10 @@
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>
 
-#include "actors/api.hpp"
-#include "actors/leader.hpp"
 #include "actors/metrics.hpp"
-#include "actors/log_writer.hpp"
 #include "actors/node.hpp"
-#include "actors/replicated_log.hpp"
+#include "actors/raft_log.hpp"
+#include "actors/server.hpp"
 #include "actors/state_machine.hpp"
 #include "apps/berthd/dev_plugin.hpp"
 #include "apps/berthd/metrics_server.hpp"
@@ -21,6 +19,8 @@
 namespace berth {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 std::string host_name() {
   char buf[256] = {0};
@@ -31,17 +31,14 @@ std::string host_name() {
 
 // The node actor's configuration from the options; --dev without --plugin
 // starts berth-hostpath and uses it.
-node_config client_config(const agent_options& opts) {
-  namespace fs = std::filesystem;
+node_config client_config(const agent_options& opts, const std::string& name) {
   node_config cfg;
-  cfg.node_id = opts.node_name.empty() ? host_name() : opts.node_name;
-  if (!valid_id(cfg.node_id))
-    throw std::runtime_error("node name '" + cfg.node_id +
-                             "' is not a valid id (1-128 of A-Z a-z 0-9 _ . -); pass --node-name");
+  cfg.node_id = name;
   cfg.csi_root = opts.csi_root.empty() ? (fs::path(opts.data_dir) / "csi").string() : opts.csi_root;
   cfg.fingerprint_interval =
       std::chrono::milliseconds(static_cast<int64_t>(opts.fingerprint_interval * 1000));
   cfg.csi_timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.csi_timeout * 1000));
+  cfg.servers = opts.servers;
   for (const auto& flag : opts.plugin_flags) {
     auto p = parse_plugin_flag(flag);
     if (auto* err = std::get_if<std::string>(&p)) throw std::runtime_error(*err);
@@ -54,66 +51,98 @@ node_config client_config(const agent_options& opts) {
   return cfg;
 }
 
+struct stores {
+  std::shared_ptr<log_store> log;
+  std::shared_ptr<state_store> state;
+  uint64_t applied = 0;
+  size_t volumes = 0;
+  size_t plugins = 0;
+};
+
+// Opens the durable log and the state tables and brings the tables up to
+// the log's commit index (they may lag after a crash).
+stores open_stores(const std::string& data_dir) {
+  stores s;
+  try {
+    s.log = std::make_shared<log_store>((fs::path(data_dir) / "log.db").string());
+    s.state = std::make_shared<state_store>((fs::path(data_dir) / "state.db").string());
+    auto missing = committed_after(*s.log, s.state->applied_index());
+    if (!missing.empty()) s.state->apply(missing);
+    auto contents = s.state->load();
+    s.applied = contents.applied_index;
+    s.volumes = contents.volumes.size();
+    s.plugins = contents.plugins.size();
+  } catch (const sql::sqlite_error& e) {
+    throw std::runtime_error(std::string(e.what()) +
+                             " (if the file is damaged, move it away and restore a snapshot or "
+                             "rejoin the cluster)");
+  }
+  return s;
+}
+
+// Publishes a typed handle (so that peers can check its interface).
+template <class Handle>
+uint16_t publish(caf::actor_system& sys, const Handle& whom, const std::string& bind,
+                 uint16_t port, const char* what, const char* flag) {
+  auto res = sys.middleman().publish(whom, port, bind.c_str(), true);
+  if (!res)
+    throw std::runtime_error("cannot listen on " + bind + ":" + std::to_string(port) + " for the " +
+                             what + ": " + sys.render(res.error()) +
+                             " (is another berthd running? choose another " + flag + ")");
+  return *res;
+}
+
 }  // namespace
 
 agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
-  namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(opts.data_dir, ec);
   if (ec)
     throw std::runtime_error("cannot create the data directory " + opts.data_dir + ": " +
                              ec.message() + " (pass a writable --data-dir)");
-  std::shared_ptr<log_store> log;
-  std::shared_ptr<state_store> state;
-  state_contents contents;
-  try {
-    log = std::make_shared<log_store>((fs::path(opts.data_dir) / "log.db").string());
-    state = std::make_shared<state_store>((fs::path(opts.data_dir) / "state.db").string());
-    // Recovery: the state tables may lag the durable log after a crash;
-    // apply what is missing before anything is served.
-    auto applied = state->applied_index();
-    auto last = log->last_index();
-    while (applied < last) {
-      std::vector<std::pair<uint64_t, std::string>> batch;
-      for (auto& r : log->read(applied + 1, last, 10000))
-        batch.emplace_back(r.index, std::move(r.data));
-      if (batch.empty())
-        throw std::runtime_error(log->path() + " has no entries after " +
-                                 std::to_string(applied) + " but its last index is " +
-                                 std::to_string(last) +
-                                 "; the log is damaged (restore a snapshot)");
-      state->apply(batch);
-      applied = batch.back().first;
-    }
-    contents = state->load();
-    if (contents.applied_index < last)
-      throw std::runtime_error(state->path() + " is behind the log after recovery");
-  } catch (const sql::sqlite_error& e) {
-    throw std::runtime_error(std::string(e.what()) +
-                             " (if the file is damaged, move it away and restore a snapshot)");
-  }
   agent_started started;
-  started.applied_index = contents.applied_index;
-  started.volumes = contents.volumes.size();
-  started.plugins = contents.plugins.size();
-  auto last_index = std::max<uint64_t>(log->last_index(), contents.applied_index);
+  started.name = opts.name.empty() ? host_name() : opts.name;
+  if (!valid_id(started.name))
+    throw std::runtime_error("name '" + started.name +
+                             "' is not a valid id (1-128 of A-Z a-z 0-9 _ . -); pass --name");
   auto stats = make_metrics();
-  stats->restored(last_index, contents.applied_index);
-  auto writer = sys.spawn<caf::detached>(log_writer, log, stats);
-  auto machine = sys.spawn<caf::detached>(state_machine, state, stats);
-  auto rlog = sys.spawn(replicated_log, last_index, writer, machine);
-  auto lead = sys.spawn(leader, rlog, std::move(contents), stats);
-  auto endpoint = sys.spawn(api, lead, stats);
-  auto port = sys.middleman().publish(endpoint, opts.port, opts.bind.c_str(), true);
-  if (!port)
-    throw std::runtime_error("cannot listen on " + opts.bind + ":" + std::to_string(opts.port) +
-                             ": " + sys.render(port.error()) +
-                             " (is another berthd running? choose another --port)");
-  started.port = *port;
-  auto client = client_config(opts);
-  started.node_name = client.node_id;
-  for (const auto& p : client.plugins) started.plugin_ids.push_back(p.id);
-  sys.spawn(node, std::move(client), lead);
+  api_actor api;
+  if (opts.dev || opts.server) {
+    auto s = open_stores(opts.data_dir);
+    started.applied_index = s.applied;
+    started.volumes = s.volumes;
+    started.plugins = s.plugins;
+    stats->restored(s.log->last_index(), s.applied);
+    auto machine = sys.spawn<caf::detached>(state_machine, s.state, stats);
+    auto front = sys.spawn(server, machine, stats);
+    started.port = publish(sys, front, opts.bind,
+                           opts.port, "shell endpoint", "--port");
+    raft_options ro;
+    ro.self.set_name(started.name);
+    ro.self.set_api_address(opts.bind + ":" + std::to_string(started.port));
+    ro.bootstrap_expect = opts.dev ? 1 : opts.bootstrap_expect;
+    ro.join = opts.join;
+    ro.tick = std::chrono::milliseconds(static_cast<int64_t>(opts.raft_tick * 1000));
+    if (opts.server) {
+      // The raft address is part of the server's identity in the cluster
+      // configuration, so it must be known before the log starts.
+      if (opts.raft_port == 0)
+        throw std::runtime_error("--raft-port must be a fixed port (the other servers store it)");
+      ro.self.set_raft_address(opts.bind + ":" + std::to_string(opts.raft_port));
+    }
+    auto log = sys.spawn<caf::detached>(raft_log, ro, s.log, s.applied, machine, front, stats);
+    if (opts.server) {
+      started.raft_port = publish(sys, log, opts.bind,
+                                  opts.raft_port, "replicated log", "--raft-port");
+    }
+    caf::anon_send(front, log);
+    api = front;
+  }
+  if (opts.dev || opts.client) {
+    auto client = client_config(opts, started.name);
+    for (const auto& p : client.plugins) started.plugin_ids.push_back(p.id);
+    sys.spawn(node, std::move(client), api);
+  }
   started.metrics_port = serve_metrics(opts.metrics_bind, opts.metrics_port, stats->registry());
   return started;
 }

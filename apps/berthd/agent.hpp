@@ -1,5 +1,7 @@
-// Starting a berthd: opens the data directory, recovers the state tables
-// from the durable log, spawns the actors and publishes the shell endpoint.
+// Starting a berthd: a server (the control plane: replicated log, state
+// machine, server actor and, while it leads, the leader actor), a client
+// (a node actor and its plugins), or both in one process (--dev: a
+// single-member cluster).
 #pragma once
 
 #include <cstdint>
@@ -15,14 +17,20 @@ namespace berth {
 
 struct agent_options {
   bool dev = false;
+  bool server = false;
+  bool client = false;
+  std::string name;  // this berthd: server name and node id (default: host name)
   std::string data_dir;
   std::string bind = "127.0.0.1";
-  uint16_t port = 4747;
+  uint16_t port = 4747;       // the shell endpoint
+  uint16_t raft_port = 4748;  // servers: the replicated log
+  size_t bootstrap_expect = 1;
+  std::vector<std::string> join;     // servers: other servers' raft addresses
+  std::vector<std::string> servers;  // clients: servers' shell endpoints
+  double raft_tick = 0.1;            // seconds
   std::string metrics_bind = "127.0.0.1";
   uint16_t metrics_port = 4746;
   int scheduler_threads = 2;
-  // The client side: this host's node actor and its plugins.
-  std::string node_name;                 // default: the host name
   std::vector<std::string> plugin_flags;  // --plugin ID=TYPE:SOCKET
   std::string csi_root;                   // default: DATA/csi
   double fingerprint_interval = 5;        // seconds
@@ -32,11 +40,12 @@ struct agent_options {
 
 struct agent_started {
   uint16_t port = 0;
+  uint16_t raft_port = 0;
   uint16_t metrics_port = 0;
   uint64_t applied_index = 0;
   size_t volumes = 0;
   size_t plugins = 0;
-  std::string node_name;
+  std::string name;
   std::vector<std::string> plugin_ids;
 };
 

@@ -1,6 +1,6 @@
-// berthd: the berth agent.  In --dev mode one process is the whole cluster:
-// a single-member control plane (leader, volume and plugin actors, durable
-// log) serving the shell on --bind:--port.
+// berthd: the berth agent.  A server (control plane, 3 or 5 per cluster), a
+// client (one per host with CSI plugins), or --dev: both in one process, a
+// single-member cluster.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -14,38 +14,74 @@
 #include "actors/actors.hpp"
 #include "apps/berthd/agent.hpp"
 
+namespace {
+
+void split_commas(std::vector<std::string>& xs) {
+  std::vector<std::string> out;
+  for (const auto& x : xs) {
+    size_t start = 0;
+    while (start <= x.size()) {
+      auto comma = x.find(',', start);
+      auto part = x.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (!part.empty()) out.push_back(part);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  xs = std::move(out);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   berth::agent_options opts;
   CLI::App app{
       "berthd: the berth agent. Manages CSI volumes, plugins and claims.\n"
-      "Run `berthd --dev` for a single-process cluster (server and client in one),\n"
-      "then talk to it with the shell: `berth volume status`."};
-  app.set_config("--config", "", "Read options from this TOML/INI file (keys are the long option names, e.g. port = 4747)");
-  app.add_flag("--dev", opts.dev,
-               "Development mode: one process acts as the whole cluster (a single-member control "
-               "plane); state is durable in --data-dir");
+      "  berthd --dev                       one process is the whole cluster (try this first)\n"
+      "  berthd --server --name s1 ...      a server of the control plane (3 or 5 per cluster)\n"
+      "  berthd --client --name n1 ...      a host with CSI plugins\n"
+      "Talk to any of them with the shell: `berth volume status`."};
+  app.set_config("--config", "",
+                 "Read options from this TOML/INI file (keys are the long option names, e.g. "
+                 "port = 4747)");
+  auto* mode = app.add_option_group("mode", "What this berthd is");
+  mode->add_flag("--dev", opts.dev,
+                 "Development: server and client in one process, a single-member cluster; "
+                 "starts berth-hostpath unless --plugin is given");
+  mode->add_flag("--server", opts.server, "A server of the control plane");
+  mode->add_flag("--client", opts.client, "A client: runs the node actor for this host's plugins");
+  mode->require_option(1, 2);
+  app.add_option("--name", opts.name,
+                 "This server's name and this node's id (default: the host name)");
+  app.add_option("--node-name", opts.name, "Same as --name");
   app.add_option("--data-dir", opts.data_dir,
-                 "Directory for the durable log and state tables (default: /tmp/berth-dev in "
-                 "--dev mode)");
-  app.add_option("--bind", opts.bind, "Address the shell endpoint listens on")
+                 "Directory for the durable log, the state tables and CSI paths (default: "
+                 "/tmp/berth-dev with --dev, else /var/lib/berth)");
+  app.add_option("--bind", opts.bind, "Address the shell endpoint and the raft port listen on")
       ->capture_default_str();
   app.add_option("--port", opts.port, "Port of the shell endpoint (0 = any free port)")
       ->capture_default_str();
-  app.add_option("--metrics-bind", opts.metrics_bind,
-                 "Address of the Prometheus /metrics endpoint (keep it on loopback or a private "
-                 "network)")
+  auto* server = app.add_option_group("server", "Servers");
+  server->add_option("--raft-port", opts.raft_port, "Port of the replicated log (fixed, not 0)")
       ->capture_default_str();
-  app.add_option("--metrics-port", opts.metrics_port, "Port of the /metrics endpoint (0 = any free port)")
-      ->capture_default_str();
-  app.add_option("--scheduler-threads", opts.scheduler_threads,
-                 "Worker threads of the actor scheduler")
+  server->add_option("--bootstrap-expect", opts.bootstrap_expect,
+                     "Servers to wait for before the cluster bootstraps (3 or 5); set the same "
+                     "on every initial server")
       ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  auto* client = app.add_option_group("client", "The node this berthd serves and its CSI plugins");
-  client->add_option("--node-name", opts.node_name, "This node's id (default: the host name)");
+      ->check(CLI::Range(1, 7));
+  server->add_option("--join", opts.join,
+                     "Another server's raft address HOST:PORT (repeatable, or comma-separated)");
+  server->add_option("--raft-tick", opts.raft_tick,
+                     "Seconds per Raft tick (elections time out after 10-20 ticks)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 10.0));
+  auto* client = app.add_option_group("client", "Clients: this node and its CSI plugins");
+  client->add_option("--servers", opts.servers,
+                     "Servers' shell endpoints HOST:PORT (comma-separated or repeated); any of "
+                     "them forwards to the leader");
   client->add_option("--plugin", opts.plugin_flags,
                      "A CSI plugin on this host, ID=TYPE:SOCKET with TYPE node, controller or "
-                     "monolith (repeatable). --dev without --plugin starts berth-hostpath itself");
+                     "monolith (repeatable)");
   client->add_option("--csi-root", opts.csi_root,
                      "Where volumes are staged and published (default: DATA-DIR/csi)");
   client->add_option("--fingerprint-interval", opts.fingerprint_interval,
@@ -57,14 +93,31 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0));
   client->add_option("--hostpath-bin", opts.hostpath_bin,
                      "--dev: the berth-hostpath binary to start (default: next to berthd, or PATH)");
+  app.add_option("--metrics-bind", opts.metrics_bind,
+                 "Address of the Prometheus /metrics endpoint (keep it on loopback or a private "
+                 "network)")
+      ->capture_default_str();
+  app.add_option("--metrics-port", opts.metrics_port,
+                 "Port of the /metrics endpoint (0 = any free port)")
+      ->capture_default_str();
+  app.add_option("--scheduler-threads", opts.scheduler_threads,
+                 "Worker threads of the actor scheduler")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
+  split_commas(opts.join);
+  split_commas(opts.servers);
 
-  if (!opts.dev) {
-    std::cerr << "berthd: only --dev mode exists in this version (cluster mode with --server and "
-                 "--client comes with the replicated log); run: berthd --dev\n";
+  if (opts.dev && (opts.server || opts.client)) {
+    std::cerr << "berthd: --dev already is a server and a client; drop --server/--client\n";
     return 2;
   }
-  if (opts.data_dir.empty()) opts.data_dir = "/tmp/berth-dev";
+  if (opts.client && !opts.server && !opts.dev && opts.servers.empty()) {
+    std::cerr << "berthd: a client needs --servers HOST:PORT[,HOST:PORT...] (the servers' shell "
+                 "endpoints)\n";
+    return 2;
+  }
+  if (opts.data_dir.empty()) opts.data_dir = opts.dev ? "/tmp/berth-dev" : "/var/lib/berth";
 
   // Block the stop signals in every thread; the main thread waits for them.
   sigset_t stop;
@@ -83,11 +136,22 @@ int main(int argc, char** argv) {
 
   try {
     auto s = berth::start_agent(sys, opts);
-    std::cout << "berthd: dev agent serving the shell on " << opts.bind << ":" << s.port
-              << ", metrics on " << opts.metrics_bind << ":" << s.metrics_port << " (data in " << opts.data_dir << "; " << s.volumes << " volumes, " << s.plugins
-              << " plugins restored at index " << s.applied_index << "); node " << s.node_name
-              << " with plugins:";
-    for (const auto& id : s.plugin_ids) std::cout << " " << id;
+    std::string what = opts.dev ? "dev agent" : opts.server && opts.client ? "server and client"
+                                              : opts.server ? "server" : "client";
+    std::cout << "berthd: " << what << " " << s.name;
+    if (opts.dev || opts.server)
+      std::cout << " serving the shell on " << opts.bind << ":" << s.port;
+    if (opts.server) std::cout << ", raft on " << opts.bind << ":" << s.raft_port;
+    std::cout << ", metrics on " << opts.metrics_bind << ":" << s.metrics_port << " (data in "
+              << opts.data_dir;
+    if (opts.dev || opts.server)
+      std::cout << "; " << s.volumes << " volumes, " << s.plugins << " plugins restored at index "
+                << s.applied_index;
+    std::cout << ")";
+    if (opts.dev || opts.client) {
+      std::cout << "; node " << s.name << " with plugins:";
+      for (const auto& id : s.plugin_ids) std::cout << " " << id;
+    }
     std::cout << std::endl;
   } catch (const std::exception& e) {
     std::cerr << "berthd: cannot start: " << e.what() << std::endl;

@@ -1,0 +1,403 @@
+#include "actors/raft_log.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include <caf/io/middleman.hpp>
+#include <caf/io/middleman_actor.hpp>
+
+namespace berth {
+
+namespace pbr = raft::v1;
+
+namespace {
+
+using self_ptr = replicated_log_actor::stateful_pointer<raft_log_state>;
+
+void fatal(const std::string& what) {
+  // Nothing after this point could be made durable: stop at once rather
+  // than acknowledge anything (fail-stop).  A restart recovers from disk.
+  std::fprintf(stderr, "berthd: fatal: %s\n", what.c_str());
+  std::_Exit(70);
+}
+
+void schedule_flush(const self_ptr& self) {
+  if (self->state.flush_scheduled) return;
+  self->state.flush_scheduled = true;
+  self->send(self, flush_atom::value);
+}
+
+std::pair<std::string, uint16_t> split_address(const std::string& address) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos) return {address, 0};
+  return {address.substr(0, colon), static_cast<uint16_t>(std::stoi(address.substr(colon + 1)))};
+}
+
+// The replicated log of the server at `address`, connecting on demand
+// (asynchronously, through the middleman).  Invalid until connected.
+replicated_log_actor link(self_ptr self, const std::string& address) {
+  auto& l = self->state.links[address];
+  if (l.handle || l.connecting) return l.handle;
+  auto now = std::chrono::steady_clock::now();
+  if (now - l.last_attempt < std::chrono::milliseconds(250)) return {};
+  l.connecting = true;
+  l.last_attempt = now;
+  auto [host, port] = split_address(address);
+  self->request(self->system().middleman().actor_handle(), std::chrono::seconds(5),
+                caf::connect_atom::value, host, port)
+      .then(
+          [self, address](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
+            auto& l = self->state.links[address];
+            l.connecting = false;
+            if (!ptr) return;
+            l.handle = caf::actor_cast<replicated_log_actor>(ptr);
+            self->monitor(l.handle);
+          },
+          [self, address](caf::error&) { self->state.links[address].connecting = false; });
+  return {};
+}
+
+const v1::ServerInfo* member_by_name(const self_ptr& self, const std::string& name) {
+  for (const auto& [id, info] : self->state.members)
+    if (info.name() == name) return &info;
+  return nullptr;
+}
+
+void send_messages(self_ptr self, std::vector<pbr::Message>& messages) {
+  for (auto& m : messages) {
+    auto it = self->state.members.find(m.to());
+    if (it == self->state.members.end()) continue;
+    auto peer = link(self, it->second.raft_address());
+    if (!peer) {
+      // Raft copes with loss; tell it so it probes instead of streaming.
+      self->state.unreachable.push_back(m.to());
+      continue;
+    }
+    self->send(peer, raft_atom::value, wrap(std::move(m)));
+  }
+}
+
+void learn_member(const self_ptr& self, const std::string& context) {
+  v1::ServerInfo info;
+  if (!context.empty() && info.ParseFromString(context) && info.raft_id() != 0)
+    self->state.members[info.raft_id()] = info;
+}
+
+// Applies committed entries: to the state machine (all of them, so the
+// applied index advances over configuration changes and empty entries
+// too), to the address book, and to the proposals waiting for them.
+void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
+  auto& st = self->state;
+  if (entries.empty()) return;
+  committed_batch batch;
+  for (const auto& e : entries) {
+    if (e.type() == pbr::ENTRY_CONF_CHANGE) {
+      pbr::ConfChange cc;
+      if (cc.ParseFromString(e.data())) {
+        if (cc.type() == pbr::ADD_NODE) learn_member(self, cc.context());
+        if (cc.type() == pbr::REMOVE_NODE) st.members.erase(cc.node_id());
+      }
+      batch.entries.emplace_back(e.index(), std::string());
+    } else {
+      batch.entries.emplace_back(e.index(), e.data());
+    }
+    if (auto it = st.proposals.find(e.index()); it != st.proposals.end()) {
+      if (it->second.term == e.term())
+        it->second.promise.deliver(e.index());
+      else
+        it->second.promise.deliver(make_error(
+            errc::unavailable, "the leader changed before the change committed; retry"));
+      st.proposals.erase(it);
+    }
+    st.applied = e.index();
+  }
+  self->send(st.machine, apply_atom::value, std::move(batch));
+  // A new leader serves once the first entry of its term is applied: then
+  // the state machine holds everything committed before it.
+  if (st.soft.role == raft::role::leader && !st.leading_announced &&
+      entries.back().term() == st.node->term()) {
+    st.leading_announced = true;
+    self->request(st.machine, caf::infinite, load_atom::value)
+        .then([self, term = st.node->term()](state_contents& contents) {
+          if (self->state.soft.role == raft::role::leader && self->state.node->term() == term)
+            self->send(self->state.server, leading_atom::value, std::move(contents));
+        });
+  }
+}
+
+void fail_proposals(const self_ptr& self, const std::string& why) {
+  for (auto& [index, p] : self->state.proposals)
+    p.promise.deliver(make_error(errc::unavailable, why));
+  self->state.proposals.clear();
+}
+
+void on_soft_state(self_ptr self, const raft::soft_state& soft) {
+  auto& st = self->state;
+  bool was_leader = st.soft.role == raft::role::leader;
+  st.soft = soft;
+  if (was_leader && soft.role != raft::role::leader)
+    fail_proposals(self, "this server lost the leadership; retry");
+  if (soft.role != raft::role::leader) {
+    st.leading_announced = false;
+    v1::ServerInfo leader;
+    if (auto it = st.members.find(soft.leader); it != st.members.end()) leader = it->second;
+    self->send(st.server, following_atom::value, soft.leader, wrap(std::move(leader)));
+  }
+}
+
+void flush(self_ptr self) {
+  auto& st = self->state;
+  st.flush_scheduled = false;
+  if (!st.node) return;
+  while (st.node->has_ready()) {
+    auto rd = st.node->get_ready();
+    if (rd.snapshot) fatal("received a snapshot; installing snapshots is not supported yet");
+    log_write w;
+    if (!rd.entries.empty()) w.truncate_from = rd.entries.front().index();
+    for (const auto& e : rd.entries) w.entries.push_back({e.index(), e.term(), e.SerializeAsString()});
+    // A hard state that only moved the commit index need not be synced
+    // (it is learned again), but writing it with the entries is free.
+    if (rd.hard_state && (rd.must_sync || !w.entries.empty()))
+      w.meta["hard_state"] = rd.hard_state->SerializeAsString();
+    if (!w.entries.empty() || !w.meta.empty()) {
+      auto start = std::chrono::steady_clock::now();
+      try {
+        st.disk->write(w);
+      } catch (const std::exception& e) {
+        fatal(std::string("cannot write the log: ") + e.what());
+      }
+      std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      st.stats->log_written(w.entries.size(), w.entries.empty() ? st.storage.last_index() : w.entries.back().index,
+                            took.count());
+    }
+    st.storage.append(rd.entries);
+    if (rd.hard_state) st.storage.set_hard_state(*rd.hard_state);
+    send_messages(self, rd.messages);
+    if (rd.soft_state) on_soft_state(self, *rd.soft_state);
+    apply_committed(self, rd.committed_entries);
+    st.node->advance();
+    for (auto id : st.unreachable) st.node->report_unreachable(id);
+    st.unreachable.clear();
+  }
+}
+
+std::string role_name(raft::role r) {
+  switch (r) {
+    case raft::role::leader: return "leader";
+    case raft::role::candidate: return "candidate";
+    case raft::role::pre_candidate: return "pre-candidate";
+    default: return "follower";
+  }
+}
+
+v1::ServerList known_servers(const self_ptr& self) {
+  v1::ServerList out;
+  out.set_bootstrapped(self->state.node && self->state.storage.last_index() > 0);
+  if (out.bootstrapped())
+    for (const auto& [id, info] : self->state.members) *out.add_servers() = info;
+  else
+    for (const auto& [name, info] : self->state.discovered) *out.add_servers() = info;
+  return out;
+}
+
+void merge(const self_ptr& self, const v1::ServerList& list) {
+  // A running cluster answered: this server waits to be added (or to hear
+  // from the leader if it was among the initial members), never bootstraps.
+  if (list.bootstrapped()) self->state.cluster_found = true;
+  for (const auto& s : list.servers())
+    if (!s.name().empty()) self->state.discovered[s.name()] = s;
+}
+
+// Before the cluster exists: announce ourselves to every server we know of
+// and bootstrap once bootstrap_expect servers know each other.  A server
+// that finds a bootstrapped cluster waits to be added by its leader.
+void discover(self_ptr self) {
+  auto& st = self->state;
+  std::set<std::string> targets(st.opts.join.begin(), st.opts.join.end());
+  for (const auto& [name, info] : st.discovered)
+    if (name != st.opts.self.name()) targets.insert(info.raft_address());
+  for (const auto& address : targets) {
+    auto peer = link(self, address);
+    if (!peer) continue;
+    self->request(peer, std::chrono::seconds(2), hello_atom::value, wrap(known_servers(self)))
+        .then([self](pb<v1::ServerList>& reply) { merge(self, reply.msg); },
+              [](caf::error&) {});
+  }
+  if (st.cluster_found || st.discovered.size() < st.opts.bootstrap_expect) return;
+  std::vector<raft::peer> peers;
+  for (const auto& [name, info] : st.discovered)
+    peers.push_back({info.raft_id(), info.SerializeAsString()});
+  auto r = st.node->bootstrap(peers);
+  if (!r.ok()) fatal("cannot bootstrap the cluster: " + r.message());
+  for (const auto& [name, info] : st.discovered) st.members[info.raft_id()] = info;
+  schedule_flush(self);
+}
+
+// A server that announces itself to a running cluster's leader is added
+// (one membership change at a time).
+void maybe_add(self_ptr self, const v1::ServerList& list) {
+  auto& st = self->state;
+  if (st.soft.role != raft::role::leader || list.bootstrapped()) return;
+  for (const auto& s : list.servers()) {
+    if (s.raft_id() == 0 || st.members.count(s.raft_id())) continue;
+    pbr::ConfChange cc;
+    cc.set_type(pbr::ADD_NODE);
+    cc.set_node_id(s.raft_id());
+    cc.set_context(s.SerializeAsString());
+    st.node->propose_conf_change(cc);
+    schedule_flush(self);
+    return;
+  }
+}
+
+}  // namespace
+
+uint64_t raft_id_of(const std::string& name) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h == 0 ? 1 : h;
+}
+
+std::vector<std::pair<uint64_t, std::string>> committed_after(log_store& disk, uint64_t applied) {
+  std::vector<std::pair<uint64_t, std::string>> out;
+  pbr::HardState hs;
+  if (auto bytes = disk.meta("hard_state")) hs.ParseFromString(*bytes);
+  for (auto& r : disk.read(applied + 1, hs.commit())) {
+    pbr::Entry e;
+    if (!e.ParseFromString(r.data))
+      throw std::runtime_error(disk.path() + ": entry " + std::to_string(r.index) +
+                               " cannot be decoded; the log is damaged (restore a snapshot or "
+                               "rejoin the cluster)");
+    out.emplace_back(r.index, e.type() == pbr::ENTRY_NORMAL ? e.data() : std::string());
+  }
+  return out;
+}
+
+replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
+                                             std::shared_ptr<log_store> disk, uint64_t applied,
+                                             state_machine_actor machine, server_actor server,
+                                             std::shared_ptr<metrics> stats) {
+  auto& st = self->state;
+  st.opts = std::move(opts);
+  st.opts.self.set_raft_id(raft_id_of(st.opts.self.name()));
+  st.disk = std::move(disk);
+  st.machine = std::move(machine);
+  st.server = std::move(server);
+  st.stats = std::move(stats);
+  st.applied = applied;
+  st.discovered[st.opts.self.name()] = st.opts.self;
+  // Restart: the core's storage is what the disk holds.
+  std::vector<pbr::Entry> entries;
+  for (auto& r : st.disk->read(1, UINT64_MAX)) {
+    pbr::Entry e;
+    if (!e.ParseFromString(r.data)) fatal(st.disk->path() + ": entry " + std::to_string(r.index) + " is damaged");
+    if (e.type() == pbr::ENTRY_CONF_CHANGE) {
+      pbr::ConfChange cc;
+      if (cc.ParseFromString(e.data()) && cc.type() == pbr::ADD_NODE)
+        learn_member(self, cc.context());
+    }
+    entries.push_back(std::move(e));
+  }
+  st.storage.append(entries);
+  if (auto bytes = st.disk->meta("hard_state")) {
+    pbr::HardState hs;
+    hs.ParseFromString(*bytes);
+    st.storage.set_hard_state(hs);
+  }
+  raft::config cfg;
+  cfg.id = st.opts.self.raft_id();
+  cfg.applied = applied;
+  cfg.seed = cfg.id ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  st.node = std::make_unique<raft::node>(cfg, st.storage);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    for (auto& [address, l] : self->state.links)
+      if (l.handle && l.handle.address() == dm.source) l.handle = nullptr;
+  });
+  self->send(self, tick_atom::value);
+  return {
+      [self](propose_atom, pb<v1::LogEntry>& entry) -> caf::result<uint64_t> {
+        auto& st = self->state;
+        if (st.soft.role != raft::role::leader || !st.leading_announced) {
+          std::string leader;
+          if (auto it = st.members.find(st.soft.leader); it != st.members.end())
+            leader = " (the leader is " + it->second.name() + ")";
+          return make_error(errc::unavailable, "this server does not lead" + leader + "; retry");
+        }
+        auto r = st.node->propose(entry.msg.SerializeAsString());
+        if (!r.ok()) return make_error(errc::unavailable, "cannot propose: " + r.message());
+        auto promise = self->make_response_promise<uint64_t>();
+        st.proposals.emplace(r.index, raft_log_state::pending{r.term, promise});
+        schedule_flush(self);
+        return promise;
+      },
+      [self](raft_atom, pb<pbr::Message>& m) {
+        self->state.node->step(m.msg);
+        schedule_flush(self);
+      },
+      [self](hello_atom, pb<v1::ServerList>& list) -> pb<v1::ServerList> {
+        if (self->state.storage.last_index() == 0)
+          merge(self, list.msg);
+        else
+          maybe_add(self, list.msg);
+        return wrap(known_servers(self));
+      },
+      [self](status_atom) -> pb<v1::RaftStatus> {
+        auto& st = self->state;
+        auto s = st.node->status();
+        v1::RaftStatus out;
+        *out.mutable_server() = st.opts.self;
+        out.set_role(role_name(s.role));
+        out.set_term(s.term);
+        out.set_leader_id(s.leader);
+        out.set_commit_index(s.commit);
+        out.set_applied_index(st.applied);
+        out.set_last_index(s.last_index);
+        for (const auto& [id, info] : st.members) *out.add_members() = info;
+        return wrap(std::move(out));
+      },
+      [self](remove_atom, const std::string& name) -> caf::result<std::string> {
+        auto& st = self->state;
+        const auto* m = member_by_name(self, name);
+        if (m == nullptr) return make_error(errc::not_found, "server '" + name + "' is not a member");
+        pbr::ConfChange cc;
+        cc.set_type(pbr::REMOVE_NODE);
+        cc.set_node_id(m->raft_id());
+        auto r = st.node->propose_conf_change(cc);
+        if (!r.ok()) return make_error(errc::refused, "cannot remove '" + name + "': " + r.message());
+        schedule_flush(self);
+        return "removal of server '" + name + "' proposed";
+      },
+      [self](transfer_atom, const std::string& name) -> caf::result<std::string> {
+        auto& st = self->state;
+        uint64_t to = 0;
+        if (name.empty()) {
+          uint64_t best = 0;
+          for (const auto& [id, pr] : st.node->status().progress)
+            if (id != st.opts.self.raft_id() && pr.match >= best) {
+              best = pr.match;
+              to = id;
+            }
+        } else if (const auto* m = member_by_name(self, name)) {
+          to = m->raft_id();
+        }
+        if (to == 0) return make_error(errc::not_found, "no server '" + name + "' to hand leadership to");
+        auto r = st.node->transfer_leadership(to);
+        if (!r.ok()) return make_error(errc::refused, "cannot transfer leadership: " + r.message());
+        schedule_flush(self);
+        return "leadership transfer to '" + st.members[to].name() + "' started";
+      },
+      [self](tick_atom) {
+        auto& st = self->state;
+        if (st.storage.last_index() == 0) discover(self);
+        st.node->tick();
+        schedule_flush(self);
+        self->delayed_send(self, st.opts.tick, tick_atom::value);
+      },
+      [self](flush_atom) { flush(self); },
+  };
+}
+
+}  // namespace berth

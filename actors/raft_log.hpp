@@ -1,0 +1,76 @@
+// The replicated log actor: the shell around the pure Raft core
+// (persistence/raft).  It owns the core, its durable log (log.db), the
+// timer, the connections to the other servers' replicated logs, and the
+// group commit: every input only marks the core dirty; one flush message
+// then persists (one fsync), sends and applies whatever the core made ready,
+// so everything that arrived during the previous fsync shares the next.
+//
+// Runs detached (its own thread): the fsync blocks.  In --dev it is a
+// single-member cluster.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/actors.hpp"
+#include "actors/metrics.hpp"
+#include "persistence/raft/raft.hpp"
+
+namespace berth {
+
+struct raft_options {
+  v1::ServerInfo self;                   // name, raft and api addresses
+  size_t bootstrap_expect = 1;           // servers to wait for before bootstrapping
+  std::vector<std::string> join;         // raft addresses (HOST:PORT) of other servers
+  std::chrono::milliseconds tick{100};   // election timeout: 10-20 ticks
+};
+
+// The Raft id of a server: a hash of its name (never 0).
+uint64_t raft_id_of(const std::string& name);
+
+struct raft_log_state {
+  struct pending {
+    uint64_t term;
+    caf::typed_response_promise<uint64_t> promise;
+  };
+  struct peer {
+    replicated_log_actor handle;
+    bool connecting = false;
+    std::chrono::steady_clock::time_point last_attempt{};
+  };
+  raft_options opts;
+  std::shared_ptr<log_store> disk;
+  raft::memory_storage storage;
+  std::unique_ptr<raft::node> node;
+  std::map<uint64_t, v1::ServerInfo> members;      // the address book
+  std::map<std::string, v1::ServerInfo> discovered;  // by name, before bootstrap
+  std::map<std::string, peer> links;               // by raft address
+  std::map<uint64_t, pending> proposals;           // by index
+  std::vector<uint64_t> unreachable;               // reported after advance()
+  raft::soft_state soft;
+  uint64_t applied = 0;
+  bool flush_scheduled = false;
+  bool leading_announced = false;
+  bool cluster_found = false;
+  state_machine_actor machine;
+  server_actor server;
+  std::shared_ptr<metrics> stats;
+  static inline const char* name = "replicated_log";
+};
+
+// `applied`: what the state tables hold (the core resumes after it).
+// Throws std::runtime_error when the durable log cannot be read.
+replicated_log_actor::behavior_type raft_log(
+    replicated_log_actor::stateful_pointer<raft_log_state> self, raft_options opts,
+    std::shared_ptr<log_store> disk, uint64_t applied, state_machine_actor machine,
+    server_actor server, std::shared_ptr<metrics> stats);
+
+// Reads the committed entries in (applied, commit] from a durable log, for
+// recovery of the state tables before anything starts.
+std::vector<std::pair<uint64_t, std::string>> committed_after(log_store& disk, uint64_t applied);
+
+}  // namespace berth

@@ -1,0 +1,295 @@
+#include "actors/server.hpp"
+
+#include <chrono>
+#include <set>
+
+#include <caf/io/middleman.hpp>
+#include <caf/io/middleman_actor.hpp>
+
+#include "actors/leader.hpp"
+
+namespace berth {
+
+namespace {
+
+using self_ptr = server_actor::stateful_pointer<server_state>;
+using promise = server_state::promise;
+
+pb<v1::Response> failure_response(errc code, std::string message) {
+  v1::Response r;
+  r.mutable_error()->set_code(static_cast<v1::ErrorCode>(code));
+  r.mutable_error()->set_message(std::move(message));
+  return wrap(std::move(r));
+}
+
+// A failure before anything was executed: safe to send again.
+pb<v1::Response> retry_response(std::string message) {
+  auto r = failure_response(errc::unavailable, std::move(message));
+  r.msg.mutable_error()->set_retry(true);
+  return r;
+}
+
+std::string command_name(const v1::Request& r) {
+  auto* field = v1::Request::descriptor()->FindFieldByNumber(r.command_case());
+  return field ? field->name() : "unknown";
+}
+
+std::string outcome_name(const v1::Response& r) {
+  switch (r.error().code()) {
+    case v1::OK: return "ok";
+    case v1::INVALID: return "invalid";
+    case v1::NOT_FOUND: return "not_found";
+    case v1::REFUSED: return "refused";
+    case v1::UNAVAILABLE: return "unavailable";
+    default: return "internal";
+  }
+}
+
+std::pair<std::string, uint16_t> split_address(const std::string& address) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos) return {address, 0};
+  return {address.substr(0, colon), static_cast<uint16_t>(std::stoi(address.substr(colon + 1)))};
+}
+
+// Connects (asynchronously) to the server at `address` and hands the
+// handle, or an error, to `then`.
+template <class Handle, class Then>
+void connect(const self_ptr& self, const std::string& address, Then then) {
+  auto [host, port] = split_address(address);
+  self->request(self->system().middleman().actor_handle(), std::chrono::seconds(5),
+                caf::connect_atom::value, host, port)
+      .then(
+          [then](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) mutable {
+            then(caf::actor_cast<Handle>(ptr));
+          },
+          [then](caf::error&) mutable { then(Handle{}); });
+}
+
+void forward(self_ptr self, v1::Request req, promise rp);
+
+void flush_waiting(self_ptr self) {
+  auto waiting = std::move(self->state.waiting);
+  self->state.waiting.clear();
+  for (auto& [req, rp] : waiting) forward(self, std::move(req), rp);
+}
+
+// Hands a request to the leader's server (this one does not lead).
+void forward(self_ptr self, v1::Request req, promise rp) {
+  auto& st = self->state;
+  if (req.hops() >= 2 || st.leader_info.api_address().empty()) {
+    rp.deliver(retry_response("no leader is elected right now (elections take a few seconds "
+                              "after a server fails); retry"));
+    return;
+  }
+  if (!st.remote) {
+    st.waiting.emplace_back(std::move(req), rp);
+    if (st.connecting) return;
+    st.connecting = true;
+    auto address = st.leader_info.api_address();
+    connect<api_actor>(self, address, [self, address](api_actor handle) {
+      auto& st = self->state;
+      st.connecting = false;
+      if (handle && st.leader_info.api_address() == address) {
+        st.remote = handle;
+        for (const auto& [id, node] : st.nodes) self->send(st.remote, node_atom::value, id, node);
+        flush_waiting(self);
+        return;
+      }
+      auto waiting = std::move(st.waiting);
+      st.waiting.clear();
+      for (auto& [r, p] : waiting)
+        p.deliver(retry_response("cannot reach the leader at " + address + "; retry"));
+    });
+    return;
+  }
+  req.set_hops(req.hops() + 1);
+  self->request(st.remote, std::chrono::seconds(60), api_atom::value, wrap(std::move(req)))
+      .then([rp](pb<v1::Response>& r) mutable { rp.deliver(std::move(r)); },
+            [self, rp](caf::error& e) mutable {
+              self->state.remote = nullptr;
+              rp.deliver(failure_response(errc::unavailable,
+                                          "the leader did not answer (" + to_failure(e).message +
+                                              "); retry"));
+            });
+}
+
+// operator raft list-peers: every member's own view of the log.
+void list_peers(self_ptr self, promise rp) {
+  self->request(self->state.log, std::chrono::seconds(5), status_atom::value)
+      .then(
+          [self, rp](pb<v1::RaftStatus>& mine) mutable {
+            struct gather {
+              v1::Response response;
+              size_t missing = 0;
+              promise rp;
+            };
+            auto g = std::make_shared<gather>();
+            g->rp = rp;
+            *g->response.add_raft() = mine.msg;
+            std::vector<v1::ServerInfo> others;
+            for (const auto& m : mine.msg.members())
+              if (m.name() != mine.msg.server().name()) others.push_back(m);
+            g->missing = others.size();
+            if (others.empty()) {
+              g->rp.deliver(wrap(std::move(g->response)));
+              return;
+            }
+            for (const auto& m : others) {
+              auto done = [g, m](std::optional<v1::RaftStatus> s, std::string why) {
+                if (s) {
+                  *g->response.add_raft() = std::move(*s);
+                } else {
+                  auto* r = g->response.add_raft();
+                  *r->mutable_server() = m;
+                  r->set_role("unreachable");
+                  r->set_error(why);
+                }
+                if (--g->missing == 0) g->rp.deliver(wrap(std::move(g->response)));
+              };
+              connect<replicated_log_actor>(self, m.raft_address(), [self, done](replicated_log_actor peer) {
+                if (!peer) {
+                  done(std::nullopt, "cannot connect");
+                  return;
+                }
+                self->request(peer, std::chrono::seconds(3), status_atom::value)
+                    .then([done](pb<v1::RaftStatus>& s) { done(std::move(s.msg), ""); },
+                          [done](caf::error& e) { done(std::nullopt, to_failure(e).message); });
+              });
+            }
+          },
+          [rp](caf::error& e) mutable { rp.deliver(failure_response(errc::internal, to_failure(e).message)); });
+}
+
+// Requests about the replicated log itself, run on the leader's log.
+template <class Atom>
+void raft_command(self_ptr self, Atom atom, std::string name, promise rp) {
+  self->request(self->state.log, std::chrono::seconds(10), atom, std::move(name))
+      .then(
+          [rp](std::string& what) mutable {
+            v1::Response r;
+            r.set_message(std::move(what));
+            rp.deliver(wrap(std::move(r)));
+          },
+          [rp](caf::error& e) mutable {
+            auto f = to_failure(e);
+            rp.deliver(failure_response(f.code, f.message));
+          });
+}
+
+// --stale: volume reads from this server's own state tables.
+void stale_read(self_ptr self, v1::Request req, promise rp) {
+  self->request(self->state.machine, std::chrono::seconds(30), load_atom::value)
+      .then([req, rp](state_contents& c) mutable {
+        v1::Response r;
+        std::map<std::string, const v1::Plugin*> plugins;
+        for (const auto& p : c.plugins) plugins[p.id()] = &p;
+        auto add = [&](const v1::Volume& v) {
+          *r.add_volumes() = redacted(v);
+          if (auto it = plugins.find(v.plugin_id()); it != plugins.end()) *r.add_plugins() = *it->second;
+        };
+        for (const auto& v : c.volumes) {
+          if (req.has_volume_status()) {
+            auto ns = req.volume_status().namespace_().empty() ? "default" : req.volume_status().namespace_();
+            if (v.id() == req.volume_status().id() && v.namespace_() == ns) add(v);
+          } else if (req.volume_list().namespace_().empty() ||
+                     v.namespace_() == req.volume_list().namespace_()) {
+            add(v);
+          }
+        }
+        if (req.has_volume_status() && r.volumes().empty()) {
+          rp.deliver(failure_response(errc::not_found, "volume '" + req.volume_status().id() +
+                                                           "' is not registered (stale read)"));
+          return;
+        }
+        rp.deliver(wrap(std::move(r)));
+      });
+}
+
+void execute(self_ptr self, v1::Request req, promise rp) {
+  auto& st = self->state;
+  if (req.has_raft_list_peers()) {
+    list_peers(self, rp);
+    return;
+  }
+  if (req.stale() && (req.has_volume_status() || req.has_volume_list())) {
+    stale_read(self, std::move(req), rp);
+    return;
+  }
+  if (!st.leader) {
+    forward(self, std::move(req), rp);
+    return;
+  }
+  if (req.has_raft_remove_peer()) {
+    raft_command(self, remove_atom::value, req.raft_remove_peer(), rp);
+    return;
+  }
+  if (req.has_raft_transfer_leadership()) {
+    raft_command(self, transfer_atom::value, req.raft_transfer_leadership(), rp);
+    return;
+  }
+  // Requests are counted and timed where they execute: on the leader.
+  auto start = std::chrono::steady_clock::now();
+  auto command = command_name(req);
+  auto done = [self, start, command](const v1::Response& r) {
+    std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    self->state.stats->request_done(command, outcome_name(r), took.count());
+  };
+  self->request(st.leader, caf::infinite, api_atom::value, wrap(std::move(req)))
+      .then(
+          [rp, done](pb<v1::Response>& r) mutable {
+            done(r.msg);
+            rp.deliver(std::move(r));
+          },
+          [rp, done](caf::error& e) mutable {
+            auto f = to_failure(e);
+            auto r = failure_response(f.code, f.message);
+            done(r.msg);
+            rp.deliver(std::move(r));
+          });
+}
+
+}  // namespace
+
+server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
+                                   std::shared_ptr<metrics> stats) {
+  self->state.machine = std::move(machine);
+  self->state.stats = std::move(stats);
+  return {
+      [self](api_atom, pb<v1::Request>& req) -> caf::result<pb<v1::Response>> {
+        auto rp = self->make_response_promise<pb<v1::Response>>();
+        execute(self, std::move(req.msg), rp);
+        return rp;
+      },
+      [self](node_atom, const std::string& id, node_actor node) {
+        auto& st = self->state;
+        st.nodes[id] = node;
+        if (st.leader)
+          self->send(st.leader, node_atom::value, id, node);
+        else if (st.remote)
+          self->send(st.remote, node_atom::value, id, node);
+      },
+      [self](leading_atom, state_contents& contents) {
+        auto& st = self->state;
+        if (st.leader) return;
+        st.leader = self->spawn<caf::linked>(leader, st.log, std::move(contents), st.stats);
+        st.remote = nullptr;
+        for (const auto& [id, node] : st.nodes) self->send(st.leader, node_atom::value, id, node);
+      },
+      [self](following_atom, uint64_t leader_id, pb<v1::ServerInfo>& info) {
+        auto& st = self->state;
+        if (st.leader) {
+          // Stop serving as leader at once: the volume and plugin actors
+          // (linked to it) go too; their pending proposals already failed.
+          self->unlink_from(st.leader);
+          self->send_exit(st.leader, caf::exit_reason::user_shutdown);
+          st.leader = nullptr;
+        }
+        if (st.leader_info.api_address() != info.msg.api_address()) st.remote = nullptr;
+        st.leader_id = leader_id;
+        st.leader_info = std::move(info.msg);
+      },
+      [self](replicated_log_actor log) { self->state.log = std::move(log); },
+  };
+}
+
+}  // namespace berth

@@ -1,0 +1,36 @@
+// The server actor: what a berthd publishes for shells and clients.  While
+// this server leads (the replicated log says so, and the state machine
+// holds everything committed) it runs the leader actor and hands requests
+// to it; otherwise it forwards them to the leader's server.  Operator
+// commands about the replicated log itself (list-peers) are answered here.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/actors.hpp"
+#include "actors/metrics.hpp"
+
+namespace berth {
+
+struct server_state {
+  using promise = caf::typed_response_promise<pb<v1::Response>>;
+  replicated_log_actor log;
+  state_machine_actor machine;
+  std::shared_ptr<metrics> stats;
+  leader_actor leader;                     // valid while this server leads
+  uint64_t leader_id = 0;
+  v1::ServerInfo leader_info;
+  api_actor remote;                        // the leader's server, when another leads
+  bool connecting = false;
+  std::vector<std::pair<v1::Request, promise>> waiting;  // for `remote`
+  std::map<std::string, node_actor> nodes;  // registrations, replayed to a new leader
+  static inline const char* name = "server";
+};
+
+server_actor::behavior_type server(server_actor::stateful_pointer<server_state> self,
+                                   state_machine_actor machine, std::shared_ptr<metrics> stats);
+
+}  // namespace berth

@@ -133,6 +133,13 @@ struct csi_outcome {
   v1::PluginInstance instance;      // fingerprint: the instance as probed
 };
 
+// Who this server is, as the shell sees it; known only once the shell
+// endpoint is published (its port may be chosen by the OS).
+struct agent_identity {
+  std::string node_name;
+  std::string address;  // HOST:PORT of the shell endpoint
+};
+
 // A sequence of CSI calls to run on a plugin connection's own thread.
 struct csi_job {
   std::function<csi_outcome(csi::client&)> run;
@@ -144,6 +151,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::log_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::committed_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_outcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_job)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::agent_identity)
 
 namespace berth {
 
@@ -251,7 +259,10 @@ using leader_actor = caf::typed_actor<
     // A plugin actor committed a change of its plugin.
     caf::reacts_to<changed_atom, pb<v1::Plugin>>,
     // A node actor (a berth client) serves the node with this id.
-    caf::reacts_to<node_atom, std::string, node_actor>>;
+    caf::reacts_to<node_atom, std::string, node_actor>,
+    // The agent names this server once its shell endpoint is published;
+    // agent_status requests answer with it.
+    caf::reacts_to<status_atom, agent_identity>>;
 
 // Published on the server's port for the shell: the one stable entry point
 // (a single handler, so shells and servers of other versions still connect).

@@ -435,6 +435,17 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
       rp.deliver(wrap(std::move(r)));
       return;
     }
+    case v1::Request::kAgentStatus: {
+      // A --dev berthd is the whole control plane, so it always leads.
+      v1::Response r;
+      auto* a = r.mutable_agent();
+      a->set_node_name(st.identity.node_name);
+      a->set_leader(true);
+      a->set_leader_address(st.identity.address);
+      a->set_version(BERTH_VERSION);
+      rp.deliver(wrap(std::move(r)));
+      return;
+    }
     case v1::Request::COMMAND_NOT_SET:
       rp.deliver(error_response(errc::invalid,
                                 "the request names no command this server knows; is the shell "
@@ -497,6 +508,7 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
         self->state.plugins[p.msg.id()] = std::move(p.msg);
         count_actors(self);
       },
+      [self](status_atom, agent_identity& id) { self->state.identity = std::move(id); },
       [self](node_atom, const std::string& node_id, node_actor node) {
         self->monitor(node);
         self->state.node_actors[node_id] = std::move(node);

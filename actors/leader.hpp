@@ -25,6 +25,7 @@ struct leader_state {
   std::map<std::string, v1::Node> nodes;
   std::map<std::string, node_actor> node_actors;  // nodes with a berth client
   std::map<std::string, size_t> next_controller;  // round-robin per plugin
+  agent_identity identity;  // set by the agent right after publishing
   static inline const char* name = "leader";
 };
 

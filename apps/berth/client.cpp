@@ -1,5 +1,7 @@
 #include "apps/berth/client.hpp"
 
+#include <atomic>
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
@@ -25,8 +27,19 @@ struct client::impl {
     return cfg;
   }
 
+  // Forgets the server's actor handle: the next call connects anew.
+  void disconnect() {
+    api = nullptr;
+    lost.reset();
+  }
+
   caf::actor_system sys;
   api_actor api;
+  // Set by the middleman (on its thread) when the connection behind `api`
+  // closes, e.g. berthd was killed while the shell sat at its prompt.
+  // Checked before sending so that a request is never sent to a dead proxy
+  // and never sent twice.
+  std::shared_ptr<std::atomic<bool>> lost;
 };
 
 client::client(std::string address, int timeout_seconds)
@@ -39,6 +52,7 @@ std::variant<v1::Response, failure> client::call(const v1::Request& req) {
     return failure{errc::unavailable, "cannot reach berthd at " + address_ + ": " + why +
                                           " (is berthd running? set --address or BERTH_ADDRESS)"};
   };
+  if (impl_->lost && *impl_->lost) impl_->disconnect();
   if (!impl_->api) {
     auto colon = address_.rfind(':');
     if (colon == std::string::npos || colon == 0)
@@ -58,6 +72,8 @@ std::variant<v1::Response, failure> client::call(const v1::Request& req) {
                              ? "nothing answers there"
                              : impl_->sys.render(api.error()));
     impl_->api = *api;
+    impl_->lost = std::make_shared<std::atomic<bool>>(false);
+    impl_->api->attach_functor([lost = impl_->lost] { *lost = true; });
   }
   std::variant<v1::Response, failure> out = failure{errc::internal, "no response"};
   caf::scoped_actor self{impl_->sys};
@@ -71,6 +87,7 @@ std::variant<v1::Response, failure> client::call(const v1::Request& req) {
                                                         std::to_string(timeout_) + "s"};
                  else
                    out = unreachable(impl_->sys.render(e));
+                 impl_->disconnect();
                });
   return out;
 }

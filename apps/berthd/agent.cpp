@@ -7,6 +7,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/send.hpp>
 
 #include "actors/api.hpp"
 #include "actors/leader.hpp"
@@ -112,6 +113,10 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
   started.port = *port;
   auto client = client_config(opts);
   started.node_name = client.node_id;
+  // Sent before start_agent returns (and so before the banner): a shell
+  // that waited for the banner finds the leader knowing its identity.
+  caf::anon_send(lead, status_atom::value,
+                 agent_identity{client.node_id, opts.bind + ":" + std::to_string(*port)});
   for (const auto& p : client.plugins) started.plugin_ids.push_back(p.id);
   sys.spawn(node, std::move(client), lead);
   started.metrics_port = serve_metrics(opts.metrics_bind, opts.metrics_port, stats->registry());

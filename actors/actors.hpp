@@ -290,8 +290,9 @@ using server_actor = api_actor::extend<
     caf::reacts_to<leading_atom, state_contents>,
     // Another server (or none, id 0) leads: stop the leader actor, forward.
     caf::reacts_to<following_atom, uint64_t, pb<v1::ServerInfo>>,
-    // At start: the replicated log this server runs (spawned after it).
-    caf::reacts_to<replicated_log_actor>>;
+    // At start: the replicated log this server runs (spawned after it) and
+    // this server's identity (its shell port is known once published).
+    caf::reacts_to<replicated_log_actor, pb<v1::ServerInfo>>>;
 
 // Registers the message types that cross the network with a CAF config.
 void add_message_types(caf::actor_system_config& cfg);

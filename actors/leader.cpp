@@ -435,6 +435,13 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
       rp.deliver(wrap(std::move(r)));
       return;
     }
+    case v1::Request::kAgentStatus:
+    case v1::Request::kRaftListPeers:
+    case v1::Request::kRaftRemovePeer:
+    case v1::Request::kRaftTransferLeadership:
+      // Answered by the server actor, which knows the replicated log.
+      rp.deliver(error_response(errc::internal, "the server answers this request"));
+      return;
     case v1::Request::COMMAND_NOT_SET:
       rp.deliver(error_response(errc::invalid,
                                 "the request names no command this server knows; is the shell "
@@ -460,6 +467,7 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
     st.volumes.emplace(key, std::move(v));
   }
   for (auto& n : initial.nodes) st.nodes.emplace(n.id(), std::move(n));
+  st.stats->clear_state();
   for (const auto& [key, v] : st.volumes) st.stats->volume_changed(nullptr, &v);
   for (const auto& [id, p] : st.plugins) st.stats->plugin_changed(nullptr, &p);
   count_actors(self);

@@ -1,6 +1,8 @@
 #include "actors/metrics.hpp"
 
+#include <algorithm>
 #include <map>
+#include <vector>
 #include <mutex>
 
 #include <prometheus/counter.h>
@@ -19,8 +21,17 @@ using prometheus::Labels;
 // A gauge family whose series are addressed by label values.
 struct gauges {
   prometheus::Family<prometheus::Gauge>& family;
-  void add(const Labels& labels, double delta) { family.Add(labels).Increment(delta); }
-  void set(const Labels& labels, double value) { family.Add(labels).Set(value); }
+  std::vector<prometheus::Gauge*> series = {};
+  prometheus::Gauge& at(const Labels& labels) {
+    auto& g = family.Add(labels);
+    if (std::find(series.begin(), series.end(), &g) == series.end()) series.push_back(&g);
+    return g;
+  }
+  void add(const Labels& labels, double delta) { at(labels).Increment(delta); }
+  void set(const Labels& labels, double value) { at(labels).Set(value); }
+  void zero() {
+    for (auto* g : series) g->Set(0);
+  }
 };
 
 const char* volume_state(const v1::Volume& v) {
@@ -101,6 +112,13 @@ class prometheus_metrics final : public metrics {
                              .Help("Time to serve a shell command, by command")
                              .Register(*registry_)) {}
 
+  void clear_state() override {
+    std::lock_guard<std::mutex> guard(mtx_);
+    for (auto* g : {&volumes_, &claims_, &plugin_controllers_healthy_, &plugin_controllers_expected_,
+                    &plugin_nodes_healthy_, &plugin_nodes_expected_, &actors_})
+      g->zero();
+  }
+
   void volume_changed(const v1::Volume* before, const v1::Volume* after) override {
     std::lock_guard<std::mutex> guard(mtx_);
     auto count = [&](const v1::Volume& v, double sign) {
@@ -116,6 +134,7 @@ class prometheus_metrics final : public metrics {
 
   void plugin_changed(const v1::Plugin*, const v1::Plugin* after) override {
     if (!after) return;
+    std::lock_guard<std::mutex> guard(mtx_);
     auto h = health_of(*after);
     Labels l{{"plugin", after->id()}};
     plugin_controllers_healthy_.set(l, h.controllers_healthy);
@@ -149,6 +168,7 @@ class prometheus_metrics final : public metrics {
   }
 
   void actors(const std::string& kind, size_t count) override {
+    std::lock_guard<std::mutex> guard(mtx_);
     actors_.set({{"kind", kind}}, static_cast<double>(count));
   }
 

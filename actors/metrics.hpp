@@ -21,6 +21,8 @@ class metrics {
  public:
   virtual ~metrics() = default;
 
+  // A new leader recounts volumes, claims and plugins from scratch.
+  virtual void clear_state() = 0;
   // A volume changed from `before` to `after` (either may be null for a
   // registration or a deregistration): updates volumes and claims gauges.
   virtual void volume_changed(const v1::Volume* before, const v1::Volume* after) = 0;

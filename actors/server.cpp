@@ -205,8 +205,32 @@ void stale_read(self_ptr self, v1::Request req, promise rp) {
       });
 }
 
+// berth status: who this server is and who leads.
+void agent_status(self_ptr self, promise rp) {
+  self->request(self->state.log, std::chrono::seconds(5), status_atom::value)
+      .then(
+          [self, rp](pb<v1::RaftStatus>& s) mutable {
+            auto& st = self->state;
+            v1::Response r;
+            auto* a = r.mutable_agent();
+            a->set_node_name(st.self.name());
+            a->set_leader(static_cast<bool>(st.leader));
+            a->set_leader_address(st.leader ? st.self.api_address() : st.leader_info.api_address());
+            a->set_applied_index(s.msg.applied_index());
+            a->set_version(BERTH_VERSION);
+            rp.deliver(wrap(std::move(r)));
+          },
+          [rp](caf::error& e) mutable {
+            rp.deliver(failure_response(errc::internal, to_failure(e).message));
+          });
+}
+
 void execute(self_ptr self, v1::Request req, promise rp) {
   auto& st = self->state;
+  if (req.has_agent_status()) {
+    agent_status(self, rp);
+    return;
+  }
   if (req.has_raft_list_peers()) {
     list_peers(self, rp);
     return;
@@ -288,7 +312,10 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
         st.leader_id = leader_id;
         st.leader_info = std::move(info.msg);
       },
-      [self](replicated_log_actor log) { self->state.log = std::move(log); },
+      [self](replicated_log_actor log, pb<v1::ServerInfo>& info) {
+        self->state.log = std::move(log);
+        self->state.self = std::move(info.msg);
+      },
   };
 }
 

@@ -18,6 +18,7 @@ namespace berth {
 struct server_state {
   using promise = caf::typed_response_promise<pb<v1::Response>>;
   replicated_log_actor log;
+  v1::ServerInfo self;
   state_machine_actor machine;
   std::shared_ptr<metrics> stats;
   leader_actor leader;                     // valid while this server leads

@@ -381,4 +381,12 @@ json node_json(const v1::Node& n) {
               {"modify_index", n.modify_index()}};
 }
 
+// applied_index is left out: the leader does not track it yet (always 0).
+json agent_json(const v1::AgentStatus& a) {
+  return json{{"node_name", a.node_name()},
+              {"leader", a.leader()},
+              {"leader_address", a.leader_address()},
+              {"version", a.version()}};
+}
+
 }  // namespace berth

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "messages/api.pb.h"
 #include "messages/model.hpp"
 
 namespace berth {
@@ -30,5 +31,6 @@ nlohmann::json volume_json(const v1::Volume& v, const v1::Plugin* plugin);
 nlohmann::json claim_json(const v1::Claim& c);
 nlohmann::json plugin_json(const v1::Plugin& p);
 nlohmann::json node_json(const v1::Node& n);
+nlohmann::json agent_json(const v1::AgentStatus& a);
 
 }  // namespace berth

@@ -11,7 +11,7 @@ PACKAGES=(
   doctest-dev libcli11-dev
   nlohmann-json3-dev libyaml-cpp-dev
   prometheus-cpp-dev
-  libreadline-dev
+  libreadline-dev tmux
   python3
 )
 

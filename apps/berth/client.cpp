@@ -1,5 +1,9 @@
 #include "apps/berth/client.hpp"
 
+#include <thread>
+
+#include <atomic>
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
@@ -25,8 +29,19 @@ struct client::impl {
     return cfg;
   }
 
+  // Forgets the server's actor handle: the next call connects anew.
+  void disconnect() {
+    api = nullptr;
+    lost.reset();
+  }
+
   caf::actor_system sys;
   api_actor api;
+  // Set by the middleman (on its thread) when the connection behind `api`
+  // closes, e.g. berthd was killed while the shell sat at its prompt.
+  // Checked before sending so that a request is never sent to a dead proxy
+  // and never sent twice.
+  std::shared_ptr<std::atomic<bool>> lost;
 };
 
 client::client(std::string address, int timeout_seconds)
@@ -35,10 +50,28 @@ client::client(std::string address, int timeout_seconds)
 client::~client() = default;
 
 std::variant<v1::Response, failure> client::call(const v1::Request& req) {
+  // A server answers "retry" when it did nothing (no leader elected yet,
+  // the leader's server not reachable): send the same request again until
+  // the timeout, so the shell just works through an election.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_);
+  auto backoff = std::chrono::milliseconds(50);
+  for (;;) {
+    auto out = call_once(req);
+    auto* r = std::get_if<v1::Response>(&out);
+    if (r == nullptr || !r->error().retry() ||
+        std::chrono::steady_clock::now() + backoff > deadline)
+      return out;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+std::variant<v1::Response, failure> client::call_once(const v1::Request& req) {
   auto unreachable = [&](const std::string& why) {
     return failure{errc::unavailable, "cannot reach berthd at " + address_ + ": " + why +
                                           " (is berthd running? set --address or BERTH_ADDRESS)"};
   };
+  if (impl_->lost && *impl_->lost) impl_->disconnect();
   if (!impl_->api) {
     auto colon = address_.rfind(':');
     if (colon == std::string::npos || colon == 0)
@@ -58,6 +91,8 @@ std::variant<v1::Response, failure> client::call(const v1::Request& req) {
                              ? "nothing answers there"
                              : impl_->sys.render(api.error()));
     impl_->api = *api;
+    impl_->lost = std::make_shared<std::atomic<bool>>(false);
+    impl_->api->attach_functor([lost = impl_->lost] { *lost = true; });
   }
   std::variant<v1::Response, failure> out = failure{errc::internal, "no response"};
   caf::scoped_actor self{impl_->sys};
@@ -71,6 +106,7 @@ std::variant<v1::Response, failure> client::call(const v1::Request& req) {
                                                         std::to_string(timeout_) + "s"};
                  else
                    out = unreachable(impl_->sys.render(e));
+                 impl_->disconnect();
                });
   return out;
 }

@@ -1,12 +1,16 @@
 // The shell's commands: parsing (CLI11), one request to berthd, output.
-// Used by `berth COMMAND ...`; the same entry point will serve the
-// interactive shell.
+// Used by `berth COMMAND ...` and, line by line, by the interactive shell:
+// one parsing path for both.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "apps/berth/line.hpp"
+
 namespace berth {
+
+class client;
 
 // Exit codes: what a script can branch on.
 enum exit_code : int {
@@ -19,7 +23,13 @@ enum exit_code : int {
 };
 
 // Runs one command line (argv without the program name); returns the exit
-// code.  Output goes to stdout, errors to stderr.
-int run_command(const std::vector<std::string>& args);
+// code.  Output goes to stdout, errors to stderr.  `shared`: the interactive
+// shell's client, used for the requests (null: a client for this command).
+// Without a command, and with stdin a terminal, opens the shell (unless
+// already in it).
+int run_command(const std::vector<std::string>& args, client* shared = nullptr);
+
+// The commands, their options and positionals, as the CLI defines them.
+command_info command_tree();
 
 }  // namespace berth

@@ -1,5 +1,6 @@
 // berth: the remote shell.  `berth COMMAND ...` runs one command against a
-// berthd (see `berth --help`).
+// berthd (see `berth --help`); `berth` alone on a terminal, or `berth
+// shell`, opens the interactive shell.
 #include <string>
 #include <vector>
 

@@ -221,4 +221,13 @@ std::string render_node(const v1::Response& r, int64_t now_ms) {
   return out + "\nVolumes\n" + render_table(t);
 }
 
+std::string render_agent(const v1::AgentStatus& a) {
+  return details({
+      {"Node", a.node_name().empty() ? "-" : a.node_name()},
+      {"Leader", yes_no(a.leader())},
+      {"Leader Address", a.leader_address().empty() ? "-" : a.leader_address()},
+      {"Version", a.version().empty() ? "-" : a.version()},
+  });
+}
+
 }  // namespace berth

@@ -5,8 +5,12 @@
 #include <stdexcept>
 #include <unistd.h>
 
+#include <thread>
+
 #include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/send.hpp>
 
 #include "actors/metrics.hpp"
 #include "actors/node.hpp"
@@ -92,6 +96,22 @@ uint16_t publish(caf::actor_system& sys, const Handle& whom, const std::string& 
   return *res;
 }
 
+void wait_for_leader(caf::actor_system& sys, const server_actor& front) {
+  caf::scoped_actor self{sys};
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool leads = false;
+    v1::Request req;
+    req.mutable_agent_status();
+    self->request(front, std::chrono::seconds(5), api_atom::value, wrap(std::move(req)))
+        .receive([&](pb<v1::Response>& r) { leads = r.msg.agent().leader(); },
+                 [&](caf::error&) {});
+    if (leads) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  throw std::runtime_error("the single-member cluster elected no leader within 10 s");
+}
+
 }  // namespace
 
 agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
@@ -119,6 +139,7 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
                            opts.port, "shell endpoint", "--port");
     raft_options ro;
     ro.self.set_name(started.name);
+    ro.self.set_raft_id(raft_id_of(started.name));
     ro.self.set_api_address(opts.bind + ":" + std::to_string(started.port));
     ro.bootstrap_expect = opts.dev ? 1 : opts.bootstrap_expect;
     ro.join = opts.join;
@@ -135,8 +156,11 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
       started.raft_port = publish(sys, log, opts.bind,
                                   opts.raft_port, "replicated log", "--raft-port");
     }
-    caf::anon_send(front, log);
+    caf::anon_send(front, log, wrap(ro.self));
     api = front;
+    // A single-member cluster elects itself within a second: wait for it,
+    // so that "berthd: dev agent ..." means ready to serve.
+    if (opts.dev) wait_for_leader(sys, front);
   }
   if (opts.dev || opts.client) {
     auto client = client_config(opts, started.name);

@@ -1,0 +1,132 @@
+"""The interactive shell, driven through a real terminal (tmux) as a user
+would: the prompt names the server and its role, commands print as
+`berth COMMAND` does, Tab completes ids fetched from the server, help works,
+a restarted berthd is reconnected to transparently, and the history is kept
+in ~/.berth_history."""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+
+from harness import BERTH, Agent, berth
+
+VOLUME = {"id": "db", "plugin_id": "hostpath", "external_id": "vol-1",
+          "capabilities": [{"access_mode": "single-node-writer",
+                            "attachment_mode": "file-system"}]}
+
+
+def tmux(*args):
+    return subprocess.run(["tmux"] + list(args), capture_output=True, text=True,
+                          timeout=10, check=True).stdout
+
+
+class ShellTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="berth-shell-")
+        self.home = os.path.join(self.tmp, "home")
+        os.mkdir(self.home)
+        # (the harness passes BERTH_HOSTPATH_BIN to --dev itself)
+        self.agent = Agent(os.path.join(self.tmp, "data")).start()
+        # The dev agent fingerprints its plugin right after starting.
+        deadline = time.time() + 10
+        while "hostpath" not in berth(self.agent, "plugin", "status").out:
+            self.assertLess(time.time(), deadline, "the dev agent's plugin did not appear")
+            time.sleep(0.1)
+        # A private tmux server (-L), so nothing of the user's is touched and
+        # killing it ends every session of this test.
+        self.socket = "berth-test-%d" % os.getpid()
+        self.session = None
+
+    def tearDown(self):
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        self.agent.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def t(self, *args):
+        return tmux("-L", self.socket, *args)
+
+    def screen(self):
+        return self.t("capture-pane", "-p", "-t", self.session, "-S", "-200")
+
+    def wait_for(self, text, timeout=10, after=0):
+        """Waits until `text` appears on the screen past `after` characters."""
+        deadline = time.time() + timeout
+        while True:
+            screen = self.screen()
+            if text in screen[after:]:
+                return screen
+            if time.time() > deadline:
+                self.fail("%r did not appear; the screen:\n%s" % (text, screen))
+            time.sleep(0.1)
+
+    def prompt(self):
+        # capture-pane drops the blank that ends the prompt.
+        return "berth %s (leader)>" % self.agent.address
+
+    def run_line(self, line, expect):
+        """Types a line and waits for `expect` and the next prompt after it."""
+        before = len(self.screen().rstrip())
+        self.t("send-keys", "-t", self.session, "-l", line)
+        self.t("send-keys", "-t", self.session, "Enter")
+        screen = self.wait_for(expect, after=before)
+        start = screen.index(expect, before)
+        self.wait_for(self.prompt(), after=start)
+        return screen[before:]
+
+    def test_shell(self):
+        spec = os.path.join(self.tmp, "my spec.json")
+        with open(spec, "w") as f:
+            json.dump(VOLUME, f)
+        self.session = "shell"
+        env = "HOME=%s" % self.home
+        self.t("new-session", "-d", "-x", "200", "-y", "50", "-s", self.session,
+               "env", env, "TERM=xterm", BERTH, "--address", self.agent.address)
+        self.wait_for(self.prompt())
+
+        out = self.run_line("plugin status", "hostpath")
+        self.assertIn("CONTROLLERS", out.upper())
+
+        # Shell quoting: a backslash-escaped blank inside a file name.
+        self.run_line("volume register " + spec.replace(" ", "\\ "), "vol-1")
+
+        # Tab completes a volume id fetched from the server.
+        before = len(self.screen().rstrip())
+        self.t("send-keys", "-t", self.session, "-l", "volume status d")
+        self.t("send-keys", "-t", self.session, "Tab")
+        self.wait_for("volume status db", after=before)
+        self.t("send-keys", "-t", self.session, "Enter")
+        self.wait_for("External ID", after=before)
+        self.wait_for(self.prompt(), after=self.screen().index("External ID", before))
+
+        out = self.run_line("help", "exit, quit")
+        for command in ("volume claim", "volume register", "plugin status", "node status",
+                        "status"):
+            self.assertIn(command, out)
+        self.run_line("help volume claim", "--alloc")
+
+        out = self.run_line("status", "Version")
+        self.assertIn("Leader", out)
+
+        # berthd dies and comes back on the same port with the same data.
+        self.agent.restart()
+        out = self.run_line("volume status", "db")
+        self.assertNotIn("Error", out)
+
+        self.t("send-keys", "-t", self.session, "-l", "exit")
+        self.t("send-keys", "-t", self.session, "Enter")
+        history = os.path.join(self.home, ".berth_history")
+        deadline = time.time() + 10
+        while not os.path.exists(history) and time.time() < deadline:
+            time.sleep(0.1)
+        with open(history) as f:
+            lines = f.read().splitlines()
+        for line in ("plugin status", "volume status db", "help volume claim", "exit"):
+            self.assertIn(line, [l.strip() for l in lines])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -63,11 +63,21 @@ const v1::ServerInfo* member_by_name(const self_ptr& self, const std::string& na
   return nullptr;
 }
 
+// The raft address of a server: from the configuration, or, for a server
+// that joined and has not applied the configuration yet, from discovery.
+std::string address_of(const self_ptr& self, uint64_t id) {
+  if (auto it = self->state.members.find(id); it != self->state.members.end())
+    return it->second.raft_address();
+  for (const auto& [name, info] : self->state.discovered)
+    if (info.raft_id() == id) return info.raft_address();
+  return {};
+}
+
 void send_messages(self_ptr self, std::vector<pbr::Message>& messages) {
   for (auto& m : messages) {
-    auto it = self->state.members.find(m.to());
-    if (it == self->state.members.end()) continue;
-    auto peer = link(self, it->second.raft_address());
+    auto address = address_of(self, m.to());
+    if (address.empty()) continue;
+    auto peer = link(self, address);
     if (!peer) {
       // Raft copes with loss; tell it so it probes instead of streaming.
       self->state.unreachable.push_back(m.to());

@@ -91,6 +91,7 @@ void forward(self_ptr self, v1::Request req, promise rp) {
       st.connecting = false;
       if (handle && st.leader_info.api_address() == address) {
         st.remote = handle;
+        self->monitor(st.remote);
         for (const auto& [id, node] : st.nodes) self->send(st.remote, node_atom::value, id, node);
         flush_waiting(self);
         return;
@@ -103,14 +104,27 @@ void forward(self_ptr self, v1::Request req, promise rp) {
     return;
   }
   req.set_hops(req.hops() + 1);
+  // Tracked so that the leader's death answers them at once (see the down
+  // handler) instead of after the timeout.
+  auto id = st.next_inflight++;
+  st.inflight.emplace(id, rp);
   self->request(st.remote, std::chrono::seconds(60), api_atom::value, wrap(std::move(req)))
-      .then([rp](pb<v1::Response>& r) mutable { rp.deliver(std::move(r)); },
-            [self, rp](caf::error& e) mutable {
-              self->state.remote = nullptr;
-              rp.deliver(failure_response(errc::unavailable,
-                                          "the leader did not answer (" + to_failure(e).message +
-                                              "); retry"));
-            });
+      .then(
+          [self, id](pb<v1::Response>& r) {
+            auto it = self->state.inflight.find(id);
+            if (it == self->state.inflight.end()) return;
+            it->second.deliver(std::move(r));
+            self->state.inflight.erase(it);
+          },
+          [self, id](caf::error& e) {
+            self->state.remote = nullptr;
+            auto it = self->state.inflight.find(id);
+            if (it == self->state.inflight.end()) return;
+            it->second.deliver(failure_response(errc::unavailable,
+                                                "the leader did not answer (" +
+                                                    to_failure(e).message + "); retry"));
+            self->state.inflight.erase(it);
+          });
 }
 
 // operator raft list-peers: every member's own view of the log.
@@ -278,6 +292,16 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
                                    std::shared_ptr<metrics> stats) {
   self->state.machine = std::move(machine);
   self->state.stats = std::move(stats);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    if (!st.remote || st.remote.address() != dm.source) return;
+    st.remote = nullptr;
+    for (auto& [id, rp] : st.inflight)
+      rp.deliver(failure_response(errc::unavailable,
+                                  "the leader's server stopped while handling the request: the "
+                                  "change may or may not have been made; check, then retry"));
+    st.inflight.clear();
+  });
   return {
       [self](api_atom, pb<v1::Request>& req) -> caf::result<pb<v1::Response>> {
         auto rp = self->make_response_promise<pb<v1::Response>>();

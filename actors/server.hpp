@@ -27,6 +27,8 @@ struct server_state {
   api_actor remote;                        // the leader's server, when another leads
   bool connecting = false;
   std::vector<std::pair<v1::Request, promise>> waiting;  // for `remote`
+  std::map<uint64_t, promise> inflight;     // forwarded to `remote`, unanswered
+  uint64_t next_inflight = 0;
   std::map<std::string, node_actor> nodes;  // registrations, replayed to a new leader
   static inline const char* name = "server";
 };

@@ -389,4 +389,18 @@ json agent_json(const v1::AgentStatus& a) {
               {"version", a.version()}};
 }
 
+json raft_json(const v1::RaftStatus& s) {
+  return json{{"id", s.server().name()},
+              {"raft_id", s.server().raft_id()},
+              {"address", s.server().raft_address()},
+              {"api_address", s.server().api_address()},
+              {"role", s.role()},
+              {"leader", s.role() == "leader"},
+              {"term", s.term()},
+              {"commit_index", s.commit_index()},
+              {"last_index", s.last_index()},
+              {"applied_index", s.applied_index()},
+              {"error", s.error()}};
+}
+
 }  // namespace berth

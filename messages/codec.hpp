@@ -32,5 +32,6 @@ nlohmann::json claim_json(const v1::Claim& c);
 nlohmann::json plugin_json(const v1::Plugin& p);
 nlohmann::json node_json(const v1::Node& n);
 nlohmann::json agent_json(const v1::AgentStatus& a);
+nlohmann::json raft_json(const v1::RaftStatus& s);
 
 }  // namespace berth

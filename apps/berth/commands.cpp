@@ -119,7 +119,8 @@ struct command_line {
   globals g;
   std::function<int()> action;
   std::string spec_file, volume_id, alloc, node, access_mode, attachment_mode, plugin_id, node_id;
-  bool force = false, read_only = false;
+  bool force = false, read_only = false, stale = false;
+  std::string server_name;
   std::string type = "monolith", description, provider, provider_version, csi_node_id;
   bool unhealthy = false, remove = false, controller_publish = false, stage_unstage = false;
   int64_t max_volumes = 0;
@@ -230,9 +231,13 @@ struct command_line {
 
     auto* vstatus = volume->add_subcommand("status", "Show one volume, or list every volume");
     vstatus->add_option("id", volume_id, "The volume's id (omit to list all)");
+    vstatus->add_flag("--stale", stale,
+                      "Answer from the server's own state tables, even if it does not lead "
+                      "(may lag; default: ask the leader)");
     vstatus->callback([&] {
       action = [&] {
         v1::Request req;
+        req.set_stale(stale);
         if (volume_id.empty()) {
           req.mutable_volume_list()->set_namespace_(g.ns);
           return send(g, req, [&](const v1::Response& r) {
@@ -396,6 +401,59 @@ struct command_line {
             std::cout << plugin_json(r.plugins(0)).dump(2) << "\n";
           else
             std::cout << r.message() << "\n\n" << render_plugin(r.plugins(0), now_ms());
+        });
+      };
+    });
+
+    // --- operator -------------------------------------------------------------
+    auto* op = app.add_subcommand("operator", "Operate the control plane");
+    op->require_subcommand(1);
+    auto* raft = op->add_subcommand("raft", "The replicated log (Raft) across the servers");
+    raft->require_subcommand(1);
+    raft->add_subcommand("list-peers",
+                         "Every server: name, address, role, term, last and applied index")
+        ->callback([&] {
+          action = [&] {
+            v1::Request req;
+            req.set_raft_list_peers(true);
+            return send(g, req, [&](const v1::Response& r) {
+              if (g.json) {
+                json out = json::array();
+                for (const auto& s : r.raft()) out.push_back(raft_json(s));
+                std::cout << out.dump(2) << "\n";
+              } else {
+                std::cout << render_raft_peers(r);
+              }
+            });
+          };
+        });
+    auto* remove_peer = raft->add_subcommand(
+        "remove-peer", "Remove a server from the cluster (a committed configuration change)");
+    remove_peer->add_option("name", server_name, "The server's name")->required();
+    remove_peer->callback([&] {
+      action = [&] {
+        v1::Request req;
+        req.set_raft_remove_peer(server_name);
+        return send(g, req, [&](const v1::Response& r) {
+          if (g.json)
+            std::cout << json{{"message", r.message()}}.dump(2) << "\n";
+          else
+            std::cout << r.message() << "\n";
+        });
+      };
+    });
+    auto* transfer = raft->add_subcommand(
+        "transfer-leadership", "Hand the leadership to a server (default: the most up to date)");
+    transfer->add_option("name", server_name, "The server to lead next");
+    transfer->callback([&] {
+      action = [&] {
+        v1::Request req;
+        req.set_raft_transfer_leadership(server_name);
+        return send(g, req, [&](const v1::Response& r) {
+          if (g.json)
+            std::cout << json{{"message", r.message()}}.dump(2) << "\n";
+          else
+            std::cout << r.message() << "\n";
         });
       };
     });

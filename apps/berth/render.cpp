@@ -230,4 +230,24 @@ std::string render_agent(const v1::AgentStatus& a) {
   });
 }
 
+std::string render_raft_peers(const v1::Response& r) {
+  uint64_t leader = 0;
+  for (const auto& s : r.raft())
+    if (s.role() == "leader") leader = s.server().raft_id();
+  table t{{"NAME", "ID", "ADDRESS", "ROLE", "TERM", "LAST INDEX", "APPLIED INDEX"}, {}};
+  for (const auto& s : r.raft()) {
+    char id[20];
+    snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(s.server().raft_id()));
+    std::string role = s.role();
+    if (role == "unreachable" && !s.error().empty()) role += " (" + s.error() + ")";
+    t.rows.push_back({s.server().name(), id, s.server().raft_address().empty() ? "-" : s.server().raft_address(),
+                      role, s.role() == "unreachable" ? "-" : std::to_string(s.term()),
+                      s.role() == "unreachable" ? "-" : std::to_string(s.last_index()),
+                      s.role() == "unreachable" ? "-" : std::to_string(s.applied_index())});
+  }
+  std::string out = render_table(t);
+  if (leader == 0) out += "No leader right now.\n";
+  return out;
+}
+
 }  // namespace berth

@@ -131,6 +131,10 @@ int main(int argc, char** argv) {
   cfg.set("scheduler.max-threads", static_cast<size_t>(opts.scheduler_threads));
   cfg.set("logger.file-verbosity", caf::atom("quiet"));
   cfg.set("logger.console-verbosity", caf::atom("quiet"));
+  // A node actor's handle reaches the leader through whichever server the
+  // client talks to; connect directly so that it does not die with that
+  // server.
+  cfg.set("middleman.enable-automatic-connections", true);
   berth::add_message_types(cfg);
   caf::actor_system sys{cfg};
 

@@ -1,0 +1,155 @@
+"""A 3-server berth cluster and clients as real processes on 127.0.0.1, for
+the cluster and fault tests."""
+
+import json
+import os
+import re
+import socket
+import sqlite3
+import subprocess
+import time
+
+from harness import BERTH, BERTHD, berth
+
+HOSTPATH = os.environ.get("BERTH_HOSTPATH_BIN", "berth-hostpath")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Process:
+    def __init__(self, name, argv, log_path):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.proc = None
+        self.banner = ""
+
+    def start(self):
+        log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log, text=True)
+        log.close()
+        self.banner = self.proc.stdout.readline()
+        if not self.banner.startswith("berthd:"):
+            self.proc.kill()
+            with open(self.log_path) as f:
+                raise RuntimeError("%s did not start: %r %s" % (self.name, self.banner, f.read()))
+        return self
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig=9):
+        if self.alive():
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=10)
+        if self.proc is not None and self.proc.stdout:
+            self.proc.stdout.close()
+
+
+class Server(Process):
+    def __init__(self, tmp, name, port, raft_port, join, tick="0.05"):
+        self.data_dir = os.path.join(tmp, name)
+        self.port = port
+        self.raft_port = raft_port
+        argv = [BERTHD, "--server", "--name", name, "--data-dir", self.data_dir,
+                "--port", str(port), "--raft-port", str(raft_port), "--metrics-port", "0",
+                "--bootstrap-expect", "3", "--raft-tick", tick]
+        for j in join:
+            argv += ["--join", j]
+        super().__init__(name, argv, os.path.join(tmp, name + ".log"))
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.port
+
+    def state_tables(self):
+        """Every row of the state tables and the applied index (server stopped)."""
+        db = sqlite3.connect(os.path.join(self.data_dir, "state.db"))
+        try:
+            out = {"applied": db.execute(
+                "SELECT value FROM meta WHERE key='applied_index'").fetchone()}
+            for table, order in (("volumes", "namespace, id"), ("claims", "namespace, volume_id, alloc_id"),
+                                 ("plugins", "id"), ("nodes", "id"), ("allocs", "id")):
+                out[table] = db.execute("SELECT * FROM %s ORDER BY %s" % (table, order)).fetchall()
+            return out
+        finally:
+            db.close()
+
+
+class Plugin(Process):
+    def __init__(self, tmp, name, node_id):
+        self.dir = os.path.join(tmp, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.socket = os.path.join(self.dir, "csi.sock")
+        self.call_log = os.path.join(self.dir, "calls.log")
+        argv = [HOSTPATH, "--endpoint", "unix://" + self.socket, "--root",
+                os.path.join(self.dir, "root"), "--node-id", node_id, "--call-log", self.call_log]
+        super().__init__(name, argv, os.path.join(tmp, name + ".log"))
+
+    def start(self):
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while not os.path.exists(self.socket):
+            if time.time() > deadline:
+                raise RuntimeError("berth-hostpath did not start")
+            time.sleep(0.05)
+        return self
+
+
+class Client(Process):
+    def __init__(self, tmp, name, servers, plugin_socket):
+        argv = [BERTHD, "--client", "--name", name, "--data-dir", os.path.join(tmp, name),
+                "--servers", ",".join(servers), "--metrics-port", "0",
+                "--plugin", "hostpath=monolith:" + plugin_socket, "--fingerprint-interval", "0.2"]
+        super().__init__(name, argv, os.path.join(tmp, name + ".log"))
+
+
+class Cluster:
+    def __init__(self, tmp, tick="0.05"):
+        self.tmp = tmp
+        ports = [(free_port(), free_port()) for _ in range(3)]
+        raft = ["127.0.0.1:%d" % r for _, r in ports]
+        self.servers = [Server(tmp, "s%d" % (i + 1), p, r, [a for a in raft if a != raft[i]], tick)
+                        for i, (p, r) in enumerate(ports)]
+        self.processes = list(self.servers)
+
+    def start(self):
+        for s in self.servers:
+            s.start()
+        self.wait_leader()
+        return self
+
+    def any_address(self):
+        return next(s.address for s in self.servers if s.alive())
+
+    def peers(self, via=None):
+        r = berth(via or self.any_address(), "--json", "--timeout", "5", "operator", "raft",
+                  "list-peers")
+        return r.json() if r.code == 0 else []
+
+    def leader(self):
+        for p in self.peers():
+            if p["role"] == "leader":
+                return next(s for s in self.servers if s.name == p["id"])
+        return None
+
+    def wait_leader(self, timeout=20, exclude=None):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for s in self.servers:
+                if not s.alive() or s is exclude:
+                    continue
+                r = berth(s.address, "--json", "--timeout", "2", "status")
+                if r.code == 0 and r.json().get("leader"):
+                    return s
+            time.sleep(0.05)
+        raise AssertionError("no leader within %ss: %s" % (timeout, self.peers()))
+
+    def stop(self):
+        for p in self.processes:
+            p.kill()

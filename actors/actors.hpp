@@ -72,6 +72,7 @@ using load_atom = caf::atom_constant<caf::atom("load")>;
 using node_atom = caf::atom_constant<caf::atom("node")>;
 using propose_atom = caf::atom_constant<caf::atom("propose")>;
 using raft_atom = caf::atom_constant<caf::atom("raft")>;
+using read_atom = caf::atom_constant<caf::atom("read")>;
 using remove_atom = caf::atom_constant<caf::atom("remove")>;
 using transfer_atom = caf::atom_constant<caf::atom("transfer")>;
 using publish_atom = caf::atom_constant<caf::atom("publish")>;
@@ -175,6 +176,10 @@ using replicated_log_actor = caf::typed_actor<
     // share the next one (group commit).  Committed entries go to the state
     // machine in index order.  Fails when this server does not lead.
     caf::replies_to<propose_atom, pb<v1::LogEntry>>::with<uint64_t>,
+    // ReadIndex: replies once this server has confirmed with a quorum that
+    // it still leads and has applied everything committed before the
+    // request; a read served after that is linearizable.
+    caf::replies_to<read_atom>::with<uint64_t>,
     // A Raft message from a peer server.
     caf::reacts_to<raft_atom, pb<raft::v1::Message>>,
     // Bootstrap discovery: a server announces the servers it knows; the

@@ -135,10 +135,23 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
   }
 }
 
+// Reads confirmed at an index that is applied now can be served.
+void serve_reads(const self_ptr& self) {
+  auto& st = self->state;
+  while (!st.reads_waiting.empty() && st.reads_waiting.begin()->first <= st.applied) {
+    st.reads_waiting.begin()->second.deliver(st.reads_waiting.begin()->first);
+    st.reads_waiting.erase(st.reads_waiting.begin());
+  }
+}
+
 void fail_proposals(const self_ptr& self, const std::string& why) {
-  for (auto& [index, p] : self->state.proposals)
-    p.promise.deliver(make_error(errc::unavailable, why));
-  self->state.proposals.clear();
+  auto& st = self->state;
+  for (auto& [index, p] : st.proposals) p.promise.deliver(make_error(errc::unavailable, why));
+  st.proposals.clear();
+  for (auto& [ctx, p] : st.reads) p.deliver(make_error(errc::unavailable, why));
+  st.reads.clear();
+  for (auto& [index, p] : st.reads_waiting) p.deliver(make_error(errc::unavailable, why));
+  st.reads_waiting.clear();
 }
 
 void on_soft_state(self_ptr self, const raft::soft_state& soft) {
@@ -184,7 +197,14 @@ void flush(self_ptr self) {
     if (rd.hard_state) st.storage.set_hard_state(*rd.hard_state);
     send_messages(self, rd.messages);
     if (rd.soft_state) on_soft_state(self, *rd.soft_state);
+    for (auto& rs : rd.read_states) {
+      auto it = st.reads.find(rs.context);
+      if (it == st.reads.end()) continue;
+      st.reads_waiting.emplace(rs.index, std::move(it->second));
+      st.reads.erase(it);
+    }
     apply_committed(self, rd.committed_entries);
+    serve_reads(self);
     st.node->advance();
     for (auto id : st.unreachable) st.node->report_unreachable(id);
     st.unreachable.clear();
@@ -340,6 +360,18 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
         if (!r.ok()) return make_error(errc::unavailable, "cannot propose: " + r.message());
         auto promise = self->make_response_promise<uint64_t>();
         st.proposals.emplace(r.index, raft_log_state::pending{r.term, promise});
+        schedule_flush(self);
+        return promise;
+      },
+      [self](read_atom) -> caf::result<uint64_t> {
+        auto& st = self->state;
+        if (st.soft.role != raft::role::leader || !st.leading_announced)
+          return make_error(errc::unavailable, "this server does not lead; retry");
+        auto ctx = std::to_string(++st.next_read);
+        auto r = st.node->read_index(ctx);
+        if (!r.ok()) return make_error(errc::unavailable, "cannot read now: " + r.message());
+        auto promise = self->make_response_promise<uint64_t>();
+        st.reads.emplace(ctx, promise);
         schedule_flush(self);
         return promise;
       },

@@ -50,6 +50,9 @@ struct raft_log_state {
   std::map<std::string, v1::ServerInfo> discovered;  // by name, before bootstrap
   std::map<std::string, peer> links;               // by raft address
   std::map<uint64_t, pending> proposals;           // by index
+  uint64_t next_read = 0;
+  std::map<std::string, caf::typed_response_promise<uint64_t>> reads;  // by context
+  std::multimap<uint64_t, caf::typed_response_promise<uint64_t>> reads_waiting;  // by index
   std::vector<uint64_t> unreachable;               // reported after advance()
   raft::soft_state soft;
   uint64_t applied = 0;

@@ -66,6 +66,21 @@ void connect(const self_ptr& self, const std::string& address, Then then) {
 }
 
 void forward(self_ptr self, v1::Request req, promise rp);
+void run_on_leader(self_ptr self, v1::Request req, promise rp);
+
+bool is_read(const v1::Request& r) {
+  switch (r.command_case()) {
+    case v1::Request::kVolumeStatus:
+    case v1::Request::kVolumeList:
+    case v1::Request::kPluginStatus:
+    case v1::Request::kPluginList:
+    case v1::Request::kNodeStatus:
+    case v1::Request::kNodeList:
+      return true;
+    default:
+      return false;
+  }
+}
 
 void flush_waiting(self_ptr self) {
   auto waiting = std::move(self->state.waiting);
@@ -263,6 +278,24 @@ void execute(self_ptr self, v1::Request req, promise rp) {
   }
   if (req.has_raft_transfer_leadership()) {
     raft_command(self, transfer_atom::value, req.raft_transfer_leadership(), rp);
+    return;
+  }
+  // Reads are linearizable: the leader first confirms it still leads
+  // (ReadIndex), then answers from what it committed.
+  if (is_read(req)) {
+    self->request(st.log, std::chrono::seconds(10), read_atom::value)
+        .then(
+            [self, req, rp](uint64_t) mutable { run_on_leader(self, std::move(req), rp); },
+            [rp](caf::error& e) mutable { rp.deliver(retry_response(to_failure(e).message)); });
+    return;
+  }
+  run_on_leader(self, std::move(req), rp);
+}
+
+void run_on_leader(self_ptr self, v1::Request req, promise rp) {
+  auto& st = self->state;
+  if (!st.leader) {
+    forward(self, std::move(req), rp);
     return;
   }
   // Requests are counted and timed where they execute: on the leader.

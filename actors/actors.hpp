@@ -67,6 +67,7 @@ using fingerprint_atom = caf::atom_constant<caf::atom("fingerpr")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using following_atom = caf::atom_constant<caf::atom("following")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using install_atom = caf::atom_constant<caf::atom("install")>;
 using leading_atom = caf::atom_constant<caf::atom("leading")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
 using node_atom = caf::atom_constant<caf::atom("node")>;
@@ -74,6 +75,7 @@ using propose_atom = caf::atom_constant<caf::atom("propose")>;
 using raft_atom = caf::atom_constant<caf::atom("raft")>;
 using read_atom = caf::atom_constant<caf::atom("read")>;
 using remove_atom = caf::atom_constant<caf::atom("remove")>;
+using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using transfer_atom = caf::atom_constant<caf::atom("transfer")>;
 using publish_atom = caf::atom_constant<caf::atom("publish")>;
 using register_atom = caf::atom_constant<caf::atom("register")>;
@@ -165,7 +167,12 @@ using state_machine_actor = caf::typed_actor<
     caf::replies_to<digest_atom>::with<uint64_t, std::string>,
     // Replies with everything in the state tables (after every apply sent
     // before this request).
-    caf::replies_to<load_atom>::with<state_contents>>;
+    caf::replies_to<load_atom>::with<state_contents>,
+    // Replies with the applied index and a consistent copy of the state
+    // database (after every apply sent before this request).
+    caf::replies_to<snapshot_atom>::with<uint64_t, std::string>,
+    // Replaces the state database with a snapshot's copy.
+    caf::reacts_to<install_atom, std::string>>;
 
 // The replicated log: Raft across the servers (one member in --dev),
 // durable in SQLite.  Runs detached: it fsyncs.  Published on the raft port

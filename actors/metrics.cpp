@@ -103,6 +103,36 @@ class prometheus_metrics final : public metrics {
                                .Register(*registry_)
                                .Add({}, prometheus::Histogram::BucketBoundaries{
                                             1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024})),
+        snapshots_(prometheus::BuildCounter()
+                       .Name("berth_raft_snapshots_total")
+                       .Help("Raft snapshots taken or installed by this server")
+                       .Register(*registry_)
+                       .Add({})),
+        snapshot_index_(prometheus::BuildGauge()
+                            .Name("berth_raft_snapshot_index")
+                            .Help("Index of this server's latest Raft snapshot")
+                            .Register(*registry_)
+                            .Add({})),
+        raft_term_(prometheus::BuildGauge()
+                       .Name("berth_raft_term")
+                       .Help("This server's Raft term")
+                       .Register(*registry_)
+                       .Add({})),
+        raft_leader_(prometheus::BuildGauge()
+                         .Name("berth_raft_leader")
+                         .Help("1 while this server is the Raft leader, else 0")
+                         .Register(*registry_)
+                         .Add({})),
+        raft_commit_(prometheus::BuildGauge()
+                         .Name("berth_raft_commit_index")
+                         .Help("This server's Raft commit index")
+                         .Register(*registry_)
+                         .Add({})),
+        raft_log_entries_(prometheus::BuildGauge()
+                              .Name("berth_raft_log_entries")
+                              .Help("Entries kept in the Raft log (after compaction)")
+                              .Register(*registry_)
+                              .Add({})),
         requests_(prometheus::BuildCounter()
                       .Name("berth_requests_total")
                       .Help("Shell commands served, by command and outcome")
@@ -155,6 +185,18 @@ class prometheus_metrics final : public metrics {
     applied_index_.Set(static_cast<double>(applied_index));
   }
 
+  void snapshot_taken(uint64_t index) override {
+    snapshots_.Increment();
+    snapshot_index_.Set(static_cast<double>(index));
+  }
+
+  void raft_state(uint64_t term, bool leader, uint64_t commit, uint64_t log_entries) override {
+    raft_term_.Set(static_cast<double>(term));
+    raft_leader_.Set(leader ? 1 : 0);
+    raft_commit_.Set(static_cast<double>(commit));
+    raft_log_entries_.Set(static_cast<double>(log_entries));
+  }
+
   void applied(uint64_t index) override { applied_index_.Set(static_cast<double>(index)); }
 
   void request_done(const std::string& command, const std::string& outcome,
@@ -189,6 +231,12 @@ class prometheus_metrics final : public metrics {
   prometheus::Counter& log_entries_;
   prometheus::Histogram& log_write_seconds_;
   prometheus::Histogram& log_batch_entries_;
+  prometheus::Counter& snapshots_;
+  prometheus::Gauge& snapshot_index_;
+  prometheus::Gauge& raft_term_;
+  prometheus::Gauge& raft_leader_;
+  prometheus::Gauge& raft_commit_;
+  prometheus::Gauge& raft_log_entries_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;
 };

@@ -32,6 +32,11 @@ class metrics {
   virtual void log_written(size_t entries, uint64_t last_index, double seconds) = 0;
   // What a restart recovered: the log's last index and the applied index.
   virtual void restored(uint64_t last_index, uint64_t applied_index) = 0;
+  // A Raft snapshot was taken or installed at `index`.
+  virtual void snapshot_taken(uint64_t index) = 0;
+  // This server's Raft view: term, whether it leads, commit index, and the
+  // entries kept in the log.
+  virtual void raft_state(uint64_t term, bool leader, uint64_t commit, uint64_t log_entries) = 0;
   // The state machine applied up to `index`.
   virtual void applied(uint64_t index) = 0;
   // A shell command finished: `command` (e.g. "volume_claim"), `outcome`

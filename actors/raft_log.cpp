@@ -2,6 +2,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
@@ -78,6 +83,8 @@ void send_messages(self_ptr self, std::vector<pbr::Message>& messages) {
     auto address = address_of(self, m.to());
     if (address.empty()) continue;
     auto peer = link(self, address);
+    bool snap = m.type() == pbr::MSG_SNAP;
+    if (snap) self->state.snapshots_sent.emplace_back(m.to(), static_cast<bool>(peer));
     if (!peer) {
       // Raft copes with loss; tell it so it probes instead of streaming.
       self->state.unreachable.push_back(m.to());
@@ -85,6 +92,66 @@ void send_messages(self_ptr self, std::vector<pbr::Message>& messages) {
     }
     self->send(peer, raft_atom::value, wrap(std::move(m)));
   }
+}
+
+// Writes a snapshot durably (temp file, fsync, rename) before anything
+// that depends on it: the log is compacted only once it is on disk.
+void write_snapshot(const self_ptr& self, const pbr::Snapshot& snap) {
+  const auto& path = self->state.snapshot_path;
+  auto tmp = path + ".tmp";
+  auto bytes = snap.SerializeAsString();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  bool ok = fd >= 0;
+  size_t off = 0;
+  while (ok && off < bytes.size()) {
+    auto n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    ok = n > 0;
+    if (ok) off += static_cast<size_t>(n);
+  }
+  ok = ok && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
+    fatal("cannot write the snapshot " + path);
+}
+
+void learn_members(const self_ptr& self, const pbr::Snapshot& snap) {
+  v1::SnapshotData data;
+  if (!data.ParseFromString(snap.data())) return;
+  for (const auto& m : data.members()) self->state.members[m.raft_id()] = m;
+}
+
+// Compaction: every snapshot_threshold applied entries, a consistent copy
+// of the state database becomes the Raft snapshot, and the log before it
+// (but the last snapshot_keep entries) is dropped, in memory and on disk.
+void maybe_snapshot(self_ptr self) {
+  auto& st = self->state;
+  if (st.snapshotting || st.applied < st.snapshot_index + st.opts.snapshot_threshold) return;
+  st.snapshotting = true;
+  auto conf = st.node->conf_state();
+  auto index = st.applied;
+  self->request(st.machine, caf::infinite, snapshot_atom::value)
+      .then([self, conf, index](uint64_t applied, std::string& db) {
+        auto& st = self->state;
+        st.snapshotting = false;
+        if (applied != index || index <= st.snapshot_index) return;  // a snapshot came in meanwhile
+        v1::SnapshotData data;
+        data.set_state_db(std::move(db));
+        for (const auto& [id, info] : st.members) *data.add_members() = info;
+        if (st.storage.create_snapshot(index, conf, data.SerializeAsString()) != raft::storage_error::none)
+          return;
+        write_snapshot(self, st.storage.snapshot());
+        st.snapshot_index = index;
+        if (index > st.opts.snapshot_keep && index - st.opts.snapshot_keep >= st.storage.first_index()) {
+          auto upto = index - st.opts.snapshot_keep;
+          st.storage.compact(upto);
+          try {
+            st.disk->compact(upto);
+          } catch (const std::exception& e) {
+            fatal(std::string("cannot compact the log: ") + e.what());
+          }
+        }
+        st.stats->snapshot_taken(index);
+      });
 }
 
 void learn_member(const self_ptr& self, const std::string& context) {
@@ -174,9 +241,13 @@ void flush(self_ptr self) {
   if (!st.node) return;
   while (st.node->has_ready()) {
     auto rd = st.node->get_ready();
-    if (rd.snapshot) fatal("received a snapshot; installing snapshots is not supported yet");
     log_write w;
     if (!rd.entries.empty()) w.truncate_from = rd.entries.front().index();
+    if (rd.snapshot) {
+      // The leader's snapshot replaces this server's log and state.
+      write_snapshot(self, *rd.snapshot);
+      w.truncate_from = 1;
+    }
     for (const auto& e : rd.entries) w.entries.push_back({e.index(), e.term(), e.SerializeAsString()});
     // A hard state that only moved the commit index need not be synced
     // (it is learned again), but writing it with the entries is free.
@@ -193,6 +264,15 @@ void flush(self_ptr self) {
       st.stats->log_written(w.entries.size(), w.entries.empty() ? st.storage.last_index() : w.entries.back().index,
                             took.count());
     }
+    if (rd.snapshot) {
+      st.storage.apply_snapshot(*rd.snapshot);
+      v1::SnapshotData data;
+      data.ParseFromString(rd.snapshot->data());
+      learn_members(self, *rd.snapshot);
+      self->send(st.machine, install_atom::value, data.state_db());
+      st.applied = st.snapshot_index = rd.snapshot->metadata().index();
+      st.stats->snapshot_taken(st.snapshot_index);
+    }
     st.storage.append(rd.entries);
     if (rd.hard_state) st.storage.set_hard_state(*rd.hard_state);
     send_messages(self, rd.messages);
@@ -206,8 +286,14 @@ void flush(self_ptr self) {
     apply_committed(self, rd.committed_entries);
     serve_reads(self);
     st.node->advance();
+    maybe_snapshot(self);
+    st.stats->raft_state(st.node->term(), st.soft.role == raft::role::leader,
+                         st.storage.hard_state().commit(),
+                         st.storage.last_index() + 1 - st.storage.first_index());
     for (auto id : st.unreachable) st.node->report_unreachable(id);
     st.unreachable.clear();
+    for (auto [id, ok] : st.snapshots_sent) st.node->report_snapshot(id, ok);
+    st.snapshots_sent.clear();
   }
 }
 
@@ -319,7 +405,21 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
   st.stats = std::move(stats);
   st.applied = applied;
   st.discovered[st.opts.self.name()] = st.opts.self;
-  // Restart: the core's storage is what the disk holds.
+  // Restart: the core's storage is what the disk holds: the snapshot, then
+  // the entries after it.
+  st.snapshot_path =
+      (std::filesystem::path(st.disk->path()).parent_path() / "raft-snapshot.bin").string();
+  if (std::filesystem::exists(st.snapshot_path)) {
+    std::ifstream in(st.snapshot_path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    pbr::Snapshot snap;
+    if (!snap.ParseFromString(bytes))
+      fatal(st.snapshot_path + " is damaged: move it away and rejoin the cluster (or restore a "
+                               "snapshot)");
+    st.storage.apply_snapshot(snap);
+    learn_members(self, snap);
+    st.snapshot_index = snap.metadata().index();
+  }
   std::vector<pbr::Entry> entries;
   for (auto& r : st.disk->read(1, UINT64_MAX)) {
     pbr::Entry e;

@@ -27,6 +27,8 @@ struct raft_options {
   size_t bootstrap_expect = 1;           // servers to wait for before bootstrapping
   std::vector<std::string> join;         // raft addresses (HOST:PORT) of other servers
   std::chrono::milliseconds tick{100};   // election timeout: 10-20 ticks
+  uint64_t snapshot_threshold = 8192;    // applied entries between snapshots
+  uint64_t snapshot_keep = 256;          // entries kept behind a snapshot
 };
 
 // The Raft id of a server: a hash of its name (never 0).
@@ -54,6 +56,10 @@ struct raft_log_state {
   std::map<std::string, caf::typed_response_promise<uint64_t>> reads;  // by context
   std::multimap<uint64_t, caf::typed_response_promise<uint64_t>> reads_waiting;  // by index
   std::vector<uint64_t> unreachable;               // reported after advance()
+  std::vector<std::pair<uint64_t, bool>> snapshots_sent;  // reported after advance()
+  uint64_t snapshot_index = 0;
+  bool snapshotting = false;
+  std::string snapshot_path;                       // DATA/raft-snapshot.bin
   raft::soft_state soft;
   uint64_t applied = 0;
   bool flush_scheduled = false;

@@ -366,6 +366,8 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
           st.leader = nullptr;
         }
         if (st.leader_info.api_address() != info.msg.api_address()) st.remote = nullptr;
+        // Only the leader counts volumes, claims and plugins.
+        st.stats->clear_state();
         st.leader_id = leader_id;
         st.leader_info = std::move(info.msg);
       },

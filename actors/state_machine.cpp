@@ -23,6 +23,23 @@ state_machine_actor::behavior_type state_machine(
       },
       [self](applied_atom) -> uint64_t { return self->state.store->applied_index(); },
       [self](load_atom) -> state_contents { return self->state.store->load(); },
+      [self](snapshot_atom) -> std::tuple<uint64_t, std::string> {
+        try {
+          return {self->state.store->applied_index(), self->state.store->snapshot()};
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "berthd: fatal: cannot snapshot the state: %s\n", e.what());
+          std::_Exit(70);
+        }
+      },
+      [self](install_atom, const std::string& bytes) {
+        try {
+          self->state.store->install(bytes);
+          self->state.stats->applied(self->state.store->applied_index());
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "berthd: fatal: cannot install a snapshot: %s\n", e.what());
+          std::_Exit(70);
+        }
+      },
       [self](digest_atom) -> std::tuple<uint64_t, std::string> {
         return {self->state.store->applied_index(), self->state.store->digest()};
       },

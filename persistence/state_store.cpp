@@ -1,6 +1,12 @@
 #include "persistence/state_store.hpp"
 
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <iterator>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace berth {
 
@@ -48,30 +54,33 @@ void stamp(v1::Change& change, uint64_t index) {
   }
 }
 
-state_store::state_store(const std::string& path) : db_(path) {
-  db_.exec(schema);
-  auto get = db_.prepare("SELECT value FROM meta WHERE key='format_version'");
+state_store::state_store(const std::string& path) : path_(path) { open(); }
+
+void state_store::open() {
+  db_ = std::make_unique<sql::database>(path_);
+  db_->exec(schema);
+  auto get = db_->prepare("SELECT value FROM meta WHERE key='format_version'");
   if (get.step()) {
     auto v = std::stoll(get.column_text(0));
     if (v > format_version)
-      throw sql::sqlite_error(path + ": written by a newer berth (state format " +
+      throw sql::sqlite_error(path_ + ": written by a newer berth (state format " +
                               std::to_string(v) + "); upgrade berthd to read it");
   } else {
-    db_.prepare("INSERT INTO meta(key, value) VALUES('format_version', ?)")
+    db_->prepare("INSERT INTO meta(key, value) VALUES('format_version', ?)")
         .bind(1, std::to_string(format_version))
         .run();
   }
 }
 
 uint64_t state_store::applied_index() {
-  auto s = db_.prepare("SELECT value FROM meta WHERE key='applied_index'");
+  auto s = db_->prepare("SELECT value FROM meta WHERE key='applied_index'");
   if (!s.step()) return 0;
   return static_cast<uint64_t>(std::stoull(s.column_text(0)));
 }
 
 void state_store::apply(const std::vector<std::pair<uint64_t, std::string>>& entries) {
   if (entries.empty()) return;
-  sql::transaction tx(db_);
+  sql::transaction tx(*db_);
   uint64_t applied = applied_index();
   for (const auto& [index, bytes] : entries) {
     if (index <= applied) continue;
@@ -86,7 +95,7 @@ void state_store::apply(const std::vector<std::pair<uint64_t, std::string>>& ent
     }
     applied = index;
   }
-  db_.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
+  db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
       .bind(1, std::to_string(applied))
       .run();
   tx.commit();
@@ -96,7 +105,7 @@ void state_store::apply_change(const v1::Change& c) {
   switch (c.change_case()) {
     case v1::Change::kVolumeUpsert: {
       const auto& v = c.volume_upsert();
-      db_.prepare("INSERT OR REPLACE INTO volumes(namespace, id, plugin_id, modify_index, data)"
+      db_->prepare("INSERT OR REPLACE INTO volumes(namespace, id, plugin_id, modify_index, data)"
                   " VALUES(?,?,?,?,?)")
           .bind(1, v.namespace_())
           .bind(2, v.id())
@@ -104,11 +113,11 @@ void state_store::apply_change(const v1::Change& c) {
           .bind(4, static_cast<int64_t>(v.modify_index()))
           .bind_blob(5, v.SerializeAsString())
           .run();
-      db_.prepare("DELETE FROM claims WHERE namespace=? AND volume_id=?")
+      db_->prepare("DELETE FROM claims WHERE namespace=? AND volume_id=?")
           .bind(1, v.namespace_())
           .bind(2, v.id())
           .run();
-      auto ins = db_.prepare(
+      auto ins = db_->prepare(
           "INSERT INTO claims(namespace, volume_id, alloc_id, node_id, mode, state)"
           " VALUES(?,?,?,?,?,?)");
       for (const auto& cl : v.claims()) {
@@ -124,13 +133,13 @@ void state_store::apply_change(const v1::Change& c) {
     }
     case v1::Change::kVolumeDelete: {
       const auto& k = c.volume_delete();
-      db_.prepare("DELETE FROM volumes WHERE namespace=? AND id=?").bind(1, k.namespace_()).bind(2, k.id()).run();
-      db_.prepare("DELETE FROM claims WHERE namespace=? AND volume_id=?").bind(1, k.namespace_()).bind(2, k.id()).run();
+      db_->prepare("DELETE FROM volumes WHERE namespace=? AND id=?").bind(1, k.namespace_()).bind(2, k.id()).run();
+      db_->prepare("DELETE FROM claims WHERE namespace=? AND volume_id=?").bind(1, k.namespace_()).bind(2, k.id()).run();
       break;
     }
     case v1::Change::kPluginUpsert: {
       const auto& p = c.plugin_upsert();
-      db_.prepare("INSERT OR REPLACE INTO plugins(id, modify_index, data) VALUES(?,?,?)")
+      db_->prepare("INSERT OR REPLACE INTO plugins(id, modify_index, data) VALUES(?,?,?)")
           .bind(1, p.id())
           .bind(2, static_cast<int64_t>(p.modify_index()))
           .bind_blob(3, p.SerializeAsString())
@@ -138,11 +147,11 @@ void state_store::apply_change(const v1::Change& c) {
       break;
     }
     case v1::Change::kPluginDelete:
-      db_.prepare("DELETE FROM plugins WHERE id=?").bind(1, c.plugin_delete()).run();
+      db_->prepare("DELETE FROM plugins WHERE id=?").bind(1, c.plugin_delete()).run();
       break;
     case v1::Change::kNodeUpsert: {
       const auto& n = c.node_upsert();
-      db_.prepare("INSERT OR REPLACE INTO nodes(id, modify_index, data) VALUES(?,?,?)")
+      db_->prepare("INSERT OR REPLACE INTO nodes(id, modify_index, data) VALUES(?,?,?)")
           .bind(1, n.id())
           .bind(2, static_cast<int64_t>(n.modify_index()))
           .bind_blob(3, n.SerializeAsString())
@@ -150,11 +159,11 @@ void state_store::apply_change(const v1::Change& c) {
       break;
     }
     case v1::Change::kNodeDelete:
-      db_.prepare("DELETE FROM nodes WHERE id=?").bind(1, c.node_delete()).run();
+      db_->prepare("DELETE FROM nodes WHERE id=?").bind(1, c.node_delete()).run();
       break;
     case v1::Change::kAllocUpsert: {
       const auto& a = c.alloc_upsert();
-      db_.prepare("INSERT OR REPLACE INTO allocs(id, modify_index, data) VALUES(?,?,?)")
+      db_->prepare("INSERT OR REPLACE INTO allocs(id, modify_index, data) VALUES(?,?,?)")
           .bind(1, a.id())
           .bind(2, static_cast<int64_t>(a.modify_index()))
           .bind_blob(3, a.SerializeAsString())
@@ -162,7 +171,7 @@ void state_store::apply_change(const v1::Change& c) {
       break;
     }
     case v1::Change::kAllocDelete:
-      db_.prepare("DELETE FROM allocs WHERE id=?").bind(1, c.alloc_delete()).run();
+      db_->prepare("DELETE FROM allocs WHERE id=?").bind(1, c.alloc_delete()).run();
       break;
     case v1::Change::CHANGE_NOT_SET:
       break;
@@ -191,10 +200,10 @@ std::vector<T> load_table(sql::database& db, const char* query) {
 state_contents state_store::load() {
   state_contents c;
   c.applied_index = applied_index();
-  c.volumes = load_table<v1::Volume>(db_, "SELECT data FROM volumes ORDER BY namespace, id");
-  c.plugins = load_table<v1::Plugin>(db_, "SELECT data FROM plugins ORDER BY id");
-  c.nodes = load_table<v1::Node>(db_, "SELECT data FROM nodes ORDER BY id");
-  c.allocs = load_table<v1::Alloc>(db_, "SELECT data FROM allocs ORDER BY id");
+  c.volumes = load_table<v1::Volume>(*db_, "SELECT data FROM volumes ORDER BY namespace, id");
+  c.plugins = load_table<v1::Plugin>(*db_, "SELECT data FROM plugins ORDER BY id");
+  c.nodes = load_table<v1::Node>(*db_, "SELECT data FROM nodes ORDER BY id");
+  c.allocs = load_table<v1::Alloc>(*db_, "SELECT data FROM allocs ORDER BY id");
   return c;
 }
 
@@ -214,12 +223,51 @@ std::string state_store::digest() {
                         " ORDER BY namespace, volume_id, alloc_id",
                         "SELECT data FROM plugins ORDER BY id", "SELECT data FROM nodes ORDER BY id",
                         "SELECT data FROM allocs ORDER BY id"}) {
-    auto s = db_.prepare(q);
+    auto s = db_->prepare(q);
     while (s.step()) mix(s.column_blob(0));
   }
   char buf[17];
   snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+std::string state_store::snapshot() {
+  auto tmp = path_ + ".snapshot";
+  std::remove(tmp.c_str());
+  db_->prepare("VACUUM INTO ?").bind(1, tmp).run();
+  std::ifstream in(tmp, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(tmp.c_str());
+  if (bytes.empty()) throw sql::sqlite_error(path_ + ": cannot read the snapshot copy");
+  return bytes;
+}
+
+void state_store::install(const std::string& bytes) {
+  static const std::string magic = "SQLite format 3";
+  if (bytes.compare(0, magic.size(), magic) != 0)
+    throw sql::sqlite_error("the snapshot is not a berth state database");
+  auto tmp = path_ + ".incoming";
+  {
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) throw sql::sqlite_error(tmp + ": cannot write the snapshot");
+    size_t off = 0;
+    while (off < bytes.size()) {
+      auto n = ::write(fd, bytes.data() + off, bytes.size() - off);
+      if (n <= 0) {
+        ::close(fd);
+        throw sql::sqlite_error(tmp + ": cannot write the snapshot");
+      }
+      off += static_cast<size_t>(n);
+    }
+    ::fsync(fd);
+    ::close(fd);
+  }
+  db_.reset();  // closes the database (and checkpoints its WAL)
+  std::remove((path_ + "-wal").c_str());
+  std::remove((path_ + "-shm").c_str());
+  if (std::rename(tmp.c_str(), path_.c_str()) != 0)
+    throw sql::sqlite_error(path_ + ": cannot replace it with the snapshot");
+  open();
 }
 
 }  // namespace berth

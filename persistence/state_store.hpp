@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,12 +51,23 @@ class state_store {
   // state tables are equal.
   std::string digest();
 
-  const std::string& path() const { return db_.path(); }
+  // A consistent copy of the whole state database (VACUUM INTO), as bytes:
+  // a Raft snapshot, or a backup.
+  std::string snapshot();
+
+  // Replaces the whole state database with a snapshot's bytes (atomically:
+  // written next to it, fsynced, renamed over it).  Throws when the bytes
+  // are not a berth state database.
+  void install(const std::string& bytes);
+
+  const std::string& path() const { return path_; }
 
  private:
+  void open();
   void apply_change(const v1::Change& c);
 
-  sql::database db_;
+  std::string path_;
+  std::unique_ptr<sql::database> db_;
 };
 
 }  // namespace berth

@@ -144,6 +144,8 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
     ro.bootstrap_expect = opts.dev ? 1 : opts.bootstrap_expect;
     ro.join = opts.join;
     ro.tick = std::chrono::milliseconds(static_cast<int64_t>(opts.raft_tick * 1000));
+    ro.snapshot_threshold = opts.snapshot_threshold;
+    ro.snapshot_keep = std::min<uint64_t>(256, opts.snapshot_threshold / 2);
     if (opts.server) {
       // The raft address is part of the server's identity in the cluster
       // configuration, so it must be known before the log starts.

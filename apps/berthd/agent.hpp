@@ -28,6 +28,7 @@ struct agent_options {
   std::vector<std::string> join;     // servers: other servers' raft addresses
   std::vector<std::string> servers;  // clients: servers' shell endpoints
   double raft_tick = 0.1;            // seconds
+  uint64_t snapshot_threshold = 8192;  // applied entries between Raft snapshots
   std::string metrics_bind = "127.0.0.1";
   uint16_t metrics_port = 4746;
   int scheduler_threads = 2;

@@ -75,6 +75,11 @@ int main(int argc, char** argv) {
                      "Seconds per Raft tick (elections time out after 10-20 ticks)")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 10.0));
+  server->add_option("--snapshot-threshold", opts.snapshot_threshold,
+                     "Applied log entries between snapshots (the log before a snapshot is "
+                     "compacted; lagging or new servers catch up by installing it)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{4}, uint64_t{1} << 40));
   auto* client = app.add_option_group("client", "Clients: this node and its CSI plugins");
   client->add_option("--servers", opts.servers,
                      "Servers' shell endpoints HOST:PORT (comma-separated or repeated); any of "

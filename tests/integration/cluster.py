@@ -51,13 +51,15 @@ class Process:
 
 
 class Server(Process):
-    def __init__(self, tmp, name, port, raft_port, join, tick="0.05"):
+    def __init__(self, tmp, name, port, raft_port, join, tick="0.05", snapshot_threshold=30):
         self.data_dir = os.path.join(tmp, name)
         self.port = port
         self.raft_port = raft_port
         argv = [BERTHD, "--server", "--name", name, "--data-dir", self.data_dir,
                 "--port", str(port), "--raft-port", str(raft_port), "--metrics-port", "0",
-                "--bootstrap-expect", "3", "--raft-tick", tick]
+                "--bootstrap-expect", "3", "--raft-tick", tick,
+                # Small, so that the tests take, send and install snapshots.
+                "--snapshot-threshold", str(snapshot_threshold)]
         for j in join:
             argv += ["--join", j]
         super().__init__(name, argv, os.path.join(tmp, name + ".log"))
@@ -76,6 +78,13 @@ class Server(Process):
                                  ("plugins", "id"), ("nodes", "id"), ("allocs", "id")):
                 out[table] = db.execute("SELECT * FROM %s ORDER BY %s" % (table, order)).fetchall()
             return out
+        finally:
+            db.close()
+
+    def first_log_index(self):
+        db = sqlite3.connect(os.path.join(self.data_dir, "log.db"))
+        try:
+            return db.execute("SELECT MIN(idx) FROM entries").fetchone()[0]
         finally:
             db.close()
 

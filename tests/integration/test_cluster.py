@@ -176,6 +176,12 @@ class ClusterTest(unittest.TestCase):
         victim.kill()
         shutil.rmtree(victim.data_dir)
         self.shell("volume", "claim", "v1", "--alloc", "a1", "--node", "c1", via=leader.address)
+        # Enough changes that the leader compacts its log past what the
+        # returning server has (nothing): it must catch up by snapshot.
+        for i in range(40):
+            self.shell("volume", "register", "-", via=leader.address, stdin=json.dumps(dict(
+                VOLUME, id="r%d" % i, external_id="ext-%d" % i)))
+        self.assertGreater(self.cluster.peers(via=leader.address)[0]["applied_index"], 40)
         # It joins again with an empty disk; the leader adds it back.
         victim.start()
         deadline = time.time() + 20
@@ -188,6 +194,13 @@ class ClusterTest(unittest.TestCase):
             time.sleep(0.2)
         stale = self.shell("--json", "volume", "status", "v1", "--stale", via=victim.address).json()
         self.assertEqual([c["alloc_id"] for c in stale["claims"]], ["a1"])
+        self.assertEqual(len(self.shell("--json", "volume", "status", "--stale",
+                                        via=victim.address).json()), 41)
+        # It got there by installing the leader's snapshot, not by replaying
+        # the log from its first entry (which the leader no longer has).
+        self.assertTrue(os.path.exists(os.path.join(victim.data_dir, "raft-snapshot.bin")))
+        victim.kill()
+        self.assertGreater(victim.first_log_index(), 1)
 
     def test_transfer_leadership(self):
         leader = self.cluster.leader()

@@ -25,8 +25,6 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CONFIG_DIR="$REPO/deploy/config"
-SERVERS=(s1 s2 s3)
-CLIENTS=(c1 c2)
 WAIT_SECONDS="${LOCAL_CLUSTER_WAIT:-60}"
 
 usage() {
@@ -88,8 +86,9 @@ case "$CMD" in
   *) echo "local-cluster: unknown command '$CMD'" >&2; usage >&2; exit 2 ;;
 esac
 if [ -n "$BASE_PORT" ]; then
-  [[ "$BASE_PORT" =~ ^[0-9]+$ ]] && [ "$BASE_PORT" -ge 1024 ] && [ "$BASE_PORT" -le 65525 ] ||
+  if ! [[ "$BASE_PORT" =~ ^[0-9]+$ ]] || [ "$BASE_PORT" -lt 1024 ] || [ "$BASE_PORT" -gt 65525 ]; then
     die "--base-port must be a number between 1024 and 65525"
+  fi
 fi
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"

@@ -136,13 +136,15 @@ any_running() {
   return 1
 }
 
-berth_cmd() { "$BERTH" --address "$ADDRESS" "$@"; }
+# `timeout`: berth's --timeout does not bound a connection to a port where
+# something other than berthd listens; never let a wait loop hang on that.
+berth_cmd() { timeout 10 "$BERTH" --address "$ADDRESS" "$@"; }
 
 # The list-peers table through the first server that answers.
 list_peers() {
   local i
   for i in 1 2 3; do
-    if "$BERTH" --address "127.0.0.1:$(shell_port "$i")" --timeout 3 "$@" operator raft list-peers 2>/dev/null; then
+    if timeout 10 "$BERTH" --address "127.0.0.1:$(shell_port "$i")" --timeout 3 "$@" operator raft list-peers 2>/dev/null; then
       return 0
     fi
   done

@@ -121,7 +121,9 @@ start() {  # start NAME COMMAND...
   echo $! >"$DIR/$name.pid"
 }
 
-in_ns() { ip netns exec "${PREFIX}$1" "${@:2}"; }
+# `timeout`: berth's --timeout does not bound a connection to a port where
+# something other than berthd listens; never let a wait loop hang on that.
+in_ns() { timeout 10 ip netns exec "${PREFIX}$1" "${@:2}"; }
 
 list_peers() {  # through the first server that answers, from namespace c1
   local i

@@ -13,6 +13,7 @@ PACKAGES=(
   prometheus-cpp-dev
   libreadline-dev tmux
   python3
+  prometheus
 )
 
 missing=()

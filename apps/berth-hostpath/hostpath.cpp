@@ -1,6 +1,13 @@
 #include "hostpath.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
 #include <cstdio>
 
 namespace berth::hostpath {
@@ -45,7 +52,48 @@ bool multi_publish(int access_mode) {
 plugin::plugin(options opts)
     : opts_(std::move(opts)), mounter_(opts_.mode), state_file_(opts_.root / "state.json") {
   fs::create_directories(opts_.root / "volumes");
-  state_ = load_state(state_file_);
+  if (opts_.shared_root) {
+    fs::create_directories(opts_.root / "nodes");
+    node_file_ = opts_.root / "nodes" / (opts_.node_id + ".json");
+    auto lock = opts_.root / "state.lock";
+    lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd_ < 0)
+      throw std::runtime_error("cannot open " + lock.string() + ": " + std::strerror(errno));
+    begin_call();
+    // Announce this node to the controllers of the other processes.
+    if (!fs::exists(node_file_))
+      save_state(node_file_, state{});
+    end_call();
+  } else {
+    state_ = load_state(state_file_);
+  }
+}
+
+state plugin::load() const {
+  auto shared = load_state(state_file_);
+  auto mine = load_state(node_file_);
+  shared.stagings = std::move(mine.stagings);
+  shared.publications = std::move(mine.publications);
+  return shared;
+}
+
+void plugin::begin_call() {
+  if (!opts_.shared_root)
+    return;
+  while (::flock(lock_fd_, LOCK_EX) != 0)
+    if (errno != EINTR)
+      throw std::runtime_error(std::string("cannot lock state.lock: ") + std::strerror(errno));
+  try {
+    state_ = load();
+  } catch (...) {
+    ::flock(lock_fd_, LOCK_UN);
+    throw;
+  }
+}
+
+void plugin::end_call() {
+  if (opts_.shared_root)
+    ::flock(lock_fd_, LOCK_UN);
 }
 
 fs::path plugin::volume_dir(const std::string& volume_id) const {
@@ -53,6 +101,11 @@ fs::path plugin::volume_dir(const std::string& volume_id) const {
 }
 
 bool plugin::known_node(const std::string& node_id) const {
+  std::error_code ec;
+  if (opts_.shared_root && !node_id.empty() && node_id.find('/') == std::string::npos &&
+      node_id != "." && node_id != ".." &&
+      fs::exists(opts_.root / "nodes" / (node_id + ".json"), ec))
+    return true;
   return node_id == opts_.node_id
          || std::find(opts_.peer_nodes.begin(), opts_.peer_nodes.end(), node_id)
                 != opts_.peer_nodes.end();
@@ -68,7 +121,17 @@ void plugin::fill_volume(const std::string& id, const volume_record& rec, v1::Vo
 
 grpc::Status plugin::commit(state next) {
   try {
-    save_state(state_file_, next);
+    if (opts_.shared_root) {
+      state shared = next, mine;
+      mine.stagings = std::move(shared.stagings);
+      mine.publications = std::move(shared.publications);
+      shared.stagings.clear();
+      shared.publications.clear();
+      save_state(state_file_, shared);
+      save_state(node_file_, mine);
+    } else {
+      save_state(state_file_, next);
+    }
   } catch (const std::exception& e) {
     return {grpc::StatusCode::INTERNAL, e.what()};
   }

@@ -34,6 +34,13 @@ struct options {
   // Other node ids the controller accepts in ControllerPublishVolume (a
   // monolith otherwise only knows its own node).
   std::vector<std::string> peer_nodes;
+  // ROOT is shared with berth-hostpath processes on other nodes (a stand-in
+  // for network storage): volumes and controller publications live in
+  // ROOT/state.json, this node's stagings and publications in
+  // ROOT/nodes/NODE-ID.json; every call holds an exclusive flock on
+  // ROOT/state.lock and re-reads both files first. Every node with a file in
+  // ROOT/nodes/ is known to the controller (no --peer-node needed).
+  bool shared_root = false;
 };
 
 class plugin {
@@ -42,6 +49,12 @@ class plugin {
   explicit plugin(options opts);
 
   static constexpr const char* name = "berth-hostpath";
+
+  // With options::shared_root: take the lock of ROOT and re-read the state
+  // before a call (begin_call), release it after (end_call). Otherwise no-ops.
+  // Throws std::runtime_error when the lock or the state cannot be read.
+  void begin_call();
+  void end_call();
 
   // Identity.
   grpc::Status get_plugin_info(const v1::GetPluginInfoRequest&, v1::GetPluginInfoResponse&);
@@ -82,9 +95,13 @@ class plugin {
   // Saves `next` durably, then makes it the current state.
   grpc::Status commit(state next);
 
+  state load() const;
+
   options opts_;
   mounter mounter_;
   std::filesystem::path state_file_;
+  std::filesystem::path node_file_;  // shared_root only
+  int lock_fd_ = -1;                 // shared_root only
   state state_;
 };
 

@@ -44,6 +44,11 @@ int main(int argc, char** argv) {
   app.add_option("--peer-node", opts.peer_nodes,
                  "another node id the controller may publish to (repeatable); unknown "
                  "node ids get NOT_FOUND");
+  app.add_flag("--shared-root", opts.shared_root,
+               "ROOT is shared with berth-hostpath processes of other nodes (a stand-in for "
+               "network storage): volumes and controller publications are shared, stagings "
+               "and publications are per node (ROOT/nodes/NODE-ID.json), calls take a lock "
+               "on ROOT/state.lock");
   app.add_option("--mount-mode", mode,
                  "bind: stage and publish with real bind mounts (mount(2), needs root; "
                  "readonly publications are remounted read-only). symlink: the target "

@@ -23,7 +23,15 @@ struct dispatcher {
   template <class Fn>
   grpc::Status run(const char* method, const fields& what, Fn&& fn) {
     std::lock_guard<std::mutex> lock(mu);
-    grpc::Status s = fn();
+    grpc::Status s;
+    try {
+      p.begin_call();  // --shared-root: the lock of ROOT, and the state re-read
+      s = fn();
+      p.end_call();
+    } catch (const std::exception& e) {
+      p.end_call();
+      s = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+    }
     auto c = static_cast<int>(s.error_code());
     log.append(method, what, c, berth::csi::code_name(static_cast<berth::csi::code>(c)));
     return s;

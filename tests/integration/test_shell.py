@@ -119,11 +119,16 @@ class ShellTest(unittest.TestCase):
         self.t("send-keys", "-t", self.session, "-l", "exit")
         self.t("send-keys", "-t", self.session, "Enter")
         history = os.path.join(self.home, ".berth_history")
+        # The shell writes its history as it exits: wait until it is complete.
         deadline = time.time() + 10
-        while not os.path.exists(history) and time.time() < deadline:
+        lines = []
+        while time.time() < deadline:
+            if os.path.exists(history):
+                with open(history) as f:
+                    lines = f.read().splitlines()
+                if "exit" in [l.strip() for l in lines]:
+                    break
             time.sleep(0.1)
-        with open(history) as f:
-            lines = f.read().splitlines()
         for line in ("plugin status", "volume status db", "help volume claim", "exit"):
             self.assertIn(line, [l.strip() for l in lines])
 

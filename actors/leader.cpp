@@ -439,6 +439,8 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
     case v1::Request::kRaftListPeers:
     case v1::Request::kRaftRemovePeer:
     case v1::Request::kRaftTransferLeadership:
+    case v1::Request::kSnapshotSave:
+    case v1::Request::kSnapshotRestore:
       // Answered by the server actor, which knows the replicated log.
       rp.deliver(error_response(errc::internal, "the server answers this request"));
       return;

@@ -178,17 +178,21 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
     } else {
       batch.entries.emplace_back(e.index(), e.data());
     }
-    if (auto it = st.proposals.find(e.index()); it != st.proposals.end()) {
-      if (it->second.term == e.term())
-        it->second.promise.deliver(e.index());
-      else
-        it->second.promise.deliver(make_error(
-            errc::unavailable, "the leader changed before the change committed; retry"));
-      st.proposals.erase(it);
-    }
     st.applied = e.index();
   }
+  // The state machine gets the entries before anyone hears they committed,
+  // so whatever a proposer asks the state machine next sees them.
   self->send(st.machine, apply_atom::value, std::move(batch));
+  for (const auto& e : entries) {
+    auto it = st.proposals.find(e.index());
+    if (it == st.proposals.end()) continue;
+    if (it->second.term == e.term())
+      it->second.promise.deliver(e.index());
+    else
+      it->second.promise.deliver(
+          make_error(errc::unavailable, "the leader changed before the change committed; retry"));
+    st.proposals.erase(it);
+  }
   // A new leader serves once the first entry of its term is applied: then
   // the state machine holds everything committed before it.
   if (st.soft.role == raft::role::leader && !st.leading_announced &&
@@ -534,6 +538,12 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
       [self](tick_atom) {
         auto& st = self->state;
         if (st.storage.last_index() == 0) discover(self);
+        // Keep a connection to every member at all times: a message to a
+        // member without one is dropped, and followers talk to each other
+        // only in an election, when a lost vote request costs a round.
+        for (const auto& [id, info] : st.members)
+          if (id != st.opts.self.raft_id() && !info.raft_address().empty())
+            link(self, info.raft_address());
         st.node->tick();
         schedule_flush(self);
         self->delayed_send(self, st.opts.tick, tick_atom::value);

@@ -292,10 +292,80 @@ void execute(self_ptr self, v1::Request req, promise rp) {
   run_on_leader(self, std::move(req), rp);
 }
 
+// Starts the leader actor on the committed state (replacing a running one).
+void start_leader(self_ptr self, state_contents contents) {
+  auto& st = self->state;
+  if (st.leader) {
+    self->unlink_from(st.leader);
+    self->send_exit(st.leader, caf::exit_reason::user_shutdown);
+  }
+  st.leader = self->spawn<caf::linked>(leader, st.log, std::move(contents), st.stats);
+  st.remote = nullptr;
+  for (const auto& [id, node] : st.nodes) self->send(st.leader, node_atom::value, id, node);
+}
+
+// operator snapshot save: a consistent copy of the state, as of a
+// linearizable read.
+void snapshot_save(self_ptr self, promise rp) {
+  self->request(self->state.log, std::chrono::seconds(10), read_atom::value)
+      .then(
+          [self, rp](uint64_t) mutable {
+            self->request(self->state.machine, std::chrono::minutes(5), snapshot_atom::value)
+                .then([rp](uint64_t index, std::string& bytes) mutable {
+                  v1::Response r;
+                  r.set_snapshot(std::move(bytes));
+                  r.set_snapshot_index(index);
+                  r.set_message("snapshot of the state at index " + std::to_string(index));
+                  rp.deliver(wrap(std::move(r)));
+                });
+          },
+          [rp](caf::error& e) mutable { rp.deliver(retry_response(to_failure(e).message)); });
+}
+
+// operator snapshot restore: one committed entry replaces the state tables
+// on every server; then the leader actor starts again from them.
+void snapshot_restore(self_ptr self, std::string bytes, promise rp) {
+  static const std::string magic = "SQLite format 3";
+  if (bytes.compare(0, magic.size(), magic) != 0) {
+    rp.deliver(failure_response(errc::invalid, "the file is not a berth snapshot (made by "
+                                               "berth operator snapshot save)"));
+    return;
+  }
+  v1::LogEntry entry;
+  entry.set_format_version(1);
+  entry.add_changes()->set_restore_state(std::move(bytes));
+  self->request(self->state.log, caf::infinite, propose_atom::value, wrap(std::move(entry)))
+      .then(
+          [self, rp](uint64_t index) mutable {
+            self->request(self->state.machine, caf::infinite, load_atom::value)
+                .then([self, rp, index](state_contents& contents) mutable {
+                  auto volumes = contents.volumes.size();
+                  start_leader(self, std::move(contents));
+                  v1::Response r;
+                  r.set_snapshot_index(index);
+                  r.set_message("state restored at index " + std::to_string(index) + " (" +
+                                std::to_string(volumes) + " volumes)");
+                  rp.deliver(wrap(std::move(r)));
+                });
+          },
+          [rp](caf::error& e) mutable {
+            auto f = to_failure(e);
+            rp.deliver(failure_response(f.code, f.message));
+          });
+}
+
 void run_on_leader(self_ptr self, v1::Request req, promise rp) {
   auto& st = self->state;
   if (!st.leader) {
     forward(self, std::move(req), rp);
+    return;
+  }
+  if (req.has_snapshot_save()) {
+    snapshot_save(self, rp);
+    return;
+  }
+  if (req.command_case() == v1::Request::kSnapshotRestore) {
+    snapshot_restore(self, std::move(*req.mutable_snapshot_restore()), rp);
     return;
   }
   // Requests are counted and timed where they execute: on the leader.
@@ -350,11 +420,7 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
           self->send(st.remote, node_atom::value, id, node);
       },
       [self](leading_atom, state_contents& contents) {
-        auto& st = self->state;
-        if (st.leader) return;
-        st.leader = self->spawn<caf::linked>(leader, st.log, std::move(contents), st.stats);
-        st.remote = nullptr;
-        for (const auto& [id, node] : st.nodes) self->send(st.leader, node_atom::value, id, node);
+        if (!self->state.leader) start_leader(self, std::move(contents));
       },
       [self](following_atom, uint64_t leader_id, pb<v1::ServerInfo>& info) {
         auto& st = self->state;

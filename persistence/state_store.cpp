@@ -79,6 +79,28 @@ uint64_t state_store::applied_index() {
 }
 
 void state_store::apply(const std::vector<std::pair<uint64_t, std::string>>& entries) {
+  // A restore replaces the database: apply what comes before it, install
+  // it, and go on from its index.
+  for (size_t i = 0; i < entries.size(); ++i) {
+    v1::LogEntry entry;
+    if (entries[i].first <= applied_index() || !entry.ParseFromString(entries[i].second)) continue;
+    for (const auto& c : entry.changes()) {
+      if (c.change_case() != v1::Change::kRestoreState) continue;
+      apply_batch({entries.begin(), entries.begin() + static_cast<long>(i)});
+      install(c.restore_state());
+      sql::transaction tx(*db_);
+      db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
+          .bind(1, std::to_string(entries[i].first))
+          .run();
+      tx.commit();
+      apply({entries.begin() + static_cast<long>(i) + 1, entries.end()});
+      return;
+    }
+  }
+  apply_batch(entries);
+}
+
+void state_store::apply_batch(const std::vector<std::pair<uint64_t, std::string>>& entries) {
   if (entries.empty()) return;
   sql::transaction tx(*db_);
   uint64_t applied = applied_index();
@@ -173,6 +195,7 @@ void state_store::apply_change(const v1::Change& c) {
     case v1::Change::kAllocDelete:
       db_->prepare("DELETE FROM allocs WHERE id=?").bind(1, c.alloc_delete()).run();
       break;
+    case v1::Change::kRestoreState:  // handled by apply()
     case v1::Change::CHANGE_NOT_SET:
       break;
   }

@@ -64,6 +64,7 @@ class state_store {
 
  private:
   void open();
+  void apply_batch(const std::vector<std::pair<uint64_t, std::string>>& entries);
   void apply_change(const v1::Change& c);
 
   std::string path_;

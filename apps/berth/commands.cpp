@@ -458,6 +458,57 @@ struct command_line {
       };
     });
 
+    auto* snap = op->add_subcommand("snapshot", "Back up and restore the cluster's state");
+    snap->require_subcommand(1);
+    auto* save = snap->add_subcommand(
+        "save", "Write a consistent copy of the cluster's state (volumes, claims, plugins, "
+                "nodes) to FILE");
+    save->add_option("file", spec_file, "Where to write the snapshot")->required();
+    save->callback([&] {
+      action = [&] {
+        v1::Request req;
+        req.set_snapshot_save(true);
+        return send(g, req, [&](const v1::Response& r) {
+          // Written next to the target, then renamed: never a half file.
+          auto tmp = spec_file + ".partial";
+          {
+            std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+            out.write(r.snapshot().data(), static_cast<std::streamsize>(r.snapshot().size()));
+            if (!out) {
+              std::cerr << "Error: cannot write " << tmp << "\n";
+              return;
+            }
+          }
+          std::rename(tmp.c_str(), spec_file.c_str());
+          if (g.json)
+            std::cout << json{{"file", spec_file}, {"index", r.snapshot_index()},
+                              {"bytes", r.snapshot().size()}}.dump(2) << "\n";
+          else
+            std::cout << "Saved the state at index " << r.snapshot_index() << " to " << spec_file
+                      << " (" << r.snapshot().size() << " bytes)\n";
+        });
+      };
+    });
+    auto* restore = snap->add_subcommand(
+        "restore", "Replace the cluster's state with a snapshot from `operator snapshot save` "
+                   "(every server applies it as one committed change)");
+    restore->add_option("file", spec_file, "The snapshot file")->required();
+    restore->callback([&] {
+      action = [&] {
+        auto bytes = read_input(spec_file);
+        if (auto* f = std::get_if<failure>(&bytes)) return fail(g, *f);
+        v1::Request req;
+        req.set_snapshot_restore(std::get<std::string>(bytes));
+        return send(g, req, [&](const v1::Response& r) {
+          if (g.json)
+            std::cout << json{{"index", r.snapshot_index()}, {"message", r.message()}}.dump(2)
+                      << "\n";
+          else
+            std::cout << r.message() << "\n";
+        });
+      };
+    });
+
     // --- node ----------------------------------------------------------------
     auto* nodecmd = app.add_subcommand("node", "Inspect the nodes (hosts) of the cluster");
     nodecmd->require_subcommand(1);

@@ -203,6 +203,37 @@ class ClusterTest(unittest.TestCase):
         victim.kill()
         self.assertGreater(victim.first_log_index(), 1)
 
+    def test_snapshot_save_and_restore(self):
+        self.wait_plugin()
+        self.shell("volume", "create", "-", stdin=json.dumps(dict(VOLUME, id="kept")))
+        path = os.path.join(self.tmp, "backup.snap")
+        saved = self.shell("--json", "operator", "snapshot", "save", path).json()
+        self.assertGreater(saved["index"], 0)
+        self.assertGreater(os.path.getsize(path), 0)
+        self.shell("volume", "register", "-", stdin=json.dumps(dict(
+            VOLUME, id="later", external_id="ext-later")))
+        self.shell("volume", "deregister", "kept")
+        out = self.shell("operator", "snapshot", "restore", path).out
+        self.assertIn("state restored", out)
+        ids = sorted(v["id"] for v in self.shell("--json", "volume", "status").json())
+        self.assertEqual(ids, ["kept"])
+        # Every server applied the same restore.
+        deadline = time.time() + 10
+        for s in self.cluster.servers:
+            while True:
+                stale = self.shell("--json", "volume", "status", "--stale", via=s.address).json()
+                if sorted(v["id"] for v in stale) == ["kept"]:
+                    break
+                self.assertLess(time.time(), deadline, (s.name, stale))
+                time.sleep(0.1)
+        bad = os.path.join(self.tmp, "bad.snap")
+        with open(bad, "w") as f:
+            f.write("not a snapshot")
+        r = self.shell("operator", "snapshot", "restore", bad, expect=2)
+        self.assertIn("not a berth snapshot", r.err)
+        # The restored state is live: the volume can be claimed again.
+        self.shell("volume", "claim", "kept", "--alloc", "a1", "--node", "c1")
+
     def test_transfer_leadership(self):
         leader = self.cluster.leader()
         target = next(s for s in self.cluster.servers if s is not leader)

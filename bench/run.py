@@ -37,6 +37,7 @@ def parse_args():
     p.add_argument("--failover", type=int, default=5, help="leader-kill trials (0: none)")
     p.add_argument("--raft-tick", default="0.1", help="seconds per Raft tick (berthd's default: 0.1)")
     p.add_argument("--report", default=os.path.join(HERE, "report.json"))
+    p.add_argument("--keep", action="store_true", help="keep the cluster's directory and logs")
     p.add_argument("--perf", action="store_true",
                    help="perf record the leader during the largest log run (bench/perf-*.txt)")
     return p.parse_args()
@@ -109,21 +110,30 @@ def metrics_port(process):
     return int(m.group(1)) if m else None
 
 
+SCRAPED = ("berth_log_batch_entries_sum", "berth_log_batch_entries_count",
+           "berth_log_write_seconds_sum", "berth_log_write_seconds_count",
+           "berth_request_seconds_sum", "berth_request_seconds_count")
+
+
 def scrape(process):
-    """The leader's log metrics: sums and counts of the two histograms."""
+    """The log and request metrics of a server: histogram sums and counts,
+    keyed by series (labels included)."""
     port = metrics_port(process)
     out = {}
     try:
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
             text = r.read().decode()
-    except OSError:
+    except (OSError, TypeError):
         return out
     for line in text.splitlines():
-        for name in ("berth_log_batch_entries", "berth_log_write_seconds"):
-            for suffix in ("_sum", "_count"):
-                if line.startswith(name + suffix + " ") or line.startswith(name + suffix + "{"):
-                    out[name + suffix] = float(line.rsplit(" ", 1)[1])
+        if line.startswith(SCRAPED):
+            series, value = line.rsplit(" ", 1)
+            out[series] = float(value)
     return out
+
+
+def delta(m0, m1, series):
+    return m1.get(series, 0) - m0.get(series, 0)
 
 
 def loadavg():
@@ -140,7 +150,8 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
     for p in watched.values():
         reset_peak_rss(p.proc.pid)
     cpu0 = {n: cpu_seconds(p.proc.pid) for n, p in watched.items()}
-    m0 = scrape(leader)
+    servers = [p for p in watched.values() if isinstance(p, cluster.Server)]
+    m0 = {p.name: scrape(p) for p in servers}
     load0 = loadavg()
     argv = [BENCH, "--address", address, "--workload", workload, "-c", str(concurrency),
             "--duration", str(duration), "--warmup", str(warmup)] + list(extra)
@@ -157,7 +168,7 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
     if bench.returncode != 0 or not out.strip():
         raise RuntimeError("berth-bench failed (%d): %s %s" % (bench.returncode, out, err))
     r = json.loads(out.strip().splitlines()[-1])
-    m1 = scrape(leader)
+    m1 = {p.name: scrape(p) for p in servers}
     r["wall_seconds"] = round(wall, 2)
     r["loadavg_before"] = load0
     r["loadavg_after"] = loadavg()
@@ -168,14 +179,29 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
             "cpu_seconds": None if c1 is None or cpu0[n] is None else round(c1 - cpu0[n], 2),
             "peak_rss_mib": peak_rss_mib(p.proc.pid)}
     r["processes"]["berth-bench"] = {"cpu_seconds": round(bench_cpu, 2), "peak_rss_mib": bench_peak}
-    writes = m1.get("berth_log_batch_entries_count", 0) - m0.get("berth_log_batch_entries_count", 0)
-    entries = m1.get("berth_log_batch_entries_sum", 0) - m0.get("berth_log_batch_entries_sum", 0)
-    wsec = m1.get("berth_log_write_seconds_sum", 0) - m0.get("berth_log_write_seconds_sum", 0)
-    r["leader_log"] = {
-        "writes": int(writes), "entries": int(entries),
-        "entries_per_write": round(entries / writes, 2) if writes else None,
-        "write_ms_mean": round(1000 * wsec / writes, 3) if writes else None,
-        "write_busy_fraction": round(wsec / wall, 3)}
+    # Each server's log writes (entries per write = group commit, and the
+    # mean time of a write including its fsync), and the leader's own view
+    # of the requests' latency (without the shell protocol's round trip).
+    r["log_writes"] = {}
+    for p in servers:
+        a, b = m0[p.name], m1[p.name]
+        writes = delta(a, b, "berth_log_batch_entries_count")
+        entries = delta(a, b, "berth_log_batch_entries_sum")
+        wsec = delta(a, b, "berth_log_write_seconds_sum")
+        r["log_writes"][p.name] = {
+            "writes": int(writes), "entries": int(entries),
+            "entries_per_write": round(entries / writes, 2) if writes else None,
+            "write_ms_mean": round(1000 * wsec / writes, 3) if writes else None,
+            "write_busy_fraction": round(wsec / wall, 3)}
+    r["leader_log"] = r["log_writes"][leader.name]
+    r["leader_request_ms_mean"] = {}
+    for series in m1[leader.name]:
+        if series.startswith("berth_request_seconds_sum"):
+            n = delta(m0[leader.name], m1[leader.name], series.replace("_sum", "_count"))
+            if n:
+                command = re.search(r'command="([^"]+)"', series).group(1)
+                r["leader_request_ms_mean"][command] = round(
+                    1000 * delta(m0[leader.name], m1[leader.name], series) / n, 3)
     return r
 
 
@@ -186,26 +212,35 @@ def print_row(r, leader_name):
     followers = [v["cpu_seconds"] or 0 for n, v in procs.items() if n.startswith("s") and n != leader_name]
     plugins = [v["cpu_seconds"] or 0 for n, v in procs.items() if n.startswith("plugin-")]
     lg = r["leader_log"]
-    print("%-7s %5d %9.1f %8.2f %8.2f %8.1f %6d %7.2f %7.2f %7.2f %7.2f %7s %7s %5.1f" % (
+    fwr = [v["write_ms_mean"] or 0 for n, v in r["log_writes"].items() if n != leader_name]
+    srv = r["leader_request_ms_mean"]
+    srv_ms = srv.get("plugin_fingerprint", 0) if r["workload"] == "log" else \
+        srv.get("volume_claim", 0) + srv.get("volume_release", 0)
+    wall = r["wall_seconds"]
+    print("%-6s %5d %8.1f %7.2f %7.2f %7.1f %5d %7.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6s %6.3f %5.1f" % (
         r["workload"], r["concurrency"], r["ops_per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"],
-        r["errors"], (procs[leader_name]["cpu_seconds"] or 0) / r["wall_seconds"],
-        max(followers or [0]) / r["wall_seconds"],
-        (procs["berth-bench"]["cpu_seconds"] or 0) / r["wall_seconds"],
-        max(plugins or [0]) / r["wall_seconds"], lg["entries_per_write"], lg["write_ms_mean"], r["loadavg_before"]), flush=True)
+        r["errors"], srv_ms, (procs[leader_name]["cpu_seconds"] or 0) / wall, max(followers or [0]) / wall,
+        (procs["berth-bench"]["cpu_seconds"] or 0) / wall, max(plugins or [0]) / wall,
+        lg["write_ms_mean"] or 0, lg["entries_per_write"], max(fwr or [0]), r["loadavg_before"]),
+        flush=True)
 
 
-# CPU columns are cores (CPU seconds per wall second) of the leader, the
-# busiest follower, berth-bench and the busiest berth-hostpath; ent/wr and
-# wr ms are the leader's entries per log write (group commit) and mean write
-# time (fsync included); load is the 1-minute load average before the run.
-HEADER = ("%-7s %5s %9s %8s %8s %8s %6s %7s %7s %7s %7s %7s %7s %5s" % (
-    "work", "conc", "ops/s", "p50 ms", "p99 ms", "max ms", "errs", "leadCPU", "follCPU",
-    "benchCPU", "plugCPU", "ent/wr", "wr ms", "load"))
+# ops/s, p50/p99/max: as berth-bench sees them (one op = one request for
+# log, one claim + release for claims).  srv ms: the leader's mean time per
+# op (berth_request_seconds; claims: claim + release), without the shell
+# round trip.  CPU columns: cores (CPU seconds per wall second) of the
+# leader, the busiest follower, berth-bench and the busiest berth-hostpath.
+# wr ms, ent/wr: the leader's mean log write (fsync included) and entries per
+# write (group commit); fwr ms: the slower follower's mean log write.
+# load: 1-minute load average before the run (2 cores).
+HEADER = ("%-6s %5s %8s %7s %7s %7s %5s %7s %6s %6s %6s %6s %6s %6s %6s %5s" % (
+    "work", "conc", "ops/s", "p50 ms", "p99 ms", "max ms", "errs", "srv ms", "leadC", "follC",
+    "benchC", "plugC", "wr ms", "ent/wr", "fwr ms", "load"))
 
 
 # --- failover ----------------------------------------------------------------
 
-def failover_trial(c, tmp, i):
+def failover_trial(c, tmp, i, restart=True):
     leader = c.leader()
     follower = next(s for s in c.servers if s is not leader and s.alive())
     acks = os.path.join(tmp, "acks-%d.txt" % i)
@@ -225,6 +260,11 @@ def failover_trial(c, tmp, i):
     first = (after[0] - killed_ms) / 1000 if after else None
     gaps = [b - a for a, b in zip(times, times[1:])]
     new_leader = c.wait_leader(exclude=leader)
+    if not restart:
+        return {"killed": leader.name, "new_leader": new_leader.name, "bench_via": follower.name,
+                "first_ack_after_kill_s": first,
+                "longest_ack_gap_s": max(gaps) / 1000 if gaps else None,
+                "errors": r["errors"], "error_samples": r["error_samples"][:2]}
     leader.start()  # back as a follower, for the next trial
     deadline = time.time() + 30
     while time.time() < deadline:  # wait until every server is back in the cluster
@@ -260,7 +300,7 @@ def main():
         for n in levels:
             perf = None
             if ARGS.perf and n == levels[-1]:
-                perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o",
+                perf = subprocess.Popen(["perf", "record", "-F", "999", "-o",
                                          os.path.join(tmp, "perf.data"), "-p", str(leader.proc.pid)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             r = run_bench(leader.address, "log", n, ARGS.duration, c.processes, leader)
@@ -268,9 +308,11 @@ def main():
                 perf.send_signal(signal.SIGINT)
                 perf.wait()
                 with open(os.path.join(HERE, "perf-leader-log.txt"), "w") as f:
-                    subprocess.run(["perf", "report", "-i", os.path.join(tmp, "perf.data"), "--stdio",
-                                    "--no-children", "--sort", "dso,sym", "--percent-limit", "0.7"],
-                                   stdout=f, stderr=subprocess.DEVNULL)
+                    for sort in ("dso", "dso,sym"):
+                        f.flush()
+                        subprocess.run(["perf", "report", "-i", os.path.join(tmp, "perf.data"),
+                                        "--stdio", "--no-children", "--sort", sort,
+                                        "--percent-limit", "0.5"], stdout=f, stderr=subprocess.DEVNULL)
             r["leader"] = leader.name
             report["runs"].append(r)
             print_row(r, leader.name)
@@ -310,26 +352,41 @@ def main():
                     c.processes.remove(p)
 
         if ARGS.failover:
-            trials = []
-            for i in range(ARGS.failover):
-                t = failover_trial(c, tmp, i)
-                trials.append(t)
-                print("failover %d: killed %s, new leader %s, first ack after %.3f s "
-                      "(longest gap between acks %.3f s, %d failed requests retried)" % (
-                          i + 1, t["killed"], t["new_leader"], t["first_ack_after_kill_s"] or -1,
-                          t["longest_ack_gap_s"] or -1, t["errors"]), flush=True)
-            firsts = [t["first_ack_after_kill_s"] for t in trials if t["first_ack_after_kill_s"]]
-            report["failover"] = {"trials": trials, "raft_tick": float(ARGS.raft_tick),
-                                  "median_first_ack_after_kill_s":
-                                      statistics.median(firsts) if firsts else None}
-            if firsts:
-                print("failover median over %d trials: %.3f s" % (len(firsts), statistics.median(firsts)))
+            report["failover"] = {"raft_tick": float(ARGS.raft_tick)}
+            # (a) One long-lived cluster: kill the leader, restart it, repeat.
+            # (b) A fresh cluster per trial, where every server has already
+            #     connected to every other one during bootstrap.
+            for kind in ("restarted", "fresh"):
+                trials = []
+                for i in range(ARGS.failover):
+                    if kind == "restarted":
+                        t = failover_trial(c, tmp, i)
+                    else:
+                        fresh = cluster.Cluster(os.path.join(tmp, "fresh-%d" % i), tick=ARGS.raft_tick)
+                        os.makedirs(fresh.tmp)
+                        try:
+                            fresh.start()
+                            t = failover_trial(fresh, fresh.tmp, i, restart=False)
+                        finally:
+                            fresh.stop()
+                    trials.append(t)
+                    print("failover (%s cluster) %d: killed %s, new leader %s, first ack after %.3f s "
+                          "(longest gap between acks %.3f s, %d failed requests retried)" % (
+                              kind, i + 1, t["killed"], t["new_leader"], t["first_ack_after_kill_s"] or -1,
+                              t["longest_ack_gap_s"] or -1, t["errors"]), flush=True)
+                firsts = [t["first_ack_after_kill_s"] for t in trials if t["first_ack_after_kill_s"]]
+                med = statistics.median(firsts) if firsts else None
+                report["failover"][kind] = {"trials": trials, "median_first_ack_after_kill_s": med}
+                if firsts:
+                    print("failover (%s cluster) median over %d trials: %.3f s" % (kind, len(firsts), med),
+                          flush=True)
     finally:
         c.stop()
         with open("/proc/self/mounts") as f:
             for m in reversed([l.split()[1] for l in f if tmp in l.split()[1]]):
                 subprocess.run(["umount", "-l", m], check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not ARGS.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
         report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         with open(ARGS.report, "w") as f:
             json.dump(report, f, indent=2)

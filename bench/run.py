@@ -88,6 +88,24 @@ def cpu_seconds(pid):
         return None
 
 
+def thread_cpu(pid):
+    """CPU seconds of each thread of a process: {tid: (name, seconds)}."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                head, rest = f.read().rsplit(")", 1)
+            fields = rest.split()
+            out[tid] = (head.split("(", 1)[1], (int(fields[11]) + int(fields[12])) / CLK_TCK)
+        except OSError:
+            pass
+    return out
+
+
 def peak_rss_mib(pid):
     try:
         with open("/proc/%d/status" % pid) as f:
@@ -152,6 +170,7 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
     cpu0 = {n: cpu_seconds(p.proc.pid) for n, p in watched.items()}
     servers = [p for p in watched.values() if isinstance(p, cluster.Server)]
     m0 = {p.name: scrape(p) for p in servers}
+    threads0 = thread_cpu(leader.proc.pid)
     load0 = loadavg()
     argv = [BENCH, "--address", address, "--workload", workload, "-c", str(concurrency),
             "--duration", str(duration), "--warmup", str(warmup)] + list(extra)
@@ -169,6 +188,12 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
         raise RuntimeError("berth-bench failed (%d): %s %s" % (bench.returncode, out, err))
     r = json.loads(out.strip().splitlines()[-1])
     m1 = {p.name: scrape(p) for p in servers}
+    # The leader's busiest threads: is one of them (an actor that runs
+    # detached, or a scheduler worker) saturated?
+    threads1 = thread_cpu(leader.proc.pid)
+    busy = sorted(((t1 - threads0.get(tid, (n, 0))[1], n, tid) for tid, (n, t1) in threads1.items()),
+                  reverse=True)[:6]
+    r["leader_threads"] = [{"tid": tid, "name": n, "cores": round(sec / wall, 3)} for sec, n, tid in busy]
     r["wall_seconds"] = round(wall, 2)
     r["loadavg_before"] = load0
     r["loadavg_after"] = loadavg()
@@ -265,7 +290,16 @@ def failover_trial(c, tmp, i, restart=True):
                 "first_ack_after_kill_s": first,
                 "longest_ack_gap_s": max(gaps) / 1000 if gaps else None,
                 "errors": r["errors"], "error_samples": r["error_samples"][:2]}
-    leader.start()  # back as a follower, for the next trial
+    # Back as a follower, for the next trial.  Its port was free when the
+    # cluster started; another process may have taken it since.
+    for attempt in range(10):
+        try:
+            leader.start()
+            break
+        except RuntimeError:
+            if attempt == 9:
+                raise
+            time.sleep(0.5)
     deadline = time.time() + 30
     while time.time() < deadline:  # wait until every server is back in the cluster
         peers = c.peers()
@@ -360,7 +394,11 @@ def main():
                 trials = []
                 for i in range(ARGS.failover):
                     if kind == "restarted":
-                        t = failover_trial(c, tmp, i)
+                        try:
+                            t = failover_trial(c, tmp, i)
+                        except RuntimeError as e:  # the killed server cannot come back
+                            print("failover (restarted cluster): stopped: %s" % e, flush=True)
+                            break
                     else:
                         fresh = cluster.Cluster(os.path.join(tmp, "fresh-%d" % i), tick=ARGS.raft_tick)
                         os.makedirs(fresh.tmp)

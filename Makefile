@@ -1,11 +1,12 @@
 # berth: `make dev` builds and starts a single-process dev agent,
 # `make test` builds and runs every test.  Both install missing Debian
-# packages first (scripts/install-deps.sh).
+# packages first (scripts/install-deps.sh).  `make bench` builds and runs
+# the benchmarks (bench/run.py; numbers and bench/report.json, no pass/fail).
 BUILD_DIR ?= build
 JOBS ?= 2
 DATA_DIR ?= $(CURDIR)/.dev/data
 
-.PHONY: deps configure build dev test clean
+.PHONY: deps configure build dev test bench clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -21,6 +22,9 @@ dev: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+bench: build
+	/usr/bin/python3 bench/run.py --build $(BUILD_DIR)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -1,0 +1,389 @@
+// berth-bench: a load generator for a berthd's shell endpoint.  It speaks
+// the shell's protocol (api_atom, pb<Request> -> pb<Response>) over CAF's
+// middleman, like apps/berth/client.cpp, but keeps N requests in flight from
+// one event-based actor, and prints one JSON line of results:
+//
+//   log     plugin fingerprints, one plugin per slot, each changing the
+//           instance's health description: exactly one ~100-byte log entry
+//           per request, no CSI call.
+//   claims  claim (ControllerPublish, NodeStage, NodePublish) + release
+//           (NodeUnpublish, NodeUnstage, ControllerUnpublish, free) cycles,
+//           each slot cycling over its own share of the volumes.
+//   setup   creates the volumes the claims workload uses (CreateVolume).
+//
+// Numbers only: it never judges them.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <CLI/CLI.hpp>
+
+#include "actors/actors.hpp"
+#include "messages/model.hpp"
+#include "persistence/state_store.hpp"
+
+using namespace berth;
+using clk = std::chrono::steady_clock;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+
+namespace {
+
+struct options {
+  std::string address = "127.0.0.1:4747";
+  std::string workload = "log";
+  size_t concurrency = 1;
+  double duration = 10;   // seconds of measurement (count = 0)
+  size_t count = 0;       // operations to complete instead of a duration
+  double warmup = 1;      // seconds of unmeasured load first
+  size_t volumes = 200;   // claims/setup: volumes bench-v0..N-1
+  std::vector<std::string> nodes{"c1=hostpath-c1", "c2=hostpath-c2"};  // NODE=PLUGIN
+  std::string acks;       // file: wall-clock ms of every acknowledged operation
+  int timeout = 30;       // seconds per request
+  size_t payload = 60;    // log: bytes of health_description
+};
+
+// One operation = one request (log, setup) or one claim+release cycle.
+struct worker {
+  virtual ~worker() = default;
+  // The next request of this slot; sets `ends_op` when its response
+  // completes an operation.
+  virtual v1::Request next(bool& ends_op) = 0;
+  // The response was ok: move on.
+  virtual void done() {}
+  // Nothing left to do for this slot.
+  virtual bool finished() const { return false; }
+};
+
+std::string pad(std::string s, size_t n) {
+  if (s.size() < n) s.append(n - s.size(), '.');
+  return s;
+}
+
+struct log_worker : worker {
+  std::string plugin, node;
+  size_t payload;
+  uint64_t counter = 0;
+  log_worker(size_t slot, size_t payload)
+      : plugin("bench-p" + std::to_string(slot)), node("bench-n" + std::to_string(slot)),
+        payload(payload) {}
+  static v1::Fingerprint fingerprint(const std::string& plugin, const std::string& node,
+                                     uint64_t counter, size_t payload) {
+    v1::Fingerprint f;
+    f.set_plugin_id(plugin);
+    f.set_node_id(node);
+    f.set_type(v1::PLUGIN_NODE);
+    auto* i = f.mutable_instance();
+    i->set_healthy(true);
+    i->set_health_description(pad("bench " + std::to_string(counter), payload));
+    i->set_provider("bench");
+    i->set_provider_version("1");
+    return f;
+  }
+  v1::Request next(bool& ends_op) override {
+    ends_op = true;
+    v1::Request r;
+    *r.mutable_plugin_fingerprint() = fingerprint(plugin, node, counter, payload);
+    return r;
+  }
+  void done() override { ++counter; }
+};
+
+// The bytes of the log entry one log request makes, built the way the
+// plugin actor builds it (upsert_instance, then the index stamp).
+size_t log_entry_bytes(size_t payload) {
+  auto f = log_worker::fingerprint("bench-p100", "bench-n100", 123456, payload);
+  v1::Plugin p;
+  p.set_id(f.plugin_id());
+  auto inst = f.instance();
+  inst.set_node_id(f.node_id());
+  inst.set_updated_at_ms(1700000000000);
+  upsert_instance(p, f.type(), inst);
+  v1::Change c;
+  *c.mutable_plugin_upsert() = p;
+  stamp(c, 1000000);
+  v1::LogEntry e;
+  e.set_format_version(1);
+  *e.add_changes() = c;
+  return e.ByteSizeLong();
+}
+
+std::pair<std::string, std::string> node_plugin(const options& o, size_t volume) {
+  const auto& np = o.nodes[volume % o.nodes.size()];
+  auto eq = np.find('=');
+  return {np.substr(0, eq), np.substr(eq + 1)};
+}
+
+struct setup_worker : worker {
+  const options& o;
+  size_t next_volume;
+  size_t stride;
+  setup_worker(const options& o, size_t slot, size_t stride)
+      : o(o), next_volume(slot), stride(stride) {}
+  v1::Request next(bool& ends_op) override {
+    ends_op = true;
+    v1::Request r;
+    auto* v = r.mutable_volume_create();
+    v->set_id("bench-v" + std::to_string(next_volume));
+    v->set_plugin_id(node_plugin(o, next_volume).second);
+    auto* c = v->add_capabilities();
+    c->set_access_mode(v1::SINGLE_NODE_WRITER);
+    c->set_attachment_mode(v1::FILE_SYSTEM);
+    return r;
+  }
+  void done() override { next_volume += stride; }
+  bool finished() const override { return next_volume >= o.volumes; }
+};
+
+struct claims_worker : worker {
+  const options& o;
+  std::vector<size_t> mine;  // this slot's volumes
+  size_t pos = 0;
+  uint64_t cycle = 0;
+  bool claimed = false;
+  claims_worker(const options& o, size_t slot, size_t slots) : o(o) {
+    for (size_t v = slot; v < o.volumes; v += slots) mine.push_back(v);
+  }
+  v1::Request next(bool& ends_op) override {
+    auto v = mine[pos];
+    auto id = "bench-v" + std::to_string(v);
+    auto alloc = "a-" + std::to_string(v) + "-" + std::to_string(cycle);
+    v1::Request r;
+    if (!claimed) {
+      auto* c = r.mutable_volume_claim();
+      c->set_volume_id(id);
+      c->set_alloc_id(alloc);
+      c->set_node_id(node_plugin(o, v).first);
+      ends_op = false;
+    } else {
+      auto* c = r.mutable_volume_release();
+      c->set_volume_id(id);
+      c->set_alloc_id(alloc);
+      ends_op = true;
+    }
+    return r;
+  }
+  void done() override {
+    if (claimed) {
+      pos = (pos + 1) % mine.size();
+      ++cycle;
+    }
+    claimed = !claimed;
+  }
+};
+
+struct slot_state {
+  std::unique_ptr<worker> w;
+  v1::Request req;
+  bool ends_op = false;
+  clk::time_point op_start;
+  bool op_started = false;
+};
+
+struct results {
+  std::vector<double> latencies;  // seconds, of measured operations
+  std::vector<int64_t> acks;      // wall-clock ms of every completed op
+  uint64_t ok = 0, errors = 0;
+  std::vector<std::string> error_samples;
+  double seconds = 0;
+};
+
+int64_t wall_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+// Everything one run needs, shared between main and the runner actor
+// (main reads `out` only after the actor quit).
+struct run_ctx {
+  std::vector<slot_state> slots;
+  api_actor api;
+  clk::time_point measure_from, deadline;
+  size_t count = 0;  // 0: run until the deadline
+  bool record_acks = false;
+  int timeout = 30;
+  results out;
+};
+
+struct runner_state {
+  std::shared_ptr<run_ctx> ctx;
+  size_t measured = 0, active = 0;
+};
+
+// Keeps every slot's request in flight until the deadline (or `count`
+// operations) and quits.  A slot stops only between operations, so a
+// claims run never leaves a claim behind.
+caf::behavior runner(caf::stateful_actor<runner_state>* self, std::shared_ptr<run_ctx> ctx) {
+  self->state.ctx = ctx;
+  auto send_slot = [self](size_t i) {
+    auto& st = self->state;
+    auto& c = *st.ctx;
+    auto& s = c.slots[i];
+    auto now = clk::now();
+    if (!s.op_started) {
+      bool stop = s.w->finished() || (c.count ? st.measured >= c.count : now >= c.deadline);
+      if (stop) {
+        if (--st.active == 0) {
+          c.out.seconds = std::chrono::duration<double>(now - c.measure_from).count();
+          self->quit();
+        }
+        return;
+      }
+      s.op_started = true;
+      s.op_start = now;
+    }
+    s.req = s.w->next(s.ends_op);
+    s.req.set_api_version(1);
+    auto failed = [self, i](const std::string& why) {
+      auto& out = self->state.ctx->out;
+      ++out.errors;
+      if (out.error_samples.size() < 5) out.error_samples.push_back(why);
+      // The same operation again (next() repeats until done()); the retry
+      // counts in the operation's latency.
+      self->delayed_send(self, std::chrono::milliseconds(10), retry_atom::value, i);
+    };
+    self->request(c.api, std::chrono::seconds(c.timeout), api_atom::value, wrap(s.req))
+        .then(
+            [self, i, failed](pb<v1::Response>& r) {
+              auto& st = self->state;
+              auto& c = *st.ctx;
+              auto& s = c.slots[i];
+              if (r.msg.error().code() != v1::OK) {
+                failed(r.msg.error().message());
+                return;
+              }
+              s.w->done();
+              if (s.ends_op) {
+                s.op_started = false;
+                if (s.op_start >= c.measure_from) {
+                  ++c.out.ok;
+                  ++st.measured;
+                  c.out.latencies.push_back(
+                      std::chrono::duration<double>(clk::now() - s.op_start).count());
+                  if (c.record_acks) c.out.acks.push_back(wall_ms());
+                }
+              }
+              self->send(self, retry_atom::value, i);
+            },
+            [failed](caf::error& e) { failed(to_failure(e).message); });
+  };
+  return {
+      [self, send_slot](start_atom) {
+        self->state.active = self->state.ctx->slots.size();
+        for (size_t i = 0; i < self->state.ctx->slots.size(); ++i) send_slot(i);
+      },
+      [send_slot](retry_atom, size_t i) { send_slot(i); },
+  };
+}
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  size_t k = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
+  return v[k];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  CLI::App app{"berth-bench: load generator for a berthd's shell endpoint; prints one JSON line"};
+  app.add_option("--address", o.address, "HOST:PORT of a berthd (any server; followers forward)");
+  app.add_option("--workload", o.workload, "log, claims or setup")
+      ->check(CLI::IsMember({"log", "claims", "setup"}));
+  app.add_option("--concurrency,-c", o.concurrency, "requests (operations) in flight")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--duration", o.duration, "seconds to measure");
+  app.add_option("--count", o.count, "operations to complete instead of --duration");
+  app.add_option("--warmup", o.warmup, "seconds of unmeasured load before measuring");
+  app.add_option("--volumes", o.volumes, "claims/setup: volumes bench-v0..N-1");
+  app.add_option("--node", o.nodes, "claims/setup: NODE=PLUGIN, volume i uses entry i mod n");
+  app.add_option("--acks", o.acks, "write the wall-clock ms of every completed operation here");
+  app.add_option("--timeout", o.timeout, "seconds per request");
+  app.add_option("--payload", o.payload, "log: bytes of health description");
+  CLI11_PARSE(app, argc, argv);
+  if (o.workload == "setup") {
+    o.count = o.volumes;
+    o.warmup = 0;
+  }
+  if (o.workload == "claims" && o.concurrency > o.volumes) {
+    std::cerr << "berth-bench: --concurrency exceeds --volumes\n";
+    return 2;
+  }
+
+  caf::actor_system_config cfg;
+  cfg.load<caf::io::middleman>();
+  cfg.set("scheduler.max-threads", size_t{1});
+  cfg.set("logger.file-verbosity", caf::atom("quiet"));
+  cfg.set("logger.console-verbosity", caf::atom("quiet"));
+  add_message_types(cfg);
+  caf::actor_system sys{cfg};
+
+  auto colon = o.address.rfind(':');
+  auto api = sys.middleman().remote_actor<api_actor>(o.address.substr(0, colon),
+                                                     static_cast<uint16_t>(std::stoi(o.address.substr(colon + 1))));
+  if (!api) {
+    std::cerr << "berth-bench: cannot reach " << o.address << ": " << sys.render(api.error()) << "\n";
+    return 5;
+  }
+
+  auto ctx = std::make_shared<run_ctx>();
+  ctx->api = *api;
+  ctx->timeout = o.timeout;
+  ctx->record_acks = !o.acks.empty();
+  ctx->count = o.count;
+  for (size_t i = 0; i < o.concurrency; ++i) {
+    slot_state s;
+    if (o.workload == "log")
+      s.w = std::make_unique<log_worker>(i, o.payload);
+    else if (o.workload == "setup")
+      s.w = std::make_unique<setup_worker>(o, i, o.concurrency);
+    else
+      s.w = std::make_unique<claims_worker>(o, i, o.concurrency);
+    ctx->slots.push_back(std::move(s));
+  }
+  auto now = clk::now();
+  ctx->measure_from = now + std::chrono::milliseconds(static_cast<int64_t>(o.warmup * 1000));
+  ctx->deadline = ctx->measure_from + std::chrono::milliseconds(static_cast<int64_t>(o.duration * 1000));
+  caf::anon_send(sys.spawn(runner, ctx), start_atom::value);
+  sys.await_all_actors_done();
+  auto& out = ctx->out;
+
+  if (!o.acks.empty()) {
+    std::ofstream f(o.acks);
+    for (auto ms : out.acks) f << ms << "\n";
+  }
+  auto lat = out.latencies;
+  auto ms = [](double s) { return s * 1000; };
+  double mx = lat.empty() ? 0 : *std::max_element(lat.begin(), lat.end());
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"workload\": \"%s\", \"concurrency\": %zu, \"ops\": %llu, \"errors\": %llu, "
+                "\"seconds\": %.3f, \"ops_per_s\": %.1f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
+                "\"max_ms\": %.3f",
+                o.workload.c_str(), o.concurrency, static_cast<unsigned long long>(out.ok),
+                static_cast<unsigned long long>(out.errors), out.seconds,
+                out.seconds > 0 ? static_cast<double>(out.ok) / out.seconds : 0.0,
+                ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99)), ms(mx));
+  std::cout << buf;
+  if (o.workload == "log") std::cout << ", \"entry_bytes\": " << log_entry_bytes(o.payload);
+  std::cout << ", \"error_samples\": [";
+  for (size_t i = 0; i < out.error_samples.size(); ++i) {
+    std::string s;
+    for (char c : out.error_samples[i])
+      if (c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20) s += c;
+    std::cout << (i ? ", " : "") << "\"" << s << "\"";
+  }
+  std::cout << "]}" << std::endl;
+  return 0;
+}

@@ -161,4 +161,7 @@ class Cluster:
 
     def stop(self):
         for p in self.processes:
-            p.kill()
+            try:
+                p.kill()
+            except Exception:  # keep stopping the others
+                pass

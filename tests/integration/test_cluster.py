@@ -24,11 +24,16 @@ VOLUME = {"plugin_id": "hostpath", "capabilities": [
 class ClusterTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="berth-cluster-")
-        self.cluster = Cluster(self.tmp).start()
-        self.plugin = Plugin(self.tmp, "plugin-c1", "csi-c1").start()
+        self.cluster = Cluster(self.tmp)
+        # Cleanups run even when setUp fails (tearDown would not).
+        self.addCleanup(self.cluster.stop)
+        self.cluster.start()
+        self.plugin = Plugin(self.tmp, "plugin-c1", "csi-c1")
         self.client = Client(self.tmp, "c1", [s.address for s in self.cluster.servers],
-                             self.plugin.socket).start()
+                             self.plugin.socket)
         self.cluster.processes += [self.client, self.plugin]
+        self.plugin.start()
+        self.client.start()
 
     def tearDown(self):
         self.cluster.stop()

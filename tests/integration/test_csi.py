@@ -75,9 +75,12 @@ class CsiTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="berth-csi-")
         self.plugin = Plugin(self.tmp).start()
+        # Cleanups run even when setUp fails (tearDown would not).
+        self.addCleanup(self.plugin.kill)
         self.agent = Agent(os.path.join(self.tmp, "data"), extra_args=[
             "--node-name", "n1", "--plugin", "hostpath=monolith:" + self.plugin.socket,
             "--fingerprint-interval", "0.2", "--csi-root", os.path.join(self.tmp, "csi")]).start()
+        self.addCleanup(self.agent.kill)
         self.outputs = []
         self.wait_plugin(healthy=1)
 
@@ -108,7 +111,7 @@ class CsiTest(unittest.TestCase):
     def plugin_status(self):
         return self.run_berth("--json", "plugin", "status", "hostpath").json()
 
-    def wait_plugin(self, healthy, timeout=15):
+    def wait_plugin(self, healthy, timeout=30):
         deadline = time.time() + timeout
         while True:
             r = berth(self.agent, "--json", "plugin", "status", "hostpath")

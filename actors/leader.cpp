@@ -120,7 +120,8 @@ std::optional<volume_key> find_volume(const self_ptr& self, const std::string& n
   return key;
 }
 
-void register_volume(self_ptr self, v1::Volume v, response_promise rp);
+void register_volume(self_ptr self, v1::Volume v, response_promise rp,
+                     std::string verb = "registered");
 
 // deregister --force: releases every claim (each through the release
 // workflow, one after the other), then deregisters.
@@ -195,12 +196,12 @@ void create_volume(self_ptr self, v1::Volume spec, response_promise rp) {
   }
   self->request(controller, caf::infinite, create_atom::value, wrap(std::move(spec)))
       .then([self, rp](pb<v1::Volume>& created) mutable {
-              register_volume(self, std::move(created.msg), rp);
+              register_volume(self, std::move(created.msg), rp, "created");
             },
             [rp](caf::error& e) mutable { rp.deliver(error_response(to_failure(e))); });
 }
 
-void register_volume(self_ptr self, v1::Volume v, response_promise rp) {
+void register_volume(self_ptr self, v1::Volume v, response_promise rp, std::string verb) {
   apply_defaults(v);
   auto problems = validate_volume(v);
   if (!v.plugin_id().empty() && !self->state.plugins.count(v.plugin_id()))
@@ -215,7 +216,7 @@ void register_volume(self_ptr self, v1::Volume v, response_promise rp) {
   bool fresh = !actors.count(key);
   if (fresh) actors.emplace(key, spawn_volume(self, v1::Volume{}, false));
   auto actor = actors[key];
-  std::string verb = fresh ? "registered" : "updated";
+  if (!fresh) verb = "updated";
   self->request(actor, caf::infinite, register_atom::value, wrap(std::move(v)))
       .then(
           [self, rp, verb](pb<v1::Volume>& stored) mutable {

@@ -25,6 +25,16 @@ failure to_failure(const caf::error& e) {
   return {errc::internal, caf::to_string(e)};
 }
 
+std::pair<std::string, uint16_t> split_address(const std::string& address) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos) return {address, 0};
+  try {
+    return {address.substr(0, colon), static_cast<uint16_t>(std::stoi(address.substr(colon + 1)))};
+  } catch (const std::exception&) {
+    return {address.substr(0, colon), 0};
+  }
+}
+
 void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<pb<v1::Request>>("berth.v1.Request");
   cfg.add_message_type<pb<v1::Response>>("berth.v1.Response");

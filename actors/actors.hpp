@@ -306,6 +306,9 @@ using server_actor = api_actor::extend<
     // this server's identity (its shell port is known once published).
     caf::reacts_to<replicated_log_actor, pb<v1::ServerInfo>>>;
 
+// "HOST:PORT" as host and port (0 when there is none).
+std::pair<std::string, uint16_t> split_address(const std::string& address);
+
 // Registers the message types that cross the network with a CAF config.
 void add_message_types(caf::actor_system_config& cfg);
 

@@ -178,10 +178,8 @@ void fingerprint(self_ptr self) {
 void connect_server(self_ptr self) {
   auto& st = self->state;
   if (st.api || st.connecting || st.config.servers.empty()) return;
-  auto address = st.config.servers[st.next_server++ % st.config.servers.size()];
-  auto colon = address.rfind(':');
-  auto host = address.substr(0, colon);
-  auto port = static_cast<uint16_t>(std::stoi(address.substr(colon + 1)));
+  auto [host, port] =
+      split_address(st.config.servers[st.next_server++ % st.config.servers.size()]);
   st.connecting = true;
   self->request(self->system().middleman().actor_handle(), std::chrono::seconds(5),
                 caf::connect_atom::value, host, port)

@@ -32,12 +32,6 @@ void schedule_flush(const self_ptr& self) {
   self->send(self, flush_atom::value);
 }
 
-std::pair<std::string, uint16_t> split_address(const std::string& address) {
-  auto colon = address.rfind(':');
-  if (colon == std::string::npos) return {address, 0};
-  return {address.substr(0, colon), static_cast<uint16_t>(std::stoi(address.substr(colon + 1)))};
-}
-
 // The replicated log of the server at `address`, connecting on demand
 // (asynchronously, through the middleman).  Invalid until connected.
 replicated_log_actor link(self_ptr self, const std::string& address) {

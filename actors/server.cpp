@@ -45,12 +45,6 @@ std::string outcome_name(const v1::Response& r) {
   }
 }
 
-std::pair<std::string, uint16_t> split_address(const std::string& address) {
-  auto colon = address.rfind(':');
-  if (colon == std::string::npos) return {address, 0};
-  return {address.substr(0, colon), static_cast<uint16_t>(std::stoi(address.substr(colon + 1)))};
-}
-
 // Connects (asynchronously) to the server at `address` and hands the
 // handle, or an error, to `then`.
 template <class Handle, class Then>

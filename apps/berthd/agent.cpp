@@ -12,7 +12,10 @@
 #include <caf/io/middleman.hpp>
 #include <caf/send.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/metrics.hpp"
+#include "messages/codec.hpp"
 #include "actors/node.hpp"
 #include "actors/raft_log.hpp"
 #include "actors/server.hpp"
@@ -112,6 +115,56 @@ void wait_for_leader(caf::actor_system& sys, const server_actor& front) {
   throw std::runtime_error("the single-member cluster elected no leader within 10 s");
 }
 
+// The /v1/ JSON views: what the shell's --json prints, asked of this
+// berthd's server (which forwards to the leader); never secrets (volumes
+// are rendered redacted).
+std::optional<json_view> view(caf::actor_system& sys, const api_actor& api,
+                              const std::string& name, const std::string& path) {
+  v1::Request req;
+  if (path == "/v1/status") {
+    if (!api) return json_view{200, nlohmann::json{{"node_name", name}, {"server", false}}.dump()};
+    req.mutable_agent_status();
+  } else if (path == "/v1/volumes") {
+    req.mutable_volume_list();
+  } else if (path == "/v1/plugins") {
+    req.mutable_plugin_list();
+  } else if (path == "/v1/nodes") {
+    req.mutable_node_list();
+  } else {
+    return std::nullopt;
+  }
+  if (!api) return json_view{404, R"({"error":"this berthd is a client; ask a server"})"};
+  json_view out{503, R"({"error":"no answer"})"};
+  caf::scoped_actor self{sys};
+  self->request(api, std::chrono::seconds(10), api_atom::value, wrap(std::move(req)))
+      .receive(
+          [&](pb<v1::Response>& r) {
+            const auto& resp = r.msg;
+            if (resp.error().code() != v1::OK) {
+              out = {503, nlohmann::json{{"error", resp.error().message()}}.dump()};
+              return;
+            }
+            nlohmann::json body = nlohmann::json::array();
+            if (path == "/v1/status") {
+              body = agent_json(resp.agent());
+            } else if (path == "/v1/volumes") {
+              for (const auto& v : resp.volumes()) {
+                const v1::Plugin* p = nullptr;
+                for (const auto& pl : resp.plugins())
+                  if (pl.id() == v.plugin_id()) p = &pl;
+                body.push_back(volume_json(v, p));
+              }
+            } else if (path == "/v1/plugins") {
+              for (const auto& p : resp.plugins()) body.push_back(plugin_json(p));
+            } else {
+              for (const auto& n : resp.nodes()) body.push_back(node_json(n));
+            }
+            out = {200, body.dump()};
+          },
+          [&](caf::error& e) { out = {503, nlohmann::json{{"error", to_failure(e).message}}.dump()}; });
+  return out;
+}
+
 }  // namespace
 
 agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
@@ -169,7 +222,10 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
     for (const auto& p : client.plugins) started.plugin_ids.push_back(p.id);
     sys.spawn(node, std::move(client), api);
   }
-  started.metrics_port = serve_metrics(opts.metrics_bind, opts.metrics_port, stats->registry());
+  started.metrics_port = serve_metrics(opts.metrics_bind, opts.metrics_port, stats->registry(),
+                                       [&sys, api, name = started.name](const std::string& path) {
+                                         return view(sys, api, name, path);
+                                       });
   return started;
 }
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 BERTHD = os.environ.get("BERTHD_BIN", "berthd")
@@ -57,6 +58,15 @@ class Agent:
                 name, value = line.rsplit(" ", 1)
                 series[name] = float(value)
         return series, text
+
+    def view(self, path):
+        """A JSON view of the metrics port (/v1/...): (status, body)."""
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.metrics_port, path),
+                                        timeout=10) as r:
+                return r.status, json.loads(r.read().decode())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read().decode())
 
     @property
     def address(self):

@@ -4,6 +4,7 @@ claim it for writing, see a second write claim refused, release it, kill
 berthd with SIGKILL, restart it and find the state as acknowledged)."""
 
 import concurrent.futures
+import json
 import os
 import shutil
 import signal
@@ -124,6 +125,18 @@ class DevAgentTest(unittest.TestCase):
         self.assertEqual(
             series['berth_requests_total{command="volume_claim",outcome="refused"}'], 1)
         self.assertGreaterEqual(series["berth_log_write_seconds_count"], 1)
+        # The same port serves JSON views of the actor state, without secrets.
+        status, volumes = self.agent.view("/v1/volumes")
+        self.assertEqual(status, 200)
+        self.assertEqual([(v["id"], len(v["claims"])) for v in volumes], [("db", 1)])
+        self.outputs.append(json.dumps(volumes))
+        status, plugins = self.agent.view("/v1/plugins")
+        self.assertIn("manual", [p["id"] for p in plugins])
+        status, nodes = self.agent.view("/v1/nodes")
+        self.assertIn("n1", [n["id"] for n in nodes])
+        status, agent = self.agent.view("/v1/status")
+        self.assertTrue(agent["leader"])
+        self.assertEqual(self.agent.view("/v1/nope")[0], 404)
         self.run_berth("volume", "release", "db", "--alloc", "a1")
         series, _ = self.agent.scrape()
         self.assertEqual(series['berth_volumes{state="unclaimed"}'], 1)

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "actors/actors.hpp"
+#include "actors/metrics.hpp"
 
 namespace berth {
 
@@ -15,7 +16,8 @@ struct csi_plugin_state {
 };
 
 csi_plugin_actor::behavior_type csi_plugin(csi_plugin_actor::stateful_pointer<csi_plugin_state> self,
-                                           std::string endpoint,
-                                           std::chrono::milliseconds deadline);
+                                           std::string plugin_id, std::string endpoint,
+                                           std::chrono::milliseconds deadline,
+                                           std::shared_ptr<metrics> stats);
 
 }  // namespace berth

@@ -355,10 +355,13 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
                           (c.read_only() ? "reading" : "writing") + " by alloc " +
                           quoted(c.alloc_id()) + " on node " + quoted(c.node_id());
         auto target = node_of(self, c.node_id());
+        auto start = std::chrono::steady_clock::now();
         self->request(st.volume_actors.at(*key), caf::infinite, claim_atom::value, wrap(c),
                       plugin_of(self, plugin_id), target, pick_controller(self, plugin_id))
             .then(
-                [self, rp, msg, target](pb<v1::ClaimResult>& r) mutable {
+                [self, rp, msg, target, start](pb<v1::ClaimResult>& r) mutable {
+                  std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+                  self->state.stats->claim_done(took.count());
                   auto text = msg;
                   if (!r.msg.published_path().empty())
                     text += "; published at " + r.msg.published_path();

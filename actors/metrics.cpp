@@ -133,6 +133,22 @@ class prometheus_metrics final : public metrics {
                               .Help("Entries kept in the Raft log (after compaction)")
                               .Register(*registry_)
                               .Add({})),
+        csi_calls_(prometheus::BuildCounter()
+                       .Name("berth_csi_calls_total")
+                       .Help("CSI calls to plugins by plugin, method and gRPC code")
+                       .Register(*registry_)),
+        csi_call_seconds_(prometheus::BuildHistogram()
+                              .Name("berth_csi_call_seconds")
+                              .Help("Duration of CSI calls by plugin and method")
+                              .Register(*registry_)),
+        claim_seconds_(prometheus::BuildHistogram()
+                           .Name("berth_claim_seconds")
+                           .Help("Time to answer a successful claim (commit, controller and node "
+                                 "publish)")
+                           .Register(*registry_)
+                           .Add({}, prometheus::Histogram::BucketBoundaries{
+                                        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                        1, 2.5, 5, 10, 30})),
         requests_(prometheus::BuildCounter()
                       .Name("berth_requests_total")
                       .Help("Shell commands served, by command and outcome")
@@ -209,6 +225,18 @@ class prometheus_metrics final : public metrics {
         .Observe(seconds);
   }
 
+  void csi_call(const std::string& plugin, const std::string& method, const std::string& code,
+                double seconds) override {
+    csi_calls_.Add({{"plugin", plugin}, {"method", method}, {"code", code}}).Increment();
+    csi_call_seconds_
+        .Add({{"plugin", plugin}, {"method", method}},
+             prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                     0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})
+        .Observe(seconds);
+  }
+
+  void claim_done(double seconds) override { claim_seconds_.Observe(seconds); }
+
   void actors(const std::string& kind, size_t count) override {
     std::lock_guard<std::mutex> guard(mtx_);
     actors_.set({{"kind", kind}}, static_cast<double>(count));
@@ -237,6 +265,9 @@ class prometheus_metrics final : public metrics {
   prometheus::Gauge& raft_leader_;
   prometheus::Gauge& raft_commit_;
   prometheus::Gauge& raft_log_entries_;
+  prometheus::Family<prometheus::Counter>& csi_calls_;
+  prometheus::Family<prometheus::Histogram>& csi_call_seconds_;
+  prometheus::Histogram& claim_seconds_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;
 };

@@ -43,6 +43,11 @@ class metrics {
   // ("ok", "refused", ...), after `seconds`.
   virtual void request_done(const std::string& command, const std::string& outcome,
                             double seconds) = 0;
+  // One CSI call: plugin, the spec's method name, the gRPC code name.
+  virtual void csi_call(const std::string& plugin, const std::string& method,
+                        const std::string& code, double seconds) = 0;
+  // A claim answered (committed and, with a client, published).
+  virtual void claim_done(double seconds) = 0;
   // How many actors of a kind are running ("volume", "plugin", ...).
   virtual void actors(const std::string& kind, size_t count) = 0;
 

@@ -219,8 +219,10 @@ std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag
   return p;
 }
 
-node_actor::behavior_type node(self_ptr self, node_config config, api_actor api) {
+node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
+                               std::shared_ptr<metrics> stats) {
   auto& st = self->state;
+  st.stats = std::move(stats);
   st.config = std::move(config);
   st.api = std::move(api);
   self->set_down_handler([self](caf::down_msg& dm) {
@@ -228,7 +230,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api)
   });
   for (const auto& p : st.config.plugins)
     st.connections.emplace(p.id, self->spawn<caf::detached + caf::linked>(
-                                     csi_plugin, p.endpoint, st.config.csi_timeout));
+                                     csi_plugin, p.id, p.endpoint, st.config.csi_timeout,
+                                     st.stats));
   self->send(self, tick_atom::value);
   return {
       [self](publish_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {

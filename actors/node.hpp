@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/actors.hpp"
+#include "actors/metrics.hpp"
 
 namespace berth {
 
@@ -37,6 +38,7 @@ struct node_config {
 struct node_state {
   node_config config;
   api_actor api;            // a server (forwarding to the leader)
+  std::shared_ptr<metrics> stats;
   size_t next_server = 0;   // client mode: which server to try next
   bool connecting = false;
   std::map<std::string, csi_plugin_actor> connections;
@@ -48,7 +50,7 @@ struct node_state {
 // `api`: the local server in --dev; invalid in client mode (the node
 // connects to config.servers, and to the next one when its server fails).
 node_actor::behavior_type node(node_actor::stateful_pointer<node_state> self, node_config config,
-                               api_actor api);
+                               api_actor api, std::shared_ptr<metrics> stats);
 
 // Parses "--plugin ID=TYPE:SOCKET" (SOCKET: a path or unix:///path).
 std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag);

@@ -52,14 +52,21 @@ struct client::impl {
   std::unique_ptr<v1::Controller::Stub> controller;
   std::unique_ptr<v1::Node::Stub> node;
   std::chrono::milliseconds deadline;
+  call_observer observer;
 
   // Runs one unary call with a fresh context and the per-call deadline.
   template <class Call>
   call_status run(method m, Call&& call) {
     grpc::ClientContext ctx;
+    auto start = std::chrono::steady_clock::now();
     ctx.set_deadline(std::chrono::system_clock::now() + deadline);
     grpc::Status s = call(ctx);
-    return make_status(m, static_cast<code>(s.error_code()), s.error_message());
+    auto status = make_status(m, static_cast<code>(s.error_code()), s.error_message());
+    if (observer) {
+      std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      observer(m, status.grpc_code, took.count());
+    }
+    return status;
   }
 };
 
@@ -71,6 +78,8 @@ client::client(const std::string& endpoint, std::chrono::milliseconds deadline)
   impl_->node = v1::Node::NewStub(impl_->channel);
   impl_->deadline = deadline;
 }
+
+void client::observe(call_observer observer) { impl_->observer = std::move(observer); }
 
 client::~client() = default;
 client::client(client&&) noexcept = default;

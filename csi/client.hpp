@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -165,8 +166,14 @@ struct result {
   bool ok() const { return status.ok(); }
 };
 
+// Told about every call (for metrics): method, gRPC code, seconds.
+using call_observer = std::function<void(method, code, double)>;
+
 class client {
  public:
+  // Calls `observer` after every RPC of this client.
+  void observe(call_observer observer);
+
   // `endpoint` is a gRPC target, e.g. "unix:///var/lib/berth/plugins/x/csi.sock".
   // Connecting is lazy: a missing socket shows up as UNAVAILABLE (retryable)
   // on the first call, not here.

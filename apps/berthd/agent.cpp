@@ -220,7 +220,7 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
   if (opts.dev || opts.client) {
     auto client = client_config(opts, started.name);
     for (const auto& p : client.plugins) started.plugin_ids.push_back(p.id);
-    sys.spawn(node, std::move(client), api);
+    sys.spawn(node, std::move(client), api, stats);
   }
   started.metrics_port = serve_metrics(opts.metrics_bind, opts.metrics_port, stats->registry(),
                                        [&sys, api, name = started.name](const std::string& path) {

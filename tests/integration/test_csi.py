@@ -170,6 +170,13 @@ class CsiTest(unittest.TestCase):
         self.assertFalse(os.path.exists(path))
         self.assertEqual(self.plugin.methods(ext)[3:], [
             "NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"])
+        # The node's metrics count its CSI calls; the server times claims.
+        series, _ = self.agent.scrape()
+        self.assertEqual(series['berth_csi_calls_total{code="OK",method="NodePublishVolume",'
+                                'plugin="hostpath"}'], 1)
+        self.assertEqual(series['berth_csi_calls_total{code="OK",method="NodeUnstageVolume",'
+                                'plugin="hostpath"}'], 1)
+        self.assertGreaterEqual(series["berth_claim_seconds_count"], 1)
         # The data stays with the volume; a new claim sees it.
         again = self.run_berth("--json", "volume", "claim", "data", "--alloc", "a2",
                                "--node", "n1").json()

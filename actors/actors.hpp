@@ -80,6 +80,8 @@ using transfer_atom = caf::atom_constant<caf::atom("transfer")>;
 using publish_atom = caf::atom_constant<caf::atom("publish")>;
 using register_atom = caf::atom_constant<caf::atom("register")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
+using run_atom = caf::atom_constant<caf::atom("run")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using removed_atom = caf::atom_constant<caf::atom("removed")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
@@ -230,8 +232,26 @@ using node_actor = caf::typed_actor<
     // CreateVolume through this node's controller instance; replies with the
     // volume completed with the plugin's id, capacity, context and topology.
     caf::replies_to<create_atom, pb<v1::Volume>>::with<pb<v1::Volume>>,
+    // DeleteVolume through this node's controller instance.
+    caf::replies_to<deregister_atom, pb<v1::Volume>>::with<bool>,
+    // Runs an alloc whose volumes are published here: records it in the
+    // client's database, then starts its command (if any) with each
+    // volume's path in BERTH_VOLUME_<NAME>.  Its exit is reported to the
+    // leader (alloc_update).  Running an alloc already running succeeds.
+    caf::replies_to<run_atom, pb<v1::Alloc>>::with<bool>,
+    // Stops an alloc's command (SIGTERM to its process group, SIGKILL after
+    // a grace period); replies with its exit code (0 when it had none or
+    // was not running).  With unmount (an alloc the servers declared lost
+    // while this node was away), also unpublishes what this client still
+    // has published for it, from its own records.
+    caf::replies_to<stop_atom, std::string, bool>::with<int32_t>,
+    // The leader lost this node's plugin instances (it was marked down):
+    // report every plugin again on the next fingerprint.
+    caf::reacts_to<fingerprint_atom>,
     // Timer: fingerprints every plugin and reports changes to the leader.
-    caf::reacts_to<tick_atom>>;
+    caf::reacts_to<tick_atom>,
+    // Timer: checks whether alloc commands exited and reports them.
+    caf::reacts_to<run_atom>>;
 
 // Owns one plugin's instances and thus its health counts: every change of
 // them is serialized here (no write skew between concurrent updates).
@@ -240,7 +260,15 @@ using plugin_actor = caf::typed_actor<
     // change (if any) and replies with the plugin.
     caf::replies_to<fingerprint_atom, pb<v1::Fingerprint>>::with<pb<v1::Plugin>>,
     // Replies with the plugin as committed.
-    caf::replies_to<status_atom>::with<pb<v1::Plugin>>>;
+    caf::replies_to<status_atom>::with<pb<v1::Plugin>>,
+    // ControllerPublishVolume through the given controller node.  The
+    // controller RPCs of a plugin run one at a time (queued here), so
+    // concurrent attachments never race in the storage provider.
+    caf::replies_to<ctrl_publish_atom, pb<v1::NodeVolumeRequest>, node_actor>::with<
+        pb<v1::NodeVolumeResult>>,
+    // ControllerUnpublishVolume, queued like ControllerPublishVolume.
+    caf::replies_to<ctrl_unpublish_atom, pb<v1::NodeVolumeRequest>, node_actor>::with<
+        pb<v1::NodeVolumeResult>>>;
 
 // Owns one volume and serializes its claims and releases: the rules run on
 // the committed state and the next request waits until the change commits,
@@ -275,6 +303,13 @@ using volume_actor = caf::typed_actor<
 using leader_actor = caf::typed_actor<
     // Executes one shell request; errors are returned inside the response.
     caf::replies_to<api_atom, pb<v1::Request>>::with<pb<v1::Response>>,
+    // The volume watcher releases a claim: the leader adds the plugin, the
+    // claim's node (or node_detached when that node is down or has no
+    // client) and a controller, and hands it to the volume actor.
+    caf::replies_to<release_atom, pb<v1::ReleaseRequest>>::with<pb<v1::Volume>>,
+    // Timer: marks nodes whose client stopped heartbeating down (their
+    // allocs lost) and garbage-collects empty plugins.
+    caf::reacts_to<tick_atom>,
     // A volume actor committed a change of its volume.
     caf::reacts_to<changed_atom, pb<v1::Volume>>,
     // A volume actor deregistered its volume.
@@ -283,6 +318,23 @@ using leader_actor = caf::typed_actor<
     caf::reacts_to<changed_atom, pb<v1::Plugin>>,
     // A node actor (a berth client) serves the node with this id.
     caf::reacts_to<node_atom, std::string, node_actor>>;
+
+// The volume watcher (actors/watcher.hpp), spawned by the leader: releases
+// the claims of terminal, lost and vanished allocs, retrying failed steps
+// with backoff.
+using watcher_actor = caf::typed_actor<
+    // A volume as committed (the leader tells it every change).
+    caf::reacts_to<changed_atom, pb<v1::Volume>>,
+    // A volume was deregistered.
+    caf::reacts_to<removed_atom, pb<v1::VolumeKey>>,
+    // An alloc as committed.
+    caf::reacts_to<changed_atom, pb<v1::Alloc>>,
+    // An alloc was deleted: its claims belong to a vanished alloc.
+    caf::reacts_to<removed_atom, std::string>,
+    // Timer: starts the releases that are due.
+    caf::reacts_to<tick_atom>,
+    // Replies with the releases in progress, their attempts and last error.
+    caf::replies_to<status_atom>::with<pb<v1::WatcherStatus>>>;
 
 // What a server publishes on its port for the shell and for clients.
 using api_actor = caf::typed_actor<

@@ -1,11 +1,13 @@
 #include "actors/leader.hpp"
 
 #include <chrono>
+#include <random>
 
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/plugin.hpp"
 #include "actors/volume.hpp"
+#include "actors/watcher.hpp"
 
 namespace berth {
 
@@ -120,6 +122,770 @@ std::optional<volume_key> find_volume(const self_ptr& self, const std::string& n
   return key;
 }
 
+// --- allocs, nodes, the volume watcher -----------------------------------
+
+int64_t steady_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string new_alloc_id() {
+  static std::mt19937_64 rng{std::random_device{}()};
+  static const char* hex = "0123456789abcdef";
+  std::string id;
+  auto x = rng();
+  for (int i = 0; i < 12; ++i, x >>= 4) id += hex[x & 15];
+  return id;
+}
+
+using then_fn = std::function<void(std::optional<caf::error>)>;
+
+void count_allocs_and_nodes(const self_ptr& self) {
+  std::map<std::string, size_t> by_state;
+  for (auto s : {v1::ALLOC_PENDING, v1::ALLOC_RUNNING, v1::ALLOC_COMPLETE, v1::ALLOC_FAILED,
+                 v1::ALLOC_LOST})
+    by_state[std::string(name_of(s))] = 0;
+  for (const auto& [id, a] : self->state.allocs) ++by_state[std::string(name_of(a.state()))];
+  for (const auto& [state, n] : by_state) self->state.stats->allocs(state, n);
+  size_t ready = 0, down = 0;
+  for (const auto& [id, n] : self->state.nodes) (n.status() == v1::NODE_DOWN ? down : ready)++;
+  self->state.stats->nodes("ready", ready);
+  self->state.stats->nodes("down", down);
+}
+
+// Proposes one change; the in-memory record was updated already (the
+// leader is the only writer of allocs and nodes, so the next change builds
+// on this one even before it commits).
+void propose_change(self_ptr self, v1::Change change, then_fn then,
+                    std::function<void(uint64_t)> committed = nullptr) {
+  v1::LogEntry entry;
+  entry.set_format_version(1);
+  *entry.add_changes() = std::move(change);
+  self->request(self->state.log, caf::infinite, propose_atom::value, wrap(std::move(entry)))
+      .then(
+          [then, committed](uint64_t index) mutable {
+            if (committed) committed(index);
+            then(std::nullopt);
+          },
+          [then](caf::error& e) mutable { then(std::move(e)); });
+}
+
+// The indexes the state tables give a committed record, on the leader's
+// copy (when no later change replaced it meanwhile).
+template <class T>
+void stamp_copy(T* x, uint64_t index) {
+  if (x == nullptr || x->modify_index() >= index) return;
+  if (x->create_index() == 0) x->set_create_index(index);
+  x->set_modify_index(index);
+}
+
+void put_alloc(self_ptr self, v1::Alloc a, then_fn then) {
+  a.set_modified_at_ms(now_ms());
+  self->state.allocs[a.id()] = a;
+  count_allocs_and_nodes(self);
+  self->send(self->state.watcher, changed_atom::value, wrap(a));
+  auto id = a.id();
+  v1::Change c;
+  *c.mutable_alloc_upsert() = std::move(a);
+  propose_change(self, std::move(c), std::move(then), [self, id](uint64_t index) {
+    auto it = self->state.allocs.find(id);
+    stamp_copy(it == self->state.allocs.end() ? nullptr : &it->second, index);
+  });
+}
+
+void delete_alloc(self_ptr self, const std::string& id, then_fn then) {
+  self->state.allocs.erase(id);
+  count_allocs_and_nodes(self);
+  self->send(self->state.watcher, removed_atom::value, id);
+  v1::Change c;
+  c.set_alloc_delete(id);
+  propose_change(self, std::move(c), std::move(then));
+}
+
+void put_node(self_ptr self, v1::Node n, then_fn then) {
+  self->state.nodes[n.id()] = n;
+  count_allocs_and_nodes(self);
+  auto id = n.id();
+  v1::Change c;
+  *c.mutable_node_upsert() = std::move(n);
+  propose_change(self, std::move(c), std::move(then), [self, id](uint64_t index) {
+    auto it = self->state.nodes.find(id);
+    stamp_copy(it == self->state.nodes.end() ? nullptr : &it->second, index);
+  });
+}
+
+then_fn ignore_result() {
+  return [](std::optional<caf::error>) {};
+}
+
+// The volumes an alloc holds claims on (taken or in release).
+std::vector<std::string> claimed_volumes(const self_ptr& self, const v1::Alloc& a) {
+  std::vector<std::string> out;
+  for (const auto& av : a.volumes()) {
+    auto it = self->state.volumes.find({a.namespace_(), av.volume_id()});
+    if (it != self->state.volumes.end() && find_claim(it->second, a.id()))
+      out.push_back(av.volume_id());
+  }
+  return out;
+}
+
+// Calls `done(true)` once every claim of the alloc is freed, or
+// `done(false)` when options.release_wait passes first.
+void when_released(self_ptr self, const std::string& alloc, std::function<void(bool)> done) {
+  auto it = self->state.allocs.find(alloc);
+  if (it == self->state.allocs.end() || claimed_volumes(self, it->second).empty()) {
+    done(true);
+    return;
+  }
+  self->state.waiters.push_back(
+      {alloc, steady_ms() + self->state.options.release_wait.count(), std::move(done)});
+}
+
+void check_waiters(self_ptr self, bool expire) {
+  auto& ws = self->state.waiters;
+  auto now = steady_ms();
+  std::vector<leader_state::waiter> ready;
+  for (auto it = ws.begin(); it != ws.end();) {
+    auto a = self->state.allocs.find(it->alloc);
+    bool freed = a == self->state.allocs.end() || claimed_volumes(self, a->second).empty();
+    if (freed || (expire && it->deadline_ms <= now)) {
+      ready.push_back(std::move(*it));
+      ready.back().deadline_ms = freed ? 1 : 0;
+      it = ws.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& w : ready) w.done(w.deadline_ms == 1);
+}
+
+// How a claim's release finds its node: the node actor when the client is
+// connected; node_detached when the node is down, unknown or never had a
+// berth client (nothing was published there).
+void add_release_handles(const self_ptr& self, v1::ReleaseRequest& r, const v1::Volume& vol,
+                         node_actor& target) {
+  const auto* c = find_claim(vol, r.alloc_id());
+  if (c == nullptr) return;
+  target = node_of(self, c->node_id());
+  auto n = self->state.nodes.find(c->node_id());
+  bool detached = n == self->state.nodes.end() || !n->second.has_client() ||
+                  n->second.status() == v1::NODE_DOWN;
+  r.set_node_detached(detached && !target);
+}
+
+// Releases one claim through its volume actor (the watcher, detach and
+// force-deregister all come here).
+void release_claim(self_ptr self, v1::ReleaseRequest r,
+                   std::function<void(std::optional<failure>, v1::Volume)> done) {
+  volume_key key{ns_or_default(r.namespace_()), r.volume_id()};
+  auto actor = self->state.volume_actors.find(key);
+  auto vol = self->state.volumes.find(key);
+  if (actor == self->state.volume_actors.end() || vol == self->state.volumes.end()) {
+    done(failure{errc::not_found, "volume " + quoted(r.volume_id()) + " is not registered"}, {});
+    return;
+  }
+  node_actor target;
+  add_release_handles(self, r, vol->second, target);
+  const auto& plugin_id = vol->second.plugin_id();
+  self->request(actor->second, caf::infinite, release_atom::value, wrap(std::move(r)),
+                plugin_of(self, plugin_id), target, pick_controller(self, plugin_id))
+      .then([done](pb<v1::Volume>& v) mutable { done(std::nullopt, std::move(v.msg)); },
+            [done](caf::error& e) mutable { done(to_failure(e), {}); });
+}
+
+// Counts the volumes of a plugin published (or being claimed) on a node,
+// other than `except`: what max volumes per node limits.
+int64_t node_volume_count(const self_ptr& self, const std::string& node,
+                          const std::string& plugin, const volume_key& except) {
+  std::set<volume_key> seen;
+  for (const auto& [key, v] : self->state.volumes) {
+    if (key == except || v.plugin_id() != plugin) continue;
+    for (const auto& c : v.claims())
+      if (c.node_id() == node) {
+        seen.insert(key);
+        break;
+      }
+  }
+  if (auto it = self->state.claiming.find({node, plugin}); it != self->state.claiming.end())
+    for (const auto& k : it->second)
+      if (k != except) seen.insert(k);
+  return static_cast<int64_t>(seen.size());
+}
+
+// Claims one volume (and has the node publish it); the caller gets the
+// result or the failure.
+void claim_volume(self_ptr self, v1::ClaimRequest c,
+                  std::function<void(std::optional<failure>, v1::ClaimResult)> done) {
+  volume_key key{ns_or_default(c.namespace_()), c.volume_id()};
+  auto& st = self->state;
+  auto actor = st.volume_actors.find(key);
+  auto vol = st.volumes.find(key);
+  if (actor == st.volume_actors.end() || vol == st.volumes.end()) {
+    done(failure{errc::not_found, "volume " + quoted(c.volume_id()) +
+                                      " is not registered in namespace " + quoted(key.first) +
+                                      " (list volumes with: berth volume status)"},
+         {});
+    return;
+  }
+  const auto plugin_id = vol->second.plugin_id();
+  c.set_node_volume_count(node_volume_count(self, c.node_id(), plugin_id, key));
+  std::pair<std::string, std::string> slot{c.node_id(), plugin_id};
+  st.claiming[slot].insert(key);
+  auto start = std::chrono::steady_clock::now();
+  self->request(actor->second, caf::infinite, claim_atom::value, wrap(c), plugin_of(self, plugin_id),
+                node_of(self, c.node_id()), pick_controller(self, plugin_id))
+      .then(
+          [self, done, slot, key, start](pb<v1::ClaimResult>& r) mutable {
+            self->state.claiming[slot].erase(key);
+            std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+            self->state.stats->claim_done(took.count());
+            done(std::nullopt, std::move(r.msg));
+          },
+          [self, done, slot, key](caf::error& e) mutable {
+            self->state.claiming[slot].erase(key);
+            done(to_failure(e), {});
+          });
+}
+
+pb<v1::Response> alloc_response(const v1::Alloc& a, std::string message) {
+  v1::Response r;
+  *r.add_allocs() = a;
+  r.set_message(std::move(message));
+  return wrap(std::move(r));
+}
+
+// A claim taken by `volume claim` (not by alloc run) belongs to an alloc
+// record too, so that every claim has an alloc the watcher can judge: the
+// alloc is created (running, no command) or the volume added to it.
+void ensure_alloc_for_claim(self_ptr self, const v1::ClaimRequest& c, then_fn then) {
+  auto& st = self->state;
+  auto ns = ns_or_default(c.namespace_());
+  v1::Alloc a;
+  if (auto it = st.allocs.find(c.alloc_id()); it != st.allocs.end()) {
+    a = it->second;
+    if (alloc_terminal(a.state())) {
+      then(make_error(errc::refused, "alloc " + quoted(a.id()) + " is " +
+                                         std::string(name_of(a.state())) +
+                                         "; a terminal alloc claims nothing (use a new alloc id)"));
+      return;
+    }
+    if (a.node_id() != c.node_id()) {
+      then(make_error(errc::refused, "alloc " + quoted(a.id()) + " runs on node " +
+                                         quoted(a.node_id()) + ", not " + quoted(c.node_id())));
+      return;
+    }
+    for (const auto& v : a.volumes())
+      if (v.volume_id() == c.volume_id()) {
+        then(std::nullopt);
+        return;
+      }
+  } else {
+    if (!valid_id(c.alloc_id()) || !valid_id(c.node_id())) {
+      then(std::nullopt);  // the claim rules report the bad id
+      return;
+    }
+    a.set_id(c.alloc_id());
+    a.set_namespace_(ns);
+    a.set_node_id(c.node_id());
+    a.set_state(v1::ALLOC_RUNNING);
+    a.set_created_at_ms(now_ms());
+    a.set_message("claims made with berth volume claim");
+  }
+  auto* v = a.add_volumes();
+  v->set_name(c.volume_id());
+  v->set_volume_id(c.volume_id());
+  v->set_read_only(c.read_only());
+  put_alloc(self, std::move(a), std::move(then));
+}
+
+// After `volume release` freed a claim: the volume leaves its alloc; an
+// alloc without a command and without volumes left is deleted.
+void forget_released_volume(self_ptr self, const std::string& alloc_id, const std::string& ns,
+                            const std::string& volume_id) {
+  auto it = self->state.allocs.find(alloc_id);
+  if (it == self->state.allocs.end()) return;
+  auto vol = self->state.volumes.find({ns, volume_id});
+  if (vol != self->state.volumes.end() && find_claim(vol->second, alloc_id)) return;  // not freed
+  auto a = it->second;
+  if (!a.command().empty() || a.namespace_() != ns) return;
+  auto* vs = a.mutable_volumes();
+  auto pos = std::find_if(vs->begin(), vs->end(),
+                          [&](const v1::AllocVolume& v) { return v.volume_id() == volume_id; });
+  if (pos == vs->end()) return;
+  vs->erase(pos);
+  if (a.volumes().empty())
+    delete_alloc(self, a.id(), ignore_result());
+  else
+    put_alloc(self, std::move(a), ignore_result());
+}
+
+void fail_alloc(self_ptr self, const std::string& id, std::string why, response_promise rp) {
+  auto it = self->state.allocs.find(id);
+  if (it == self->state.allocs.end()) {
+    rp.deliver(error_response(errc::refused, why));
+    return;
+  }
+  auto a = it->second;
+  a.set_state(v1::ALLOC_FAILED);
+  a.set_message(why);
+  put_alloc(self, std::move(a), [self, id, why, rp](std::optional<caf::error> err) mutable {
+    if (err) {
+      rp.deliver(error_response(to_failure(*err)));
+      return;
+    }
+    when_released(self, id, [self, id, why, rp](bool freed) mutable {
+      auto text = "alloc " + quoted(id) + " failed: " + why +
+                  (freed ? "; every claim it took was released"
+                         : "; the claims it took are still being released (see berth alloc status " +
+                               id + ")");
+      auto r = error_response(errc::refused, text);
+      if (auto a = self->state.allocs.find(id); a != self->state.allocs.end())
+        *r.msg.add_allocs() = a->second;
+      rp.deliver(std::move(r));
+    });
+  });
+}
+
+// alloc run, after the alloc was committed pending: claims its volumes one
+// after the other (each published on the node), then has the node run it.
+void run_alloc_claims(self_ptr self, std::string id, int next, response_promise rp) {
+  auto& st = self->state;
+  auto it = st.allocs.find(id);
+  if (it == st.allocs.end()) {
+    rp.deliver(error_response(errc::internal, "alloc " + quoted(id) + " vanished while starting"));
+    return;
+  }
+  const auto& a = it->second;
+  if (next == a.volumes_size()) {
+    auto running = a;
+    running.set_state(v1::ALLOC_RUNNING);
+    running.set_message(a.command().empty() ? "volumes published; no command (stop it with berth alloc stop)"
+                                            : "volumes published; command started");
+    auto node = node_of(self, a.node_id());
+    if (!node) {
+      fail_alloc(self, id, "the berth client of node " + quoted(a.node_id()) + " disconnected", rp);
+      return;
+    }
+    put_alloc(self, running, [self, id, node, running, rp](std::optional<caf::error> err) mutable {
+      if (err) {
+        rp.deliver(error_response(to_failure(*err)));
+        return;
+      }
+      self->request(node, std::chrono::seconds(60), run_atom::value, wrap(running))
+          .then(
+              [self, id, rp](bool) mutable {
+                auto a = self->state.allocs[id];
+                std::string text = "alloc " + quoted(id) + " running on node " +
+                                   quoted(a.node_id());
+                for (const auto& v : a.volumes())
+                  text += "\n  " + volume_env_name(v.name()) + "=" + v.published_path();
+                rp.deliver(alloc_response(a, text));
+              },
+              [self, id, rp](caf::error& e) mutable {
+                fail_alloc(self, id, "the node could not start it: " + to_failure(e).message, rp);
+              });
+    });
+    return;
+  }
+  const auto& av = a.volumes(next);
+  v1::ClaimRequest c;
+  c.set_namespace_(a.namespace_());
+  c.set_volume_id(av.volume_id());
+  c.set_alloc_id(a.id());
+  c.set_node_id(a.node_id());
+  c.set_read_only(av.read_only());
+  *c.mutable_mount_flags() = av.mount_flags();
+  claim_volume(self, std::move(c),
+               [self, id, next, rp](std::optional<failure> f, v1::ClaimResult r) mutable {
+                 auto it = self->state.allocs.find(id);
+                 if (it == self->state.allocs.end()) {
+                   rp.deliver(error_response(errc::internal, "alloc " + quoted(id) + " vanished"));
+                   return;
+                 }
+                 auto vol = it->second.volumes(next).volume_id();
+                 if (f) {
+                   fail_alloc(self, id, "claim of volume " + quoted(vol) + ": " + f->message, rp);
+                   return;
+                 }
+                 it->second.mutable_volumes(next)->set_published_path(r.published_path());
+                 run_alloc_claims(self, id, next + 1, rp);
+               });
+}
+
+void alloc_run(self_ptr self, v1::AllocRunRequest req, response_promise rp) {
+  auto& st = self->state;
+  v1::Alloc a;
+  a.set_id(req.id().empty() ? new_alloc_id() : req.id());
+  a.set_namespace_(ns_or_default(req.namespace_()));
+  a.set_node_id(req.node_id());
+  *a.mutable_volumes() = req.volumes();
+  *a.mutable_command() = req.command();
+  a.set_state(v1::ALLOC_PENDING);
+  a.set_created_at_ms(now_ms());
+  auto problems = validate_alloc(a);
+  if (!problems.empty()) {
+    rp.deliver(error_response(errc::invalid, describe("alloc " + quoted(a.id()), problems)));
+    return;
+  }
+  if (st.allocs.count(a.id())) {
+    rp.deliver(error_response(errc::refused, "alloc " + quoted(a.id()) +
+                                                 " exists already; run with another id"));
+    return;
+  }
+  auto n = st.nodes.find(a.node_id());
+  if (n == st.nodes.end() || !n->second.has_client()) {
+    rp.deliver(error_response(errc::not_found, "node " + quoted(a.node_id()) +
+                                                   " has no berth client (list nodes with: berth "
+                                                   "node status)"));
+    return;
+  }
+  if (n->second.status() == v1::NODE_DOWN) {
+    rp.deliver(error_response(errc::refused, "node " + quoted(a.node_id()) +
+                                                 " is down (its client stopped heartbeating); "
+                                                 "run the alloc on another node"));
+    return;
+  }
+  if (!node_of(self, a.node_id())) {
+    auto r = error_response(errc::unavailable, "the berth client of node " + quoted(a.node_id()) +
+                                                   " is not connected to this leader yet; retry");
+    r.msg.mutable_error()->set_retry(true);
+    rp.deliver(std::move(r));
+    return;
+  }
+  for (const auto& v : a.volumes())
+    if (!st.volumes.count({a.namespace_(), v.volume_id()})) {
+      rp.deliver(error_response(errc::not_found, "volume " + quoted(v.volume_id()) +
+                                                     " is not registered in namespace " +
+                                                     quoted(a.namespace_()) +
+                                                     " (list volumes with: berth volume status)"));
+      return;
+    }
+  auto id = a.id();
+  put_alloc(self, std::move(a), [self, id, rp](std::optional<caf::error> err) mutable {
+    if (err) {
+      rp.deliver(error_response(to_failure(*err)));
+      return;
+    }
+    run_alloc_claims(self, id, 0, rp);
+  });
+}
+
+void alloc_stop(self_ptr self, const std::string& id, response_promise rp) {
+  auto& st = self->state;
+  auto it = st.allocs.find(id);
+  if (it == st.allocs.end()) {
+    rp.deliver(error_response(errc::not_found, "alloc " + quoted(id) +
+                                                   " does not exist (list allocs with: berth alloc "
+                                                   "status)"));
+    return;
+  }
+  auto answer = [self, id, rp](std::string what) mutable {
+    when_released(self, id, [self, id, what, rp](bool freed) mutable {
+      auto a = self->state.allocs[id];
+      auto left = claimed_volumes(self, a);
+      std::string text = what;
+      if (freed)
+        text += "; its claims are released";
+      else {
+        text += "; releases still in progress for:";
+        for (const auto& v : left) text += " " + v;
+        text += " (see berth volume status)";
+      }
+      rp.deliver(alloc_response(a, text));
+    });
+  };
+  if (alloc_terminal(it->second.state())) {
+    answer("alloc " + quoted(id) + " is already " + std::string(name_of(it->second.state())));
+    return;
+  }
+  auto finish = [self, id, answer](int32_t code, std::string how) mutable {
+    auto a = self->state.allocs[id];
+    a.set_state(v1::ALLOC_COMPLETE);
+    a.set_exit_code(code);
+    a.set_message(how);
+    put_alloc(self, std::move(a), [id, how, answer](std::optional<caf::error> err) mutable {
+      if (err) return;  // the leader is going away; the shell retries
+      answer("alloc " + quoted(id) + " " + how);
+    });
+  };
+  auto node = node_of(self, it->second.node_id());
+  auto n = st.nodes.find(it->second.node_id());
+  bool node_gone = n == st.nodes.end() || !n->second.has_client() ||
+                   n->second.status() == v1::NODE_DOWN;
+  if (!node && node_gone) {
+    finish(0, "stopped by the operator (its node is gone)");
+    return;
+  }
+  if (!node) {
+    auto r = error_response(errc::unavailable,
+                            "the berth client of node " + quoted(it->second.node_id()) +
+                                " is not connected, so alloc " + quoted(id) +
+                                " cannot be stopped there now; retry (or wait until the node is "
+                                "marked down)");
+    r.msg.mutable_error()->set_retry(true);
+    rp.deliver(std::move(r));
+    return;
+  }
+  self->request(node, std::chrono::seconds(60), stop_atom::value, id, false)
+      .then([finish](int32_t code) mutable { finish(code, "stopped by the operator"); },
+            [rp, id](caf::error& e) mutable {
+              rp.deliver(error_response(errc::unavailable, "alloc " + quoted(id) +
+                                                               ": the node did not stop it: " +
+                                                               to_failure(e).message + "; retry"));
+            });
+}
+
+void alloc_update(self_ptr self, const v1::AllocUpdate& u, response_promise rp) {
+  auto it = self->state.allocs.find(u.id());
+  if (it == self->state.allocs.end()) {
+    rp.deliver(error_response(errc::not_found, "alloc " + quoted(u.id()) + " does not exist"));
+    return;
+  }
+  if (alloc_terminal(it->second.state()) || it->second.node_id() != u.node_id()) {
+    rp.deliver(alloc_response(it->second, "unchanged"));
+    return;
+  }
+  auto a = it->second;
+  a.set_state(u.state());
+  a.set_exit_code(u.exit_code());
+  a.set_message(u.message());
+  put_alloc(self, a, [a, rp](std::optional<caf::error> err) mutable {
+    if (err)
+      rp.deliver(error_response(to_failure(*err)));
+    else
+      rp.deliver(alloc_response(a, "alloc " + quoted(a.id()) + " is " +
+                                       std::string(name_of(a.state()))));
+  });
+}
+
+// volume detach VOLUME NODE: releases the claims on that node of allocs
+// that are terminal or vanished (or of any alloc when the node is down).
+void volume_detach(self_ptr self, const v1::VolumeDetachRequest& d, response_promise rp) {
+  auto key = find_volume(self, d.namespace_(), d.volume_id(), rp);
+  if (!key) return;
+  auto& st = self->state;
+  const auto& vol = st.volumes.at(*key);
+  auto n = st.nodes.find(d.node_id());
+  bool node_down = n != st.nodes.end() && n->second.status() == v1::NODE_DOWN;
+  std::vector<std::string> release, kept;
+  for (const auto& c : vol.claims()) {
+    if (c.node_id() != d.node_id()) continue;
+    auto a = st.allocs.find(c.alloc_id());
+    bool live = a != st.allocs.end() && !alloc_terminal(a->second.state());
+    if (live && !node_down && c.state() == v1::CLAIM_TAKEN)
+      kept.push_back(c.alloc_id());
+    else
+      release.push_back(c.alloc_id());
+  }
+  if (release.empty() && kept.empty()) {
+    rp.deliver(volume_response(self, vol, "volume " + quoted(d.volume_id()) +
+                                              " has no claims on node " + quoted(d.node_id()) +
+                                              "; nothing to detach"));
+    return;
+  }
+  if (release.empty()) {
+    std::string text = "volume " + quoted(d.volume_id()) + " is still used on node " +
+                       quoted(d.node_id()) + " by running alloc(s):";
+    for (const auto& k : kept) text += " " + k;
+    text += "; stop them first (berth alloc stop ID), or wait until the node is marked down";
+    rp.deliver(error_response(errc::refused, text));
+    return;
+  }
+  auto results = std::make_shared<std::vector<std::string>>();
+  auto remaining = std::make_shared<std::vector<std::string>>(release.rbegin(), release.rend());
+  auto k = *key;
+  auto step = std::make_shared<std::function<void()>>();
+  std::weak_ptr<std::function<void()>> weak = step;
+  *step = [self, k, d, results, remaining, kept, rp, weak]() mutable {
+    if (remaining->empty()) {
+      std::string text = "volume " + quoted(d.volume_id()) + " detached from node " +
+                         quoted(d.node_id()) + ":";
+      for (const auto& r : *results) text += "\n  " + r;
+      for (const auto& k2 : kept)
+        text += "\n  claim of alloc " + quoted(k2) + " kept: the alloc is running";
+      auto vol = self->state.volumes.find(k);
+      v1::Volume shown = vol != self->state.volumes.end() ? vol->second : v1::Volume{};
+      rp.deliver(volume_response(self, shown, text));
+      return;
+    }
+    auto alloc = remaining->back();
+    remaining->pop_back();
+    v1::ReleaseRequest r;
+    r.set_namespace_(k.first);
+    r.set_volume_id(k.second);
+    r.set_alloc_id(alloc);
+    r.set_reason("detach");
+    auto again = weak.lock();
+    release_claim(self, std::move(r),
+                  [results, alloc, again](std::optional<failure> f, v1::Volume) mutable {
+                    results->push_back(f ? "claim of alloc " + quoted(alloc) +
+                                               " not released yet: " + f->message +
+                                               " (the volume watcher retries)"
+                                         : "claim of alloc " + quoted(alloc) + " released");
+                    (*again)();
+                  });
+  };
+  (*step)();
+}
+
+// volume delete: DeleteVolume through a controller, then deregistration.
+void volume_delete(self_ptr self, const v1::VolumeDeleteRequest& d, response_promise rp) {
+  auto key = find_volume(self, d.namespace_(), d.volume_id(), rp);
+  if (!key) return;
+  const auto vol = self->state.volumes.at(*key);
+  if (auto f = can_deregister(vol)) {
+    rp.deliver(error_response(*f));
+    return;
+  }
+  auto controller = pick_controller(self, vol.plugin_id());
+  if (!controller) {
+    rp.deliver(error_response(errc::unavailable,
+                              "plugin " + quoted(vol.plugin_id()) +
+                                  " has no healthy controller on a node with a berth client; "
+                                  "volume " + quoted(vol.id()) + " cannot be deleted now"));
+    return;
+  }
+  auto k = *key;
+  self->request(controller, caf::infinite, deregister_atom::value, wrap(vol))
+      .then(
+          [self, k, rp](bool) mutable {
+            auto actor = self->state.volume_actors.find(k);
+            if (actor == self->state.volume_actors.end()) {
+              rp.deliver(error_response(errc::not_found, "volume " + quoted(k.second) + " vanished"));
+              return;
+            }
+            ask_volume(self, actor->second, rp,
+                       "volume " + quoted(k.second) + " deleted (DeleteVolume) and deregistered",
+                       deregister_atom::value, false);
+          },
+          [rp](caf::error& e) mutable { rp.deliver(error_response(to_failure(e))); });
+}
+
+// A client's heartbeat (its node actor registering again).
+void heartbeat(self_ptr self, const std::string& node_id, node_actor node) {
+  auto& st = self->state;
+  auto known = st.node_actors.find(node_id);
+  if (known == st.node_actors.end() || known->second.address() != node.address())
+    self->monitor(node);
+  st.node_actors[node_id] = node;
+  st.last_seen[node_id] = steady_ms();
+  st.stats->actors("node", st.node_actors.size());
+  auto it = st.nodes.find(node_id);
+  if (it != st.nodes.end() && it->second.has_client() && it->second.status() == v1::NODE_READY)
+    return;
+  bool was_down = it != st.nodes.end() && it->second.status() == v1::NODE_DOWN;
+  v1::Node next = it != st.nodes.end() ? it->second : v1::Node{};
+  next.set_id(node_id);
+  next.set_has_client(true);
+  next.set_status(v1::NODE_READY);
+  next.set_last_heartbeat_ms(now_ms());
+  put_node(self, std::move(next), ignore_result());
+  if (was_down) {
+    // Its plugin instances were dropped when it went down: report again.
+    // Allocs lost meanwhile were released without it: stop them there and
+    // unmount what the client still has of them.
+    self->send(node, fingerprint_atom::value);
+    for (const auto& [id, a] : st.allocs)
+      if (a.node_id() == node_id && a.state() == v1::ALLOC_LOST)
+        self->request(node, std::chrono::seconds(60), stop_atom::value, id, true)
+            .then([](int32_t) {}, [](caf::error&) {});
+  }
+}
+
+// Marks a node down: its allocs are lost (the watcher releases their
+// claims without it) and its plugin instances leave the plugins' counts.
+void mark_down(self_ptr self, const std::string& node_id, int64_t silent_ms) {
+  auto& st = self->state;
+  auto next = st.nodes[node_id];
+  next.set_status(v1::NODE_DOWN);
+  put_node(self, next, ignore_result());
+  st.node_actors.erase(node_id);
+  auto why = "node " + quoted(node_id) + " is down (no heartbeat for " +
+             std::to_string(silent_ms / 1000) + " s)";
+  for (const auto& [id, a] : std::map<std::string, v1::Alloc>(st.allocs))
+    if (a.node_id() == node_id && !alloc_terminal(a.state())) {
+      auto lost = a;
+      lost.set_state(v1::ALLOC_LOST);
+      lost.set_message(why);
+      put_alloc(self, std::move(lost), ignore_result());
+    }
+  for (const auto& plugin_id : next.plugin_ids()) {
+    auto actor = plugin_of(self, plugin_id);
+    if (!actor) continue;
+    v1::Fingerprint f;
+    f.set_plugin_id(plugin_id);
+    f.set_node_id(node_id);
+    f.set_type(v1::PLUGIN_MONOLITH);  // both its controller and node instance
+    f.set_remove(true);
+    self->request(actor, caf::infinite, fingerprint_atom::value, wrap(std::move(f)))
+        .then([self](pb<v1::Plugin>& p) { self->state.plugins[p.msg.id()] = p.msg; },
+              [](caf::error&) {});
+  }
+}
+
+// Plugins without any instance left are deleted (Nomad's zombie plugins).
+void gc_plugins(self_ptr self) {
+  auto& st = self->state;
+  std::vector<std::string> empty;
+  for (const auto& [id, p] : st.plugins)
+    if (plugin_is_empty(p)) empty.push_back(id);
+  for (const auto& id : empty) {
+    if (auto a = st.plugin_actors.find(id); a != st.plugin_actors.end()) {
+      self->send_exit(a->second, caf::exit_reason::user_shutdown);
+      st.plugin_actors.erase(a);
+    }
+    st.stats->plugin_changed(&st.plugins[id], nullptr);
+    st.plugins.erase(id);
+    v1::Change c;
+    c.set_plugin_delete(id);
+    propose_change(self, std::move(c), ignore_result());
+  }
+  if (!empty.empty()) count_actors(self);
+}
+
+void leader_tick(self_ptr self) {
+  auto& st = self->state;
+  auto now = steady_ms();
+  for (const auto& [id, n] : std::map<std::string, v1::Node>(st.nodes)) {
+    if (!n.has_client() || n.status() != v1::NODE_READY) continue;
+    auto seen = st.last_seen.find(id);
+    if (seen == st.last_seen.end()) {
+      st.last_seen[id] = now;  // a new leader gives every node a full timeout
+      continue;
+    }
+    if (now - seen->second > st.options.node_down_timeout.count())
+      mark_down(self, id, now - seen->second);
+  }
+  check_waiters(self, true);
+  if (++st.ticks % 10 == 0) gc_plugins(self);
+}
+
+// Adds the watcher's progress to the claims of the volumes in a response.
+void add_progress(self_ptr self, pb<v1::Response> r, response_promise rp) {
+  bool releasing = false;
+  for (const auto& v : r.msg.volumes())
+    for (const auto& c : v.claims()) releasing |= c.state() != v1::CLAIM_TAKEN;
+  if (!releasing) {
+    rp.deliver(std::move(r));
+    return;
+  }
+  self->request(self->state.watcher, std::chrono::seconds(5), status_atom::value)
+      .then(
+          [r, rp](pb<v1::WatcherStatus>& s) mutable {
+            for (auto& v : *r.msg.mutable_volumes())
+              for (auto& c : *v.mutable_claims())
+                for (const auto& p : s.msg.releases())
+                  if (p.namespace_() == v.namespace_() && p.volume_id() == v.id() &&
+                      p.alloc_id() == c.alloc_id()) {
+                    c.set_release_attempts(p.attempts());
+                    c.set_release_error(p.last_error());
+                    c.set_release_next_retry_ms(p.next_retry_ms());
+                  }
+            rp.deliver(std::move(r));
+          },
+          [r, rp](caf::error&) mutable { rp.deliver(std::move(r)); });
+}
+
 void register_volume(self_ptr self, v1::Volume v, response_promise rp,
                      std::string verb = "registered");
 
@@ -141,25 +907,17 @@ void force_deregister(self_ptr self, volume_key key, std::vector<std::string> al
   }
   auto alloc = allocs.back();
   allocs.pop_back();
-  const auto* c = find_claim(vol_it->second, alloc);
   v1::ReleaseRequest r;
   r.set_namespace_(key.first);
   r.set_volume_id(key.second);
   r.set_alloc_id(alloc);
-  const auto& plugin_id = vol_it->second.plugin_id();
-  self->request(actor_it->second, caf::infinite, release_atom::value, wrap(std::move(r)),
-                plugin_of(self, plugin_id), c ? node_of(self, c->node_id()) : node_actor{},
-                pick_controller(self, plugin_id))
-      .then(
-          [self, key, allocs, rp](pb<v1::Volume>&) mutable {
-            force_deregister(self, key, std::move(allocs), rp);
-          },
-          [self, key, allocs, rp](caf::error&) mutable {
-            // A release that cannot finish now (plugin or node gone) is
-            // dropped by --force; the volume actor still refuses a claim
-            // that is taken.
-            force_deregister(self, key, std::move(allocs), rp);
-          });
+  r.set_reason("deregister --force");
+  // A release that cannot finish now (plugin or node gone) is dropped by
+  // --force; the volume actor still refuses a claim that is taken.
+  release_claim(self, std::move(r),
+                [self, key, allocs, rp](std::optional<failure>, v1::Volume) mutable {
+                  force_deregister(self, key, std::move(allocs), rp);
+                });
 }
 
 // volume create: CreateVolume through a controller, then registration of
@@ -254,7 +1012,7 @@ void update_node(self_ptr self, const v1::Fingerprint& f, const v1::Plugin& p,
     ids->erase(pos);
     changed = true;
   }
-  if (!f.remove() && next.status() != v1::NODE_READY) {
+  if (!f.remove() && !next.has_client() && next.status() != v1::NODE_READY) {
     next.set_status(v1::NODE_READY);
     changed = true;
   }
@@ -266,21 +1024,12 @@ void update_node(self_ptr self, const v1::Fingerprint& f, const v1::Plugin& p,
     rp.deliver(wrap(std::move(r)));
     return;
   }
-  next.set_last_heartbeat_ms(now_ms());
-  v1::LogEntry entry;
-  entry.set_format_version(1);
-  *entry.add_changes()->mutable_node_upsert() = next;
-  self->request(self->state.log, caf::infinite, propose_atom::value, wrap(std::move(entry)))
-      .then(
-          [self, next, rp, r](uint64_t index) mutable {
-            v1::Change stamped;
-            *stamped.mutable_node_upsert() = std::move(next);
-            stamp(stamped, index);
-            auto& node = *stamped.mutable_node_upsert();
-            self->state.nodes[node.id()] = node;
-            rp.deliver(wrap(std::move(r)));
-          },
-          [rp](caf::error& e) mutable { rp.deliver(error_response(to_failure(e))); });
+  put_node(self, std::move(next), [rp, r](std::optional<caf::error> err) mutable {
+    if (err)
+      rp.deliver(error_response(to_failure(*err)));
+    else
+      rp.deliver(wrap(std::move(r)));
+  });
 }
 
 void fingerprint(self_ptr self, v1::Fingerprint f, response_promise rp) {
@@ -321,7 +1070,7 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
     case v1::Request::kVolumeStatus: {
       const auto& k = req.volume_status();
       if (auto key = find_volume(self, k.namespace_(), k.id(), rp))
-        rp.deliver(volume_response(self, st.volumes.at(*key), ""));
+        add_progress(self, volume_response(self, st.volumes.at(*key), ""), rp);
       return;
     }
     case v1::Request::kVolumeList: {
@@ -329,7 +1078,7 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
       const auto& ns = req.volume_list().namespace_();
       for (const auto& [key, v] : st.volumes)
         if (ns.empty() || key.first == ns) add_volume(self, r, v);
-      rp.deliver(wrap(std::move(r)));
+      add_progress(self, wrap(std::move(r)), rp);
       return;
     }
     case v1::Request::kVolumeDeregister: {
@@ -349,46 +1098,102 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
     }
     case v1::Request::kVolumeClaim: {
       auto c = req.volume_claim();
+      c.clear_node_volume_count();
       if (auto key = find_volume(self, c.namespace_(), c.volume_id(), rp)) {
-        const auto& plugin_id = st.volumes.at(*key).plugin_id();
         std::string msg = "volume " + quoted(c.volume_id()) + " claimed for " +
                           (c.read_only() ? "reading" : "writing") + " by alloc " +
                           quoted(c.alloc_id()) + " on node " + quoted(c.node_id());
-        auto target = node_of(self, c.node_id());
-        auto start = std::chrono::steady_clock::now();
-        self->request(st.volume_actors.at(*key), caf::infinite, claim_atom::value, wrap(c),
-                      plugin_of(self, plugin_id), target, pick_controller(self, plugin_id))
-            .then(
-                [self, rp, msg, target, start](pb<v1::ClaimResult>& r) mutable {
-                  std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-                  self->state.stats->claim_done(took.count());
-                  auto text = msg;
-                  if (!r.msg.published_path().empty())
-                    text += "; published at " + r.msg.published_path();
-                  else if (!target)
-                    text += "; node has no berth client, so nothing was published";
-                  auto resp = volume_response(self, r.msg.volume(), text);
-                  resp.msg.set_published_path(r.msg.published_path());
-                  rp.deliver(std::move(resp));
-                },
-                [rp](caf::error& e) mutable { rp.deliver(error_response(to_failure(e))); });
+        ensure_alloc_for_claim(self, c, [self, c, msg, rp](std::optional<caf::error> err) mutable {
+          if (err) {
+            rp.deliver(error_response(to_failure(*err)));
+            return;
+          }
+          bool client = static_cast<bool>(node_of(self, c.node_id()));
+          claim_volume(self, c, [self, msg, rp, client](std::optional<failure> f,
+                                                        v1::ClaimResult r) mutable {
+            if (f) {
+              rp.deliver(error_response(*f));
+              return;
+            }
+            auto text = msg;
+            if (!r.published_path().empty())
+              text += "; published at " + r.published_path();
+            else if (!client)
+              text += "; node has no berth client, so nothing was published";
+            auto resp = volume_response(self, r.volume(), text);
+            resp.msg.set_published_path(r.published_path());
+            rp.deliver(std::move(resp));
+          });
+        });
       }
       return;
     }
     case v1::Request::kVolumeRelease: {
       auto r = req.volume_release();
+      r.clear_node_detached();
+      r.set_reason("released by the operator");
       if (auto key = find_volume(self, r.namespace_(), r.volume_id(), rp)) {
-        const auto& vol = st.volumes.at(*key);
-        const auto* c = find_claim(vol, r.alloc_id());
-        ask_volume(self, st.volume_actors.at(*key), rp,
-                   "claim of alloc " + quoted(r.alloc_id()) + " on volume " +
-                       quoted(r.volume_id()) + " released",
-                   release_atom::value, wrap(r), plugin_of(self, vol.plugin_id()),
-                   c ? node_of(self, c->node_id()) : node_actor{},
-                   pick_controller(self, vol.plugin_id()));
+        if (!find_claim(st.volumes.at(*key), r.alloc_id())) {
+          rp.deliver(error_response(errc::not_found, "volume " + quoted(r.volume_id()) +
+                                                         " has no claim of alloc " +
+                                                         quoted(r.alloc_id())));
+          return;
+        }
+        auto k = *key;
+        auto text = "claim of alloc " + quoted(r.alloc_id()) + " on volume " +
+                    quoted(r.volume_id()) + " released";
+        release_claim(self, r, [self, k, r, text, rp](std::optional<failure> f,
+                                                       v1::Volume v) mutable {
+          if (f) {
+            rp.deliver(error_response(*f));
+            return;
+          }
+          forget_released_volume(self, r.alloc_id(), k.first, k.second);
+          rp.deliver(volume_response(self, v, text));
+        });
       }
       return;
     }
+    case v1::Request::kAllocRun:
+      alloc_run(self, std::move(*req.mutable_alloc_run()), rp);
+      return;
+    case v1::Request::kAllocStop:
+      alloc_stop(self, req.alloc_stop(), rp);
+      return;
+    case v1::Request::kAllocUpdate:
+      alloc_update(self, req.alloc_update(), rp);
+      return;
+    case v1::Request::kAllocStatus: {
+      auto it = st.allocs.find(req.alloc_status());
+      if (it == st.allocs.end()) {
+        rp.deliver(error_response(errc::not_found, "alloc " + quoted(req.alloc_status()) +
+                                                       " does not exist (list allocs with: berth "
+                                                       "alloc status)"));
+        return;
+      }
+      v1::Response r;
+      *r.add_allocs() = it->second;
+      for (const auto& av : it->second.volumes())
+        if (auto v = st.volumes.find({it->second.namespace_(), av.volume_id()});
+            v != st.volumes.end())
+          add_volume(self, r, v->second);
+      add_progress(self, wrap(std::move(r)), rp);
+      return;
+    }
+    case v1::Request::kAllocList: {
+      v1::Response r;
+      const auto& ns = req.alloc_list().namespace_();
+      for (const auto& [id, a] : st.allocs)
+        if (ns.empty() || a.namespace_() == ns) *r.add_allocs() = a;
+      rp.deliver(wrap(std::move(r)));
+      return;
+    }
+    case v1::Request::kVolumeDetach:
+      volume_detach(self, req.volume_detach(), rp);
+      return;
+    case v1::Request::kVolumeDelete:
+      volume_delete(self, req.volume_delete(), rp);
+      return;
     case v1::Request::kVolumeCreate:
       create_volume(self, std::move(*req.mutable_volume_create()), rp);
       return;
@@ -424,6 +1229,10 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
       }
       v1::Response r;
       *r.add_nodes() = it->second;
+      if (auto seen = st.last_seen.find(it->first); seen != st.last_seen.end())
+        r.mutable_nodes(0)->set_last_seen_ms(now_ms() - (steady_ms() - seen->second));
+      for (const auto& [id, a] : st.allocs)
+        if (a.node_id() == it->first) *r.add_allocs() = a;
       for (const auto& [key, v] : st.volumes)
         for (const auto& c : v.claims())
           if (c.node_id() == it->first) {
@@ -435,7 +1244,11 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
     }
     case v1::Request::kNodeList: {
       v1::Response r;
-      for (const auto& [id, n] : st.nodes) *r.add_nodes() = n;
+      for (const auto& [id, n] : st.nodes) {
+        *r.add_nodes() = n;
+        if (auto seen = st.last_seen.find(id); seen != st.last_seen.end())
+          r.mutable_nodes(r.nodes_size() - 1)->set_last_seen_ms(now_ms() - (steady_ms() - seen->second));
+      }
       rp.deliver(wrap(std::move(r)));
       return;
     }
@@ -459,10 +1272,13 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
 }  // namespace
 
 leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
-                                   state_contents initial, std::shared_ptr<metrics> stats) {
+                                   state_contents initial, std::shared_ptr<metrics> stats,
+                                   leader_options options) {
   auto& st = self->state;
   st.log = std::move(log);
   st.stats = std::move(stats);
+  st.options = options;
+  st.watcher = self->spawn<caf::linked>(watcher, caf::actor_cast<leader_actor>(self), st.stats);
   for (auto& p : initial.plugins) {
     st.plugin_actors.emplace(p.id(), spawn_plugin(self, p));
     st.plugins.emplace(p.id(), std::move(p));
@@ -470,13 +1286,28 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
   for (auto& v : initial.volumes) {
     volume_key key{v.namespace_(), v.id()};
     st.volume_actors.emplace(key, spawn_volume(self, v, true));
+    self->send(st.watcher, changed_atom::value, wrap(v));
     st.volumes.emplace(key, std::move(v));
   }
   for (auto& n : initial.nodes) st.nodes.emplace(n.id(), std::move(n));
+  std::vector<v1::Alloc> interrupted;
+  for (auto& a : initial.allocs) {
+    if (a.state() == v1::ALLOC_PENDING) interrupted.push_back(a);
+    self->send(st.watcher, changed_atom::value, wrap(a));
+    st.allocs.emplace(a.id(), std::move(a));
+  }
+  // An alloc still pending was being started by the previous leader: it
+  // failed, and the watcher releases whatever it claimed.
+  for (auto& a : interrupted) {
+    a.set_state(v1::ALLOC_FAILED);
+    a.set_message("the leader changed while the alloc was starting; run it again");
+    put_alloc(self, std::move(a), ignore_result());
+  }
   st.stats->clear_state();
   for (const auto& [key, v] : st.volumes) st.stats->volume_changed(nullptr, &v);
   for (const auto& [id, p] : st.plugins) st.stats->plugin_changed(nullptr, &p);
   count_actors(self);
+  count_allocs_and_nodes(self);
   // A node actor that stops (its client went away) publishes nothing more.
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& nodes = self->state.node_actors;
@@ -484,18 +1315,36 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
       it = it->second.address() == dm.source ? nodes.erase(it) : std::next(it);
     self->state.stats->actors("node", nodes.size());
   });
+  self->send(self, tick_atom::value);
   return {
       [self](api_atom, pb<v1::Request>& req) -> caf::result<pb<v1::Response>> {
         auto rp = self->make_response_promise<pb<v1::Response>>();
         execute(self, req.msg, rp);
         return rp;
       },
+      [self](release_atom, pb<v1::ReleaseRequest>& req) -> caf::result<pb<v1::Volume>> {
+        auto rp = self->make_response_promise<pb<v1::Volume>>();
+        release_claim(self, std::move(req.msg),
+                      [rp](std::optional<failure> f, v1::Volume v) mutable {
+                        if (f)
+                          rp.deliver(to_error(*f));
+                        else
+                          rp.deliver(wrap(std::move(v)));
+                      });
+        return rp;
+      },
+      [self](tick_atom) {
+        leader_tick(self);
+        self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
+      },
       [self](changed_atom, pb<v1::Volume>& v) {
         volume_key key{v.msg.namespace_(), v.msg.id()};
         auto& slot = self->state.volumes[key];
         self->state.stats->volume_changed(slot.id().empty() ? nullptr : &slot, &v.msg);
+        self->send(self->state.watcher, changed_atom::value, v);
         slot = std::move(v.msg);
         count_actors(self);
+        check_waiters(self, false);
       },
       [self](removed_atom, pb<v1::VolumeKey>& k) {
         volume_key key{k.msg.namespace_(), k.msg.id()};
@@ -504,7 +1353,9 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
           self->state.volumes.erase(it);
         }
         self->state.volume_actors.erase(key);
+        self->send(self->state.watcher, removed_atom::value, k);
         count_actors(self);
+        check_waiters(self, false);
       },
       [self](changed_atom, pb<v1::Plugin>& p) {
         self->state.stats->plugin_changed(nullptr, &p.msg);
@@ -512,9 +1363,7 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
         count_actors(self);
       },
       [self](node_atom, const std::string& node_id, node_actor node) {
-        self->monitor(node);
-        self->state.node_actors[node_id] = std::move(node);
-        self->state.stats->actors("node", self->state.node_actors.size());
+        heartbeat(self, node_id, std::move(node));
       },
   };
 }

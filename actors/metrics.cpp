@@ -156,7 +156,25 @@ class prometheus_metrics final : public metrics {
         request_seconds_(prometheus::BuildHistogram()
                              .Name("berth_request_seconds")
                              .Help("Time to serve a shell command, by command")
-                             .Register(*registry_)) {}
+                             .Register(*registry_)),
+        watcher_retries_(prometheus::BuildCounter()
+                             .Name("berth_watcher_retries_total")
+                             .Help("Release steps the volume watcher retried after a failure")
+                             .Register(*registry_)
+                             .Add({})),
+        watcher_pending_(prometheus::BuildGauge()
+                             .Name("berth_watcher_pending_releases")
+                             .Help("Claims the volume watcher is releasing (leader only)")
+                             .Register(*registry_)
+                             .Add({})),
+        allocs_{prometheus::BuildGauge()
+                    .Name("berth_allocs")
+                    .Help("Allocs by state (leader only)")
+                    .Register(*registry_)},
+        nodes_{prometheus::BuildGauge()
+                   .Name("berth_nodes")
+                   .Help("Nodes by status (leader only)")
+                   .Register(*registry_)} {}
 
   void clear_state() override {
     std::lock_guard<std::mutex> guard(mtx_);
@@ -242,6 +260,19 @@ class prometheus_metrics final : public metrics {
     actors_.set({{"kind", kind}}, static_cast<double>(count));
   }
 
+  void watcher_retry() override { watcher_retries_.Increment(); }
+  void watcher_pending(size_t count) override {
+    watcher_pending_.Set(static_cast<double>(count));
+  }
+  void allocs(const std::string& state, size_t count) override {
+    std::lock_guard<std::mutex> guard(mtx_);
+    allocs_.set({{"state", state}}, static_cast<double>(count));
+  }
+  void nodes(const std::string& status, size_t count) override {
+    std::lock_guard<std::mutex> guard(mtx_);
+    nodes_.set({{"status", status}}, static_cast<double>(count));
+  }
+
   std::shared_ptr<prometheus::Registry> registry() override { return registry_; }
 
  private:
@@ -270,6 +301,10 @@ class prometheus_metrics final : public metrics {
   prometheus::Histogram& claim_seconds_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;
+  prometheus::Counter& watcher_retries_;
+  prometheus::Gauge& watcher_pending_;
+  gauges allocs_;
+  gauges nodes_;
 };
 
 }  // namespace

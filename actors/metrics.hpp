@@ -51,6 +51,15 @@ class metrics {
   // How many actors of a kind are running ("volume", "plugin", ...).
   virtual void actors(const std::string& kind, size_t count) = 0;
 
+  // The volume watcher retried a failed release step.
+  virtual void watcher_retry() = 0;
+  // Claims the volume watcher is releasing now.
+  virtual void watcher_pending(size_t count) = 0;
+  // Allocs by state, and nodes by status ("ready", "down"), as the leader
+  // has them.
+  virtual void allocs(const std::string& state, size_t count) = 0;
+  virtual void nodes(const std::string& status, size_t count) = 0;
+
   virtual std::shared_ptr<prometheus::Registry> registry() = 0;
 };
 

@@ -8,7 +8,10 @@
 #include <caf/io/middleman_actor.hpp>
 
 #include "actors/csi_plugin.hpp"
+#include "actors/alloc_process.hpp"
 #include "csi/client.hpp"
+
+#include <signal.h>
 
 namespace berth {
 
@@ -63,10 +66,25 @@ std::string where(const self_ptr& self, const std::string& plugin) {
   return "plugin '" + plugin + "' on node '" + self->state.config.node_id + "'";
 }
 
+int64_t steady_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t wall_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+void start_polling(self_ptr self);
+
 // Runs a job on a plugin's connection and answers the promise with its
-// outcome.
+// outcome.  Until the plugin was probed healthy once since this client
+// started, the job waits (at most one CSI timeout): after a restart the
+// plugin may not be back yet, and what it stages is only known then.
 template <class Promise, class OnOk>
-void run(self_ptr self, const std::string& plugin_id, csi_job job, Promise rp, OnOk on_ok) {
+void run_with(self_ptr self, const std::string& plugin_id, std::function<csi_job()> make_job,
+              Promise rp, OnOk on_ok) {
   auto it = self->state.connections.find(plugin_id);
   if (it == self->state.connections.end()) {
     rp.deliver(make_error(errc::refused, "node '" + self->state.config.node_id +
@@ -74,15 +92,45 @@ void run(self_ptr self, const std::string& plugin_id, csi_job job, Promise rp, O
                                              "' (configure it with --plugin)"));
     return;
   }
-  self->request(it->second, caf::infinite, csi_atom::value, std::move(job))
-      .then(
-          [rp, on_ok](csi_outcome& out) mutable {
-            if (out.error)
-              rp.deliver(to_error(*out.error));
-            else
-              on_ok(rp, out);
-          },
-          [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  auto go = [self, conn = it->second, make_job = std::move(make_job), rp, on_ok]() mutable {
+    self->request(conn, caf::infinite, csi_atom::value, make_job())
+        .then(
+            [rp, on_ok](csi_outcome& out) mutable {
+              if (out.error)
+                rp.deliver(to_error(*out.error));
+              else
+                on_ok(rp, out);
+            },
+            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  };
+  if (self->state.ready_plugins.count(plugin_id)) {
+    go();
+    return;
+  }
+  self->state.waiting.push_back({plugin_id,
+                                 steady_ms() + self->state.config.csi_timeout.count(),
+                                 std::move(go),
+                                 [rp](caf::error e) mutable { rp.deliver(std::move(e)); }});
+  start_polling(self);
+}
+
+template <class Promise, class OnOk>
+void run(self_ptr self, const std::string& plugin_id, csi_job job, Promise rp, OnOk on_ok) {
+  run_with(self, plugin_id, [job = std::move(job)] { return job; }, std::move(rp),
+           std::move(on_ok));
+}
+
+// Like run, with a job that depends on whether the plugin stages volumes
+// (known once it was probed, so decided when the job runs).
+template <class Make, class Promise, class OnOk>
+void run_staged(self_ptr self, const std::string& plugin_id, Make make, Promise rp, OnOk on_ok) {
+  run_with(
+      self, plugin_id,
+      [self, plugin_id, make] {
+        auto it = self->state.instances.find(plugin_id);
+        return make(it != self->state.instances.end() && it->second.stage_unstage());
+      },
+      std::move(rp), std::move(on_ok));
 }
 
 void deliver_result(result_promise& rp, csi_outcome& out) {
@@ -153,6 +201,16 @@ void fingerprint(self_ptr self) {
             }
           }
           st.instances[p.id] = inst;
+          if (inst.healthy() && st.ready_plugins.insert(p.id).second) {
+            std::deque<node_state::waiting_call> still;
+            for (auto& w : st.waiting) {
+              if (w.plugin == p.id)
+                w.go();
+              else
+                still.push_back(std::move(w));
+            }
+            st.waiting = std::move(still);
+          }
           auto key = inst.SerializeAsString();
           if (st.reported[p.id] == key) return;
           v1::Request req;
@@ -197,6 +255,174 @@ void connect_server(self_ptr self) {
           [self](caf::error&) { self->state.connecting = false; });
 }
 
+
+// Where this node stages and publishes one claim (the CO's paths).
+struct claim_paths {
+  fs::path staging;
+  fs::path target;
+};
+
+claim_paths paths_of(const self_ptr& self, const v1::NodeVolumeRequest& r) {
+  auto root = fs::path(self->state.config.csi_root) / r.plugin_id();
+  return {root / "staging" / r.volume().namespace_() / r.volume().id() / mode_dir(r),
+          root / "per-alloc" / r.alloc_id() / r.volume().namespace_() / r.volume().id() /
+              mode_dir(r)};
+}
+
+using mount_key = std::tuple<std::string, std::string, std::string>;
+
+mount_key key_of(const v1::NodeVolumeRequest& r) {
+  return {r.alloc_id(), r.volume().namespace_(), r.volume().id()};
+}
+
+// Whether another publication recorded on this node uses the staging path.
+bool staging_in_use(const self_ptr& self, const std::string& staging, const mount_key& except) {
+  for (const auto& [k, m] : self->state.mounts)
+    if (k != except && m.staging_path == staging) return true;
+  return false;
+}
+
+// The CSI calls that undo one publication: NodeUnpublishVolume, then
+// NodeUnstageVolume when asked.  Already gone counts as done.
+csi_job unpublish_job(const v1::NodeVolumeRequest& r, claim_paths paths, bool unstage,
+                      std::string at) {
+  return csi_job{[r, paths, unstage, at](csi::client& c) {
+    csi_outcome out;
+    auto id = r.volume().external_id();
+    if ((out.error = check(at, csi::method::node_unpublish_volume,
+                           c.node_unpublish_volume(id, paths.target.string()).status)))
+      return out;
+    std::error_code ec;
+    // The per-alloc directories are the CO's: remove them once empty.
+    for (auto d = paths.target.parent_path(); d.filename() != "per-alloc"; d = d.parent_path())
+      if (!fs::remove(d, ec)) break;
+    if (unstage) {
+      if ((out.error = check(at, csi::method::node_unstage_volume,
+                             c.node_unstage_volume(id, paths.staging.string()).status)))
+        return out;
+      fs::remove(paths.staging, ec);
+    }
+    return out;
+  }};
+}
+
+// Reports an alloc's exit to the leader; forgets it once accepted.
+void report_exit(self_ptr self, const std::string& id) {
+  auto& st = self->state;
+  auto it = st.allocs.find(id);
+  if (it == st.allocs.end() || !st.api) return;
+  v1::Request req;
+  auto* u = req.mutable_alloc_update();
+  u->set_id(id);
+  u->set_node_id(st.config.node_id);
+  u->set_state(it->second.exit_code == 0 ? v1::ALLOC_COMPLETE : v1::ALLOC_FAILED);
+  u->set_exit_code(it->second.exit_code);
+  u->set_message("the command " + it->second.alloc.message());
+  self->request(st.api, std::chrono::seconds(30), api_atom::value, wrap(std::move(req)))
+      .then(
+          [self, id](pb<v1::Response>& r) {
+            auto code = r.msg.error().code();
+            if (code != v1::OK && code != v1::NOT_FOUND) return;  // retried on the next poll
+            auto& st = self->state;
+            if (st.allocs.count(id) && st.allocs[id].exited) {
+              st.store->delete_alloc(id);
+              st.allocs.erase(id);
+            }
+          },
+          [](caf::error&) {});
+}
+
+// Polls alloc commands (exits, stops) and calls waiting for a plugin.
+void poll(self_ptr self) {
+  auto& st = self->state;
+  auto now = steady_ms();
+  for (auto& [id, a] : st.allocs) {
+    if (a.exited || a.pid == 0) continue;
+    auto ex = check_alloc_process(a.pid, a.exit_file);
+    if (!ex.exited) continue;
+    a.exited = true;
+    a.exit_code = ex.exit_code;
+    a.alloc.set_message(ex.how);
+    st.store->put_alloc(a);
+  }
+  for (auto it = st.stops.begin(); it != st.stops.end();) {
+    auto a = st.allocs.find(it->first);
+    bool done = a == st.allocs.end() || a->second.pid == 0 || a->second.exited;
+    if (!done) {
+      for (auto& s : it->second)
+        if (s.kill_at_ms <= now) {
+          signal_alloc_process(a->second.pid, SIGKILL);
+          s.kill_at_ms = now + 1000;
+        }
+      ++it;
+      continue;
+    }
+    int32_t code = a == st.allocs.end() ? 0 : a->second.exit_code;
+    auto id = it->first;
+    auto waiting = std::move(it->second);
+    it = st.stops.erase(it);
+    bool unmount = false;
+    for (auto& s : waiting) unmount |= s.unmount;
+    // Stopped by the servers: they record its end themselves.
+    if (a != st.allocs.end()) {
+      st.store->delete_alloc(id);
+      st.allocs.erase(a);
+    }
+    if (unmount) {
+      // The servers released this alloc's claims while the node was away:
+      // undo what this client still has published for it.
+      for (auto m = st.mounts.begin(); m != st.mounts.end();) {
+        if (std::get<0>(m->first) != id) {
+          ++m;
+          continue;
+        }
+        auto rec = m->second;
+        auto key = m->first;
+        bool unstage = !rec.staging_path.empty() && !staging_in_use(self, rec.staging_path, key);
+        auto job = unpublish_job(rec.request, {rec.staging_path, rec.target_path}, unstage,
+                                 where(self, rec.plugin_id));
+        auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
+        run(self, rec.plugin_id, std::move(job), rp,
+            [self, key](caf::typed_response_promise<pb<v1::NodeVolumeResult>>& rp, csi_outcome&) {
+              self->state.mounts.erase(key);
+              self->state.store->delete_mount(std::get<0>(key), std::get<1>(key), std::get<2>(key));
+              rp.deliver(wrap(v1::NodeVolumeResult{}));
+            });
+        ++m;
+      }
+    }
+    for (auto& s : waiting) s.rp.deliver(code);
+  }
+  for (auto& [id, a] : st.allocs)
+    if (a.exited) report_exit(self, id);
+  std::deque<node_state::waiting_call> still;
+  for (auto& w : st.waiting) {
+    if (w.deadline_ms > now) {
+      still.push_back(std::move(w));
+      continue;
+    }
+    w.fail(make_error(errc::unavailable,
+                      "plugin '" + w.plugin + "' on node '" + st.config.node_id +
+                          "' has not been healthy since the client started (is it running?); "
+                          "retry once it is"));
+  }
+  st.waiting = std::move(still);
+}
+
+void start_polling(self_ptr self) {
+  if (self->state.polling) return;
+  self->state.polling = true;
+  self->delayed_send(self, std::chrono::milliseconds(200), run_atom::value);
+}
+
+bool needs_polling(const self_ptr& self) {
+  const auto& st = self->state;
+  if (!st.stops.empty() || !st.waiting.empty()) return true;
+  for (const auto& [id, a] : st.allocs)
+    if (a.pid != 0 || a.exited) return true;
+  return false;
+}
+
 }  // namespace
 
 std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag) {
@@ -220,9 +446,20 @@ std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag
 }
 
 node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
-                               std::shared_ptr<metrics> stats) {
+                               std::shared_ptr<metrics> stats, std::shared_ptr<client_store> store) {
   auto& st = self->state;
   st.stats = std::move(stats);
+  st.store = std::move(store);
+  // What this client published and runs, as of before a restart: kept as
+  // it is (nothing is re-mounted); exits are reported, releases work.
+  for (auto& m : st.store->mounts()) {
+    mount_key k{m.alloc_id, m.ns, m.volume_id};
+    st.mounts.emplace(std::move(k), std::move(m));
+  }
+  for (auto& a : st.store->allocs()) {
+    auto id = a.alloc.id();
+    st.allocs.emplace(std::move(id), std::move(a));
+  }
   st.config = std::move(config);
   st.api = std::move(api);
   self->set_down_handler([self](caf::down_msg& dm) {
@@ -233,86 +470,117 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
                                      csi_plugin, p.id, p.endpoint, st.config.csi_timeout,
                                      st.stats));
   self->send(self, tick_atom::value);
+  if (needs_polling(self)) start_polling(self);
   return {
       [self](publish_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
         const auto& r = req.msg;
         auto& st = self->state;
-        bool stage = st.instances.count(r.plugin_id()) && st.instances[r.plugin_id()].stage_unstage();
-        auto root = fs::path(st.config.csi_root) / r.plugin_id();
-        auto staging = root / "staging" / r.volume().namespace_() / r.volume().id() / mode_dir(r);
-        auto target = root / "per-alloc" / r.alloc_id() / r.volume().namespace_() /
-                      r.volume().id() / mode_dir(r);
-        auto at = where(self, r.plugin_id());
-        csi_job job{[r, stage, staging, target, at](csi::client& c) {
-          csi_outcome out;
+        auto paths = paths_of(self, r);
+        auto key = key_of(r);
+        // Published already (recorded, and the target is there): a repeat
+        // after a restart re-mounts nothing.
+        if (auto m = st.mounts.find(key); m != st.mounts.end()) {
           std::error_code ec;
-          fs::create_directories(staging, ec);
-          fs::create_directories(target.parent_path(), ec);
-          if (ec) {
-            out.error = failure{errc::internal, at + ": cannot create " +
-                                                    target.parent_path().string() + ": " +
-                                                    ec.message()};
-            return out;
+          if (m->second.target_path == paths.target.string() && fs::exists(paths.target, ec)) {
+            v1::NodeVolumeResult res;
+            res.set_target_path(m->second.target_path);
+            return wrap(std::move(res));
           }
-          if (stage) {
-            csi::node_stage_request s;
-            s.volume_id = r.volume().external_id();
-            s.publish_context = to_map(r.publish_context());
-            s.staging_target_path = staging.string();
-            s.capability = capability(r);
-            s.secrets = to_map(r.volume().secrets());
-            s.volume_context = to_map(r.volume().context());
-            if ((out.error = check(at, csi::method::node_stage_volume, c.node_stage_volume(s).status)))
-              return out;
-          }
-          csi::node_publish_request p;
-          p.volume_id = r.volume().external_id();
-          p.publish_context = to_map(r.publish_context());
-          p.staging_target_path = stage ? staging.string() : "";
-          p.target_path = target.string();
-          p.capability = capability(r);
-          p.readonly = r.read_only();
-          p.secrets = to_map(r.volume().secrets());
-          p.volume_context = to_map(r.volume().context());
-          if ((out.error = check(at, csi::method::node_publish_volume, c.node_publish_volume(p).status)))
-            return out;
-          out.target_path = target.string();
-          return out;
-        }};
+        }
+        auto at = where(self, r.plugin_id());
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
-        run(self, r.plugin_id(), std::move(job), rp, deliver_result);
+        auto plugin_id = r.plugin_id();
+        auto stage_of = [self, plugin_id] {
+          auto it = self->state.instances.find(plugin_id);
+          return it != self->state.instances.end() && it->second.stage_unstage();
+        };
+        auto publish = [r, paths, at](bool stage) {
+          return csi_job{[r, paths, at, stage](csi::client& c) {
+            csi_outcome out;
+            std::error_code ec;
+            if (stage) fs::create_directories(paths.staging, ec);
+            fs::create_directories(paths.target.parent_path(), ec);
+            if (ec) {
+              out.error = failure{errc::internal, at + ": cannot create " +
+                                                      paths.target.parent_path().string() + ": " +
+                                                      ec.message()};
+              return out;
+            }
+            if (stage) {
+              csi::node_stage_request s;
+              s.volume_id = r.volume().external_id();
+              s.publish_context = to_map(r.publish_context());
+              s.staging_target_path = paths.staging.string();
+              s.capability = capability(r);
+              s.secrets = to_map(r.volume().secrets());
+              s.volume_context = to_map(r.volume().context());
+              if ((out.error = check(at, csi::method::node_stage_volume,
+                                     c.node_stage_volume(s).status)))
+                return out;
+            }
+            csi::node_publish_request p;
+            p.volume_id = r.volume().external_id();
+            p.publish_context = to_map(r.publish_context());
+            p.staging_target_path = stage ? paths.staging.string() : "";
+            p.target_path = paths.target.string();
+            p.capability = capability(r);
+            p.readonly = r.read_only();
+            p.secrets = to_map(r.volume().secrets());
+            p.volume_context = to_map(r.volume().context());
+            if ((out.error = check(at, csi::method::node_publish_volume,
+                                   c.node_publish_volume(p).status)))
+              return out;
+            out.target_path = paths.target.string();
+            return out;
+          }};
+        };
+        auto record = [self, r, paths, key, stage_of](
+                          caf::typed_response_promise<pb<v1::NodeVolumeResult>>& rp,
+                          csi_outcome& out) {
+          mount_record m;
+          m.alloc_id = r.alloc_id();
+          m.ns = r.volume().namespace_();
+          m.volume_id = r.volume().id();
+          m.plugin_id = r.plugin_id();
+          m.staging_path = stage_of() ? paths.staging.string() : "";
+          m.target_path = paths.target.string();
+          m.request = r;
+          m.request.mutable_volume()->clear_secrets();
+          m.published_at_ms = wall_ms();
+          try {
+            self->state.store->put_mount(m);
+          } catch (const std::exception& e) {
+            rp.deliver(make_error(errc::internal, std::string("published, but the client could not "
+                                                              "record it: ") + e.what()));
+            return;
+          }
+          self->state.mounts[key] = std::move(m);
+          deliver_result(rp, out);
+        };
+        run_staged(self, plugin_id, publish, rp, record);
         return rp;
       },
       [self](unpublish_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
         const auto& r = req.msg;
-        auto& st = self->state;
-        bool stage = st.instances.count(r.plugin_id()) && st.instances[r.plugin_id()].stage_unstage();
-        auto root = fs::path(st.config.csi_root) / r.plugin_id();
-        auto staging = root / "staging" / r.volume().namespace_() / r.volume().id() / mode_dir(r);
-        auto target = root / "per-alloc" / r.alloc_id() / r.volume().namespace_() /
-                      r.volume().id() / mode_dir(r);
+        auto paths = paths_of(self, r);
+        auto key = key_of(r);
         auto at = where(self, r.plugin_id());
-        bool unstage = stage && r.unstage();
-        csi_job job{[r, unstage, staging, target, at](csi::client& c) {
-          csi_outcome out;
-          auto id = r.volume().external_id();
-          if ((out.error = check(at, csi::method::node_unpublish_volume,
-                                 c.node_unpublish_volume(id, target.string()).status)))
-            return out;
-          std::error_code ec;
-          // The per-alloc directories are the CO's: remove them once empty.
-          for (auto d = target.parent_path(); d.filename() != "per-alloc"; d = d.parent_path())
-            if (!fs::remove(d, ec)) break;
-          if (unstage) {
-            if ((out.error = check(at, csi::method::node_unstage_volume,
-                                   c.node_unstage_volume(id, staging.string()).status)))
-              return out;
-            fs::remove(staging, ec);
-          }
-          return out;
-        }};
+        auto plugin_id = r.plugin_id();
+        // Unstage only when the servers say no other claim on this node is
+        // published, and this client's own records agree.
+        bool others = staging_in_use(self, paths.staging.string(), key);
+        auto make = [r, paths, at, others](bool stage) {
+          return unpublish_job(r, paths, stage && r.unstage() && !others, at);
+        };
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
-        run(self, r.plugin_id(), std::move(job), rp, deliver_result);
+        run_staged(self, plugin_id, make, rp,
+                   [self, key](caf::typed_response_promise<pb<v1::NodeVolumeResult>>& rp,
+                               csi_outcome& out) {
+                     self->state.mounts.erase(key);
+                     self->state.store->delete_mount(std::get<0>(key), std::get<1>(key),
+                                                     std::get<2>(key));
+                     deliver_result(rp, out);
+                   });
         return rp;
       },
       [self](ctrl_publish_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
@@ -388,6 +656,75 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
               rp.deliver(wrap(std::move(out.volume)));
             });
         return rp;
+      },
+      [self](deregister_atom, pb<v1::Volume>& req) -> caf::result<bool> {
+        auto v = std::move(req.msg);
+        auto at = where(self, v.plugin_id());
+        auto plugin_id = v.plugin_id();
+        csi_job job{[v, at](csi::client& c) {
+          csi_outcome out;
+          out.error = check(at, csi::method::delete_volume,
+                            c.delete_volume(v.external_id(), to_map(v.secrets())).status);
+          return out;
+        }};
+        auto rp = self->make_response_promise<bool>();
+        run(self, plugin_id, std::move(job), rp,
+            [](caf::typed_response_promise<bool>& rp, csi_outcome&) { rp.deliver(true); });
+        return rp;
+      },
+      [self](run_atom, pb<v1::Alloc>& req) -> caf::result<bool> {
+        auto& st = self->state;
+        const auto& a = req.msg;
+        if (st.allocs.count(a.id())) return true;  // running already
+        alloc_record rec;
+        rec.alloc = a;
+        if (!a.command().empty()) {
+          auto dir = (fs::path(st.config.alloc_dir) / a.id()).string();
+          auto spawned = start_alloc_process(a, dir);
+          if (!spawned.error.empty())
+            return make_error(errc::internal, "node '" + st.config.node_id +
+                                                  "' could not start alloc '" + a.id() +
+                                                  "': " + spawned.error);
+          rec.pid = spawned.pid;
+          rec.exit_file = spawned.exit_file;
+        }
+        try {
+          st.store->put_alloc(rec);
+        } catch (const std::exception& e) {
+          if (rec.pid) signal_alloc_process(rec.pid, SIGKILL);
+          return make_error(errc::internal, std::string("the client could not record alloc '") +
+                                                a.id() + "': " + e.what());
+        }
+        st.allocs[a.id()] = std::move(rec);
+        start_polling(self);
+        return true;
+      },
+      [self](stop_atom, const std::string& id, bool unmount) -> caf::result<int32_t> {
+        auto& st = self->state;
+        auto it = st.allocs.find(id);
+        bool has_mounts = false;
+        for (const auto& [k, m] : st.mounts) has_mounts |= std::get<0>(k) == id;
+        if ((it == st.allocs.end() || it->second.pid == 0 || it->second.exited) &&
+            !(unmount && has_mounts)) {
+          int32_t code = it == st.allocs.end() ? 0 : it->second.exit_code;
+          if (it != st.allocs.end()) {
+            st.store->delete_alloc(id);
+            st.allocs.erase(it);
+          }
+          return code;
+        }
+        if (it != st.allocs.end() && it->second.pid != 0 && !it->second.exited)
+          signal_alloc_process(it->second.pid, SIGTERM);
+        auto rp = self->make_response_promise<int32_t>();
+        st.stops[id].push_back({rp, steady_ms() + st.config.kill_timeout.count(), unmount});
+        start_polling(self);
+        return rp;
+      },
+      [self](fingerprint_atom) { self->state.reported.clear(); },
+      [self](run_atom) {
+        self->state.polling = false;
+        poll(self);
+        if (needs_polling(self)) start_polling(self);
       },
       [self](tick_atom) {
         auto& st = self->state;

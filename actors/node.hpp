@@ -9,12 +9,19 @@
 
 #include <chrono>
 #include <map>
+#include <set>
+#include <tuple>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include <deque>
+#include <functional>
+#include <memory>
+
 #include "actors/actors.hpp"
 #include "actors/metrics.hpp"
+#include "persistence/client_store.hpp"
 
 namespace berth {
 
@@ -30,6 +37,10 @@ struct node_config {
   std::vector<node_plugin> plugins;
   std::chrono::milliseconds fingerprint_interval{5000};
   std::chrono::milliseconds csi_timeout{30000};
+  // Where alloc commands run (DATA/allocs/<id>: stdout, stderr, exit).
+  std::string alloc_dir;
+  // How long a stopped alloc's command gets after SIGTERM before SIGKILL.
+  std::chrono::milliseconds kill_timeout{5000};
   // Client mode: the servers' shell endpoints (HOST:PORT) to register with;
   // any of them forwards to the leader.  Empty in --dev (local server).
   std::vector<std::string> servers;
@@ -44,13 +55,37 @@ struct node_state {
   std::map<std::string, csi_plugin_actor> connections;
   std::map<std::string, v1::PluginInstance> instances;  // last probed
   std::map<std::string, std::string> reported;          // last reported, serialized
+  // The client's database and what it holds.
+  std::shared_ptr<client_store> store;
+  std::map<std::tuple<std::string, std::string, std::string>, mount_record> mounts;  // alloc, ns, volume
+  std::map<std::string, alloc_record> allocs;
+  // Plugins probed healthy since this client started: CSI calls wait for
+  // that (after a restart the plugin may not be back yet).
+  std::set<std::string> ready_plugins;
+  struct waiting_call {
+    std::string plugin;
+    int64_t deadline_ms;  // steady clock
+    std::function<void()> go;
+    std::function<void(caf::error)> fail;
+  };
+  std::deque<waiting_call> waiting;
+  // alloc stop: answered once the command exited.
+  struct stopping {
+    caf::typed_response_promise<int32_t> rp;
+    int64_t kill_at_ms;  // steady clock: SIGKILL after this
+    bool unmount;
+  };
+  std::map<std::string, std::vector<stopping>> stops;
+  bool polling = false;
   static inline const char* name = "node";
 };
 
 // `api`: the local server in --dev; invalid in client mode (the node
 // connects to config.servers, and to the next one when its server fails).
+// `store`: the client's database (DATA/client.db), restored at start.
 node_actor::behavior_type node(node_actor::stateful_pointer<node_state> self, node_config config,
-                               api_actor api, std::shared_ptr<metrics> stats);
+                               api_actor api, std::shared_ptr<metrics> stats,
+                               std::shared_ptr<client_store> store);
 
 // Parses "--plugin ID=TYPE:SOCKET" (SOCKET: a path or unix:///path).
 std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag);

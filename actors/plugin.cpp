@@ -15,6 +15,50 @@ int64_t now_ms() {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
+using self_ptr = plugin_actor::stateful_pointer<plugin_state>;
+using result_promise = caf::typed_response_promise<pb<v1::NodeVolumeResult>>;
+
+void next_controller_call(self_ptr self) {
+  auto& st = self->state;
+  if (st.controller_busy || st.controller_queue.empty()) return;
+  st.controller_busy = true;
+  auto job = std::move(st.controller_queue.front());
+  st.controller_queue.pop_front();
+  job();
+}
+
+// Queues a controller RPC; it runs once every earlier one finished.
+template <class Atom>
+result_promise queue_controller_call(self_ptr self, Atom atom, v1::NodeVolumeRequest req,
+                                     node_actor controller) {
+  auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
+  self->state.controller_queue.emplace_back([self, atom, req = std::move(req), controller, rp]() mutable {
+    auto done = [self] {
+      self->state.controller_busy = false;
+      next_controller_call(self);
+    };
+    if (!controller) {
+      rp.deliver(make_error(errc::unavailable,
+                            "plugin '" + self->state.plugin.id() +
+                                "' has no healthy controller on a node with a berth client"));
+      done();
+      return;
+    }
+    self->request(controller, caf::infinite, atom, wrap(std::move(req)))
+        .then(
+            [rp, done](pb<v1::NodeVolumeResult>& r) mutable {
+              rp.deliver(std::move(r));
+              done();
+            },
+            [rp, done](caf::error& e) mutable {
+              rp.deliver(std::move(e));
+              done();
+            });
+  });
+  next_controller_call(self);
+  return rp;
+}
+
 }  // namespace
 
 plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> self,
@@ -61,6 +105,14 @@ plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> 
         return rp;
       },
       [self](status_atom) -> pb<v1::Plugin> { return wrap(self->state.plugin); },
+      [self](ctrl_publish_atom atom, pb<v1::NodeVolumeRequest>& req,
+             node_actor controller) -> caf::result<pb<v1::NodeVolumeResult>> {
+        return queue_controller_call(self, atom, std::move(req.msg), std::move(controller));
+      },
+      [self](ctrl_unpublish_atom atom, pb<v1::NodeVolumeRequest>& req,
+             node_actor controller) -> caf::result<pb<v1::NodeVolumeResult>> {
+        return queue_controller_call(self, atom, std::move(req.msg), std::move(controller));
+      },
   };
 }
 

@@ -3,6 +3,9 @@
 // own serialized, committed updates.
 #pragma once
 
+#include <deque>
+#include <functional>
+
 #include "actors/actors.hpp"
 
 namespace berth {
@@ -11,6 +14,9 @@ struct plugin_state {
   v1::Plugin plugin;
   replicated_log_actor log;
   leader_actor leader;
+  // Controller RPCs of this plugin run one at a time: the next waits here.
+  std::deque<std::function<void()>> controller_queue;
+  bool controller_busy = false;
   static inline const char* name = "plugin";
 };
 

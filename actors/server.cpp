@@ -70,6 +70,8 @@ bool is_read(const v1::Request& r) {
     case v1::Request::kPluginList:
     case v1::Request::kNodeStatus:
     case v1::Request::kNodeList:
+    case v1::Request::kAllocStatus:
+    case v1::Request::kAllocList:
       return true;
     default:
       return false;
@@ -293,7 +295,8 @@ void start_leader(self_ptr self, state_contents contents) {
     self->unlink_from(st.leader);
     self->send_exit(st.leader, caf::exit_reason::user_shutdown);
   }
-  st.leader = self->spawn<caf::linked>(leader, st.log, std::move(contents), st.stats);
+  st.leader =
+      self->spawn<caf::linked>(leader, st.log, std::move(contents), st.stats, st.options);
   st.remote = nullptr;
   for (const auto& [id, node] : st.nodes) self->send(st.leader, node_atom::value, id, node);
 }
@@ -386,7 +389,8 @@ void run_on_leader(self_ptr self, v1::Request req, promise rp) {
 }  // namespace
 
 server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
-                                   std::shared_ptr<metrics> stats) {
+                                   std::shared_ptr<metrics> stats, leader_options options) {
+  self->state.options = options;
   self->state.machine = std::move(machine);
   self->state.stats = std::move(stats);
   self->set_down_handler([self](caf::down_msg& dm) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/actors.hpp"
+#include "actors/leader.hpp"
 #include "actors/metrics.hpp"
 
 namespace berth {
@@ -30,10 +31,12 @@ struct server_state {
   std::map<uint64_t, promise> inflight;     // forwarded to `remote`, unanswered
   uint64_t next_inflight = 0;
   std::map<std::string, node_actor> nodes;  // registrations, replayed to a new leader
+  leader_options options;
   static inline const char* name = "server";
 };
 
 server_actor::behavior_type server(server_actor::stateful_pointer<server_state> self,
-                                   state_machine_actor machine, std::shared_ptr<metrics> stats);
+                                   state_machine_actor machine, std::shared_ptr<metrics> stats,
+                                   leader_options options);
 
 }  // namespace berth

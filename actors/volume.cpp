@@ -99,9 +99,22 @@ struct release_ctx {
   std::string alloc;
   std::string reason;
   v1::Plugin plugin;
+  plugin_actor plugin_handle;  // queues the controller RPCs
   node_actor target;
   node_actor controller;
+  // The claim's node is down or has no berth client: nothing to unpublish.
+  bool node_detached = false;
 };
+
+// A controller RPC, queued by the plugin actor (one at a time per plugin).
+template <class Atom>
+void controller_step(self_ptr self, const plugin_actor& plugin, const node_actor& controller,
+                     Atom atom, v1::NodeVolumeRequest req,
+                     std::function<void(v1::NodeVolumeResult)> ok, then_fn fail) {
+  self->request(plugin, caf::infinite, atom, wrap(std::move(req)), controller)
+      .await([ok](pb<v1::NodeVolumeResult>& r) mutable { ok(std::move(r.msg)); },
+             [fail](caf::error& e) mutable { fail(std::move(e)); });
+}
 
 // The release workflow of one claim, resumable at every step because each
 // step is committed: taken -> unpublishing -> node-detached (NodeUnpublish,
@@ -133,8 +146,16 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
       persist(self, std::move(next), false, again);
       return;
     case v1::CLAIM_UNPUBLISHING: {
-      if (!ctx.target) {
+      if (!ctx.target && ctx.node_detached) {
         advance(v1::CLAIM_NODE_DETACHED);
+        return;
+      }
+      if (!ctx.target) {
+        done(make_error(errc::unavailable,
+                        "volume '" + self->state.volume.id() + "': the berth client of node '" +
+                            c->node_id() +
+                            "' is not connected, so NodeUnpublishVolume waits for it (or for "
+                            "the node to be marked down; then the claim is released without it)"));
         return;
       }
       auto req = node_request(self->state.volume, *c, ctx.plugin);
@@ -150,17 +171,18 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
         advance(v1::CLAIM_CONTROLLER_DETACHED);
         return;
       }
-      if (!ctx.controller) {
+      if (!ctx.controller || !ctx.plugin_handle) {
         done(make_error(errc::unavailable,
                         "volume '" + self->state.volume.id() + "': plugin '" + ctx.plugin.id() +
                             "' has no healthy controller on a node with a berth client; the "
-                            "release stays at node-detached until one is back (then release "
-                            "again)"));
+                            "release stays at node-detached until one is back (the volume "
+                            "watcher retries)"));
         return;
       }
-      csi_step(self, ctx.controller, ctrl_unpublish_atom::value,
-               node_request(self->state.volume, *c, ctx.plugin),
-               [advance](v1::NodeVolumeResult) { advance(v1::CLAIM_CONTROLLER_DETACHED); }, done);
+      controller_step(self, ctx.plugin_handle, ctx.controller, ctrl_unpublish_atom::value,
+                      node_request(self->state.volume, *c, ctx.plugin),
+                      [advance](v1::NodeVolumeResult) { advance(v1::CLAIM_CONTROLLER_DETACHED); },
+                      done);
       return;
     }
     default:
@@ -172,8 +194,10 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
 struct claim_ctx {
   std::string alloc;
   v1::Plugin plugin;
+  plugin_actor plugin_handle;
   node_actor target;
   node_actor controller;
+  std::vector<std::string> mount_flags;  // override the volume's, when given
 };
 
 // After a claim is committed: controller publish (when the plugin requires
@@ -192,7 +216,8 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
     return;
   }
   auto unwind = [self, ctx, rp](caf::error cause) mutable {
-    release_ctx rc{ctx.alloc, "publish failed", ctx.plugin, ctx.target, ctx.controller};
+    release_ctx rc{ctx.alloc, "publish failed", ctx.plugin, ctx.plugin_handle, ctx.target,
+                   ctx.controller, false};
     release_steps(self, rc, [self, rp, cause](std::optional<caf::error> err) mutable {
       auto f = to_failure(cause);
       if (err)
@@ -204,6 +229,11 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
     });
   };
   auto req = node_request(self->state.volume, *c, ctx.plugin);
+  if (!ctx.mount_flags.empty()) {
+    auto* flags = req.mutable_volume()->mutable_mount_options()->mutable_mount_flags();
+    flags->Clear();
+    for (const auto& f : ctx.mount_flags) *flags->Add() = f;
+  }
   auto node_publish = [self, ctx, reply, unwind](v1::NodeVolumeRequest req) mutable {
     csi_step(self, ctx.target, publish_atom::value, std::move(req),
              [reply](v1::NodeVolumeResult r) mutable { reply(r.target_path()); },
@@ -226,12 +256,13 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
   // same publish context) and only the last claim's release detaches it.
   auto attach = req;
   attach.set_read_only(!allows_writers(c->access_mode()));
-  csi_step(self, ctx.controller, ctrl_publish_atom::value, std::move(attach),
-           [node_publish, req](v1::NodeVolumeResult r) mutable {
-             *req.mutable_publish_context() = r.publish_context();
-             node_publish(std::move(req));
-           },
-           [unwind](std::optional<caf::error> e) mutable { unwind(std::move(*e)); });
+  controller_step(self, ctx.plugin_handle, ctx.controller, ctrl_publish_atom::value,
+                  std::move(attach),
+                  [node_publish, req](v1::NodeVolumeResult r) mutable {
+                    *req.mutable_publish_context() = r.publish_context();
+                    node_publish(std::move(req));
+                  },
+                  [unwind](std::optional<caf::error> e) mutable { unwind(std::move(*e)); });
 }
 
 // Runs `then` with the plugin as its actor has it (empty when unknown).
@@ -274,8 +305,8 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, lead
              node_actor controller) -> caf::result<pb<v1::ClaimResult>> {
         if (!self->state.registered) return not_registered(self);
         auto rp = self->make_response_promise<pb<v1::ClaimResult>>();
-        with_plugin(self, plugin, [self, req = std::move(req.msg), rp, target,
-                                   controller](std::optional<v1::Plugin> p) mutable {
+        with_plugin(self, plugin, [self, req = std::move(req.msg), rp, target, controller,
+                                   plugin](std::optional<v1::Plugin> p) mutable {
           claim_request r;
           r.alloc_id = req.alloc_id();
           r.node_id = req.node_id();
@@ -283,12 +314,14 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, lead
           r.access_mode = req.access_mode();
           r.attachment_mode = req.attachment_mode();
           r.now_ms = now_ms();
+          r.node_volume_count = req.node_volume_count();
           auto next = self->state.volume;
           if (auto f = claim(next, r, p ? &*p : nullptr)) {
             rp.deliver(to_error(*f));
             return;
           }
-          claim_ctx ctx{r.alloc_id, std::move(*p), target, controller};
+          claim_ctx ctx{r.alloc_id, std::move(*p), plugin, target, controller,
+                        {req.mount_flags().begin(), req.mount_flags().end()}};
           if (next.SerializeAsString() == self->state.volume.SerializeAsString()) {
             publish_steps(self, std::move(ctx), rp);  // a repeat: CSI calls are idempotent
             return;
@@ -312,8 +345,12 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, lead
           return make_error(errc::not_found, "volume '" + self->state.volume.id() +
                                                  "' has no claim of alloc '" + alloc + "'");
         auto rp = self->make_response_promise<pb<v1::Volume>>();
-        with_plugin(self, plugin, [self, alloc, rp, target, controller](std::optional<v1::Plugin> p) {
-          release_ctx ctx{alloc, "released", p.value_or(v1::Plugin{}), target, controller};
+        auto reason = req.msg.reason().empty() ? std::string("released") : req.msg.reason();
+        bool detached = req.msg.node_detached();
+        with_plugin(self, plugin, [self, alloc, rp, target, controller, plugin, reason,
+                                   detached](std::optional<v1::Plugin> p) {
+          release_ctx ctx{alloc, reason, p.value_or(v1::Plugin{}), plugin, target, controller,
+                          detached};
           release_steps(self, std::move(ctx), answer(self, rp));
         });
         return rp;

@@ -304,7 +304,34 @@ json claim_json(const v1::Claim& c) {
               {"attachment_mode", name_of(c.attachment_mode())},
               {"claimed_at_ms", c.claimed_at_ms()},
               {"released_at_ms", c.released_at_ms()},
-              {"release_reason", c.release_reason()}};
+              {"release_reason", c.release_reason()},
+              {"release_attempts", c.release_attempts()},
+              {"release_error", c.release_error()},
+              {"release_next_retry_ms", c.release_next_retry_ms()}};
+}
+
+json alloc_json(const v1::Alloc& a) {
+  json volumes = json::array();
+  for (const auto& v : a.volumes())
+    volumes.push_back({{"name", v.name()},
+                       {"volume_id", v.volume_id()},
+                       {"read_only", v.read_only()},
+                       {"published_path", v.published_path()},
+                       {"env", volume_env_name(v.name())}});
+  json command = json::array();
+  for (const auto& c : a.command()) command.push_back(c);
+  return json{{"id", a.id()},
+              {"namespace", a.namespace_()},
+              {"node_id", a.node_id()},
+              {"state", name_of(a.state())},
+              {"message", a.message()},
+              {"exit_code", a.exit_code()},
+              {"command", command},
+              {"volumes", volumes},
+              {"created_at_ms", a.created_at_ms()},
+              {"modified_at_ms", a.modified_at_ms()},
+              {"create_index", a.create_index()},
+              {"modify_index", a.modify_index()}};
 }
 
 json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
@@ -376,6 +403,8 @@ json node_json(const v1::Node& n) {
               {"status", name_of(n.status())},
               {"address", n.address()},
               {"last_heartbeat_ms", n.last_heartbeat_ms()},
+              {"last_seen_ms", n.last_seen_ms()},
+              {"has_client", n.has_client()},
               {"plugin_ids", plugins},
               {"create_index", n.create_index()},
               {"modify_index", n.modify_index()}};

@@ -29,6 +29,7 @@ std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(
 // volume's health.
 nlohmann::json volume_json(const v1::Volume& v, const v1::Plugin* plugin);
 nlohmann::json claim_json(const v1::Claim& c);
+nlohmann::json alloc_json(const v1::Alloc& a);
 nlohmann::json plugin_json(const v1::Plugin& p);
 nlohmann::json node_json(const v1::Node& n);
 nlohmann::json agent_json(const v1::AgentStatus& a);

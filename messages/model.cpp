@@ -446,6 +446,14 @@ std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::
       return refused(volume_name(v) + " is not accessible from node " + quoted(req.node_id) +
                      " (outside the volume's accessible topology)");
   }
+  bool on_node_already = std::any_of(v.claims().begin(), v.claims().end(),
+                                     [&](const v1::Claim& c) { return c.node_id() == req.node_id; });
+  if (inst->max_volumes() > 0 && req.node_volume_count >= inst->max_volumes() && !on_node_already)
+    return refused(volume_name(v) + ": node " + quoted(req.node_id) + " already has " +
+                   std::to_string(req.node_volume_count) + " volumes of plugin " +
+                   quoted(v.plugin_id()) + " published, its limit (max_volumes_per_node " +
+                   std::to_string(inst->max_volumes()) +
+                   " from NodeGetInfo); release one there or claim on another node");
   std::string why;
   auto cap = pick_capability(v, req, why);
   if (!cap) return refused(why);
@@ -590,6 +598,105 @@ v1::Volume redacted(const v1::Volume& v) {
   out.clear_secrets();
   out.mutable_mount_options()->clear_mount_flags();
   return out;
+}
+
+}  // namespace berth
+
+namespace berth {
+
+bool alloc_terminal(v1::AllocState s) {
+  return s == v1::ALLOC_COMPLETE || s == v1::ALLOC_FAILED || s == v1::ALLOC_LOST;
+}
+
+std::vector<problem> validate_alloc(const v1::Alloc& a) {
+  std::vector<problem> out;
+  if (!a.id().empty() && !valid_id(a.id()))
+    out.push_back({"id", quoted(a.id()) + " is not a valid id ([A-Za-z0-9_.-], at most 128)"});
+  if (!valid_id(a.namespace_())) out.push_back({"namespace", "is missing or not a valid id"});
+  if (a.node_id().empty())
+    out.push_back({"node", "is required (--node NODE)"});
+  else if (!valid_id(a.node_id()))
+    out.push_back({"node", quoted(a.node_id()) + " is not a valid node id"});
+  std::vector<std::string> names, envs;
+  for (int i = 0; i < a.volumes_size(); ++i) {
+    const auto& v = a.volumes(i);
+    auto field = "volumes[" + std::to_string(i) + "]";
+    if (!valid_id(v.name()))
+      out.push_back({field + ".name", quoted(v.name()) + " is not a valid name"});
+    if (!valid_id(v.volume_id()))
+      out.push_back({field + ".volume", quoted(v.volume_id()) + " is not a valid volume id"});
+    auto env = volume_env_name(v.name());
+    if (std::find(envs.begin(), envs.end(), env) != envs.end())
+      out.push_back({field + ".name", quoted(v.name()) + " is used twice (both would be " + env + ")"});
+    envs.push_back(env);
+    if (std::find(names.begin(), names.end(), v.volume_id()) != names.end())
+      out.push_back({field + ".volume", "volume " + quoted(v.volume_id()) +
+                                            " is named twice; an alloc claims a volume once"});
+    names.push_back(v.volume_id());
+    for (const auto& f : v.mount_flags())
+      if (f.empty() || f.find_first_of(",\n") != std::string::npos)
+        out.push_back({field + ".mount_flag", quoted(f) + " is not a mount flag"});
+  }
+  if (a.volumes().empty() && a.command().empty())
+    out.push_back({"volumes", "an alloc needs a volume (--volume NAME=VOLUME) or a command"});
+  if (!a.command().empty() && a.command(0).empty())
+    out.push_back({"command", "the command's program is empty"});
+  return out;
+}
+
+std::string volume_env_name(std::string_view name) {
+  std::string out = "BERTH_VOLUME_";
+  for (char c : name) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    out += ((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) ? c : '_';
+  }
+  return out;
+}
+
+std::variant<v1::AllocVolume, std::string> parse_alloc_volume(std::string_view arg) {
+  auto bad = [&](const std::string& why) {
+    return "--volume " + quoted(std::string(arg)) + ": " + why +
+           " (expected NAME=VOLUME[:ro][,mount_flag=FLAG]...)";
+  };
+  std::vector<std::string_view> parts;
+  for (size_t start = 0;;) {
+    auto comma = arg.find(',', start);
+    parts.push_back(arg.substr(start, comma == std::string_view::npos ? arg.npos : comma - start));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  v1::AllocVolume v;
+  auto head = parts[0];
+  auto eq = head.find('=');
+  if (eq == std::string_view::npos) return bad("no '='");
+  v.set_name(std::string(head.substr(0, eq)));
+  auto vol = head.substr(eq + 1);
+  if (vol.size() > 3 && vol.substr(vol.size() - 3) == ":ro") {
+    v.set_read_only(true);
+    vol.remove_suffix(3);
+  } else if (vol.size() > 3 && vol.substr(vol.size() - 3) == ":rw") {
+    vol.remove_suffix(3);
+  }
+  v.set_volume_id(std::string(vol));
+  if (v.name().empty()) return bad("the name is empty");
+  if (v.volume_id().empty()) return bad("the volume is empty");
+  constexpr std::string_view key = "mount_flag=";
+  for (size_t i = 1; i < parts.size(); ++i) {
+    auto opt = parts[i];
+    if (opt.substr(0, key.size()) != key || opt.size() == key.size())
+      return bad("unknown option " + quoted(std::string(opt)));
+    v.add_mount_flags(std::string(opt.substr(key.size())));
+  }
+  return v;
+}
+
+int64_t retry_delay_ms(uint32_t attempts, double jitter, int64_t base_ms, int64_t cap_ms) {
+  int64_t d = base_ms;
+  for (uint32_t i = 1; i < attempts && d < cap_ms; ++i) d *= 2;
+  d = std::min(d, cap_ms);
+  if (jitter < 0) jitter = 0;
+  if (jitter >= 1) jitter = 0.999;
+  return d / 2 + static_cast<int64_t>(static_cast<double>(d / 2) * jitter);
 }
 
 }  // namespace berth

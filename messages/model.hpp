@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "messages/berth.pb.h"
@@ -115,6 +116,9 @@ struct claim_request {
   v1::AccessMode access_mode = v1::ACCESS_MODE_UNKNOWN;
   v1::AttachmentMode attachment_mode = v1::ATTACHMENT_MODE_UNKNOWN;
   int64_t now_ms = 0;
+  // How many other volumes of the plugin are published on the node; -1 =
+  // unknown (max volumes per node is not checked).
+  int64_t node_volume_count = -1;
 };
 
 // A claim counts against the volume's limits from the moment it is taken
@@ -168,6 +172,47 @@ const v1::Claim* find_claim(const v1::Volume& v, const std::string& alloc_id);
 // taken earlier.
 bool other_publications_on_node(const v1::Volume& v, const std::string& node_id,
                                 const std::string& alloc_id);
+
+// --- allocs and the volume watcher -------------------------------------
+
+// complete, failed and lost allocs hold their claims only until the volume
+// watcher released them.
+bool alloc_terminal(v1::AllocState s);
+
+// Every problem of an alloc to run at once: node, volumes (names unique,
+// valid ids), command.
+std::vector<problem> validate_alloc(const v1::Alloc& a);
+
+// The environment variable that carries a volume's published path into
+// the alloc's command: BERTH_VOLUME_<NAME>, upper case, [^A-Z0-9] -> '_'.
+std::string volume_env_name(std::string_view volume_name);
+
+// Parses an alloc run --volume argument: NAME=VOLUME[:ro][,mount_flag=F]...
+std::variant<v1::AllocVolume, std::string> parse_alloc_volume(std::string_view arg);
+
+// The claims of a volume the volume watcher must release now: claims
+// already in release (a leader change or a failed step left them there),
+// and taken claims whose alloc is terminal or vanished.  `alloc_state`
+// maps an alloc id to its state, nullopt when the alloc does not exist.
+template <class AllocState>
+std::vector<std::string> claims_to_release(const v1::Volume& v, AllocState&& alloc_state) {
+  std::vector<std::string> out;
+  for (const auto& c : v.claims()) {
+    if (c.state() != v1::CLAIM_TAKEN) {
+      out.push_back(c.alloc_id());
+      continue;
+    }
+    std::optional<v1::AllocState> s = alloc_state(c.alloc_id());
+    if (!s || alloc_terminal(*s)) out.push_back(c.alloc_id());
+  }
+  return out;
+}
+
+// The watcher's delay before retrying a failed step: exponential from
+// base_ms, capped at cap_ms, scaled by a jitter in [0, 1) into
+// [delay/2, delay) so that retries of many claims spread out.
+int64_t retry_delay_ms(uint32_t attempts, double jitter, int64_t base_ms = 500,
+                       int64_t cap_ms = 30000);
 
 // --- registration ------------------------------------------------------
 

@@ -1,5 +1,6 @@
 #include "apps/berth/commands.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -82,6 +83,13 @@ int send(const globals& g, const v1::Request& req, Show&& show) {
   return exit_ok;
 }
 
+// A line on stderr for commands that take a while (CSI calls, waiting for
+// releases), on a terminal only: quiet under --json and in scripts.
+void progress(const globals& g, const std::string& text) {
+  if (g.json || !isatty(STDERR_FILENO)) return;
+  std::cerr << text << "\n";
+}
+
 json volumes_json(const v1::Response& r) {
   json out = json::array();
   for (const auto& v : r.volumes()) out.push_back(volume_json(v, plugin_in(r, v.plugin_id())));
@@ -124,6 +132,9 @@ struct command_line {
   std::string type = "monolith", description, provider, provider_version, csi_node_id;
   bool unhealthy = false, remove = false, controller_publish = false, stage_unstage = false;
   int64_t max_volumes = 0;
+  std::vector<std::string> volume_args, command_args;
+  std::string alloc_id;
+  bool takes_command = false;  // alloc run: the words after -- are its command
   CLI::App app{"berth: the remote shell of a berth cluster (CSI volumes, plugins, claims).",
                "berth"};
 
@@ -225,6 +236,8 @@ struct command_line {
           v.set_namespace_(g.ns);
         v1::Request req;
         *req.mutable_volume_create() = v;
+        progress(g, "Creating volume '" + v.id() + "' through plugin '" + v.plugin_id() +
+                        "' (CreateVolume)...");
         return send(g, req, [&](const v1::Response& r) { show_volume(g, r); });
       };
     });
@@ -331,6 +344,145 @@ struct command_line {
         r->set_volume_id(volume_id);
         r->set_alloc_id(alloc);
         return send(g, req, [&](const v1::Response& resp) { show_volume(g, resp); });
+      };
+    });
+
+    auto* detach = volume->add_subcommand(
+        "detach", "Release every claim on NODE of allocs that are stopped, failed, lost or gone "
+                  "(NodeUnpublish, NodeUnstage, ControllerUnpublish), e.g. after a node was lost; "
+                  "claims of running allocs are kept");
+    detach->add_option("id", volume_id, "The volume's id")->required();
+    detach->add_option("node", node, "The node to detach it from")->required();
+    detach->callback([&] {
+      action = [&] {
+        v1::Request req;
+        auto* d = req.mutable_volume_detach();
+        d->set_namespace_(g.ns);
+        d->set_volume_id(volume_id);
+        d->set_node_id(node);
+        progress(g, "Detaching volume '" + volume_id + "' from node '" + node + "'...");
+        return send(g, req, [&](const v1::Response& r) {
+          if (g.json) {
+            json j = r.volumes().empty() ? json::object()
+                                         : volume_json(r.volumes(0),
+                                                       plugin_in(r, r.volumes(0).plugin_id()));
+            j["message"] = r.message();
+            std::cout << j.dump(2) << "\n";
+          } else {
+            std::cout << r.message() << "\n";
+          }
+        });
+      };
+    });
+
+    auto* vdelete = volume->add_subcommand(
+        "delete", "Delete a volume's storage through its plugin's controller (DeleteVolume), then "
+                  "deregister it; refused while it has claims");
+    vdelete->add_option("id", volume_id, "The volume's id")->required();
+    vdelete->callback([&] {
+      action = [&] {
+        v1::Request req;
+        req.mutable_volume_delete()->set_namespace_(g.ns);
+        req.mutable_volume_delete()->set_volume_id(volume_id);
+        progress(g, "Deleting volume '" + volume_id + "' (DeleteVolume)...");
+        return send(g, req, [&](const v1::Response& r) {
+          if (g.json)
+            std::cout << json{{"id", volume_id}, {"namespace", g.ns}, {"deleted", true}}.dump(2)
+                      << "\n";
+          else
+            std::cout << r.message() << "\n";
+        });
+      };
+    });
+
+    // --- alloc ---------------------------------------------------------------
+    auto* alloc_cmd = app.add_subcommand("alloc", "Run and stop allocs: workloads that claim volumes");
+    alloc_cmd->require_subcommand(1);
+    auto* arun = alloc_cmd->add_subcommand(
+        "run", "Create an alloc on a node: claim each --volume (the node publishes it), then run "
+               "the command (after --) with each volume's path in BERTH_VOLUME_<NAME>; without a "
+               "command the alloc runs until berth alloc stop. Anything claimed is released again "
+               "if a claim or mount fails.");
+    arun->add_option("--node", node, "The node to run on")->required();
+    arun->add_option("--volume", volume_args,
+                     "NAME=VOLUME[:ro][,mount_flag=FLAG]... (repeatable): claim VOLUME for writing "
+                     "(:ro for reading), published at $BERTH_VOLUME_<NAME>");
+    arun->add_option("--id", alloc_id, "The alloc's id (default: a generated one)");
+    arun->add_option("command", command_args, "The command and its arguments, after --");
+    arun->callback([&] {
+      takes_command = true;
+      action = [&] {
+        v1::Request req;
+        auto* r = req.mutable_alloc_run();
+        r->set_namespace_(g.ns);
+        r->set_node_id(node);
+        r->set_id(alloc_id);
+        for (const auto& arg : volume_args) {
+          auto v = parse_alloc_volume(arg);
+          if (auto* err = std::get_if<std::string>(&v)) return fail(g, failure{errc::invalid, *err});
+          *r->add_volumes() = std::get<v1::AllocVolume>(v);
+        }
+        for (const auto& c : command_args) r->add_command(c);
+        progress(g, "Claiming and publishing " + std::to_string(volume_args.size()) +
+                        " volume(s) on node '" + node + "'...");
+        return send(g, req, [&](const v1::Response& resp) {
+          if (g.json) {
+            std::cout << alloc_json(resp.allocs(0)).dump(2) << "\n";
+          } else {
+            std::cout << resp.message() << "\n";
+          }
+        });
+      };
+    });
+    auto* astop = alloc_cmd->add_subcommand(
+        "stop", "Stop an alloc: its command is terminated (SIGTERM, then SIGKILL) and its claims "
+                "released (waits for the releases)");
+    astop->add_option("id", alloc_id, "The alloc's id")->required();
+    astop->callback([&] {
+      action = [&] {
+        v1::Request req;
+        req.set_alloc_stop(alloc_id);
+        progress(g, "Stopping alloc '" + alloc_id + "' and releasing its claims...");
+        return send(g, req, [&](const v1::Response& r) {
+          if (g.json)
+            std::cout << alloc_json(r.allocs(0)).dump(2) << "\n";
+          else
+            std::cout << r.message() << "\n";
+        });
+      };
+    });
+    auto* astatus = alloc_cmd->add_subcommand(
+        "status", "Show one alloc (state, message, volumes and their claims), or list every alloc");
+    astatus->add_option("id", alloc_id, "The alloc's id (omit to list all)");
+    astatus->callback([&] {
+      action = [&] {
+        v1::Request req;
+        if (alloc_id.empty())
+          req.mutable_alloc_list()->set_namespace_(g.ns);
+        else
+          req.set_alloc_status(alloc_id);
+        return send(g, req, [&](const v1::Response& r) {
+          if (g.json) {
+            if (alloc_id.empty()) {
+              json out = json::array();
+              for (const auto& a : r.allocs()) out.push_back(alloc_json(a));
+              std::cout << out.dump(2) << "\n";
+            } else {
+              auto j = alloc_json(r.allocs(0));
+              j["claims"] = json::array();
+              for (const auto& v : r.volumes())
+                for (const auto& c : v.claims())
+                  if (c.alloc_id() == alloc_id) {
+                    auto cj = claim_json(c);
+                    cj["volume_id"] = v.id();
+                    j["claims"].push_back(cj);
+                  }
+              std::cout << j.dump(2) << "\n";
+            }
+          } else {
+            std::cout << (alloc_id.empty() ? render_alloc_list(r, now_ms()) : render_alloc(r, now_ms()));
+          }
+        });
       };
     });
 
@@ -468,6 +620,7 @@ struct command_line {
       action = [&] {
         v1::Request req;
         req.set_snapshot_save(true);
+        progress(g, "Taking a consistent copy of the cluster's state...");
         return send(g, req, [&](const v1::Response& r) {
           // Written next to the target, then renamed: never a half file.
           auto tmp = spec_file + ".partial";
@@ -499,6 +652,7 @@ struct command_line {
         if (auto* f = std::get_if<failure>(&bytes)) return fail(g, *f);
         v1::Request req;
         req.set_snapshot_restore(std::get<std::string>(bytes));
+        progress(g, "Restoring " + spec_file + " on every server (one committed change)...");
         return send(g, req, [&](const v1::Response& r) {
           if (g.json)
             std::cout << json{{"index", r.snapshot_index()}, {"message", r.message()}}.dump(2)
@@ -530,6 +684,8 @@ struct command_line {
             } else {
               auto j = node_json(r.nodes(0));
               j["volumes"] = volumes_json(r);
+              j["allocs"] = json::array();
+              for (const auto& a : r.allocs()) j["allocs"].push_back(alloc_json(a));
               std::cout << j.dump(2) << "\n";
             }
           } else {
@@ -569,8 +725,14 @@ command_info tree_of(const CLI::App& app) {
 
 }  // namespace
 
-int run_command(const std::vector<std::string>& args, client* shared) {
+int run_command(const std::vector<std::string>& all_args, client* shared) {
   command_line cl(shared);
+  // The words after "--" are an alloc's command, taken as they are (CLI11
+  // would read its options as berth's).
+  auto dashes = std::find(all_args.begin(), all_args.end(), "--");
+  std::vector<std::string> args(all_args.begin(), dashes);
+  std::vector<std::string> command;
+  if (dashes != all_args.end()) command.assign(std::next(dashes), all_args.end());
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     cl.app.parse(reversed);
@@ -581,6 +743,13 @@ int run_command(const std::vector<std::string>& args, client* shared) {
   } catch (const CLI::ParseError& e) {
     cl.app.exit(e);
     return exit_usage;
+  }
+  if (dashes != all_args.end()) {
+    if (!cl.takes_command) {
+      std::cerr << "Error: only `berth alloc run` takes a command after --\n";
+      return exit_usage;
+    }
+    cl.command_args.insert(cl.command_args.end(), command.begin(), command.end());
   }
   if (cl.action) return cl.action();
   // No command: `berth` on a terminal opens the shell.

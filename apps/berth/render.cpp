@@ -149,6 +149,18 @@ std::string render_volume(const v1::Volume& v, const v1::Plugin* p, int64_t now_
                         std::string(name_of(c.state())), relative_time(c.claimed_at_ms(), now_ms),
                         relative_time(c.released_at_ms(), now_ms)});
     out += "\nClaims\n" + render_table(t);
+    // What the volume watcher is doing about claims in release.
+    table w{{"ALLOC", "RELEASE STEP", "ATTEMPTS", "NEXT RETRY", "LAST ERROR"}, {}};
+    for (const auto& c : v.claims()) {
+      if (c.state() == v1::CLAIM_TAKEN) continue;
+      std::string next = "-";
+      if (c.release_next_retry_ms() > now_ms)
+        next = "in " + std::to_string((c.release_next_retry_ms() - now_ms + 999) / 1000) + "s";
+      w.rows.push_back({c.alloc_id(), std::string(name_of(c.state())),
+                        std::to_string(c.release_attempts()), next,
+                        c.release_error().empty() ? "-" : c.release_error()});
+    }
+    if (!w.rows.empty()) out += "\nReleases (volume watcher)\n" + render_table(w);
   }
   return out;
 }
@@ -192,12 +204,14 @@ std::string render_plugin(const v1::Plugin& p, int64_t now_ms) {
 
 std::string render_node_list(const v1::Response& r, int64_t now_ms) {
   if (r.nodes().empty()) return "No nodes known.\n";
-  table t{{"ID", "STATUS", "PLUGINS", "LAST SEEN"}, {}};
+  table t{{"ID", "STATUS", "CLIENT", "PLUGINS", "LAST SEEN"}, {}};
   for (const auto& n : r.nodes()) {
     std::string plugins;
     for (const auto& p : n.plugin_ids()) plugins += (plugins.empty() ? "" : ",") + p;
-    t.rows.push_back({n.id(), std::string(name_of(n.status())), plugins.empty() ? "-" : plugins,
-                      relative_time(n.last_heartbeat_ms(), now_ms)});
+    t.rows.push_back({n.id(), std::string(name_of(n.status())), n.has_client() ? "yes" : "no",
+                      plugins.empty() ? "-" : plugins,
+                      relative_time(n.last_seen_ms() ? n.last_seen_ms() : n.last_heartbeat_ms(),
+                                    now_ms)});
   }
   return render_table(t);
 }
@@ -210,7 +224,20 @@ std::string render_node(const v1::Response& r, int64_t now_ms) {
   std::string out = details({{"ID", n.id()},
                              {"Status", std::string(name_of(n.status()))},
                              {"Plugins", plugins.empty() ? "-" : plugins},
-                             {"Last Seen", relative_time(n.last_heartbeat_ms(), now_ms)}});
+                             {"Client", n.has_client() ? "yes" : "no"},
+                             {"Last Seen", relative_time(n.last_seen_ms() ? n.last_seen_ms()
+                                                                          : n.last_heartbeat_ms(),
+                                                         now_ms)}});
+  if (!r.allocs().empty()) {
+    table a{{"ALLOC", "STATE", "VOLUMES", "MODIFIED"}, {}};
+    for (const auto& x : r.allocs()) {
+      std::string vols;
+      for (const auto& v : x.volumes()) vols += (vols.empty() ? "" : ",") + v.volume_id();
+      a.rows.push_back({x.id(), std::string(name_of(x.state())), vols.empty() ? "-" : vols,
+                        relative_time(x.modified_at_ms(), now_ms)});
+    }
+    out += "\nAllocs\n" + render_table(a);
+  }
   if (r.volumes().empty()) return out + "\nNo volumes claimed on this node.\n";
   table t{{"VOLUME", "NAMESPACE", "ALLOC", "MODE", "STATE"}, {}};
   for (const auto& v : r.volumes())
@@ -248,6 +275,52 @@ std::string render_raft_peers(const v1::Response& r) {
   std::string out = render_table(t);
   if (leader == 0) out += "No leader right now.\n";
   return out;
+}
+
+}  // namespace berth
+
+namespace berth {
+
+std::string render_alloc_list(const v1::Response& r, int64_t now_ms) {
+  if (r.allocs().empty()) return "No allocs.\n";
+  table t{{"ID", "NAMESPACE", "NODE", "STATE", "VOLUMES", "MODIFIED"}, {}};
+  for (const auto& a : r.allocs()) {
+    std::string vols;
+    for (const auto& v : a.volumes())
+      vols += (vols.empty() ? "" : ",") + v.name() + "=" + v.volume_id() + (v.read_only() ? ":ro" : "");
+    t.rows.push_back({a.id(), a.namespace_(), a.node_id(), std::string(name_of(a.state())),
+                      vols.empty() ? "-" : vols, relative_time(a.modified_at_ms(), now_ms)});
+  }
+  return render_table(t);
+}
+
+std::string render_alloc(const v1::Response& r, int64_t now_ms) {
+  if (r.allocs().empty()) return "";
+  const auto& a = r.allocs(0);
+  std::string cmd;
+  for (const auto& c : a.command()) cmd += (cmd.empty() ? "" : " ") + c;
+  bool terminal = alloc_terminal(a.state());
+  std::string out = details({{"ID", a.id()},
+                             {"Namespace", a.namespace_()},
+                             {"Node", a.node_id()},
+                             {"State", std::string(name_of(a.state()))},
+                             {"Message", a.message().empty() ? "-" : a.message()},
+                             {"Command", cmd.empty() ? "- (runs until berth alloc stop)" : cmd},
+                             {"Exit Code", terminal && !cmd.empty() ? std::to_string(a.exit_code()) : "-"},
+                             {"Created", relative_time(a.created_at_ms(), now_ms)},
+                             {"Modified", relative_time(a.modified_at_ms(), now_ms)}});
+  if (a.volumes().empty()) return out;
+  table t{{"NAME", "VOLUME", "ACCESS", "CLAIM", "PATH"}, {}};
+  for (const auto& v : a.volumes()) {
+    std::string claim = "-";
+    for (const auto& vol : r.volumes())
+      if (vol.id() == v.volume_id())
+        for (const auto& c : vol.claims())
+          if (c.alloc_id() == a.id()) claim = std::string(name_of(c.state()));
+    t.rows.push_back({v.name(), v.volume_id(), v.read_only() ? "read" : "write", claim,
+                      v.published_path().empty() ? "-" : v.published_path()});
+  }
+  return out + "\nVolumes\n" + render_table(t);
 }
 
 }  // namespace berth

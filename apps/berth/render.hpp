@@ -32,5 +32,7 @@ std::string render_node_list(const v1::Response& r, int64_t now_ms);
 std::string render_node(const v1::Response& r, int64_t now_ms);
 std::string render_raft_peers(const v1::Response& r);
 std::string render_agent(const v1::AgentStatus& a);
+std::string render_alloc_list(const v1::Response& r, int64_t now_ms);
+std::string render_alloc(const v1::Response& r, int64_t now_ms);
 
 }  // namespace berth

@@ -17,6 +17,7 @@
 #include "actors/metrics.hpp"
 #include "messages/codec.hpp"
 #include "actors/node.hpp"
+#include "persistence/client_store.hpp"
 #include "actors/raft_log.hpp"
 #include "actors/server.hpp"
 #include "actors/state_machine.hpp"
@@ -46,6 +47,7 @@ node_config client_config(const agent_options& opts, const std::string& name) {
       std::chrono::milliseconds(static_cast<int64_t>(opts.fingerprint_interval * 1000));
   cfg.csi_timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.csi_timeout * 1000));
   cfg.servers = opts.servers;
+  cfg.alloc_dir = (fs::path(opts.data_dir) / "allocs").string();
   for (const auto& flag : opts.plugin_flags) {
     auto p = parse_plugin_flag(flag);
     if (auto* err = std::get_if<std::string>(&p)) throw std::runtime_error(*err);
@@ -187,7 +189,10 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
     started.plugins = s.plugins;
     stats->restored(s.log->last_index(), s.applied);
     auto machine = sys.spawn<caf::detached>(state_machine, s.state, stats);
-    auto front = sys.spawn(server, machine, stats);
+    leader_options lo;
+    lo.node_down_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(opts.node_down_timeout * 1000));
+    auto front = sys.spawn(server, machine, stats, lo);
     started.port = publish(sys, front, opts.bind,
                            opts.port, "shell endpoint", "--port");
     raft_options ro;
@@ -220,7 +225,18 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
   if (opts.dev || opts.client) {
     auto client = client_config(opts, started.name);
     for (const auto& p : client.plugins) started.plugin_ids.push_back(p.id);
-    sys.spawn(node, std::move(client), api, stats);
+    std::shared_ptr<client_store> cs;
+    auto db = (fs::path(opts.data_dir) / "client.db").string();
+    try {
+      cs = std::make_shared<client_store>(db);
+      cs->mounts();
+      cs->allocs();
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cannot open the client database " + db + ": " + e.what() +
+                               " (it records this node's mounts; if it is damaged, unmount what "
+                               "is under " + client.csi_root + ", move the file away and restart)");
+    }
+    sys.spawn(node, std::move(client), api, stats, std::move(cs));
   }
   started.metrics_port = serve_metrics(opts.metrics_bind, opts.metrics_port, stats->registry(),
                                        [&sys, api, name = started.name](const std::string& path) {

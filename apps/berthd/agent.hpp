@@ -37,6 +37,7 @@ struct agent_options {
   double fingerprint_interval = 5;        // seconds
   double csi_timeout = 30;                // seconds per CSI call
   std::string hostpath_bin;               // --dev: the plugin to start
+  double node_down_timeout = 20;          // servers: seconds without heartbeat
 };
 
 struct agent_started {

@@ -80,6 +80,11 @@ int main(int argc, char** argv) {
                      "compacted; lagging or new servers catch up by installing it)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{4}, uint64_t{1} << 40));
+  server->add_option("--node-down-timeout", opts.node_down_timeout,
+                     "Seconds without a heartbeat from a node's client before the node is "
+                     "marked down and its allocs lost (their claims are then released)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 86400.0));
   auto* client = app.add_option_group("client", "Clients: this node and its CSI plugins");
   client->add_option("--servers", opts.servers,
                      "Servers' shell endpoints HOST:PORT (comma-separated or repeated); any of "

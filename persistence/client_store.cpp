@@ -1,0 +1,110 @@
+#include "persistence/client_store.hpp"
+
+#include "persistence/sqlite.hpp"
+
+namespace berth {
+
+namespace {
+
+const char* schema =
+    "PRAGMA journal_mode=WAL;"
+    "PRAGMA synchronous=FULL;"
+    "CREATE TABLE IF NOT EXISTS mounts(alloc_id TEXT NOT NULL, namespace TEXT NOT NULL,"
+    " volume_id TEXT NOT NULL, plugin_id TEXT NOT NULL, staging_path TEXT NOT NULL,"
+    " target_path TEXT NOT NULL, request BLOB NOT NULL, published_at_ms INTEGER NOT NULL,"
+    " PRIMARY KEY(alloc_id, namespace, volume_id));"
+    "CREATE TABLE IF NOT EXISTS allocs(id TEXT PRIMARY KEY, alloc BLOB NOT NULL,"
+    " pid INTEGER NOT NULL, exit_file TEXT NOT NULL, exited INTEGER NOT NULL,"
+    " exit_code INTEGER NOT NULL);";
+
+}  // namespace
+
+client_store::client_store(const std::string& path)
+    : path_(path), db_(std::make_unique<sql::database>(path)) {
+  db_->exec(schema);
+}
+
+client_store::~client_store() = default;
+
+void client_store::put_mount(const mount_record& m) {
+  auto req = m.request;
+  req.mutable_volume()->clear_secrets();
+  db_->prepare(
+         "INSERT OR REPLACE INTO mounts(alloc_id, namespace, volume_id, plugin_id, staging_path,"
+         " target_path, request, published_at_ms) VALUES(?,?,?,?,?,?,?,?)")
+      .bind(1, m.alloc_id)
+      .bind(2, m.ns)
+      .bind(3, m.volume_id)
+      .bind(4, m.plugin_id)
+      .bind(5, m.staging_path)
+      .bind(6, m.target_path)
+      .bind_blob(7, req.SerializeAsString())
+      .bind(8, m.published_at_ms)
+      .run();
+}
+
+void client_store::delete_mount(const std::string& alloc_id, const std::string& ns,
+                                const std::string& volume_id) {
+  db_->prepare("DELETE FROM mounts WHERE alloc_id=? AND namespace=? AND volume_id=?")
+      .bind(1, alloc_id)
+      .bind(2, ns)
+      .bind(3, volume_id)
+      .run();
+}
+
+std::vector<mount_record> client_store::mounts() {
+  std::vector<mount_record> out;
+  auto q = db_->prepare(
+      "SELECT alloc_id, namespace, volume_id, plugin_id, staging_path, target_path, request,"
+      " published_at_ms FROM mounts ORDER BY alloc_id, namespace, volume_id");
+  while (q.step()) {
+    mount_record m;
+    m.alloc_id = q.column_text(0);
+    m.ns = q.column_text(1);
+    m.volume_id = q.column_text(2);
+    m.plugin_id = q.column_text(3);
+    m.staging_path = q.column_text(4);
+    m.target_path = q.column_text(5);
+    if (!m.request.ParseFromString(q.column_blob(6)))
+      throw sql::sqlite_error(path_ + ": a mount record of alloc '" + m.alloc_id +
+                              "' cannot be decoded");
+    m.published_at_ms = q.column_int(7);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+void client_store::put_alloc(const alloc_record& a) {
+  db_->prepare(
+         "INSERT OR REPLACE INTO allocs(id, alloc, pid, exit_file, exited, exit_code)"
+         " VALUES(?,?,?,?,?,?)")
+      .bind(1, a.alloc.id())
+      .bind_blob(2, a.alloc.SerializeAsString())
+      .bind(3, a.pid)
+      .bind(4, a.exit_file)
+      .bind(5, a.exited ? 1 : 0)
+      .bind(6, a.exit_code)
+      .run();
+}
+
+void client_store::delete_alloc(const std::string& id) {
+  db_->prepare("DELETE FROM allocs WHERE id=?").bind(1, id).run();
+}
+
+std::vector<alloc_record> client_store::allocs() {
+  std::vector<alloc_record> out;
+  auto q = db_->prepare("SELECT alloc, pid, exit_file, exited, exit_code FROM allocs ORDER BY id");
+  while (q.step()) {
+    alloc_record a;
+    if (!a.alloc.ParseFromString(q.column_blob(0)))
+      throw sql::sqlite_error(path_ + ": an alloc record cannot be decoded");
+    a.pid = q.column_int(1);
+    a.exit_file = q.column_text(2);
+    a.exited = q.column_int(3) != 0;
+    a.exit_code = static_cast<int32_t>(q.column_int(4));
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+}  // namespace berth

@@ -1,0 +1,68 @@
+// The client's own database (DATA/client.db): what this node published and
+// which allocs it runs, written before the client reports success, so that
+// a restart (SIGKILL included) loses nothing and re-mounts nothing.
+//
+// Secrets are never stored here: records keep the volume without them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "messages/api.pb.h"
+#include "messages/berth.pb.h"
+
+namespace berth {
+
+namespace sql {
+class database;
+}
+
+// One publication of a volume for an alloc on this node.
+struct mount_record {
+  std::string alloc_id;
+  std::string ns;
+  std::string volume_id;
+  std::string plugin_id;
+  std::string staging_path;  // empty when the plugin does not stage
+  std::string target_path;
+  // How it was published (access and attachment mode, read-only, the
+  // volume without secrets).
+  v1::NodeVolumeRequest request;
+  int64_t published_at_ms = 0;
+};
+
+// An alloc this node runs.
+struct alloc_record {
+  v1::Alloc alloc;
+  int64_t pid = 0;          // the alloc's process (group leader); 0 = no command
+  std::string exit_file;    // where its wrapper writes the exit code
+  bool exited = false;
+  int32_t exit_code = 0;
+};
+
+class client_store {
+ public:
+  // Opens (creating) the database; throws sql::sqlite_error naming the
+  // file when it cannot.
+  explicit client_store(const std::string& path);
+  ~client_store();
+
+  void put_mount(const mount_record& m);
+  void delete_mount(const std::string& alloc_id, const std::string& ns,
+                    const std::string& volume_id);
+  std::vector<mount_record> mounts();
+
+  void put_alloc(const alloc_record& a);
+  void delete_alloc(const std::string& id);
+  std::vector<alloc_record> allocs();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<sql::database> db_;
+};
+
+}  // namespace berth

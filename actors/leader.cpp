@@ -262,14 +262,16 @@ void check_waiters(self_ptr self, bool expire) {
 // How a claim's release finds its node: the node actor when the client is
 // connected; node_detached when the node is down, unknown or never had a
 // berth client (nothing was published there).
+// With `operator_detach` (berth volume detach), a node whose client is not
+// connected counts as detached too: the operator says it is gone.
 void add_release_handles(const self_ptr& self, v1::ReleaseRequest& r, const v1::Volume& vol,
-                         node_actor& target) {
+                         node_actor& target, bool operator_detach = false) {
   const auto* c = find_claim(vol, r.alloc_id());
   if (c == nullptr) return;
   target = node_of(self, c->node_id());
   auto n = self->state.nodes.find(c->node_id());
   bool detached = n == self->state.nodes.end() || !n->second.has_client() ||
-                  n->second.status() == v1::NODE_DOWN;
+                  n->second.status() == v1::NODE_DOWN || operator_detach;
   r.set_node_detached(detached && !target);
 }
 
@@ -285,7 +287,7 @@ void release_claim(self_ptr self, v1::ReleaseRequest r,
     return;
   }
   node_actor target;
-  add_release_handles(self, r, vol->second, target);
+  add_release_handles(self, r, vol->second, target, r.reason() == "detach");
   const auto& plugin_id = vol->second.plugin_id();
   self->request(actor->second, caf::infinite, release_atom::value, wrap(std::move(r)),
                 plugin_of(self, plugin_id), target, pick_controller(self, plugin_id))
@@ -609,21 +611,26 @@ void alloc_stop(self_ptr self, const std::string& id, response_promise rp) {
     });
   };
   auto node = node_of(self, it->second.node_id());
-  auto n = st.nodes.find(it->second.node_id());
-  bool node_gone = n == st.nodes.end() || !n->second.has_client() ||
-                   n->second.status() == v1::NODE_DOWN;
-  if (!node && node_gone) {
-    finish(0, "stopped by the operator (its node is gone)");
-    return;
-  }
   if (!node) {
-    auto r = error_response(errc::unavailable,
-                            "the berth client of node " + quoted(it->second.node_id()) +
-                                " is not connected, so alloc " + quoted(id) +
-                                " cannot be stopped there now; retry (or wait until the node is "
-                                "marked down)");
-    r.msg.mutable_error()->set_retry(true);
-    rp.deliver(std::move(r));
+    // The client is not connected: the alloc is stopped here; the client
+    // stops its command when it reconnects, and the claims are released
+    // then, when the node is marked down, or by berth volume detach.
+    auto a = it->second;
+    auto node_id = a.node_id();
+    a.set_state(v1::ALLOC_COMPLETE);
+    a.set_message("stopped by the operator while the client of node " + quoted(node_id) +
+                  " was not connected");
+    put_alloc(self, a, [self, id, node_id, rp](std::optional<caf::error> err) mutable {
+      if (err) {
+        rp.deliver(error_response(to_failure(*err)));
+        return;
+      }
+      rp.deliver(alloc_response(
+          self->state.allocs[id],
+          "alloc " + quoted(id) + " stopped; the client of node " + quoted(node_id) +
+              " is not connected, so its claims are released once it reconnects, once the node "
+              "is marked down, or now with: berth volume detach VOLUME " + node_id));
+    });
     return;
   }
   self->request(node, std::chrono::seconds(60), stop_atom::value, id, false)
@@ -765,8 +772,17 @@ void volume_delete(self_ptr self, const v1::VolumeDeleteRequest& d, response_pro
 void heartbeat(self_ptr self, const std::string& node_id, node_actor node) {
   auto& st = self->state;
   auto known = st.node_actors.find(node_id);
-  if (known == st.node_actors.end() || known->second.address() != node.address())
+  bool fresh = known == st.node_actors.end() || known->second.address() != node.address();
+  if (fresh) {
     self->monitor(node);
+    // A client that (re)connects stops what the servers stopped while it
+    // was away, before the watcher unpublishes its volumes.
+    for (const auto& [id, a] : st.allocs)
+      if (a.node_id() == node_id && a.state() == v1::ALLOC_COMPLETE &&
+          !claimed_volumes(self, a).empty())
+        self->request(node, std::chrono::seconds(60), stop_atom::value, id, false)
+            .then([](int32_t) {}, [](caf::error&) {});
+  }
   st.node_actors[node_id] = node;
   st.last_seen[node_id] = steady_ms();
   st.stats->actors("node", st.node_actors.size());

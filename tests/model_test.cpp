@@ -3,6 +3,9 @@
 // scenarios (notes/csi.md).
 #include <doctest/doctest.h>
 
+#include <map>
+#include <variant>
+
 #include "messages/model.hpp"
 
 using namespace berth;
@@ -496,5 +499,94 @@ TEST_SUITE("redaction") {
     CHECK(r.mount_options().fs_type() == "ext4");
     CHECK(r.SerializeAsString().find("hunter2") == std::string::npos);
     CHECK(v.secrets().size() == 1);  // the original is untouched
+  }
+}
+
+TEST_SUITE("allocs and the volume watcher") {
+  TEST_CASE("volume_env_name_upper_cases_and_replaces_other_characters") {
+    CHECK(volume_env_name("data") == "BERTH_VOLUME_DATA");
+    CHECK(volume_env_name("my-db.2") == "BERTH_VOLUME_MY_DB_2");
+  }
+
+  TEST_CASE("parse_alloc_volume_reads_name_volume_ro_and_mount_flags") {
+    auto v = std::get<v1::AllocVolume>(parse_alloc_volume("data=db"));
+    CHECK(v.name() == "data");
+    CHECK(v.volume_id() == "db");
+    CHECK_FALSE(v.read_only());
+    v = std::get<v1::AllocVolume>(parse_alloc_volume("logs=vol-1:ro,mount_flag=noatime,mount_flag=ro"));
+    CHECK(v.volume_id() == "vol-1");
+    CHECK(v.read_only());
+    REQUIRE(v.mount_flags_size() == 2);
+    CHECK(v.mount_flags(0) == "noatime");
+    CHECK(v.mount_flags(1) == "ro");
+    for (const char* bad : {"db", "=db", "data=", "data=db,flag=x", "data=db,mount_flag="}) {
+      auto r = parse_alloc_volume(bad);
+      REQUIRE(std::holds_alternative<std::string>(r));
+      CHECK(std::get<std::string>(r).find("NAME=VOLUME") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("validate_alloc_reports_every_problem_at_once") {
+    v1::Alloc a;
+    a.set_namespace_("default");
+    CHECK(describe("alloc", validate_alloc(a)).find("node") != std::string::npos);
+    a.set_node_id("n1");
+    auto* v1_ = a.add_volumes();
+    v1_->set_name("data");
+    v1_->set_volume_id("db");
+    CHECK(validate_alloc(a).empty());
+    auto* v2 = a.add_volumes();
+    v2->set_name("DATA");  // the same variable as "data"
+    v2->set_volume_id("db");
+    auto problems = validate_alloc(a);
+    CHECK(problems.size() == 2);
+    a.clear_volumes();
+    CHECK_FALSE(validate_alloc(a).empty());  // neither volumes nor a command
+    a.add_command("true");
+    CHECK(validate_alloc(a).empty());
+  }
+
+  TEST_CASE("claims_to_release_picks_terminal_vanished_and_half_released_claims") {
+    auto v = volume(v1::MULTI_NODE_MULTI_WRITER);
+    auto p = monolith_on({"n1", "n2"});
+    for (auto alloc : {"running", "done", "lost", "gone", "half"})
+      REQUIRE_FALSE(claim(v, req(alloc, "n1", true), &p));
+    REQUIRE_FALSE(release(v, "half", "alloc-stopped", 2000));
+    std::map<std::string, v1::AllocState> allocs{{"running", v1::ALLOC_RUNNING},
+                                                 {"done", v1::ALLOC_COMPLETE},
+                                                 {"lost", v1::ALLOC_LOST},
+                                                 {"half", v1::ALLOC_RUNNING}};
+    auto ids = claims_to_release(v, [&](const std::string& id) -> std::optional<v1::AllocState> {
+      auto it = allocs.find(id);
+      if (it == allocs.end()) return std::nullopt;
+      return it->second;
+    });
+    CHECK(ids == std::vector<std::string>{"done", "lost", "gone", "half"});
+  }
+
+  TEST_CASE("retry_delay_grows_exponentially_with_jitter_and_a_cap") {
+    CHECK(retry_delay_ms(1, 0.0) == 250);
+    CHECK(retry_delay_ms(1, 0.999) < 500);
+    CHECK(retry_delay_ms(2, 0.0) == 500);
+    CHECK(retry_delay_ms(3, 0.0) == 1000);
+    CHECK(retry_delay_ms(40, 0.0) == 15000);
+    CHECK(retry_delay_ms(40, 0.999) < 30000);
+    CHECK(retry_delay_ms(40, 0.999) >= 29000);
+  }
+
+  TEST_CASE("max_volumes_per_node_from_node_get_info_is_enforced") {
+    auto v = volume(v1::SINGLE_NODE_WRITER);
+    auto p = monolith_on({"n1"});
+    auto inst = instance("n1");
+    inst.set_max_volumes(2);
+    upsert_instance(p, v1::PLUGIN_MONOLITH, inst);
+    auto r = req("a1", "n1", true);
+    r.node_volume_count = 2;
+    auto f = claim(v, r, &p);
+    REQUIRE(f);
+    CHECK(f->code == errc::refused);
+    CHECK(f->message.find("max_volumes_per_node 2") != std::string::npos);
+    r.node_volume_count = 1;
+    CHECK_FALSE(claim(v, r, &p));
   }
 }

@@ -134,7 +134,12 @@ TEST_CASE("complete: on the CLI's real commands") {
   };
   CHECK(real("", "vo") == words{"volume"});
   CHECK(real("volume ", "") ==
-        words{"claim", "create", "deregister", "register", "release", "status"});
+        words{"claim", "create", "delete", "deregister", "detach", "register", "release",
+              "status"});
+  CHECK(real("alloc ", "") == words{"run", "status", "stop"});
+  CHECK(real("alloc stop ", "") == words{"web-1", "web-2"});
+  CHECK(real("alloc run --node ", "") == words{"n1", "n2"});
+  CHECK(real("volume detach db ", "") == words{"n1", "n2"});
   CHECK(real("volume release ", "") == words{"data", "db", "logs"});
   CHECK(real("volume release db --alloc ", "") == words{"web-1", "web-2"});
   CHECK(real("volume claim db ", "--a") ==

@@ -73,6 +73,7 @@ const std::vector<std::string>* ids_of_command(const std::string& top, const kno
   if (top == "volume") return &ids.volumes;
   if (top == "plugin") return &ids.plugins;
   if (top == "node") return &ids.nodes;
+  if (top == "alloc") return &ids.allocs;
   return nullptr;
 }
 
@@ -130,6 +131,7 @@ completion complete(const command_info& root, const std::string& before,
     if (name == "file") out.filenames = true;
     if (name == "id" && path.size() > 1)
       if (auto* known = ids_of_command(path[1]->name, ids)) all = *known;
+    if (name == "node") all = ids.nodes;
   }
 
   for (auto& c : all)

@@ -74,6 +74,9 @@ std::string refresh(client& c, known_ids& ids) {
       for (const auto& claim : v.claims()) ids.allocs.push_back(claim.alloc_id());
     }
   }
+  req.mutable_alloc_list();  // every namespace
+  if (auto r = ask(c, req))
+    for (const auto& a : r->allocs()) ids.allocs.push_back(a.id());
   req.mutable_plugin_list();
   if (auto r = ask(c, req)) {
     ids.plugins.clear();

@@ -1350,6 +1350,7 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log,
         return rp;
       },
       [self](tick_atom) {
+        self->state.stats->mailbox("leader", self->mailbox().size());
         leader_tick(self);
         self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
       },

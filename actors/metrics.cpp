@@ -171,6 +171,11 @@ class prometheus_metrics final : public metrics {
                     .Name("berth_allocs")
                     .Help("Allocs by state (leader only)")
                     .Register(*registry_)},
+        mailbox_{prometheus::BuildGauge()
+                     .Name("berth_mailbox_backlog")
+                     .Help("Messages waiting in an actor's mailbox, by actor kind (sampled by "
+                           "the actor on its timer)")
+                     .Register(*registry_)},
         nodes_{prometheus::BuildGauge()
                    .Name("berth_nodes")
                    .Help("Nodes by status (leader only)")
@@ -261,6 +266,10 @@ class prometheus_metrics final : public metrics {
   }
 
   void watcher_retry() override { watcher_retries_.Increment(); }
+  void mailbox(const std::string& kind, size_t backlog) override {
+    std::lock_guard<std::mutex> guard(mtx_);
+    mailbox_.set({{"kind", kind}}, static_cast<double>(backlog));
+  }
   void watcher_pending(size_t count) override {
     watcher_pending_.Set(static_cast<double>(count));
   }
@@ -304,6 +313,7 @@ class prometheus_metrics final : public metrics {
   prometheus::Counter& watcher_retries_;
   prometheus::Gauge& watcher_pending_;
   gauges allocs_;
+  gauges mailbox_;
   gauges nodes_;
 };
 

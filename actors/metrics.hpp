@@ -53,6 +53,9 @@ class metrics {
 
   // The volume watcher retried a failed release step.
   virtual void watcher_retry() = 0;
+  // Messages waiting in the mailbox of the actor of `kind` ("leader",
+  // "replicated_log", ...), sampled by the actor itself.
+  virtual void mailbox(const std::string& kind, size_t backlog) = 0;
   // Claims the volume watcher is releasing now.
   virtual void watcher_pending(size_t count) = 0;
   // Allocs by state, and nodes by status ("ready", "down"), as the leader

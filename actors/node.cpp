@@ -728,6 +728,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       },
       [self](tick_atom) {
         auto& st = self->state;
+        st.stats->mailbox("node", self->mailbox().size());
         connect_server(self);
         // Registered again every round: a new leader learns this node.
         if (st.api)

@@ -531,6 +531,7 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
       },
       [self](tick_atom) {
         auto& st = self->state;
+        st.stats->mailbox("replicated_log", self->mailbox().size());
         if (st.storage.last_index() == 0) discover(self);
         // Keep a connection to every member at all times: a message to a
         // member without one is dropped, and followers talk to each other

@@ -12,6 +12,7 @@ state_machine_actor::behavior_type state_machine(
   self->state.stats = std::move(stats);
   return {
       [self](apply_atom, const committed_batch& batch) {
+        self->state.stats->mailbox("state_machine", self->mailbox().size());
         try {
           self->state.store->apply(batch.entries);
           if (!batch.entries.empty()) self->state.stats->applied(batch.entries.back().first);

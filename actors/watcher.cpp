@@ -135,6 +135,7 @@ watcher_actor::behavior_type watcher(self_ptr self, leader_actor leader,
       },
       [self](tick_atom) {
         auto& st = self->state;
+        st.stats->mailbox("watcher", self->mailbox().size());
         st.ticking = false;
         auto now = steady_ms();
         std::vector<claim_key> due;

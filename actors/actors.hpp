@@ -86,6 +86,7 @@ using removed_atom = caf::atom_constant<caf::atom("removed")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using unpublish_atom = caf::atom_constant<caf::atom("unpublish")>;
+using validate_atom = caf::atom_constant<caf::atom("validate")>;
 
 // --- pb<T>: a protobuf message as a CAF message element --------------------
 
@@ -232,6 +233,10 @@ using node_actor = caf::typed_actor<
     // CreateVolume through this node's controller instance; replies with the
     // volume completed with the plugin's id, capacity, context and topology.
     caf::replies_to<create_atom, pb<v1::Volume>>::with<pb<v1::Volume>>,
+    // ValidateVolumeCapabilities through this node's controller instance:
+    // replies "" when the plugin confirms the volume's capabilities, else
+    // the plugin's reason.
+    caf::replies_to<validate_atom, pb<v1::Volume>>::with<std::string>,
     // DeleteVolume through this node's controller instance.
     caf::replies_to<deregister_atom, pb<v1::Volume>>::with<bool>,
     // Runs an alloc whose volumes are published here: records it in the

@@ -988,6 +988,32 @@ void register_volume(self_ptr self, v1::Volume v, response_promise rp, std::stri
   volume_key key{v.namespace_(), v.id()};
   auto& actors = self->state.volume_actors;
   bool fresh = !actors.count(key);
+  // A new registration of an existing volume is checked with the plugin
+  // (ValidateVolumeCapabilities) when a controller of it is reachable.
+  if (fresh && verb == "registered") {
+    if (auto controller = pick_controller(self, v.plugin_id())) {
+      auto id = v.id(), plugin = v.plugin_id(), ext = v.external_id();
+      self->request(controller, caf::infinite, validate_atom::value, wrap(v))
+          .then(
+              [self, v, rp, id, plugin, ext](std::string& why) mutable {
+                if (!why.empty()) {
+                  rp.deliver(error_response(
+                      errc::invalid, "volume " + quoted(id) + ": plugin " + quoted(plugin) +
+                                         " does not confirm its capabilities for external_id " +
+                                         quoted(ext) + ": " + why));
+                  return;
+                }
+                register_volume(self, std::move(v), rp, "registered (validated by the plugin)");
+              },
+              [rp, id, plugin, ext](caf::error& e) mutable {
+                auto f = to_failure(e);
+                f.message = "volume " + quoted(id) + ": plugin " + quoted(plugin) +
+                            " could not validate external_id " + quoted(ext) + ": " + f.message;
+                rp.deliver(error_response(f));
+              });
+      return;
+    }
+  }
   if (fresh) actors.emplace(key, spawn_volume(self, v1::Volume{}, false));
   auto actor = actors[key];
   if (!fresh) verb = "updated";

@@ -657,6 +657,41 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
             });
         return rp;
       },
+      [self](validate_atom, pb<v1::Volume>& req) -> caf::result<std::string> {
+        auto v = std::move(req.msg);
+        auto at = where(self, v.plugin_id());
+        auto plugin_id = v.plugin_id();
+        csi_job job{[v, at](csi::client& c) {
+          csi_outcome out;
+          csi::validate_request vr;
+          vr.volume_id = v.external_id();
+          for (const auto& cap : v.capabilities()) {
+            csi::volume_capability vc;
+            vc.mode = to_csi(cap.access_mode());
+            vc.block = cap.attachment_mode() == v1::BLOCK_DEVICE;
+            vc.fs_type = v.mount_options().fs_type();
+            vr.capabilities.push_back(vc);
+          }
+          vr.volume_context = to_map(v.context());
+          vr.parameters = to_map(v.parameters());
+          vr.secrets = to_map(v.secrets());
+          auto res = c.validate_volume_capabilities(vr);
+          if ((out.error = check(at, csi::method::validate_volume_capabilities, res.status)))
+            return out;
+          // The reason travels in target_path: "" = confirmed.
+          out.target_path = res.response.confirmed
+                                ? ""
+                                : (res.response.message.empty() ? "not confirmed"
+                                                                : res.response.message);
+          return out;
+        }};
+        auto rp = self->make_response_promise<std::string>();
+        run(self, plugin_id, std::move(job), rp,
+            [](caf::typed_response_promise<std::string>& rp, csi_outcome& out) {
+              rp.deliver(out.target_path);
+            });
+        return rp;
+      },
       [self](deregister_atom, pb<v1::Volume>& req) -> caf::result<bool> {
         auto v = std::move(req.msg);
         auto at = where(self, v.plugin_id());

@@ -185,8 +185,8 @@ class ClusterTest(unittest.TestCase):
         # Enough changes that the leader compacts its log past what the
         # returning server has (nothing): it must catch up by snapshot.
         for i in range(40):
-            self.shell("volume", "register", "-", via=leader.address, stdin=json.dumps(dict(
-                VOLUME, id="r%d" % i, external_id="ext-%d" % i)))
+            self.shell("volume", "create", "-", via=leader.address, stdin=json.dumps(dict(
+                VOLUME, id="r%d" % i)))
         self.assertGreater(self.cluster.peers(via=leader.address)[0]["applied_index"], 40)
         # It joins again with an empty disk; the leader adds it back.
         victim.start()
@@ -215,8 +215,7 @@ class ClusterTest(unittest.TestCase):
         saved = self.shell("--json", "operator", "snapshot", "save", path).json()
         self.assertGreater(saved["index"], 0)
         self.assertGreater(os.path.getsize(path), 0)
-        self.shell("volume", "register", "-", stdin=json.dumps(dict(
-            VOLUME, id="later", external_id="ext-later")))
+        self.shell("volume", "create", "-", stdin=json.dumps(dict(VOLUME, id="later")))
         self.shell("volume", "deregister", "kept")
         out = self.shell("operator", "snapshot", "restore", path).out
         self.assertIn("state restored", out)

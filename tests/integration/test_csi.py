@@ -203,9 +203,24 @@ class CsiTest(unittest.TestCase):
         self.assertEqual(self.plugin.methods(ext)[-3:], [
             "NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"])
 
+    def test_register_is_validated_by_the_plugin(self):
+        r = self.run_berth("volume", "register", "-", stdin=json.dumps(dict(
+            SPEC, id="ghost", external_id="hp-does-not-exist")), expect=4)
+        self.assertIn("ValidateVolumeCapabilities failed: NOT_FOUND", r.err)
+        self.run_berth("volume", "status", "ghost", expect=3)
+        vol = self.create()
+        r = self.run_berth("volume", "register", "-", stdin=json.dumps(dict(
+            SPEC, id="alias", external_id=vol["external_id"])))
+        self.assertIn("validated by the plugin", r.out)
+        self.assertIn(("ValidateVolumeCapabilities", "OK"), self.plugin.calls(vol["external_id"]))
+
     def test_a_failed_publish_is_unwound_and_leaves_no_claim(self):
+        # "ghost" names the storage of "data", which is then deleted behind
+        # its back: the publish fails at the plugin.
+        vol = self.create()
         self.run_berth("volume", "register", "-", stdin=json.dumps(dict(
-            SPEC, id="ghost", external_id="hp-does-not-exist")))
+            SPEC, id="ghost", external_id=vol["external_id"])))
+        self.run_berth("volume", "delete", "data")
         r = self.run_berth("volume", "claim", "ghost", "--alloc", "a1", "--node", "n1", expect=4)
         self.assertIn("ControllerPublishVolume failed: NOT_FOUND", r.err)
         self.assertIn("the claim was released again", r.err)

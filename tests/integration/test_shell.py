@@ -14,7 +14,7 @@ import unittest
 
 from harness import BERTH, Agent, berth
 
-VOLUME = {"id": "db", "plugin_id": "hostpath", "external_id": "vol-1",
+VOLUME = {"id": "db", "plugin_id": "hostpath",
           "capabilities": [{"access_mode": "single-node-writer",
                             "attachment_mode": "file-system"}]}
 
@@ -91,7 +91,7 @@ class ShellTest(unittest.TestCase):
         self.assertIn("CONTROLLERS", out.upper())
 
         # Shell quoting: a backslash-escaped blank inside a file name.
-        self.run_line("volume register " + spec.replace(" ", "\\ "), "vol-1")
+        self.run_line("volume create " + spec.replace(" ", "\\ "), "created")
 
         # Tab completes a volume id fetched from the server.
         before = len(self.screen().rstrip())

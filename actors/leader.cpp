@@ -83,12 +83,29 @@ plugin_actor plugin_of(const self_ptr& self, const std::string& plugin_id) {
 
 // A node with a berth client and a healthy controller instance of the
 // plugin, round-robin across them (controller calls are load-balanced).
-node_actor pick_controller(const self_ptr& self, const std::string& plugin_id) {
+// For CreateVolume with a required topology, only controllers on nodes
+// whose node instance lies in it.
+node_actor pick_controller(const self_ptr& self, const std::string& plugin_id,
+                           const v1::TopologyRequest* topology = nullptr) {
   auto it = self->state.plugins.find(plugin_id);
   if (it == self->state.plugins.end()) return {};
+  auto in_topology = [&](const std::string& node) {
+    if (topology == nullptr || topology->required().empty()) return true;
+    const auto* inst = node_instance(it->second, node);
+    if (inst == nullptr) return false;
+    for (const auto& t : topology->required()) {
+      bool all = true;
+      for (const auto& [k, v] : t.segments()) {
+        auto seg = inst->accessible_topology().segments().find(k);
+        all &= seg != inst->accessible_topology().segments().end() && seg->second == v;
+      }
+      if (all) return true;
+    }
+    return false;
+  };
   std::vector<node_actor> candidates;
   for (const auto& c : it->second.controllers())
-    if (c.healthy())
+    if (c.healthy() && in_topology(c.node_id()))
       if (auto n = node_of(self, c.node_id())) candidates.push_back(n);
   if (candidates.empty()) return {};
   return candidates[self->state.next_controller[plugin_id]++ % candidates.size()];
@@ -960,12 +977,16 @@ void create_volume(self_ptr self, v1::Volume spec, response_promise rp) {
                                                  quoted(spec.namespace_())));
     return;
   }
-  auto controller = pick_controller(self, spec.plugin_id());
+  auto controller = pick_controller(self, spec.plugin_id(), &spec.topology_request());
   if (!controller) {
-    rp.deliver(error_response(errc::unavailable,
-                              "plugin " + quoted(spec.plugin_id()) +
-                                  " has no healthy controller on a node with a berth client; "
-                                  "volumes of it cannot be created now"));
+    rp.deliver(error_response(
+        errc::unavailable,
+        "plugin " + quoted(spec.plugin_id()) +
+            " has no healthy controller on a node with a berth client" +
+            (spec.topology_request().required().empty()
+                 ? std::string()
+                 : " in the volume's required topology") +
+            "; volumes of it cannot be created now"));
     return;
   }
   self->request(controller, caf::infinite, create_atom::value, wrap(std::move(spec)))

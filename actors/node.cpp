@@ -638,6 +638,10 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
           }
           cr.parameters = to_map(spec.parameters());
           cr.secrets = to_map(spec.secrets());
+          for (const auto& t : spec.topology_request().required())
+            cr.requisite.push_back(to_map(t.segments()));
+          for (const auto& t : spec.topology_request().preferred())
+            cr.preferred.push_back(to_map(t.segments()));
           auto res = c.create_volume(cr);
           if ((out.error = check(at, csi::method::create_volume, res.status))) return out;
           out.volume = spec;

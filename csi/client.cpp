@@ -166,6 +166,10 @@ result<volume> client::create_volume(const create_volume_request& in) {
     to_proto(cap, *req.add_volume_capabilities());
   to_proto(in.parameters, *req.mutable_parameters());
   to_proto(in.secrets, *req.mutable_secrets());
+  for (const auto& t : in.requisite)
+    to_proto(t, *req.mutable_accessibility_requirements()->add_requisite()->mutable_segments());
+  for (const auto& t : in.preferred)
+    to_proto(t, *req.mutable_accessibility_requirements()->add_preferred()->mutable_segments());
   v1::CreateVolumeResponse resp;
   result<volume> r;
   r.status = impl_->run(method::create_volume, [&](grpc::ClientContext& ctx) {

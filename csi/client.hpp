@@ -96,6 +96,10 @@ struct create_volume_request {
   std::vector<volume_capability> capabilities;
   string_map parameters;
   string_map secrets;
+  // accessibility_requirements: where the volume must (requisite) and
+  // should (preferred) be accessible from.
+  std::vector<string_map> requisite;
+  std::vector<string_map> preferred;
 };
 
 struct controller_publish_request {

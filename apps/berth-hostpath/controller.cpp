@@ -62,7 +62,7 @@ Status plugin::create_volume(const v1::CreateVolumeRequest& req, v1::CreateVolum
                                               + std::to_string(rec.capacity_bytes)
                                               + " or other parameters"};
     fill_volume(id, rec, *resp.mutable_volume());
-    return Status::OK;
+      return Status::OK;
   }
 
   std::error_code ec;

@@ -42,8 +42,8 @@ class Plugin:
         self.proc = None
 
     def start(self):
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
-                                     stderr=open(os.path.join(self.dir, "plugin.log"), "a"))
+        with open(os.path.join(self.dir, "plugin.log"), "a") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.time() + 10
         while not os.path.exists(self.socket) or self.proc.poll() is not None:
             if time.time() > deadline or self.proc.poll() is not None:
@@ -92,15 +92,17 @@ class Plugin:
         return out
 
 
-class LifecycleTest(unittest.TestCase):
+class Base(unittest.TestCase):
+    plugin_extra = {"c1": [], "c2": []}
+
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="berth-lifecycle-")
         self.addCleanup(self.cleanup)
         self.processes = []
         shared = os.path.join(self.tmp, "shared-root")
         self.plugins = {
-            "c1": Plugin(self.tmp, "c1", "c2", shared),
-            "c2": Plugin(self.tmp, "c2", "c1", shared),
+            "c1": Plugin(self.tmp, "c1", "c2", shared, self.plugin_extra["c1"]),
+            "c2": Plugin(self.tmp, "c2", "c1", shared, self.plugin_extra["c2"]),
         }
         port, raft = free_port(), free_port()
         self.address = "127.0.0.1:%d" % port
@@ -173,9 +175,10 @@ class LifecycleTest(unittest.TestCase):
         r = self.b("--json", "plugin", "status", "hostpath", expect=None)
         return r.json()["nodes_healthy"] if r.code == 0 else -1
 
-    def create(self, vid, mode="single-node-writer"):
+    def create(self, vid, mode="single-node-writer", **extra):
         spec = {"id": vid, "plugin_id": "hostpath", "secrets": {"token": SECRET},
                 "capabilities": [{"access_mode": mode, "attachment_mode": "file-system"}]}
+        spec.update(extra)
         return self.b("--json", "volume", "create", "-", stdin=json.dumps(spec)).json()
 
     def volume(self, vid):
@@ -207,7 +210,8 @@ class LifecycleTest(unittest.TestCase):
         with open(os.path.join(self.tmp, node, "allocs", aid, "stdout")) as f:
             return f.read()
 
-    # --- tests ------------------------------------------------------------------
+
+class LifecycleTest(Base):
 
     def test_alloc_writes_then_an_alloc_on_another_client_reads_it(self):
         """Complaints 1 (claims freed when allocs stop) and 11 (secrets)."""
@@ -423,6 +427,27 @@ class LifecycleTest(unittest.TestCase):
         text = self.b("node", "status", "c1").out
         self.assertIn(a["id"], text)
         self.b("alloc", "stop", a["id"])
+
+
+class TopologyTest(Base):
+    plugin_extra = {"c1": ["--topology", "zone=a"], "c2": ["--topology", "zone=b"]}
+
+    def test_a_claim_outside_the_volume_topology_is_refused(self):
+        """Topology: a volume created for zone a is claimed in zone a only."""
+        vol = self.create("zoned", topology_request={"required": [{"segments": {"zone": "a"}}]})
+        self.assertEqual(vol["accessible_topology"], [{"segments": {"zone": "a"}}])
+        r = self.run_alloc("c2", "d=zoned", expect=4)
+        self.assertIn("not accessible from node 'c2'", r.err)
+        self.assertEqual(self.volume("zoned")["claims"], [])
+        a = self.run_alloc("c1", "d=zoned")
+        self.b("alloc", "stop", a["id"])
+        # No controller in zone c: nothing is created.
+        r = self.b("volume", "create", "-", expect=5, stdin=json.dumps({
+            "id": "nowhere", "plugin_id": "hostpath",
+            "capabilities": [{"access_mode": "single-node-writer",
+                              "attachment_mode": "file-system"}],
+            "topology_request": {"required": [{"segments": {"zone": "c"}}]}}))
+        self.assertIn("required topology", r.err)
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+#include "actors/clock.hpp"
 #include "actors/leader.hpp"
 
 #include <chrono>
@@ -17,10 +18,6 @@ using self_ptr = leader_actor::stateful_pointer<leader_state>;
 using response_promise = caf::typed_response_promise<pb<v1::Response>>;
 using volume_key = leader_state::volume_key;
 
-int64_t now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
 
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
@@ -141,10 +138,6 @@ std::optional<volume_key> find_volume(const self_ptr& self, const std::string& n
 
 // --- allocs, nodes, the volume watcher -----------------------------------
 
-int64_t steady_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
-}
 
 std::string new_alloc_id() {
   static std::mt19937_64 rng{std::random_device{}()};
@@ -197,7 +190,7 @@ void stamp_copy(T* x, uint64_t index) {
 }
 
 void put_alloc(self_ptr self, v1::Alloc a, then_fn then) {
-  a.set_modified_at_ms(now_ms());
+  a.set_modified_at_ms(wall_ms());
   self->state.allocs[a.id()] = a;
   count_allocs_and_nodes(self);
   self->send(self->state.watcher, changed_atom::value, wrap(a));
@@ -407,7 +400,7 @@ void ensure_alloc_for_claim(self_ptr self, const v1::ClaimRequest& c, then_fn th
     a.set_namespace_(ns);
     a.set_node_id(c.node_id());
     a.set_state(v1::ALLOC_RUNNING);
-    a.set_created_at_ms(now_ms());
+    a.set_created_at_ms(wall_ms());
     a.set_message("claims made with berth volume claim");
   }
   auto* v = a.add_volumes();
@@ -540,7 +533,7 @@ void alloc_run(self_ptr self, v1::AllocRunRequest req, response_promise rp) {
   *a.mutable_volumes() = req.volumes();
   *a.mutable_command() = req.command();
   a.set_state(v1::ALLOC_PENDING);
-  a.set_created_at_ms(now_ms());
+  a.set_created_at_ms(wall_ms());
   auto problems = validate_alloc(a);
   if (!problems.empty()) {
     rp.deliver(error_response(errc::invalid, describe("alloc " + quoted(a.id()), problems)));
@@ -811,7 +804,7 @@ void heartbeat(self_ptr self, const std::string& node_id, node_actor node) {
   next.set_id(node_id);
   next.set_has_client(true);
   next.set_status(v1::NODE_READY);
-  next.set_last_heartbeat_ms(now_ms());
+  next.set_last_heartbeat_ms(wall_ms());
   put_node(self, std::move(next), ignore_result());
   if (was_down) {
     // Its plugin instances were dropped when it went down: report again.
@@ -1293,7 +1286,7 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
       v1::Response r;
       *r.add_nodes() = it->second;
       if (auto seen = st.last_seen.find(it->first); seen != st.last_seen.end())
-        r.mutable_nodes(0)->set_last_seen_ms(now_ms() - (steady_ms() - seen->second));
+        r.mutable_nodes(0)->set_last_seen_ms(wall_ms() - (steady_ms() - seen->second));
       for (const auto& [id, a] : st.allocs)
         if (a.node_id() == it->first) *r.add_allocs() = a;
       for (const auto& [key, v] : st.volumes)
@@ -1310,7 +1303,7 @@ void execute(self_ptr self, v1::Request& req, response_promise rp) {
       for (const auto& [id, n] : st.nodes) {
         *r.add_nodes() = n;
         if (auto seen = st.last_seen.find(id); seen != st.last_seen.end())
-          r.mutable_nodes(r.nodes_size() - 1)->set_last_seen_ms(now_ms() - (steady_ms() - seen->second));
+          r.mutable_nodes(r.nodes_size() - 1)->set_last_seen_ms(wall_ms() - (steady_ms() - seen->second));
       }
       rp.deliver(wrap(std::move(r)));
       return;

@@ -1,3 +1,4 @@
+#include "actors/clock.hpp"
 #include "actors/node.hpp"
 
 #include <filesystem>
@@ -66,15 +67,7 @@ std::string where(const self_ptr& self, const std::string& plugin) {
   return "plugin '" + plugin + "' on node '" + self->state.config.node_id + "'";
 }
 
-int64_t steady_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
-}
 
-int64_t wall_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
 
 void start_polling(self_ptr self);
 

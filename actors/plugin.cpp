@@ -1,3 +1,4 @@
+#include "actors/clock.hpp"
 #include "actors/plugin.hpp"
 
 #include <chrono>
@@ -10,10 +11,6 @@ namespace berth {
 
 namespace {
 
-int64_t now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
 
 using self_ptr = plugin_actor::stateful_pointer<plugin_state>;
 using result_promise = caf::typed_response_promise<pb<v1::NodeVolumeResult>>;
@@ -83,7 +80,7 @@ plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> 
           if (changed) {
             for (auto* list : {next.mutable_controllers(), next.mutable_nodes()})
               for (auto& i : *list)
-                if (i.node_id() == f.node_id()) i.set_updated_at_ms(now_ms());
+                if (i.node_id() == f.node_id()) i.set_updated_at_ms(wall_ms());
           }
         }
         if (!changed) return wrap(self->state.plugin);

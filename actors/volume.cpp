@@ -1,3 +1,4 @@
+#include "actors/clock.hpp"
 #include "actors/volume.hpp"
 
 #include <chrono>
@@ -15,10 +16,6 @@ using claim_promise = caf::typed_response_promise<pb<v1::ClaimResult>>;
 // Continuations of the claim and release workflows: nullopt = success.
 using then_fn = std::function<void(std::optional<caf::error>)>;
 
-int64_t now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
 
 // Commits `next` as the volume's new state (or its deletion), then updates
 // the actor and tells the leader before continuing.  await() keeps every
@@ -142,7 +139,7 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
   };
   switch (c->state()) {
     case v1::CLAIM_TAKEN:
-      release(next, ctx.alloc, ctx.reason, now_ms());
+      release(next, ctx.alloc, ctx.reason, wall_ms());
       persist(self, std::move(next), false, again);
       return;
     case v1::CLAIM_UNPUBLISHING: {
@@ -313,7 +310,7 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, lead
           r.write = !req.read_only();
           r.access_mode = req.access_mode();
           r.attachment_mode = req.attachment_mode();
-          r.now_ms = now_ms();
+          r.now_ms = wall_ms();
           r.node_volume_count = req.node_volume_count();
           auto next = self->state.volume;
           if (auto f = claim(next, r, p ? &*p : nullptr)) {

@@ -1,3 +1,4 @@
+#include "actors/clock.hpp"
 #include "actors/watcher.hpp"
 
 #include <chrono>
@@ -12,15 +13,7 @@ using claim_key = watcher_state::claim_key;
 
 constexpr auto tick_interval = std::chrono::milliseconds(100);
 
-int64_t steady_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
-}
 
-int64_t wall_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
 
 void schedule(self_ptr self) {
   auto& st = self->state;

@@ -132,6 +132,28 @@ class ShellTest(unittest.TestCase):
         for line in ("plugin status", "volume status db", "help volume claim", "exit"):
             self.assertIn(line, [l.strip() for l in lines])
 
+    def test_progress_shows_on_a_terminal_only(self):
+        """Long commands print progress on a terminal (stderr), never under
+        --json or into a pipe."""
+        for vid in ("p1", "p2", "p3"):
+            with open(os.path.join(self.tmp, vid + ".json"), "w") as f:
+                json.dump(dict(VOLUME, id=vid), f)
+        cmd = "%s --address %s volume create %s" % (BERTH, self.agent.address,
+                                                     os.path.join(self.tmp, "p1.json"))
+        tty = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(tty.returncode, 0, tty)
+        self.assertIn("Creating volume 'p1'", tty.stdout)
+        self.assertIn("volume 'p1' created", tty.stdout)
+        quiet = subprocess.run(["script", "-qec", cmd.replace("p1", "p2").replace(
+            " volume", " --json volume"), "/dev/null"], capture_output=True, text=True,
+            timeout=60)
+        self.assertEqual(quiet.returncode, 0, quiet)
+        self.assertNotIn("Creating", quiet.stdout)
+        piped = berth(self.agent, "volume", "create", os.path.join(self.tmp, "p3.json"))
+        self.assertEqual(piped.code, 0, piped)
+        self.assertNotIn("Creating", piped.out + piped.err)
+
 
 if __name__ == "__main__":
     unittest.main()

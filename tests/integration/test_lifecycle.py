@@ -171,6 +171,20 @@ class Base(unittest.TestCase):
             time.sleep(0.1)
         self.fail("timed out waiting for: " + what)
 
+    def metrics(self):
+        """The server's /metrics as {series: value}."""
+        import re
+        import urllib.request
+        port = re.search(r"metrics on 127\.0\.0\.1:(\d+)", self.server.banner).group(1)
+        with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=10) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
     def nodes_healthy(self):
         r = self.b("--json", "plugin", "status", "hostpath", expect=None)
         return r.json()["nodes_healthy"] if r.code == 0 else -1
@@ -343,6 +357,11 @@ class LifecycleTest(Base):
         self.assertNotEqual(claim["release_error"], "")
         text = self.b("volume", "status", "v").out
         self.assertIn("Releases (volume watcher)", text)
+        m = self.metrics()
+        self.assertGreater(m["berth_watcher_retries_total"], 0)
+        self.assertEqual(m["berth_watcher_pending_releases"], 1)
+        self.assertEqual(m['berth_allocs{state="complete"}'], 1)
+        self.assertIn('berth_mailbox_backlog{kind="leader"}', m)
         self.plugins["c1"].start()
         self.plugins["c2"].start()
         t.join(timeout=90)

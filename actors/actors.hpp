@@ -14,6 +14,7 @@
 // messages are plain structs.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -126,6 +127,14 @@ typename Inspector::result_type inspect(Inspector& f, pb<T>& x) {
 caf::error to_error(const failure& f);
 caf::error make_error(errc code, std::string message);
 failure to_failure(const caf::error& e);
+
+// How long a server waits for a client's answer to one CSI step (a few CSI
+// calls, each under the client's --csi-timeout, 30 s by default).  CAF does
+// not fail a request to a remote actor whose connection died, so without
+// this a volume would wait forever for a client killed mid-step; the step
+// fails instead, and the volume watcher retries it (CSI calls are
+// idempotent, and the client runs a plugin's calls in order).
+constexpr std::chrono::seconds csi_step_timeout{75};
 
 // --- in-process messages ----------------------------------------------------
 

@@ -763,7 +763,7 @@ void volume_delete(self_ptr self, const v1::VolumeDeleteRequest& d, response_pro
     return;
   }
   auto k = *key;
-  self->request(controller, caf::infinite, deregister_atom::value, wrap(vol))
+  self->request(controller, csi_step_timeout, deregister_atom::value, wrap(vol))
       .then(
           [self, k, rp](bool) mutable {
             auto actor = self->state.volume_actors.find(k);
@@ -982,7 +982,7 @@ void create_volume(self_ptr self, v1::Volume spec, response_promise rp) {
             "; volumes of it cannot be created now"));
     return;
   }
-  self->request(controller, caf::infinite, create_atom::value, wrap(std::move(spec)))
+  self->request(controller, csi_step_timeout, create_atom::value, wrap(std::move(spec)))
       .then([self, rp](pb<v1::Volume>& created) mutable {
               register_volume(self, std::move(created.msg), rp, "created");
             },
@@ -1007,7 +1007,7 @@ void register_volume(self_ptr self, v1::Volume v, response_promise rp, std::stri
   if (fresh && verb == "registered") {
     if (auto controller = pick_controller(self, v.plugin_id())) {
       auto id = v.id(), plugin = v.plugin_id(), ext = v.external_id();
-      self->request(controller, caf::infinite, validate_atom::value, wrap(v))
+      self->request(controller, csi_step_timeout, validate_atom::value, wrap(v))
           .then(
               [self, v, rp, id, plugin, ext](std::string& why) mutable {
                 if (!why.empty()) {

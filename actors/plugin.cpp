@@ -41,7 +41,7 @@ result_promise queue_controller_call(self_ptr self, Atom atom, v1::NodeVolumeReq
       done();
       return;
     }
-    self->request(controller, caf::infinite, atom, wrap(std::move(req)))
+    self->request(controller, csi_step_timeout, atom, wrap(std::move(req)))
         .then(
             [rp, done](pb<v1::NodeVolumeResult>& r) mutable {
               rp.deliver(std::move(r));

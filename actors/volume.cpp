@@ -87,7 +87,7 @@ v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
 template <class Atom>
 void csi_step(self_ptr self, const node_actor& node, Atom atom, v1::NodeVolumeRequest req,
               std::function<void(v1::NodeVolumeResult)> ok, then_fn fail) {
-  self->request(node, caf::infinite, atom, wrap(std::move(req)))
+  self->request(node, csi_step_timeout, atom, wrap(std::move(req)))
       .await([ok](pb<v1::NodeVolumeResult>& r) mutable { ok(std::move(r.msg)); },
              [fail](caf::error& e) mutable { fail(std::move(e)); });
 }
@@ -108,6 +108,9 @@ template <class Atom>
 void controller_step(self_ptr self, const plugin_actor& plugin, const node_actor& controller,
                      Atom atom, v1::NodeVolumeRequest req,
                      std::function<void(v1::NodeVolumeResult)> ok, then_fn fail) {
+  // No timeout here: the plugin actor's queue answers every call (its own
+  // request to the controller node is bounded), and a call given up while
+  // still queued would run after the step that follows it.
   self->request(plugin, caf::infinite, atom, wrap(std::move(req)), controller)
       .await([ok](pb<v1::NodeVolumeResult>& r) mutable { ok(std::move(r.msg)); },
              [fail](caf::error& e) mutable { fail(std::move(e)); });

@@ -277,7 +277,8 @@ def check_releases_freed(obs):
                 continue
             last = a.releases[-1] if a and a.releases else None
             out.append(Violation(3, "release wedged: alloc %s still holds volume %s (state %s) "
-                                 "%.0f s after the faults stopped" % (alloc, vol, c["state"], bound),
+                                 "after the operator released it again for up to %.0f s"
+                                 % (alloc, vol, c["state"], bound),
                                  short(last) if last else "no release of it was recorded"))
         if a and a.releases:
             done = [p for p in a.releases if p[1] and p[1]["type"] in ("ok", "fail")]
@@ -351,11 +352,13 @@ def check_csi_order(obs):
                                      % (vid, node, len(users)), where + "\n" + "\n".join(users)))
             if ok:
                 staged.pop((node, s), None)
-    # After every claim was released, nothing may stay published or staged.
+    # Once a volume's claims are all released, nothing of it may stay
+    # published or staged.
     drained = obs.get("drained")
-    if drained is not None and not claims_in(drained):
+    if drained is not None:
+        claimed = {vol for vol, _ in claims_in(drained)}
         by_ext = {v["external_id"]: vid for vid, v in obs["volumes"].items()
-                  if v.get("external_id")}
+                  if v.get("external_id") and vid not in claimed}
         for (n, t), (v, _) in sorted(pubs.items()):
             if v in by_ext:
                 out.append(Violation(4, "publication of volume %s left behind on node %s after "
@@ -398,4 +401,21 @@ def check(obs):
     out = []
     for c in CHECKS:
         out.extend(c(obs))
+    return out
+
+
+def summarize(violations):
+    """Violations with the same description folded into the first one."""
+    first, count = {}, {}
+    for v in violations:
+        key = (v.check, v.what)
+        if key not in first:
+            first[key] = v
+        count[key] = count.get(key, 0) + 1
+    out = []
+    for key, v in first.items():
+        if count[key] > 1:
+            v = Violation(v.check, "%s (%d times; the first shown)" % (v.what, count[key]),
+                          v.detail)
+        out.append(v)
     return out

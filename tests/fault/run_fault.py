@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -150,6 +151,28 @@ class Run:
             logs[p.node_id] = entries
         return logs
 
+    def release_all(self, workload, release, process, todo, bound):
+        """Releases each alloc again until it is gone (exit 0, or 3: not
+        found) or `bound` seconds passed; one thread per alloc, so that a
+        wedged volume does not hold up the others."""
+        deadline = time.time() + bound
+
+        def one(alloc, vol):
+            value = {"alloc": alloc, "volume": vol}
+            while time.time() < deadline:
+                op = workload.execute(process, release, value,
+                                      self.rng.choice(self.live_addresses()), with_exit=True)
+                if op in (0, 3):
+                    return
+                time.sleep(0.5)
+
+        threads = [threading.Thread(target=one, args=kv, daemon=True)
+                   for kv in sorted(todo.items())]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
     # --- phases ------------------------------------------------------------------
 
     def run(self):
@@ -159,8 +182,8 @@ class Run:
         workload = Workload(self.history, self.rng, kinds, self.live_addresses,
                             workers=a.workers, op_timeout=a.op_timeout)
         nemesis = Nemesis(self.history, random.Random(self.rng.random()), self.cluster,
-                          self.clients, self.plugins, a.faults, log=log if a.verbose else
-                          (lambda m: None))
+                          self.clients, self.plugins, a.faults, kinds=a.kinds,
+                          log=log if a.verbose else (lambda m: None))
         log("phase: workload and %d faults" % a.faults)
         workload.start()
         nemesis.start()
@@ -199,33 +222,27 @@ class Run:
                 if c["state"] != "taken":
                     pending[c["alloc_id"]] = v["id"]
         release = ReleaseOp()
-        deadline = time.time() + a.release_bound
         held = checker.claims_in(settled)
         todo = {al: vol for al, vol in pending.items() if (vol, al) in held}
-        while todo and time.time() < deadline:
-            for alloc, vol in sorted(todo.items()):
-                value = {"alloc": alloc, "volume": vol}
-                outcome = workload.execute("heal", release, value,
-                                           self.rng.choice(self.live_addresses()))
-                if outcome in ("ok", "fail"):
-                    del todo[alloc]
-            if todo:
-                time.sleep(0.5)
+        self.release_all(workload, release, "heal", todo, a.release_bound)
         final = self.shell("--json", "volume", "status")
 
         # Drain: release everything left, so that no publication may remain.
-        for v in final:
-            for c in v["claims"]:
-                value = {"alloc": c["alloc_id"], "volume": v["id"]}
-                for _ in range(20):
-                    if workload.execute("drain", release, value,
-                                        self.rng.choice(self.live_addresses())) != "info":
-                        break
-                    time.sleep(0.5)
+        todo = {c["alloc_id"]: v["id"] for v in final for c in v["claims"]}
+        self.release_all(workload, release, "drain", todo, a.release_bound)
         drained = self.shell("--json", "volume", "status")
         self.operations = sum(1 for e in self.history.events
                               if e["type"] == "invoke" and e.get("process") not in
                               ("heal", "drain"))
+        outcomes = {}
+        for e in self.history.events:
+            if e.get("op") is not None and e["type"] != "invoke":
+                key = (e["process"] if e["process"] in ("heal", "drain") else "workload", e["f"])
+                outcomes.setdefault(key, {}).setdefault(e["type"], 0)
+                outcomes[key][e["type"]] += 1
+        log("phase: check (%s)" % "; ".join(
+            "%s %s: %s" % (k[0], k[1], ", ".join("%s %d" % kv for kv in sorted(v.items())))
+            for k, v in sorted(outcomes.items())))
 
         # Quiesce: no more fingerprints, every server at the same index,
         # then stop them and read their state tables.
@@ -265,6 +282,8 @@ def main(argv=None):
     p.add_argument("--seed", type=int,
                    default=int(os.environ.get("BERTH_FAULT_SEED") or random.randrange(1 << 31)))
     p.add_argument("--faults", type=int, default=int(os.environ.get("BERTH_FAULTS", "12")))
+    p.add_argument("--kinds", default=os.environ.get("BERTH_FAULT_KINDS", ",".join(Nemesis.KINDS)),
+                   help="comma-separated fault kinds (default all: %(default)s)")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--op-timeout", type=float, default=8)
     p.add_argument("--release-bound", type=float, default=45,
@@ -275,6 +294,10 @@ def main(argv=None):
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--verbose", "-v", action="store_true", help="print every fault")
     a = p.parse_args(argv)
+    a.kinds = tuple(k for k in a.kinds.split(",") if k)
+    unknown = set(a.kinds) - set(Nemesis.KINDS)
+    if unknown or not a.kinds:
+        p.error("unknown fault kinds %s (known: %s)" % (sorted(unknown), ", ".join(Nemesis.KINDS)))
     log("berth fault suite: seed %d (reproduce with --seed %d or BERTH_FAULT_SEED=%d)"
         % (a.seed, a.seed, a.seed))
     started = time.time()
@@ -292,7 +315,7 @@ def main(argv=None):
         return 2
     finally:
         run.teardown()
-    for v in violations:
+    for v in checker.summarize(violations):
         log(str(v))
     if violations:
         log("history, call logs and process logs: %s" % run.tmp)

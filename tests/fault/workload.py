@@ -168,14 +168,15 @@ class Workload:
                 return k, value
         return choices[-1] if choices else (None, None)
 
-    def execute(self, process, kind, value, address):
+    def execute(self, process, kind, value, address, with_exit=False):
+        """Runs one operation; its outcome (or its exit code, with_exit)."""
         op = self.history.invoke(process, kind.f, value)
         code, err, _ = run_shell(address, kind.argv(value), self.op_timeout)
         outcome = kind.classify(code, err) if code is not None else "info"
         self.history.complete(op, process, kind.f, value, outcome, code, err)
         with self.lock:
             self.count += 1
-        return outcome
+        return code if with_exit else outcome
 
     def worker(self, w):
         rng, model = self.rngs[w], self.models[w]

@@ -10,7 +10,7 @@ JOBS ?= 2
 DATA_DIR ?= $(CURDIR)/.dev/data
 CHAOS_FAULTS ?= 100
 CHAOS_SEED ?=
-CHAOS_KINDS ?= kill-leader,kill-follower,kill-client,kill-plugin,pause
+CHAOS_KINDS ?= kill-leader,kill-follower,kill-client,kill-plugin,pause-leader,pause-follower,pause-client,pause-plugin
 CHAOS_OUT ?= $(CURDIR)/.chaos
 
 .PHONY: deps configure build dev test bench chaos clean

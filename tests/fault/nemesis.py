@@ -1,8 +1,8 @@
 """The nemesis: one fault at a time, spaced randomly, chosen by the run's seed.
 
-Faults: SIGKILL and restart of the leader, of a follower, of a client
-(berthd --client) and of a plugin (berth-hostpath); SIGSTOP/SIGCONT of any
-of those processes. Each fault is injected, held for a random while, then
+Faults (kinds): SIGKILL and restart (kill-*) or SIGSTOP and SIGCONT
+(pause-*) of the leader, of a follower, of a client (berthd --client) or of
+a plugin (berth-hostpath). Each fault is injected, held for a random while, then
 healed (restart / SIGCONT) before the next one, and recorded in the history
 ("nemesis" events). Network partitions need network namespaces (root) and
 separate addresses; the cluster here shares 127.0.0.1, so they are not
@@ -14,7 +14,8 @@ import time
 
 
 class Nemesis:
-    KINDS = ("kill-leader", "kill-follower", "kill-client", "kill-plugin", "pause")
+    KINDS = ("kill-leader", "kill-follower", "kill-client", "kill-plugin",
+             "pause-leader", "pause-follower", "pause-client", "pause-plugin")
 
     def __init__(self, history, rng, cluster, clients, plugins, faults, gap=(0.5, 3.0),
                  hold=(0.3, 2.5), kinds=KINDS, log=print):
@@ -57,18 +58,17 @@ class Nemesis:
 
     def inject(self, kind):
         servers = self.cluster.servers
-        if kind == "kill-leader":
+        action, target = kind.split("-", 1)
+        if target == "leader":
             victim = self.leader() or self.rng.choice(servers)
-        elif kind == "kill-follower":
+        elif target == "follower":
             leader = self.leader()
             victim = self.rng.choice([s for s in servers if s is not leader])
-        elif kind == "kill-client":
+        elif target == "client":
             victim = self.rng.choice(self.clients)
-        elif kind == "kill-plugin":
-            victim = self.rng.choice(self.plugins)
         else:
-            victim = self.rng.choice(list(servers) + self.clients + self.plugins)
-        if kind == "pause":
+            victim = self.rng.choice(self.plugins)
+        if action == "pause":
             self.history.note("pause", process=victim.name)
             self.paused.append(victim)
             victim.proc.send_signal(signal.SIGSTOP)

@@ -17,6 +17,7 @@ An observation is a dict:
               released (then no publication may remain at the plugins)
   call_logs   {CSI-NODE-ID: [call log entries of the plugin on that node]}
   tables      optional: [(SERVER, state tables)] read with the servers stopped
+  converge_error  optional: why the servers did not reach one applied index
 
 Operations are pluggable by name: ACQUIRE kinds take volumes for an alloc
 (value {"alloc", "node", "volumes": [{"volume", "read_only"}]}), RELEASE
@@ -373,10 +374,13 @@ def check_csi_order(obs):
 # --- check 5: replicas ---------------------------------------------------------
 
 def check_tables(obs):
+    out = []
+    if obs.get("converge_error"):
+        out.append(Violation(5, "the servers did not reach the same applied index after the "
+                             "faults stopped", obs["converge_error"]))
     tables = obs.get("tables")
     if not tables:
-        return []
-    out = []
+        return out
     name0, t0 = tables[0]
     for name, t in tables[1:]:
         if t.get("applied") != t0.get("applied"):

@@ -6,7 +6,8 @@ Each event is a dict
      "exit": CODE, "error": TEXT}
 where "info" means the outcome is unknown (timed out, connection lost, or an
 error that does not say whether the change was made). `time` is seconds
-since the history started (time.monotonic()). The history is appended to
+since the history started (time.monotonic()), `wall` the epoch time (to line
+up with the plugins' call logs, whose `at_ns` is epoch nanoseconds). The history is appended to
 from many threads and written as one JSON object per line."""
 
 import json
@@ -27,6 +28,7 @@ class History:
         return time.monotonic() - self.start
 
     def _append(self, event):
+        event["wall"] = time.time()  # to line up with the call logs' at_ns
         with self.lock:
             event["index"] = len(self.events)
             self.events.append(event)

@@ -57,7 +57,7 @@ class Run:
     # --- setup and teardown ---------------------------------------------------
 
     def setup(self):
-        self.cluster = Cluster(self.tmp)
+        self.cluster = Cluster(self.tmp, tick=str(self.args.raft_tick))
         self.cluster.start()
         shared = os.path.join(self.tmp, "hostpath-root")
         os.makedirs(shared, exist_ok=True)
@@ -249,15 +249,17 @@ class Run:
         for c in self.clients:
             c.kill(15)
         time.sleep(0.5)
-        tables = None
+        tables, converge_error = None, None
         try:
             self.wait_converged(30)
-            for s in self.cluster.servers:
-                s.kill(15)
-            tables = [(s.name, s.state_tables()) for s in self.cluster.servers]
         except RuntimeError as e:
-            log("servers did not converge: %s" % e)
-            tables = [(s.name, {"applied": "did not converge"}) for s in self.cluster.servers]
+            converge_error = str(e)
+        # Followers first: once they are gone the leader cannot commit (nor
+        # could a new leader be elected and append to only some servers).
+        leader = self.cluster.leader()
+        for s in sorted(self.cluster.servers, key=lambda s: s is leader):
+            s.kill(15)
+        tables = [(s.name, s.state_tables()) for s in self.cluster.servers]
 
         self.obs = {
             "volumes": {v.id: {"access_mode": v.access_mode, "external_id": v.external_id}
@@ -271,6 +273,7 @@ class Run:
             "drained": drained,
             "call_logs": self.call_logs(),
             "tables": tables,
+            "converge_error": converge_error,
         }
         with open(os.path.join(self.tmp, "observations.json"), "w") as f:
             json.dump(self.obs, f, default=str)
@@ -285,6 +288,8 @@ def main(argv=None):
     p.add_argument("--kinds", default=os.environ.get("BERTH_FAULT_KINDS", ",".join(Nemesis.KINDS)),
                    help="comma-separated fault kinds (default all: %(default)s)")
     p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--raft-tick", type=float, default=0.05,
+                   help="the servers' --raft-tick (seconds; small: quick elections)")
     p.add_argument("--op-timeout", type=float, default=8)
     p.add_argument("--release-bound", type=float, default=45,
                    help="seconds after the faults stop by which every release must be done")
@@ -315,12 +320,14 @@ def main(argv=None):
         return 2
     finally:
         run.teardown()
-    for v in checker.summarize(violations):
+    distinct = checker.summarize(violations)
+    for v in distinct:
         log(str(v))
     if violations:
         log("history, call logs and process logs: %s" % run.tmp)
-    log("seed %d: faults injected %d, operations %d, violations %d (%.0f s)"
-        % (a.seed, run.faults, run.operations, len(violations), time.time() - started))
+    log("seed %d: faults injected %d, operations %d, violations %d (%d distinct; %.0f s)"
+        % (a.seed, run.faults, run.operations, len(violations), len(distinct),
+           time.time() - started))
     return 1 if violations else 0
 
 

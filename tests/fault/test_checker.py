@@ -219,6 +219,13 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual(len(vs), 1, vs)
         self.assertIn("table volumes differs between s1 and s2 at applied index (7,)", str(vs[0]))
 
+    def test_servers_that_never_converged(self):
+        obs = clean()
+        obs["converge_error"] = "servers did not converge: applied 7, 7, 5"
+        vs = self.violations(obs, 5)
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("did not reach the same applied index", str(vs[0]))
+
     def test_summarize_folds_repeats(self):
         vs = [checker.Violation(4, "x"), checker.Violation(4, "x"), checker.Violation(2, "y")]
         out = [str(v) for v in checker.summarize(vs)]

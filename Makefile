@@ -4,13 +4,13 @@
 # the benchmarks (bench/run.py; numbers and bench/report.json, no pass/fail).
 # `make chaos` builds and runs the long fault-injection run (tests/fault/,
 # docs/testing.md): CHAOS_FAULTS faults (default 100) of CHAOS_KINDS (default
-# all), seed CHAOS_SEED (default random; printed), output kept in CHAOS_OUT.
+# all; partitions only as root), seed CHAOS_SEED (default random; printed), output kept in CHAOS_OUT.
 BUILD_DIR ?= build
 JOBS ?= 2
 DATA_DIR ?= $(CURDIR)/.dev/data
 CHAOS_FAULTS ?= 100
 CHAOS_SEED ?=
-CHAOS_KINDS ?= kill-leader,kill-follower,kill-client,kill-plugin,pause-leader,pause-follower,pause-client,pause-plugin
+CHAOS_KINDS ?= all
 CHAOS_OUT ?= $(CURDIR)/.chaos
 
 .PHONY: deps configure build dev test bench chaos clean

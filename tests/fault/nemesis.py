@@ -2,11 +2,10 @@
 
 Faults (kinds): SIGKILL and restart (kill-*) or SIGSTOP and SIGCONT
 (pause-*) of the leader, of a follower, of a client (berthd --client) or of
-a plugin (berth-hostpath). Each fault is injected, held for a random while, then
+a plugin (berth-hostpath); as root, partition-leader and partition-follower
+cut a server off the network (netns.py). Each fault is injected, held for a random while, then
 healed (restart / SIGCONT) before the next one, and recorded in the history
-("nemesis" events). Network partitions need network namespaces (root) and
-separate addresses; the cluster here shares 127.0.0.1, so they are not
-injected (see docs/testing.md)."""
+("nemesis" events)."""
 
 import signal
 import threading
@@ -16,9 +15,12 @@ import time
 class Nemesis:
     KINDS = ("kill-leader", "kill-follower", "kill-client", "kill-plugin",
              "pause-leader", "pause-follower", "pause-client", "pause-plugin")
+    # Need root and network namespaces (netns.py): the servers then run in
+    # namespaces of their own.
+    PARTITION_KINDS = ("partition-leader", "partition-follower")
 
     def __init__(self, history, rng, cluster, clients, plugins, faults, gap=(0.5, 3.0),
-                 hold=(0.3, 2.5), kinds=KINDS, log=print):
+                 hold=(0.3, 2.5), kinds=KINDS, log=print, network=None):
         self.history = history
         self.rng = rng
         self.cluster = cluster
@@ -35,6 +37,8 @@ class Nemesis:
         self.error = None
         self.log = log
         self.paused = []
+        self.network = network
+        self.isolated = []
 
     def leader(self):
         try:
@@ -68,7 +72,15 @@ class Nemesis:
             victim = self.rng.choice(self.clients)
         else:
             victim = self.rng.choice(self.plugins)
-        if action == "pause":
+        if action == "partition":
+            self.history.note("partition", process=victim.name)
+            self.isolated.append(victim)
+            self.network.isolate(victim.ns)
+            self.wait(self.hold)
+            self.network.rejoin(victim.ns)
+            self.isolated.remove(victim)
+            self.history.note("rejoin", process=victim.name)
+        elif action == "pause":
             self.history.note("pause", process=victim.name)
             self.paused.append(victim)
             victim.proc.send_signal(signal.SIGSTOP)
@@ -107,6 +119,12 @@ class Nemesis:
             except Exception:
                 pass
         self.paused = []
+        for s in list(self.isolated):
+            try:
+                self.network.rejoin(s.ns)
+            except Exception as e:
+                self.error = self.error or e
+        self.isolated = []
         for p in list(self.cluster.servers) + self.clients + self.plugins:
             if not p.alive():
                 try:

@@ -32,6 +32,7 @@ from harness import berth  # noqa: E402
 
 import checker  # noqa: E402
 from history import History  # noqa: E402
+import netns  # noqa: E402
 from nemesis import Nemesis  # noqa: E402
 from workload import ClaimOp, ReleaseOp, Volume, Workload, run_shell  # noqa: E402
 
@@ -57,7 +58,14 @@ class Run:
     # --- setup and teardown ---------------------------------------------------
 
     def setup(self):
-        self.cluster = Cluster(self.tmp, tick=str(self.args.raft_tick))
+        self.network = None
+        if any(k.startswith("partition-") for k in self.args.kinds):
+            self.network = netns.Network()
+            self.network.setup()
+            self.cluster = netns.NetnsCluster(self.tmp, self.network,
+                                              tick=str(self.args.raft_tick))
+        else:
+            self.cluster = Cluster(self.tmp, tick=str(self.args.raft_tick))
         self.cluster.start()
         shared = os.path.join(self.tmp, "hostpath-root")
         os.makedirs(shared, exist_ok=True)
@@ -80,6 +88,8 @@ class Run:
     def teardown(self):
         if self.cluster:
             self.cluster.stop()
+        if getattr(self, "network", None):
+            self.network.teardown()
         with open("/proc/self/mounts") as f:
             mounts = [l.split()[1] for l in f if self.tmp in l.split()[1]]
         for m in reversed(mounts):
@@ -183,7 +193,7 @@ class Run:
                             workers=a.workers, op_timeout=a.op_timeout)
         nemesis = Nemesis(self.history, random.Random(self.rng.random()), self.cluster,
                           self.clients, self.plugins, a.faults, kinds=a.kinds,
-                          log=log if a.verbose else (lambda m: None))
+                          log=log if a.verbose else (lambda m: None), network=self.network)
         log("phase: workload and %d faults" % a.faults)
         workload.start()
         nemesis.start()
@@ -285,8 +295,9 @@ def main(argv=None):
     p.add_argument("--seed", type=int,
                    default=int(os.environ.get("BERTH_FAULT_SEED") or random.randrange(1 << 31)))
     p.add_argument("--faults", type=int, default=int(os.environ.get("BERTH_FAULTS", "12")))
-    p.add_argument("--kinds", default=os.environ.get("BERTH_FAULT_KINDS", ",".join(Nemesis.KINDS)),
-                   help="comma-separated fault kinds (default all: %(default)s)")
+    p.add_argument("--kinds", default=os.environ.get("BERTH_FAULT_KINDS", "all"),
+                   help="comma-separated fault kinds, or all (default; partitions only as "
+                   "root): " + ", ".join(Nemesis.KINDS + Nemesis.PARTITION_KINDS))
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--raft-tick", type=float, default=0.05,
                    help="the servers' --raft-tick (seconds; small: quick elections)")
@@ -299,12 +310,22 @@ def main(argv=None):
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--verbose", "-v", action="store_true", help="print every fault")
     a = p.parse_args(argv)
-    a.kinds = tuple(k for k in a.kinds.split(",") if k)
-    unknown = set(a.kinds) - set(Nemesis.KINDS)
-    if unknown or not a.kinds:
-        p.error("unknown fault kinds %s (known: %s)" % (sorted(unknown), ", ".join(Nemesis.KINDS)))
     log("berth fault suite: seed %d (reproduce with --seed %d or BERTH_FAULT_SEED=%d)"
         % (a.seed, a.seed, a.seed))
+    known = Nemesis.KINDS + Nemesis.PARTITION_KINDS
+    a.kinds = tuple(k for k in a.kinds.split(",") if k)
+    if a.kinds == ("all",):
+        a.kinds = known
+    unknown = set(a.kinds) - set(known)
+    if unknown or not a.kinds:
+        p.error("unknown fault kinds %s (known: %s)" % (sorted(unknown), ", ".join(known)))
+    why_not = netns.usable() if set(a.kinds) & set(Nemesis.PARTITION_KINDS) else None
+    if why_not:
+        log("partitions skipped: network namespaces %s" % why_not)
+        a.kinds = tuple(k for k in a.kinds if k not in Nemesis.PARTITION_KINDS)
+        if not a.kinds:
+            p.error("no fault kind left")
+    log("fault kinds: %s" % ", ".join(a.kinds))
     started = time.time()
     run = Run(a)
     violations = None

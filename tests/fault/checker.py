@@ -30,7 +30,8 @@ The checks, numbered as in docs/testing.md:
     NodePublishVolume publications, replayed from the call logs)
   3 every claim whose release was invoked is freed within the bound after
     the faults stopped
-  4 the CSI calls of every volume come in the spec's order, per node and path
+  4 the CSI calls of every volume come in the spec's order, per node and path;
+    an acknowledged release was answered only after its publication was undone
   5 every server's state tables are identical at the same applied index
 """
 
@@ -371,6 +372,50 @@ def check_csi_order(obs):
     return out
 
 
+def alloc_of_target(path):
+    """The alloc of a target path: berth's node actor publishes each claim at
+    CSI-ROOT/per-alloc/ALLOC/NAMESPACE/VOLUME/MODE."""
+    parts = (path or "").split("/per-alloc/", 1)
+    return parts[1].split("/", 1)[0] if len(parts) == 2 else None
+
+
+def check_release_unpublished(obs):
+    """An acknowledged release has unpublished its claim: every publication
+    of that alloc's volume the plugins made before the release was answered
+    was unpublished before the answer (history `wall` vs call log `at_ns`)."""
+    out = []
+    by_ext = {v["external_id"]: vid for vid, v in obs["volumes"].items() if v.get("external_id")}
+    live = {}  # (alloc, volume) -> {(node, target): at_ns}
+    events = []
+    for at, node, _, e in merged_calls(obs.get("call_logs", {})):
+        if e.get("code") == 0 and e.get("method") in ("NodePublishVolume", "NodeUnpublishVolume"):
+            events.append((at, 0, node, e))
+    for inv, comp in operations(obs["events"]):
+        if inv["f"] in RELEASE and comp and comp["type"] == "ok" and "wall" in comp:
+            events.append((int(comp["wall"] * 1e9), 1, None, (inv, comp)))
+    events.sort(key=lambda x: (x[0], x[1]))
+    for at, kind, node, x in events:
+        if kind == 0:
+            alloc, vid = alloc_of_target(x.get("target_path")), by_ext.get(x.get("volume_id"))
+            key = (node, x.get("target_path"))
+            pubs = live.setdefault((alloc, vid), {})
+            if x["method"] == "NodePublishVolume":
+                pubs[key] = at
+            else:
+                pubs.pop(key, None)
+        else:
+            inv, comp = x
+            alloc = inv["value"]["alloc"]
+            for (a, vid), pubs in live.items():
+                if a == alloc and pubs and (inv["value"].get("volume") in (None, vid)):
+                    out.append(Violation(4, "acknowledged release of alloc %s on volume %s "
+                                         "answered while its publication was still live"
+                                         % (alloc, vid), short((inv, comp)) + "\n" + "\n".join(
+                                             "node %s target %s published at_ns=%d" % (n, t, p)
+                                             for (n, t), p in sorted(pubs.items()))))
+    return out
+
+
 # --- check 5: replicas ---------------------------------------------------------
 
 def check_tables(obs):
@@ -398,7 +443,7 @@ def check_tables(obs):
 
 
 CHECKS = (check_acks, check_single_writer_committed, check_single_writer_plugin,
-          check_releases_freed, check_csi_order, check_tables)
+          check_releases_freed, check_csi_order, check_release_unpublished, check_tables)
 
 
 def check(obs):

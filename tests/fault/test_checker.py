@@ -197,6 +197,27 @@ class CheckerTest(unittest.TestCase):
         vs = [str(v) for v in self.violations(obs, 4)]
         self.assertTrue(any("publication of volume sw left behind on node n2" in v for v in vs), vs)
 
+    def release_answered_at(self, wall_ns):
+        """clean() with wall times: a1's release answered at wall_ns (its
+        NodeUnpublishVolume is at 4 ns, see lifecycle())."""
+        obs = clean()
+        for e in obs["events"]:
+            e["wall"] = e["time"] * 1e-9
+        rel = next(e for e in obs["events"] if e["f"] == "release" and e["type"] == "ok")
+        rel["wall"] = wall_ns * 1e-9
+        return obs
+
+    def test_release_answered_after_its_unpublish(self):
+        self.assertEqual(self.violations(self.release_answered_at(10)), [])
+
+    def test_release_answered_while_its_publication_is_live(self):
+        # What a release that skips NodeUnpublishVolume looks like.
+        vs = [str(v) for v in self.violations(self.release_answered_at(3.5), 4)]
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("acknowledged release of alloc a1 on volume sw answered while its "
+                      "publication was still live", vs[0])
+        self.assertIn("/n1/per-alloc/a1/hp-sw", vs[0])
+
     def test_wedged_release(self):
         obs = clean()
         h = Builder()

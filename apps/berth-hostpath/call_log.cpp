@@ -26,15 +26,19 @@ call_log::~call_log() {
 
 void call_log::append(const std::string& method,
                       const std::map<std::string, std::string>& fields, int code,
-                      const std::string& code_name) {
+                      const std::string& code_name, int64_t at_ns) {
   if (fd_ < 0)
     return;
   nlohmann::json j{{"method", method}};
   for (const auto& [k, v] : fields)
-    if (!v.empty())
+    if (v == "true")
+      j[k] = true;
+    else if (!v.empty())
       j[k] = v;
   j["code"] = code;
   j["code_name"] = code_name;
+  if (at_ns >= 0)
+    j["at_ns"] = at_ns;
   // One write(2) per line with O_APPEND keeps lines whole; a failed log write
   // is not worth failing the RPC for, so errors here are ignored.
   auto line = j.dump() + "\n";

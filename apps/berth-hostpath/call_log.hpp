@@ -6,6 +6,7 @@
 // fields passed to append() are written; callers pass ids and paths, never
 // secrets, parameters, contexts or mount flags.
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -22,8 +23,10 @@ class call_log {
   call_log& operator=(const call_log&) = delete;
 
   // Appends one line and fsyncs it. Not thread-safe: the caller serializes.
+  // A field whose value is "true" is written as JSON true; at_ns >= 0 (when
+  // the call started, nanoseconds since the epoch) is written as "at_ns".
   void append(const std::string& method, const std::map<std::string, std::string>& fields,
-              int code, const std::string& code_name);
+              int code, const std::string& code_name, int64_t at_ns = -1);
 
  private:
   int fd_ = -1;

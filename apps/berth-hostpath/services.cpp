@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <mutex>
 
 #include "call_log.hpp"
@@ -24,8 +25,14 @@ struct dispatcher {
   grpc::Status run(const char* method, const fields& what, Fn&& fn) {
     std::lock_guard<std::mutex> lock(mu);
     grpc::Status s;
+    int64_t at_ns = -1;
     try {
       p.begin_call();  // --shared-root: the lock of ROOT, and the state re-read
+      // Taken under the lock of ROOT: with --shared-root, the call logs of
+      // the processes sharing ROOT merge into one order by this timestamp.
+      at_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
       s = fn();
       p.end_call();
     } catch (const std::exception& e) {
@@ -33,7 +40,7 @@ struct dispatcher {
       s = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
     }
     auto c = static_cast<int>(s.error_code());
-    log.append(method, what, c, berth::csi::code_name(static_cast<berth::csi::code>(c)));
+    log.append(method, what, c, berth::csi::code_name(static_cast<berth::csi::code>(c)), at_ns);
     return s;
   }
 };
@@ -81,7 +88,9 @@ class controller_service final : public v1::Controller::Service {
   Status ControllerPublishVolume(ServerContext*, const v1::ControllerPublishVolumeRequest* req,
                                  v1::ControllerPublishVolumeResponse* resp) override {
     return d_.run("ControllerPublishVolume",
-                  {{"volume_id", req->volume_id()}, {"node_id", req->node_id()}},
+                  {{"volume_id", req->volume_id()},
+                   {"node_id", req->node_id()},
+                   {"readonly", req->readonly() ? "true" : ""}},
                   [&] { return d_.p.controller_publish(*req, *resp); });
   }
   Status ControllerUnpublishVolume(ServerContext*, const v1::ControllerUnpublishVolumeRequest* req,
@@ -137,7 +146,8 @@ class node_service final : public v1::Node::Service {
     return d_.run("NodePublishVolume",
                   {{"volume_id", req->volume_id()},
                    {"staging_target_path", req->staging_target_path()},
-                   {"target_path", req->target_path()}},
+                   {"target_path", req->target_path()},
+                   {"readonly", req->readonly() ? "true" : ""}},
                   [&] { return d_.p.node_publish(*req, *resp); });
   }
   Status NodeUnpublishVolume(ServerContext*, const v1::NodeUnpublishVolumeRequest* req,

@@ -643,6 +643,16 @@ TEST_CASE("hostpath call log: calls in order, with codes, without secrets") {
   CHECK(find("NodeStageVolume")["volume_id"] == id);
   CHECK(find("NodeUnstageVolume")["code_name"] == "INVALID_ARGUMENT");
   CHECK(find("NodeUnstageVolume")["code"] == 3);
+  // Every line has the time its call started, in call order; readonly only
+  // when the request was read-only.
+  int64_t last = 0;
+  for (const auto& l : lines) {
+    REQUIRE(l.contains("at_ns"));
+    CHECK(l["at_ns"].get<int64_t>() >= last);
+    last = l["at_ns"].get<int64_t>();
+  }
+  CHECK_FALSE(find("NodePublishVolume").contains("readonly"));
+  CHECK_FALSE(find("ControllerPublishVolume").contains("readonly"));
 
   std::stringstream raw;
   raw << std::ifstream(p.call_log).rdbuf();

@@ -90,16 +90,25 @@ class Server(Process):
 
 
 class Plugin(Process):
-    def __init__(self, tmp, name, node_id):
+    def __init__(self, tmp, name, node_id, shared_root=None):
+        """shared_root: a ROOT shared with other plugins (--shared-root)."""
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir, exist_ok=True)
+        self.node_id = node_id
         self.socket = os.path.join(self.dir, "csi.sock")
         self.call_log = os.path.join(self.dir, "calls.log")
-        argv = [HOSTPATH, "--endpoint", "unix://" + self.socket, "--root",
-                os.path.join(self.dir, "root"), "--node-id", node_id, "--call-log", self.call_log]
+        self.root = shared_root or os.path.join(self.dir, "root")
+        argv = [HOSTPATH, "--endpoint", "unix://" + self.socket, "--root", self.root,
+                "--node-id", node_id, "--call-log", self.call_log]
+        if shared_root:
+            argv.append("--shared-root")
         super().__init__(name, argv, os.path.join(tmp, name + ".log"))
 
     def start(self):
+        # A socket left by a killed run is removed by the plugin itself; wait
+        # for the new one, not the stale file.
+        if os.path.exists(self.socket):
+            os.unlink(self.socket)
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         deadline = time.time() + 10

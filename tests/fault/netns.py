@@ -1,0 +1,94 @@
+"""Network partitions for the fault suite (root only): each server runs in
+its own network namespace, joined to the host by a veth pair on a bridge; the
+clients, plugins and the shell stay on the host and reach the servers through
+the bridge. Partitioning a server sets the host end of its veth down (the
+server is cut off from every other process), healing sets it up again."""
+
+import os
+import shutil
+import subprocess
+
+from cluster import Cluster, Server
+
+
+def usable():
+    """None when network namespaces work here, else why not."""
+    if os.geteuid() != 0:
+        return "needs root"
+    if not shutil.which("ip"):
+        return "needs ip (iproute2)"
+    probe = "bfprobe%d" % (os.getpid() % 100000)
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        return "ip netns does not work here: " + r.stderr.strip()
+    subprocess.run(["ip", "netns", "delete", probe], capture_output=True)
+    return None
+
+
+def ip(*args, check=True):
+    return subprocess.run(["ip"] + list(args), capture_output=True, text=True, check=check)
+
+
+class Network:
+    def __init__(self):
+        n = os.getpid() % 10000
+        self.prefix = "bf%d" % n          # interface names stay under 15 characters
+        self.subnet = "10.231.%d" % (n % 250 + 1)
+        self.bridge = self.prefix + "br"
+        self.namespaces = []
+
+    def setup(self):
+        ip("link", "add", self.bridge, "type", "bridge")
+        ip("addr", "add", self.subnet + ".1/24", "dev", self.bridge)
+        ip("link", "set", self.bridge, "up")
+
+    def add(self, name, host_octet):
+        ns = self.prefix + name
+        ip("netns", "add", ns)
+        self.namespaces.append(ns)
+        host_end = ns + "h"
+        ip("link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        ip("link", "set", host_end, "master", self.bridge)
+        ip("link", "set", host_end, "up")
+        ip("-n", ns, "addr", "add", "%s.%d/24" % (self.subnet, host_octet), "dev", "eth0")
+        ip("-n", ns, "link", "set", "eth0", "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        return ns, "%s.%d" % (self.subnet, host_octet)
+
+    def isolate(self, ns):
+        ip("link", "set", ns + "h", "down")
+
+    def rejoin(self, ns):
+        ip("link", "set", ns + "h", "up")
+
+    def teardown(self):
+        for ns in self.namespaces:
+            ip("netns", "delete", ns, check=False)
+        ip("link", "delete", self.bridge, check=False)
+
+
+class NetnsServer(Server):
+    def __init__(self, tmp, name, port, raft_port, join, tick, ns, address):
+        super().__init__(tmp, name, port, raft_port, join, tick)
+        self.ns = ns
+        self.host = address
+        self.argv = ["ip", "netns", "exec", ns] + self.argv + ["--bind", address]
+
+    @property
+    def address(self):
+        return "%s:%d" % (self.host, self.port)
+
+
+class NetnsCluster(Cluster):
+    """Cluster (tests/integration/cluster.py) with each server in a namespace."""
+
+    def __init__(self, tmp, network, tick="0.05"):
+        self.tmp = tmp
+        self.network = network
+        hosts = [network.add("s%d" % (i + 1), 11 + i) for i in range(3)]
+        ports = [(4747, 4748)] * 3  # every server has its own address
+        raft = ["%s:%d" % (addr, r) for (_, addr), (_, r) in zip(hosts, ports)]
+        self.servers = [NetnsServer(tmp, "s%d" % (i + 1), p, r,
+                                    [a for a in raft if a != raft[i]], tick, ns, addr)
+                        for i, ((ns, addr), (p, r)) in enumerate(zip(hosts, ports))]
+        self.processes = list(self.servers)

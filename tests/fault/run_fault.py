@@ -1,0 +1,356 @@
+#!/usr/bin/python3
+"""berth's fault-injection suite: a workload of concurrent claims and releases
+over a 3-server, 2-client cluster (real processes on 127.0.0.1), a nemesis
+killing and pausing servers, clients and plugins, a history of every
+operation, and a checker over the history, the committed state, the plugins'
+call logs and the servers' state tables (tests/fault/checker.py).
+
+    run_fault.py [--seed N] [--faults N] [--workers N] [--keep] [--out DIR]
+
+Prints the seed first (`--seed` or BERTH_FAULT_SEED reproduces the choices
+of workload and nemesis; timing still varies), then one summary line
+`faults injected N, operations M, violations V`; exits 1 on any violation.
+Binaries: $BERTHD_BIN, $BERTH_BIN, $BERTH_HOSTPATH_BIN (else PATH)."""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+sys.path.insert(0, HERE)
+
+from cluster import Client, Cluster, Plugin  # noqa: E402
+from harness import berth  # noqa: E402
+
+import checker  # noqa: E402
+from history import History  # noqa: E402
+import netns  # noqa: E402
+from nemesis import Nemesis  # noqa: E402
+from workload import ClaimOp, ReleaseOp, Volume, Workload, run_shell  # noqa: E402
+
+VOLUMES = [("sw1", "single-node-writer"), ("sw2", "single-node-writer"),
+           ("mw1", "multi-node-single-writer"), ("mw2", "multi-node-single-writer"),
+           ("ro1", "multi-node-reader-only")]
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+class Run:
+    def __init__(self, args):
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.tmp = args.out or tempfile.mkdtemp(prefix="berth-fault-")
+        os.makedirs(self.tmp, exist_ok=True)
+        self.history = History(os.path.join(self.tmp, "history.jsonl"))
+        self.cluster = None
+        self.samples = []
+
+    # --- setup and teardown ---------------------------------------------------
+
+    def setup(self):
+        self.network = None
+        if any(k.startswith("partition-") for k in self.args.kinds):
+            self.network = netns.Network()
+            self.network.setup()
+            self.cluster = netns.NetnsCluster(self.tmp, self.network,
+                                              tick=str(self.args.raft_tick))
+        else:
+            self.cluster = Cluster(self.tmp, tick=str(self.args.raft_tick))
+        self.cluster.start()
+        shared = os.path.join(self.tmp, "hostpath-root")
+        os.makedirs(shared, exist_ok=True)
+        servers = [s.address for s in self.cluster.servers]
+        self.plugins = [Plugin(self.tmp, "plugin-c%d" % i, "csi-c%d" % i, shared_root=shared)
+                        for i in (1, 2)]
+        self.clients = [Client(self.tmp, "c%d" % i, servers, self.plugins[i - 1].socket)
+                        for i in (1, 2)]
+        self.cluster.processes += self.clients + self.plugins
+        for p in self.plugins:
+            p.start()
+        for c in self.clients:
+            c.start()
+        self.wait_healthy(30)
+        self.volumes = [Volume(v, m) for v, m in VOLUMES]
+        for v in self.volumes:
+            r = self.shell("--json", "volume", "create", "-", stdin=json.dumps(v.spec()))
+            v.external_id = r["external_id"]
+
+    def teardown(self):
+        if self.cluster:
+            self.cluster.stop()
+        if getattr(self, "network", None):
+            self.network.teardown()
+        with open("/proc/self/mounts") as f:
+            mounts = [l.split()[1] for l in f if self.tmp in l.split()[1]]
+        for m in reversed(mounts):
+            subprocess.run(["umount", "-l", m], check=False)
+        self.history.close()
+        if not self.args.keep and not self.args.out:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # --- helpers ------------------------------------------------------------------
+
+    def live_addresses(self):
+        return [s.address for s in self.cluster.servers if s.alive()] or \
+            [self.cluster.servers[0].address]
+
+    def shell(self, *args, stdin=None, timeout=60):
+        """A shell command that must succeed (retried while the cluster recovers)."""
+        deadline = time.time() + timeout
+        while True:
+            r = berth(self.rng.choice(self.live_addresses()), "--timeout", "5", *args,
+                      stdin=stdin, timeout=30)
+            if r.code == 0:
+                return r.json() if "--json" in args else r
+            if time.time() > deadline:
+                raise RuntimeError("berth %s failed: %r" % (" ".join(args), r))
+            time.sleep(0.2)
+
+    def wait_healthy(self, timeout):
+        deadline = time.time() + timeout
+        while True:
+            r = berth(self.live_addresses()[0], "--json", "--timeout", "5", "plugin", "status",
+                      "hostpath", timeout=30)
+            if r.code == 0 and r.json()["nodes_healthy"] == 2 and \
+                    r.json()["controllers_healthy"] == 2:
+                return
+            if time.time() > deadline:
+                raise RuntimeError("the plugins never became healthy: %r" % r)
+            time.sleep(0.2)
+
+    def wait_converged(self, timeout):
+        """A leader, and every server at the same applied index."""
+        deadline = time.time() + timeout
+        while True:
+            peers = self.cluster.peers()
+            applied = {p.get("applied_index") for p in peers}
+            if len(peers) == 3 and len(applied) == 1 and \
+                    sum(p["role"] == "leader" for p in peers) == 1:
+                return peers
+            if time.time() > deadline:
+                raise RuntimeError("servers did not converge: %s" % peers)
+            time.sleep(0.2)
+
+    def sample(self):
+        code, err, out = run_shell(self.rng.choice(self.live_addresses()),
+                                   ["--json", "volume", "status"], 5)
+        if code == 0:
+            self.samples.append({"time": self.history.now(), "volumes": json.loads(out)})
+
+    def call_logs(self):
+        logs = {}
+        for p in self.plugins:
+            entries = []
+            if os.path.exists(p.call_log):
+                with open(p.call_log) as f:
+                    for line in f:
+                        try:
+                            entries.append(json.loads(line))
+                        except ValueError:
+                            pass  # a line cut by SIGKILL
+            logs[p.node_id] = entries
+        return logs
+
+    def release_all(self, workload, release, process, todo, bound):
+        """Releases each alloc again until it is gone (exit 0, or 3: not
+        found) or `bound` seconds passed; one thread per alloc, so that a
+        wedged volume does not hold up the others."""
+        deadline = time.time() + bound
+
+        def one(alloc, vol):
+            value = {"alloc": alloc, "volume": vol}
+            while time.time() < deadline:
+                op = workload.execute(process, release, value,
+                                      self.rng.choice(self.live_addresses()), with_exit=True)
+                if op in (0, 3):
+                    return
+                time.sleep(0.5)
+
+        threads = [threading.Thread(target=one, args=kv, daemon=True)
+                   for kv in sorted(todo.items())]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    # --- phases ------------------------------------------------------------------
+
+    def run(self):
+        a = self.args
+        start = time.time()
+        kinds = [ClaimOp(self.volumes, ["c1", "c2"]), ReleaseOp()]
+        workload = Workload(self.history, self.rng, kinds, self.live_addresses,
+                            workers=a.workers, op_timeout=a.op_timeout)
+        nemesis = Nemesis(self.history, random.Random(self.rng.random()), self.cluster,
+                          self.clients, self.plugins, a.faults, kinds=a.kinds,
+                          log=log if a.verbose else (lambda m: None), network=self.network)
+        log("phase: workload and %d faults" % a.faults)
+        workload.start()
+        nemesis.start()
+        try:
+            while not nemesis.done():
+                self.sample()
+                time.sleep(0.5)
+            time.sleep(a.tail)  # operations keep running on the healed cluster
+        finally:
+            nemesis.stop()
+            workload.stop()
+        if nemesis.error:
+            raise RuntimeError("nemesis: %r" % (nemesis.error,))
+        self.faults = nemesis.injected
+        self.by_kind = nemesis.by_kind
+        heal_time = self.history.now()
+        self.history.note("heal")
+        log("phase: heal (%d faults in %.0f s: %s)" % (
+            self.faults, time.time() - start, ", ".join(
+                "%s %d" % kv for kv in sorted(self.by_kind.items()))))
+
+        # The cluster heals: every process up, a leader, plugins healthy.
+        self.wait_converged(60)
+        self.wait_healthy(60)
+        settled = self.shell("--json", "volume", "status")
+
+        # The operator's way: release again whatever was being released (and
+        # any claim left in release); each must be freed within the bound.
+        pending = {}
+        for m in workload.models:
+            for alloc, s in m.allocs.items():
+                if s["release"] is not None:
+                    pending[alloc] = s["volume"]
+        for v in settled:
+            for c in v["claims"]:
+                if c["state"] != "taken":
+                    pending[c["alloc_id"]] = v["id"]
+        release = ReleaseOp()
+        held = checker.claims_in(settled)
+        todo = {al: vol for al, vol in pending.items() if (vol, al) in held}
+        self.release_all(workload, release, "heal", todo, a.release_bound)
+        final = self.shell("--json", "volume", "status")
+
+        # Drain: release everything left, so that no publication may remain.
+        todo = {c["alloc_id"]: v["id"] for v in final for c in v["claims"]}
+        self.release_all(workload, release, "drain", todo, a.release_bound)
+        drained = self.shell("--json", "volume", "status")
+        self.operations = sum(1 for e in self.history.events
+                              if e["type"] == "invoke" and e.get("process") not in
+                              ("heal", "drain"))
+        outcomes = {}
+        for e in self.history.events:
+            if e.get("op") is not None and e["type"] != "invoke":
+                key = (e["process"] if e["process"] in ("heal", "drain") else "workload", e["f"])
+                outcomes.setdefault(key, {}).setdefault(e["type"], 0)
+                outcomes[key][e["type"]] += 1
+        log("phase: check (%s)" % "; ".join(
+            "%s %s: %s" % (k[0], k[1], ", ".join("%s %d" % kv for kv in sorted(v.items())))
+            for k, v in sorted(outcomes.items())))
+
+        # Quiesce: no more fingerprints, every server at the same index,
+        # then stop them and read their state tables.
+        for c in self.clients:
+            c.kill(15)
+        time.sleep(0.5)
+        tables, converge_error = None, None
+        try:
+            self.wait_converged(30)
+        except RuntimeError as e:
+            converge_error = str(e)
+        # Followers first: once they are gone the leader cannot commit (nor
+        # could a new leader be elected and append to only some servers).
+        leader = self.cluster.leader()
+        for s in sorted(self.cluster.servers, key=lambda s: s is leader):
+            s.kill(15)
+        tables = [(s.name, s.state_tables()) for s in self.cluster.servers]
+
+        self.obs = {
+            "volumes": {v.id: {"access_mode": v.access_mode, "external_id": v.external_id}
+                        for v in self.volumes},
+            "events": [e for e in self.history.events if e.get("process") != "drain"],
+            "heal_time": heal_time,
+            "release_bound": a.release_bound,
+            "samples": self.samples,
+            "settled": settled,
+            "final": final,
+            "drained": drained,
+            "call_logs": self.call_logs(),
+            "tables": tables,
+            "converge_error": converge_error,
+        }
+        with open(os.path.join(self.tmp, "observations.json"), "w") as f:
+            json.dump(self.obs, f, default=str)
+        return checker.check(self.obs)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seed", type=int,
+                   default=int(os.environ.get("BERTH_FAULT_SEED") or random.randrange(1 << 31)))
+    p.add_argument("--faults", type=int, default=int(os.environ.get("BERTH_FAULTS", "12")))
+    p.add_argument("--kinds", default=os.environ.get("BERTH_FAULT_KINDS", "all"),
+                   help="comma-separated fault kinds, or all (default; partitions only as "
+                   "root): " + ", ".join(Nemesis.KINDS + Nemesis.PARTITION_KINDS))
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--raft-tick", type=float, default=0.05,
+                   help="the servers' --raft-tick (seconds; small: quick elections)")
+    p.add_argument("--op-timeout", type=float, default=8)
+    p.add_argument("--release-bound", type=float, default=45,
+                   help="seconds after the faults stop by which every release must be done")
+    p.add_argument("--tail", type=float, default=2,
+                   help="seconds of workload on the healed cluster after the last fault")
+    p.add_argument("--out", help="keep everything (history, logs, call logs) in this directory")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    p.add_argument("--verbose", "-v", action="store_true", help="print every fault")
+    a = p.parse_args(argv)
+    log("berth fault suite: seed %d (reproduce with --seed %d or BERTH_FAULT_SEED=%d)"
+        % (a.seed, a.seed, a.seed))
+    known = Nemesis.KINDS + Nemesis.PARTITION_KINDS
+    a.kinds = tuple(k for k in a.kinds.split(",") if k)
+    if a.kinds == ("all",):
+        a.kinds = known
+    unknown = set(a.kinds) - set(known)
+    if unknown or not a.kinds:
+        p.error("unknown fault kinds %s (known: %s)" % (sorted(unknown), ", ".join(known)))
+    why_not = netns.usable() if set(a.kinds) & set(Nemesis.PARTITION_KINDS) else None
+    if why_not:
+        log("partitions skipped: network namespaces %s" % why_not)
+        a.kinds = tuple(k for k in a.kinds if k not in Nemesis.PARTITION_KINDS)
+        if not a.kinds:
+            p.error("no fault kind left")
+    log("fault kinds: %s" % ", ".join(a.kinds))
+    started = time.time()
+    run = Run(a)
+    violations = None
+    try:
+        run.setup()
+        violations = run.run()
+        a.keep = a.keep or bool(violations)
+    except Exception as e:
+        import traceback
+        traceback.print_exc()
+        log("the run failed before its checks: %s (directory %s)" % (e, run.tmp))
+        a.keep = True
+        return 2
+    finally:
+        run.teardown()
+    distinct = checker.summarize(violations)
+    for v in distinct:
+        log(str(v))
+    if violations:
+        log("history, call logs and process logs: %s" % run.tmp)
+    log("seed %d: faults injected %d, operations %d, violations %d (%d distinct; %.0f s)"
+        % (a.seed, run.faults, run.operations, len(violations), len(distinct),
+           time.time() - started))
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

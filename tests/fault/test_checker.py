@@ -1,0 +1,258 @@
+#!/usr/bin/python3
+"""The fault suite's checker, fed synthetic histories, states and call logs:
+a clean run passes, and each known violation (a lost ack, two writers,
+out-of-order CSI calls, a wedged release, diverging replicas) is reported."""
+
+import copy
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import checker  # noqa: E402
+
+VOLUMES = {"sw": {"access_mode": "single-node-writer", "external_id": "hp-sw"},
+           "ro": {"access_mode": "multi-node-reader-only", "external_id": "hp-ro"}}
+
+
+class Builder:
+    """A history built op by op, with times."""
+
+    def __init__(self):
+        self.events = []
+        self.t = 0.0
+        self.op = 0
+
+    def op_(self, f, value, outcome, exit_code=None, process=0):
+        self.op += 1
+        self.t += 1
+        self.events.append({"op": self.op, "type": "invoke", "process": process, "f": f,
+                            "value": value, "time": self.t})
+        self.t += 1
+        if outcome is not None:
+            self.events.append({"op": self.op, "type": outcome, "process": process, "f": f,
+                                "value": value, "time": self.t,
+                                "exit": exit_code if exit_code is not None else
+                                {"ok": 0, "fail": 4, "info": 5}[outcome], "error": ""})
+        return self
+
+    def claim(self, alloc, vol, node, outcome, ro=False, **kw):
+        return self.op_("claim", {"alloc": alloc, "node": node,
+                                  "volumes": [{"volume": vol, "read_only": ro}]}, outcome, **kw)
+
+    def release(self, alloc, vol, outcome, **kw):
+        return self.op_("release", {"alloc": alloc, "volume": vol}, outcome, **kw)
+
+
+def vol(vid, *claims):
+    return {"id": vid, "claims": [
+        {"alloc_id": a, "node_id": n, "mode": m, "state": s} for a, n, m, s in claims]}
+
+
+def call(method, at, vid="hp-sw", code=0, **fields):
+    e = {"method": method, "at_ns": at, "code": code, "volume_id": vid}
+    e.update(fields)
+    return e
+
+
+def lifecycle(node, alloc, t0, vid="hp-sw", ro=False):
+    """The calls of one claim and its release on a node, in the spec's order."""
+    s = "/%s/staging/%s" % (node, vid)
+    t = "/%s/per-alloc/%s/%s" % (node, alloc, vid)
+    extra = {"readonly": True} if ro else {}
+    return [call("ControllerPublishVolume", t0 + 1, vid, node_id=node, **extra),
+            call("NodeStageVolume", t0 + 2, vid, staging_target_path=s),
+            call("NodePublishVolume", t0 + 3, vid, staging_target_path=s, target_path=t,
+                 **extra),
+            call("NodeUnpublishVolume", t0 + 4, vid, target_path=t),
+            call("NodeUnstageVolume", t0 + 5, vid, staging_target_path=s),
+            call("ControllerUnpublishVolume", t0 + 6, vid, node_id=node)]
+
+
+def clean():
+    """A run without violations: a1 claims sw on n1 and releases it, a2 then
+    claims it on n2 and keeps it, a3 reads ro."""
+    h = (Builder().claim("a1", "sw", "n1", "ok").release("a1", "sw", "ok")
+         .claim("a2", "sw", "n2", "ok").claim("x", "sw", "n1", "fail")
+         .claim("a3", "ro", "n1", "ok", ro=True))
+    settled = [vol("sw", ("a2", "n2", "write", "taken")), vol("ro", ("a3", "n1", "read", "taken"))]
+    n2 = lifecycle("n2", "a2", 100)[:3]
+    logs = {"n1": lifecycle("n1", "a1", 0) + lifecycle("n1", "a3", 200, "hp-ro", ro=True)[:3],
+            "n2": n2}
+    tables = [("s1", {"applied": (7,), "volumes": [("sw",)]}),
+              ("s2", {"applied": (7,), "volumes": [("sw",)]})]
+    return {"volumes": VOLUMES, "events": h.events, "heal_time": h.t, "release_bound": 30,
+            "samples": [{"time": 1, "volumes": settled}], "settled": settled,
+            "final": settled, "call_logs": logs, "tables": tables}
+
+
+class CheckerTest(unittest.TestCase):
+    def violations(self, obs, check=None):
+        vs = checker.check(obs)
+        return [v for v in vs if check is None or v.check == check]
+
+    def test_clean_run_has_no_violations(self):
+        self.assertEqual(self.violations(clean()), [])
+
+    def test_lost_acknowledged_claim(self):
+        obs = clean()
+        obs["settled"] = [vol("sw"), obs["settled"][1]]
+        vs = self.violations(obs, 1)
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("acknowledged claim lost: alloc a2 on volume sw", str(vs[0]))
+
+    def test_lost_acknowledged_release(self):
+        obs = clean()
+        obs["settled"][0]["claims"].append(
+            {"alloc_id": "a1", "node_id": "n1", "mode": "write", "state": "taken"})
+        vs = [str(v) for v in self.violations(obs, 1)]
+        self.assertTrue(any("acknowledged release lost: alloc a1" in v for v in vs), vs)
+
+    def test_release_after_unknown_claim_is_not_a_lost_release(self):
+        # The claim's outcome is unknown: it may take effect after the
+        # release, so finding it is no lost release (check 3 frees it).
+        h = Builder().claim("a1", "sw", "n1", "info").release("a1", "sw", "ok")
+        obs = clean()
+        obs.update(events=h.events, settled=[vol("sw", ("a1", "n1", "write", "taken"))])
+        self.assertEqual(self.violations(obs, 1), [])
+
+    def test_failed_claim_that_took_effect(self):
+        obs = clean()
+        obs["settled"][0]["claims"].append(
+            {"alloc_id": "x", "node_id": "n1", "mode": "write", "state": "taken"})
+        vs = [str(v) for v in self.violations(obs, 1)]
+        self.assertTrue(any("failed claim took effect: alloc x" in v for v in vs), vs)
+
+    def test_two_writers_in_a_sample(self):
+        obs = clean()
+        obs["samples"].append({"time": 5, "volumes": [vol(
+            "sw", ("a1", "n1", "write", "unpublishing"), ("a2", "n2", "write", "taken"))]})
+        vs = self.violations(obs, 2)
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("two writers of single-writer volume sw in the committed state (sample t=5",
+                      str(vs[0]))
+
+    def test_readers_of_a_reader_volume_are_fine(self):
+        obs = clean()
+        obs["samples"].append({"time": 5, "volumes": [vol(
+            "ro", ("a3", "n1", "read", "taken"), ("a4", "n2", "read", "taken"))]})
+        self.assertEqual(self.violations(obs, 2), [])
+
+    def test_two_live_write_publications_at_the_plugins(self):
+        obs = clean()
+        # a1's publication on n1 is never unpublished before a2 publishes on n2.
+        n1 = lifecycle("n1", "a1", 0)
+        obs["call_logs"]["n1"] = n1[:3] + [dict(c, at_ns=c["at_ns"] + 1000) for c in n1[3:]]
+        vs = self.violations(obs, 2)
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("two live write publications of single-writer volume sw", str(vs[0]))
+        self.assertIn("/n1/per-alloc/a1/hp-sw", str(vs[0]))
+        self.assertIn("/n2/per-alloc/a2/hp-sw", str(vs[0]))
+
+    def test_read_only_publications_do_not_count_as_writers(self):
+        obs = clean()
+        obs["call_logs"]["n2"] += lifecycle("n2", "a9", 300, ro=True)[:3]
+        self.assertEqual(self.violations(obs, 2), [])
+
+    def test_publish_before_stage(self):
+        obs = clean()
+        c = lifecycle("n1", "a1", 0)
+        c[1], c[2] = dict(c[2], at_ns=2), dict(c[1], at_ns=3)  # publish, then stage
+        obs["call_logs"]["n1"] = c
+        vs = [str(v) for v in self.violations(obs, 4)]
+        self.assertTrue(any("NodePublishVolume of hp-sw on node n1 at a staging path where it "
+                            "is not staged" in v for v in vs), vs)
+
+    def test_unstage_before_unpublish(self):
+        obs = clean()
+        c = lifecycle("n1", "a1", 0)
+        c[3], c[4] = dict(c[4], at_ns=4), dict(c[3], at_ns=5)
+        obs["call_logs"]["n1"] = c
+        vs = [str(v) for v in self.violations(obs, 4)]
+        self.assertTrue(any("NodeUnstageVolume of hp-sw on node n1 before NodeUnpublishVolume"
+                            in v for v in vs), vs)
+
+    def test_stage_before_controller_publish(self):
+        obs = clean()
+        obs["call_logs"]["n1"] = lifecycle("n1", "a1", 0)[1:]
+        vs = [str(v) for v in self.violations(obs, 4)]
+        self.assertTrue(any("NodeStageVolume of hp-sw on node n1 before ControllerPublishVolume"
+                            in v for v in vs), vs)
+
+    def test_controller_unpublish_while_published_across_logs(self):
+        # The controller call is served by the other node's plugin: the logs
+        # are merged by the time each call took the shared root's lock.
+        obs = clean()
+        c = lifecycle("n1", "a1", 0)
+        obs["call_logs"]["n1"] = c[:3]
+        obs["call_logs"]["n2"] = [dict(c[5], at_ns=50)] + obs["call_logs"]["n2"]
+        vs = [str(v) for v in self.violations(obs, 4)]
+        self.assertTrue(any("ControllerUnpublishVolume of hp-sw from node n1 while it is still "
+                            "staged there" in v for v in vs), vs)
+
+    def test_publication_left_behind_after_drain(self):
+        obs = clean()
+        obs["drained"] = [vol("sw"), vol("ro")]
+        vs = [str(v) for v in self.violations(obs, 4)]
+        self.assertTrue(any("publication of volume sw left behind on node n2" in v for v in vs), vs)
+
+    def release_answered_at(self, wall_ns):
+        """clean() with wall times: a1's release answered at wall_ns (its
+        NodeUnpublishVolume is at 4 ns, see lifecycle())."""
+        obs = clean()
+        for e in obs["events"]:
+            e["wall"] = e["time"] * 1e-9
+        rel = next(e for e in obs["events"] if e["f"] == "release" and e["type"] == "ok")
+        rel["wall"] = wall_ns * 1e-9
+        return obs
+
+    def test_release_answered_after_its_unpublish(self):
+        self.assertEqual(self.violations(self.release_answered_at(10)), [])
+
+    def test_release_answered_while_its_publication_is_live(self):
+        # What a release that skips NodeUnpublishVolume looks like.
+        vs = [str(v) for v in self.violations(self.release_answered_at(3.5), 4)]
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("acknowledged release of alloc a1 on volume sw answered while its "
+                      "publication was still live", vs[0])
+        self.assertIn("/n1/per-alloc/a1/hp-sw", vs[0])
+
+    def test_wedged_release(self):
+        obs = clean()
+        h = Builder()
+        h.events = copy.deepcopy(obs["events"])
+        h.t = obs["heal_time"]
+        h.op = 100
+        h.release("a2", "sw", "info")
+        h.release("a2", "sw", "info", process="heal")
+        obs["events"] = h.events
+        obs["final"] = [vol("sw", ("a2", "n2", "write", "unpublishing"))]
+        vs = self.violations(obs, 3)
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("release wedged: alloc a2 still holds volume sw (state unpublishing)",
+                      str(vs[0]))
+
+    def test_tables_differ(self):
+        obs = clean()
+        obs["tables"][1] = ("s2", {"applied": (7,), "volumes": [("other",)]})
+        vs = self.violations(obs, 5)
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("table volumes differs between s1 and s2 at applied index (7,)", str(vs[0]))
+
+    def test_servers_that_never_converged(self):
+        obs = clean()
+        obs["converge_error"] = "servers did not converge: applied 7, 7, 5"
+        vs = self.violations(obs, 5)
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("did not reach the same applied index", str(vs[0]))
+
+    def test_summarize_folds_repeats(self):
+        vs = [checker.Violation(4, "x"), checker.Violation(4, "x"), checker.Violation(2, "y")]
+        out = [str(v) for v in checker.summarize(vs)]
+        self.assertEqual(out, ["violation [check 4] x (2 times; the first shown)",
+                               "violation [check 2] y"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,202 @@
+"""The fault suite's workload: worker threads issuing operations through the
+real `berth` shell against random live servers, recording each in the
+history. Operation kinds are pluggable: a small class per kind with
+`generate` (pick the arguments from the worker's model, or None when the
+kind does not apply now), `argv` (the shell command), `classify` (the
+outcome of an exit code) and `update` (the worker's model after it).
+
+Today's kinds are `volume claim` and `volume release`. Allocs (`berth alloc
+run --node N --volume NAME=VOL[:ro]`, `berth alloc stop ID`) fit the same
+shape: an AllocRunOp whose value is {"alloc", "node", "volumes": [...]} and
+an AllocStopOp whose value is {"alloc"}; the checker already treats
+"alloc-run"/"alloc-stop" as acquire/release kinds (checker.ACQUIRE/RELEASE)."""
+
+import subprocess
+import threading
+
+from harness import BERTH
+
+# Exit codes of the shell: 0 ok, 1 internal, 2 invalid, 3 not found,
+# 4 refused by the rules, 5 unreachable/unavailable.
+DEFINITE_FAIL = {2, 3, 4}
+
+
+class Volume:
+    def __init__(self, vid, access_mode):
+        self.id = vid
+        self.access_mode = access_mode
+        self.external_id = None
+
+    @property
+    def reader_only(self):
+        return "reader-only" in self.access_mode
+
+    def spec(self):
+        return {"id": self.id, "plugin_id": "hostpath", "capabilities": [
+            {"access_mode": self.access_mode, "attachment_mode": "file-system"}]}
+
+
+class WorkerModel:
+    """What one worker believes: its allocs and what became of them."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.counter = 0
+        # alloc -> {"volume", "node", "read_only", "claim": outcome, "release": outcome|None}
+        self.allocs = {}
+
+    def new_alloc(self):
+        self.counter += 1
+        return "w%d-%d" % (self.worker, self.counter)
+
+    def releasable(self):
+        """Allocs that may hold a volume and whose release is not known done."""
+        return [a for a, s in self.allocs.items()
+                if s["claim"] in ("ok", "info") and s["release"] in (None, "info")]
+
+
+def unwound(err):
+    # A claim whose CSI step failed after it was committed is unwound; the
+    # error's code is the step's, so the outcome is not a clean refusal.
+    return "released again" in err or "unwinding it also failed" in err
+
+
+class ClaimOp:
+    """berth volume claim VOL --alloc A --node N [--read-only]"""
+    f = "claim"
+    weight = 5
+
+    def __init__(self, volumes, nodes):
+        self.volumes = volumes
+        self.nodes = nodes
+
+    def generate(self, rng, model):
+        if len(model.releasable()) >= 3:
+            return None
+        vol = rng.choice(self.volumes)
+        if vol.reader_only:
+            ro = True
+        elif vol.access_mode.startswith("single-node"):
+            ro = rng.random() < 0.15
+        else:
+            ro = rng.random() < 0.4
+        return {"alloc": model.new_alloc(), "node": rng.choice(self.nodes),
+                "volumes": [{"volume": vol.id, "read_only": ro}]}
+
+    def argv(self, value):
+        v = value["volumes"][0]
+        return (["volume", "claim", v["volume"], "--alloc", value["alloc"], "--node",
+                 value["node"]] + (["--read-only"] if v["read_only"] else []))
+
+    def classify(self, code, err):
+        if code == 0:
+            return "ok"
+        if code in DEFINITE_FAIL and not unwound(err):
+            return "fail"
+        return "info"
+
+    def update(self, model, value, outcome):
+        v = value["volumes"][0]
+        model.allocs[value["alloc"]] = {"volume": v["volume"], "node": value["node"],
+                                        "read_only": v["read_only"], "claim": outcome,
+                                        "release": None}
+
+
+class ReleaseOp:
+    """berth volume release VOL --alloc A"""
+    f = "release"
+    weight = 4
+
+    def generate(self, rng, model):
+        allocs = model.releasable()
+        if not allocs:
+            return None
+        a = rng.choice(sorted(allocs))
+        return {"alloc": a, "volume": model.allocs[a]["volume"]}
+
+    def argv(self, value):
+        return ["volume", "release", value["volume"], "--alloc", value["alloc"]]
+
+    def classify(self, code, err):
+        if code == 0:
+            return "ok"
+        if code in DEFINITE_FAIL:
+            return "fail"
+        return "info"
+
+    def update(self, model, value, outcome):
+        s = model.allocs[value["alloc"]]
+        # Not found: the claim never took effect, or an earlier release won.
+        s["release"] = "ok" if outcome in ("ok", "fail") else "info"
+
+
+def run_shell(address, args, timeout):
+    """(exit code, stderr) of one shell command; None as code on timeout."""
+    try:
+        p = subprocess.run([BERTH, "--address", address, "--timeout", str(timeout)] + args,
+                           capture_output=True, text=True, timeout=timeout + 10)
+        return p.returncode, p.stderr, p.stdout
+    except subprocess.TimeoutExpired:
+        return None, "timed out after %ss" % (timeout + 10), ""
+
+
+class Workload:
+    def __init__(self, history, rng, kinds, addresses, workers=4, op_timeout=8):
+        """addresses(): the addresses of the servers believed alive now."""
+        self.history = history
+        self.kinds = kinds
+        self.addresses = addresses
+        self.op_timeout = op_timeout
+        self.stop_event = threading.Event()
+        self.models = [WorkerModel(w) for w in range(workers)]
+        self.rngs = [rng.__class__(rng.random()) for _ in range(workers)]
+        self.threads = []
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def pick(self, rng, model):
+        choices = []
+        for k in self.kinds:
+            value = k.generate(rng, model)
+            if value is not None:
+                choices.append((k, value))
+        total = sum(k.weight for k, _ in choices)
+        x = rng.random() * total
+        for k, value in choices:
+            x -= k.weight
+            if x <= 0:
+                return k, value
+        return choices[-1] if choices else (None, None)
+
+    def execute(self, process, kind, value, address, with_exit=False):
+        """Runs one operation; its outcome (or its exit code, with_exit)."""
+        op = self.history.invoke(process, kind.f, value)
+        code, err, _ = run_shell(address, kind.argv(value), self.op_timeout)
+        outcome = kind.classify(code, err) if code is not None else "info"
+        self.history.complete(op, process, kind.f, value, outcome, code, err)
+        with self.lock:
+            self.count += 1
+        return code if with_exit else outcome
+
+    def worker(self, w):
+        rng, model = self.rngs[w], self.models[w]
+        while not self.stop_event.is_set():
+            kind, value = self.pick(rng, model)
+            if kind is None:
+                self.stop_event.wait(0.05)
+                continue
+            addrs = self.addresses()
+            outcome = self.execute(w, kind, value, rng.choice(addrs))
+            kind.update(model, value, outcome)
+            self.stop_event.wait(rng.random() * 0.1)
+
+    def start(self):
+        for w in range(len(self.models)):
+            t = threading.Thread(target=self.worker, args=(w,), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def stop(self):
+        self.stop_event.set()
+        for t in self.threads:
+            t.join()

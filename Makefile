@@ -2,11 +2,19 @@
 # `make test` builds and runs every test.  Both install missing Debian
 # packages first (scripts/install-deps.sh).  `make bench` builds and runs
 # the benchmarks (bench/run.py; numbers and bench/report.json, no pass/fail).
+# `make test-asan` / `make test-tsan` build (build-asan, build-tsan) and run
+# the unit and integration tests under ASan+UBSan / TSan; `make fuzz` builds
+# the libFuzzer targets with clang (build-fuzz) and runs each for
+# FUZZ_SECONDS.
 BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+TSAN_DIR ?= build-tsan
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS ?= 2
 DATA_DIR ?= $(CURDIR)/.dev/data
 
-.PHONY: deps configure build dev test bench clean
+.PHONY: deps configure build dev test bench clean test-asan test-tsan fuzz
 
 deps:
 	@bash scripts/install-deps.sh
@@ -22,6 +30,21 @@ dev: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+test-asan: deps
+	@cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_SANITIZE=address,undefined >/dev/null
+	@cmake --build $(ASAN_DIR) -j $(JOBS)
+	bash scripts/sanitize-test.sh $(ASAN_DIR) $(JOBS)
+
+test-tsan: deps
+	@cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_SANITIZE=thread >/dev/null
+	@cmake --build $(TSAN_DIR) -j $(JOBS)
+	bash scripts/sanitize-test.sh $(TSAN_DIR) $(JOBS)
+
+fuzz: deps
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_FUZZ=ON >/dev/null
+	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
+	bash scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
 bench: build
 	/usr/bin/python3 bench/run.py --build $(BUILD_DIR)

@@ -66,13 +66,16 @@ struct stores {
   size_t plugins = 0;
 };
 
-// Opens the durable log and the state tables and brings the tables up to
-// the log's commit index (they may lag after a crash).
+// Opens the durable log and the state tables, checks them and the snapshot
+// file (persistence/integrity.hpp, check_data_dir), and brings the tables up
+// to the log's commit index (they may lag after a crash).
 stores open_stores(const std::string& data_dir) {
   stores s;
   try {
     s.log = std::make_shared<log_store>((fs::path(data_dir) / "log.db").string());
     s.state = std::make_shared<state_store>((fs::path(data_dir) / "state.db").string());
+    // A damaged file stops berthd here (damaged_file names it and the fix).
+    check_data_dir(*s.log, s.state->applied_index());
     auto missing = committed_after(*s.log, s.state->applied_index());
     if (!missing.empty()) s.state->apply(missing);
     auto contents = s.state->load();

@@ -9,7 +9,9 @@
 // temp root: the fuzzer runs as root on a real filesystem, and a CO only
 // passes paths under its own directory anyway.  The rest of the request is
 // as fuzzed.
+#include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -44,10 +46,16 @@ void confine(std::string* path, const fs::path& root) {
   *path = (root / "paths" / ("p" + tail)).string();
 }
 
+// BERTH_FUZZ_VERBOSE=1: print each call's answer (to check the seeds).
+const bool verbose = std::getenv("BERTH_FUZZ_VERBOSE") != nullptr;
+
 template <class Req, class Resp, class Fn>
 void call(const std::string& bytes, const fs::path& root, Fn fn) {
   Req req;
-  if (!req.ParseFromString(bytes)) return;
+  if (!req.ParseFromString(bytes)) {
+    if (verbose) std::fprintf(stderr, "  %s: undecodable\n", Req::descriptor()->name().c_str());
+    return;
+  }
   if constexpr (std::is_same_v<Req, cv::NodeStageVolumeRequest> ||
                 std::is_same_v<Req, cv::NodeUnstageVolumeRequest>)
     confine(req.mutable_staging_target_path(), root);
@@ -62,7 +70,10 @@ void call(const std::string& bytes, const fs::path& root, Fn fn) {
     confine(req.mutable_staging_target_path(), root);
   }
   Resp resp;
-  fn(req, resp);
+  grpc::Status status = fn(req, resp);
+  if (verbose)
+    std::fprintf(stderr, "  %s: %d %s\n", Req::descriptor()->name().c_str(),
+                 static_cast<int>(status.error_code()), status.error_message().c_str());
 }
 
 }  // namespace
@@ -89,23 +100,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at += len;
     // clang-format off
     switch (selector % 17) {
-      case 0: call<cv::GetPluginInfoRequest, cv::GetPluginInfoResponse>(bytes, root, [&](auto& q, auto& r) { p.get_plugin_info(q, r); }); break;
-      case 1: call<cv::GetPluginCapabilitiesRequest, cv::GetPluginCapabilitiesResponse>(bytes, root, [&](auto& q, auto& r) { p.get_plugin_capabilities(q, r); }); break;
-      case 2: call<cv::ProbeRequest, cv::ProbeResponse>(bytes, root, [&](auto& q, auto& r) { p.probe(q, r); }); break;
-      case 3: call<cv::CreateVolumeRequest, cv::CreateVolumeResponse>(bytes, root, [&](auto& q, auto& r) { p.create_volume(q, r); }); break;
-      case 4: call<cv::DeleteVolumeRequest, cv::DeleteVolumeResponse>(bytes, root, [&](auto& q, auto& r) { p.delete_volume(q, r); }); break;
-      case 5: call<cv::ControllerPublishVolumeRequest, cv::ControllerPublishVolumeResponse>(bytes, root, [&](auto& q, auto& r) { p.controller_publish(q, r); }); break;
-      case 6: call<cv::ControllerUnpublishVolumeRequest, cv::ControllerUnpublishVolumeResponse>(bytes, root, [&](auto& q, auto& r) { p.controller_unpublish(q, r); }); break;
-      case 7: call<cv::ValidateVolumeCapabilitiesRequest, cv::ValidateVolumeCapabilitiesResponse>(bytes, root, [&](auto& q, auto& r) { p.validate_capabilities(q, r); }); break;
-      case 8: call<cv::ListVolumesRequest, cv::ListVolumesResponse>(bytes, root, [&](auto& q, auto& r) { p.list_volumes(q, r); }); break;
-      case 9: call<cv::GetCapacityRequest, cv::GetCapacityResponse>(bytes, root, [&](auto& q, auto& r) { p.get_capacity(q, r); }); break;
-      case 10: call<cv::ControllerGetCapabilitiesRequest, cv::ControllerGetCapabilitiesResponse>(bytes, root, [&](auto& q, auto& r) { p.controller_capabilities(q, r); }); break;
-      case 11: call<cv::NodeStageVolumeRequest, cv::NodeStageVolumeResponse>(bytes, root, [&](auto& q, auto& r) { p.node_stage(q, r); }); break;
-      case 12: call<cv::NodeUnstageVolumeRequest, cv::NodeUnstageVolumeResponse>(bytes, root, [&](auto& q, auto& r) { p.node_unstage(q, r); }); break;
-      case 13: call<cv::NodePublishVolumeRequest, cv::NodePublishVolumeResponse>(bytes, root, [&](auto& q, auto& r) { p.node_publish(q, r); }); break;
-      case 14: call<cv::NodeUnpublishVolumeRequest, cv::NodeUnpublishVolumeResponse>(bytes, root, [&](auto& q, auto& r) { p.node_unpublish(q, r); }); break;
-      case 15: call<cv::NodeGetVolumeStatsRequest, cv::NodeGetVolumeStatsResponse>(bytes, root, [&](auto& q, auto& r) { p.node_volume_stats(q, r); }); break;
-      case 16: call<cv::NodeGetInfoRequest, cv::NodeGetInfoResponse>(bytes, root, [&](auto& q, auto& r) { p.node_info(q, r); }); break;
+      case 0: call<cv::GetPluginInfoRequest, cv::GetPluginInfoResponse>(bytes, root, [&](auto& q, auto& r) { return p.get_plugin_info(q, r); }); break;
+      case 1: call<cv::GetPluginCapabilitiesRequest, cv::GetPluginCapabilitiesResponse>(bytes, root, [&](auto& q, auto& r) { return p.get_plugin_capabilities(q, r); }); break;
+      case 2: call<cv::ProbeRequest, cv::ProbeResponse>(bytes, root, [&](auto& q, auto& r) { return p.probe(q, r); }); break;
+      case 3: call<cv::CreateVolumeRequest, cv::CreateVolumeResponse>(bytes, root, [&](auto& q, auto& r) { return p.create_volume(q, r); }); break;
+      case 4: call<cv::DeleteVolumeRequest, cv::DeleteVolumeResponse>(bytes, root, [&](auto& q, auto& r) { return p.delete_volume(q, r); }); break;
+      case 5: call<cv::ControllerPublishVolumeRequest, cv::ControllerPublishVolumeResponse>(bytes, root, [&](auto& q, auto& r) { return p.controller_publish(q, r); }); break;
+      case 6: call<cv::ControllerUnpublishVolumeRequest, cv::ControllerUnpublishVolumeResponse>(bytes, root, [&](auto& q, auto& r) { return p.controller_unpublish(q, r); }); break;
+      case 7: call<cv::ValidateVolumeCapabilitiesRequest, cv::ValidateVolumeCapabilitiesResponse>(bytes, root, [&](auto& q, auto& r) { return p.validate_capabilities(q, r); }); break;
+      case 8: call<cv::ListVolumesRequest, cv::ListVolumesResponse>(bytes, root, [&](auto& q, auto& r) { return p.list_volumes(q, r); }); break;
+      case 9: call<cv::GetCapacityRequest, cv::GetCapacityResponse>(bytes, root, [&](auto& q, auto& r) { return p.get_capacity(q, r); }); break;
+      case 10: call<cv::ControllerGetCapabilitiesRequest, cv::ControllerGetCapabilitiesResponse>(bytes, root, [&](auto& q, auto& r) { return p.controller_capabilities(q, r); }); break;
+      case 11: call<cv::NodeStageVolumeRequest, cv::NodeStageVolumeResponse>(bytes, root, [&](auto& q, auto& r) { return p.node_stage(q, r); }); break;
+      case 12: call<cv::NodeUnstageVolumeRequest, cv::NodeUnstageVolumeResponse>(bytes, root, [&](auto& q, auto& r) { return p.node_unstage(q, r); }); break;
+      case 13: call<cv::NodePublishVolumeRequest, cv::NodePublishVolumeResponse>(bytes, root, [&](auto& q, auto& r) { return p.node_publish(q, r); }); break;
+      case 14: call<cv::NodeUnpublishVolumeRequest, cv::NodeUnpublishVolumeResponse>(bytes, root, [&](auto& q, auto& r) { return p.node_unpublish(q, r); }); break;
+      case 15: call<cv::NodeGetVolumeStatsRequest, cv::NodeGetVolumeStatsResponse>(bytes, root, [&](auto& q, auto& r) { return p.node_volume_stats(q, r); }); break;
+      case 16: call<cv::NodeGetInfoRequest, cv::NodeGetInfoResponse>(bytes, root, [&](auto& q, auto& r) { return p.node_info(q, r); }); break;
     }
     // clang-format on
   }

@@ -14,7 +14,7 @@ logs="$build/sanitizer-logs"
 rm -rf "$logs" && mkdir -p "$logs"
 
 # halt_on_error/abort_on_error: a report also fails the process (and so its test).
-export ASAN_OPTIONS="log_path=$logs/asan:abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1"
+export ASAN_OPTIONS="log_path=$logs/asan:abort_on_error=1:detect_leaks=1:strict_string_checks=1"
 export LSAN_OPTIONS="suppressions=$src/tests/sanitizers/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1:suppressions=$src/tests/sanitizers/ubsan.supp"
 export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=0:second_deadlock_stack=1:suppressions=$src/tests/sanitizers/tsan.supp:print_suppressions=0"

@@ -33,6 +33,29 @@ json yaml_to_json(const YAML::Node& n) {
   }
 }
 
+// The offset of the first byte that is not part of valid UTF-8 (no
+// overlongs, no surrogates, at most U+10FFFF), or npos.  Protobuf string
+// fields and the JSON views hold UTF-8 only.
+size_t invalid_utf8_at(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return i;
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+    for (size_t k = 1; k < n; ++k) {
+      auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
 // Reads the fields of one JSON object, recording every problem.
 class reader {
  public:
@@ -160,6 +183,10 @@ std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_vie
   json doc;
   size_t first = text.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos) return std::vector<problem>{{"(spec)", "is empty"}};
+  if (auto bad = invalid_utf8_at(text); bad != std::string_view::npos)
+    return std::vector<problem>{{"(spec)", "is not UTF-8 text (byte " + std::to_string(bad) +
+                                               " is not part of a UTF-8 character); save the "
+                                               "file as UTF-8"}};
   if (text[first] == '{') {
     try {
       doc = json::parse(text);

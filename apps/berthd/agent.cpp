@@ -144,7 +144,8 @@ std::optional<json_view> view(caf::actor_system& sys, const api_actor& api,
           [&](pb<v1::Response>& r) {
             const auto& resp = r.msg;
             if (resp.error().code() != v1::OK) {
-              out = {503, nlohmann::json{{"error", resp.error().message()}}.dump()};
+              out = {503, nlohmann::json{{"error", resp.error().message()}}.dump(
+                             -1, ' ', false, nlohmann::json::error_handler_t::replace)};
               return;
             }
             nlohmann::json body = nlohmann::json::array();
@@ -162,7 +163,9 @@ std::optional<json_view> view(caf::actor_system& sys, const api_actor& api,
             } else {
               for (const auto& n : resp.nodes()) body.push_back(node_json(n));
             }
-            out = {200, body.dump()};
+            // Invalid UTF-8 (never accepted by the spec parser, but a view
+            // must not throw on a civetweb thread): replaced, not fatal.
+            out = {200, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
           },
           [&](caf::error& e) { out = {503, nlohmann::json{{"error", to_failure(e).message}}.dump()}; });
   return out;

@@ -190,7 +190,7 @@ std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_vie
   if (text[first] == '{') {
     try {
       doc = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for huge numbers
       return std::vector<problem>{{"(spec)", std::string("is not valid JSON: ") + e.what()}};
     }
   } else {

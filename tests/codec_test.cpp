@@ -191,3 +191,12 @@ TEST_CASE("a_spec_that_is_not_utf8_is_refused_naming_the_byte") {
   REQUIRE(std::holds_alternative<v1::Volume>(ok));
   CHECK(volume_json(std::get<v1::Volume>(ok), nullptr).dump().find("caf") != std::string::npos);
 }
+
+// Found by tests/fuzz (spec): a JSON number too large for a double threw
+// out_of_range (not parse_error) out of the parser.
+TEST_CASE("a_json_spec_with_a_number_out_of_range_is_refused") {
+  auto ps = problems_of(R"({"id": "db", "capacity_min": 5555e5555555})");
+  REQUIRE(ps.size() == 1);
+  CHECK(ps[0].field == "(spec)");
+  CHECK(ps[0].message.find("is not valid JSON") != std::string::npos);
+}

@@ -12,18 +12,25 @@ using nlohmann::json;
 
 namespace {
 
+// A spec is small; YAML aliases can make a short text expand without bound
+// ("billion laughs"), so the conversion stops after this many values.
+constexpr size_t max_yaml_values = 100000;
+struct yaml_too_large {};
+
 // YAML scalars stay strings; the field readers below accept numeric
 // strings where a number is expected, so YAML and JSON specs read alike.
-json yaml_to_json(const YAML::Node& n) {
+json yaml_to_json(const YAML::Node& n, size_t& budget) {
+  if (budget == 0) throw yaml_too_large{};
+  --budget;
   switch (n.Type()) {
     case YAML::NodeType::Map: {
       json out = json::object();
-      for (const auto& kv : n) out[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      for (const auto& kv : n) out[kv.first.as<std::string>()] = yaml_to_json(kv.second, budget);
       return out;
     }
     case YAML::NodeType::Sequence: {
       json out = json::array();
-      for (const auto& item : n) out.push_back(yaml_to_json(item));
+      for (const auto& item : n) out.push_back(yaml_to_json(item, budget));
       return out;
     }
     case YAML::NodeType::Scalar:
@@ -195,7 +202,12 @@ std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_vie
     }
   } else {
     try {
-      doc = yaml_to_json(YAML::Load(std::string(text)));
+      size_t budget = max_yaml_values;
+      doc = yaml_to_json(YAML::Load(std::string(text)), budget);
+    } catch (const yaml_too_large&) {
+      return std::vector<problem>{{"(spec)", "is too large: more than " +
+                                                 std::to_string(max_yaml_values) +
+                                                 " values (after expanding YAML aliases)"}};
     } catch (const YAML::Exception& e) {
       return std::vector<problem>{{"(spec)", std::string("is not valid YAML: ") + e.what()}};
     }

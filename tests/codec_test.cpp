@@ -200,3 +200,19 @@ TEST_CASE("a_json_spec_with_a_number_out_of_range_is_refused") {
   CHECK(ps[0].field == "(spec)");
   CHECK(ps[0].message.find("is not valid JSON") != std::string::npos);
 }
+
+// YAML aliases expand: a few lines can stand for 10^7 values (and one more
+// line for 10^8, gigabytes).  The parser stops after 100000.
+TEST_CASE("a_yaml_spec_whose_aliases_expand_without_bound_is_refused") {
+  std::string yaml = "a: &a [x,x,x,x,x,x,x,x,x,x]\n";
+  std::string prev = "a";
+  for (const char* name : {"b", "c", "d", "e", "f", "g", "h", "i"}) {
+    yaml += std::string(name) + ": &" + name + " [";
+    for (int i = 0; i < 10; ++i) yaml += (i ? ",*" : "*") + prev;
+    yaml += "]\n";
+    prev = name;
+  }
+  auto ps = problems_of(yaml);
+  REQUIRE(ps.size() == 1);
+  CHECK(ps[0].message.find("too large") != std::string::npos);
+}

@@ -139,6 +139,27 @@ write("hostpath", "identity", call(0, b"") + call(1, b"") + call(2, b"") + call(
 write("hostpath", "validate", call(3, field(1, "v1") + field(3, CAP)) +
       call(7, field(1, VID) + field(3, CAP)))
 
+# entry: a restore (operator snapshot restore) of a tiny state database
+# (512-byte pages, to stay under make fuzz's -max_len).
+tmp = os.path.join(HERE, "corpus", ".restore.db")
+if os.path.exists(tmp):
+    os.remove(tmp)
+db = sqlite3.connect(tmp)
+db.executescript(
+    "PRAGMA page_size=512;"
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value BLOB NOT NULL);"
+    "INSERT INTO meta VALUES('format_version', '1');"
+    "INSERT INTO meta VALUES('applied_index', '1');"
+    "CREATE TABLE volumes(namespace TEXT NOT NULL, id TEXT NOT NULL, plugin_id TEXT NOT NULL,"
+    " modify_index INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY(namespace, id));")
+db.commit()
+db.execute("VACUUM")
+db.close()
+with open(tmp, "rb") as f:
+    state_db = f.read()
+os.remove(tmp)
+write("entry", "restore-state", field(1, 1) + field(2, field(9, state_db)))
+
 # entry: the v1::LogEntry bytes inside a real log's raft entries.
 if len(sys.argv) > 1:
     db = sqlite3.connect(sys.argv[1])

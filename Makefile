@@ -41,7 +41,8 @@ test-tsan: deps
 	@cmake --build $(TSAN_DIR) -j $(JOBS)
 	bash scripts/sanitize-test.sh $(TSAN_DIR) $(JOBS)
 
-fuzz: deps
+fuzz:
+	@bash scripts/install-deps.sh clang libclang-rt-14-dev
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_FUZZ=ON >/dev/null
 	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
 	bash scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)

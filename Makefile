@@ -5,7 +5,15 @@
 # `make chaos` builds and runs the long fault-injection run (tests/fault/,
 # docs/testing.md): CHAOS_FAULTS faults (default 100) of CHAOS_KINDS (default
 # all; partitions only as root), seed CHAOS_SEED (default random; printed), output kept in CHAOS_OUT.
+# `make test-asan` / `make test-tsan` build (build-asan, build-tsan) and run
+# the unit and integration tests under ASan+UBSan / TSan; `make fuzz` builds
+# the libFuzzer targets with clang (build-fuzz) and runs each for
+# FUZZ_SECONDS.
 BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+TSAN_DIR ?= build-tsan
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS ?= 2
 DATA_DIR ?= $(CURDIR)/.dev/data
 CHAOS_FAULTS ?= 100
@@ -13,7 +21,7 @@ CHAOS_SEED ?=
 CHAOS_KINDS ?= all
 CHAOS_OUT ?= $(CURDIR)/.chaos
 
-.PHONY: deps configure build dev test bench chaos clean
+.PHONY: deps configure build dev test bench chaos clean test-asan test-tsan fuzz
 
 deps:
 	@bash scripts/install-deps.sh
@@ -29,6 +37,22 @@ dev: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+test-asan: deps
+	@cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_SANITIZE=address,undefined >/dev/null
+	@cmake --build $(ASAN_DIR) -j $(JOBS)
+	bash scripts/sanitize-test.sh $(ASAN_DIR) $(JOBS)
+
+test-tsan: deps
+	@cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_SANITIZE=thread >/dev/null
+	@cmake --build $(TSAN_DIR) -j $(JOBS)
+	bash scripts/sanitize-test.sh $(TSAN_DIR) $(JOBS)
+
+fuzz:
+	@bash scripts/install-deps.sh clang libclang-rt-14-dev
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_FUZZ=ON >/dev/null
+	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
+	bash scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
 bench: build
 	/usr/bin/python3 bench/run.py --build $(BUILD_DIR)

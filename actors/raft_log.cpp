@@ -11,6 +11,8 @@
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
 
+#include "persistence/integrity.hpp"
+
 namespace berth {
 
 namespace pbr = raft::v1;
@@ -93,7 +95,7 @@ void send_messages(self_ptr self, std::vector<pbr::Message>& messages) {
 void write_snapshot(const self_ptr& self, const pbr::Snapshot& snap) {
   const auto& path = self->state.snapshot_path;
   auto tmp = path + ".tmp";
-  auto bytes = snap.SerializeAsString();
+  auto bytes = encode_snapshot_file(snap.SerializeAsString());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   bool ok = fd >= 0;
   size_t off = 0;
@@ -378,16 +380,74 @@ uint64_t raft_id_of(const std::string& name) {
 std::vector<std::pair<uint64_t, std::string>> committed_after(log_store& disk, uint64_t applied) {
   std::vector<std::pair<uint64_t, std::string>> out;
   pbr::HardState hs;
-  if (auto bytes = disk.meta("hard_state")) hs.ParseFromString(*bytes);
+  if (auto bytes = disk.meta("hard_state"); bytes && !hs.ParseFromString(*bytes))
+    throw damaged_file(damage_message(disk.path(), "its Raft hard state cannot be decoded"));
   for (auto& r : disk.read(applied + 1, hs.commit())) {
     pbr::Entry e;
     if (!e.ParseFromString(r.data))
-      throw std::runtime_error(disk.path() + ": entry " + std::to_string(r.index) +
-                               " cannot be decoded; the log is damaged (restore a snapshot or "
-                               "rejoin the cluster)");
+      throw damaged_file(
+          damage_message(disk.path(), "entry " + std::to_string(r.index) + " cannot be decoded"));
+    uint64_t expected = out.empty() ? applied + 1 : out.back().first + 1;
+    if (r.index != expected)
+      throw damaged_file(damage_message(disk.path(), "committed entry " + std::to_string(expected) +
+                                                         " is missing"));
     out.emplace_back(r.index, e.type() == pbr::ENTRY_NORMAL ? e.data() : std::string());
   }
   return out;
+}
+
+std::string snapshot_path_of(const log_store& disk) {
+  return (std::filesystem::path(disk.path()).parent_path() / "raft-snapshot.bin").string();
+}
+
+void check_data_dir(log_store& disk, uint64_t applied) {
+  auto snap_path = snapshot_path_of(disk);
+  auto state_path = (std::filesystem::path(disk.path()).parent_path() / "state.db").string();
+  uint64_t snap_index = 0;
+  if (std::filesystem::exists(snap_path)) {
+    pbr::Snapshot snap;
+    v1::SnapshotData data;
+    if (!snap.ParseFromString(read_snapshot_file(snap_path)) || !data.ParseFromString(snap.data()))
+      throw damaged_file(damage_message(snap_path, "it cannot be decoded"));
+    if (data.state_db().compare(0, 16, std::string("SQLite format 3\0", 16)) != 0)
+      throw damaged_file(damage_message(snap_path, "the state database inside it is not one"));
+    snap_index = snap.metadata().index();
+  }
+  if (auto bytes = disk.meta("hard_state")) {
+    pbr::HardState hs;
+    if (!hs.ParseFromString(*bytes))
+      throw damaged_file(damage_message(disk.path(), "its Raft hard state cannot be decoded"));
+  }
+  uint64_t first = 0, last = 0;
+  for (const auto& r : disk.read(1, UINT64_MAX)) {  // checks every entry's checksum
+    pbr::Entry e;
+    if (!e.ParseFromString(r.data) || e.index() != r.index)
+      throw damaged_file(
+          damage_message(disk.path(), "entry " + std::to_string(r.index) + " cannot be decoded"));
+    if (last != 0 && r.index != last + 1)
+      throw damaged_file(damage_message(disk.path(), "entries " + std::to_string(last + 1) + " to " +
+                                                         std::to_string(r.index - 1) + " are missing"));
+    if (first == 0) first = r.index;
+    last = r.index;
+  }
+  if (first > 1 && snap_index == 0)
+    throw damaged_file(damage_message(snap_path, "it is missing, but the log " + disk.path() +
+                                                     " was compacted up to entry " +
+                                                     std::to_string(first - 1)));
+  if (first > 1 && first > snap_index + 1)
+    throw damaged_file(damage_message(disk.path(), "it starts at entry " + std::to_string(first) +
+                                                       " but the snapshot ends at entry " +
+                                                       std::to_string(snap_index)));
+  if (applied > std::max(last, snap_index))
+    throw damaged_file(damage_message(
+        disk.path(), "the state tables (" + state_path + ") are at entry " + std::to_string(applied) +
+                         " but the log and the snapshot end at entry " +
+                         std::to_string(std::max(last, snap_index)) + ": entries were lost"));
+  if (first > 1 && applied + 1 < first)
+    throw damaged_file(damage_message(
+        state_path, "it is at entry " + std::to_string(applied) + " but the log " + disk.path() +
+                        " starts at entry " + std::to_string(first) +
+                        ": the entries between are only in the snapshot"));
 }
 
 replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
@@ -405,23 +465,31 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
   st.discovered[st.opts.self.name()] = st.opts.self;
   // Restart: the core's storage is what the disk holds: the snapshot, then
   // the entries after it.
-  st.snapshot_path =
-      (std::filesystem::path(st.disk->path()).parent_path() / "raft-snapshot.bin").string();
+  st.snapshot_path = snapshot_path_of(*st.disk);
   if (std::filesystem::exists(st.snapshot_path)) {
-    std::ifstream in(st.snapshot_path, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // check_data_dir checked it before berthd started; a failure now is new.
     pbr::Snapshot snap;
-    if (!snap.ParseFromString(bytes))
-      fatal(st.snapshot_path + " is damaged: move it away and rejoin the cluster (or restore a "
-                               "snapshot)");
+    try {
+      if (!snap.ParseFromString(read_snapshot_file(st.snapshot_path)))
+        throw damaged_file(damage_message(st.snapshot_path, "it cannot be decoded"));
+    } catch (const std::exception& e) {
+      fatal(e.what());
+    }
     st.storage.apply_snapshot(snap);
     learn_members(self, snap);
     st.snapshot_index = snap.metadata().index();
   }
   std::vector<pbr::Entry> entries;
-  for (auto& r : st.disk->read(1, UINT64_MAX)) {
+  std::vector<log_record> records;
+  try {
+    records = st.disk->read(1, UINT64_MAX);
+  } catch (const std::exception& e) {
+    fatal(e.what());
+  }
+  for (auto& r : records) {
     pbr::Entry e;
-    if (!e.ParseFromString(r.data)) fatal(st.disk->path() + ": entry " + std::to_string(r.index) + " is damaged");
+    if (!e.ParseFromString(r.data))
+      fatal(damage_message(st.disk->path(), "entry " + std::to_string(r.index) + " cannot be decoded"));
     if (e.type() == pbr::ENTRY_CONF_CHANGE) {
       pbr::ConfChange cc;
       if (cc.ParseFromString(e.data()) && cc.type() == pbr::ADD_NODE)

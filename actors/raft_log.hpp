@@ -82,4 +82,14 @@ replicated_log_actor::behavior_type raft_log(
 // recovery of the state tables before anything starts.
 std::vector<std::pair<uint64_t, std::string>> committed_after(log_store& disk, uint64_t applied);
 
+// The snapshot file next to a durable log: DIR/raft-snapshot.bin.
+std::string snapshot_path_of(const log_store& disk);
+
+// Start-up check of a server's data directory, before anything runs: the
+// snapshot file (header, checksum, decodable), every log entry (checksum,
+// decodable, no gaps), and that the log, the snapshot and the state
+// tables (at `applied`) fit together.  Throws damaged_file naming the
+// file and the way to recover.
+void check_data_dir(log_store& disk, uint64_t applied);
+
 }  // namespace berth

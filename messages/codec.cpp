@@ -12,18 +12,25 @@ using nlohmann::json;
 
 namespace {
 
+// A spec is small; YAML aliases can make a short text expand without bound
+// ("billion laughs"), so the conversion stops after this many values.
+constexpr size_t max_yaml_values = 100000;
+struct yaml_too_large {};
+
 // YAML scalars stay strings; the field readers below accept numeric
 // strings where a number is expected, so YAML and JSON specs read alike.
-json yaml_to_json(const YAML::Node& n) {
+json yaml_to_json(const YAML::Node& n, size_t& budget) {
+  if (budget == 0) throw yaml_too_large{};
+  --budget;
   switch (n.Type()) {
     case YAML::NodeType::Map: {
       json out = json::object();
-      for (const auto& kv : n) out[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      for (const auto& kv : n) out[kv.first.as<std::string>()] = yaml_to_json(kv.second, budget);
       return out;
     }
     case YAML::NodeType::Sequence: {
       json out = json::array();
-      for (const auto& item : n) out.push_back(yaml_to_json(item));
+      for (const auto& item : n) out.push_back(yaml_to_json(item, budget));
       return out;
     }
     case YAML::NodeType::Scalar:
@@ -31,6 +38,29 @@ json yaml_to_json(const YAML::Node& n) {
     default:
       return nullptr;
   }
+}
+
+// The offset of the first byte that is not part of valid UTF-8 (no
+// overlongs, no surrogates, at most U+10FFFF), or npos.  Protobuf string
+// fields and the JSON views hold UTF-8 only.
+size_t invalid_utf8_at(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return i;
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+    for (size_t k = 1; k < n; ++k) {
+      auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return i;
+    i += n;
+  }
+  return std::string_view::npos;
 }
 
 // Reads the fields of one JSON object, recording every problem.
@@ -160,15 +190,24 @@ std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_vie
   json doc;
   size_t first = text.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos) return std::vector<problem>{{"(spec)", "is empty"}};
+  if (auto bad = invalid_utf8_at(text); bad != std::string_view::npos)
+    return std::vector<problem>{{"(spec)", "is not UTF-8 text (byte " + std::to_string(bad) +
+                                               " is not part of a UTF-8 character); save the "
+                                               "file as UTF-8"}};
   if (text[first] == '{') {
     try {
       doc = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for huge numbers
       return std::vector<problem>{{"(spec)", std::string("is not valid JSON: ") + e.what()}};
     }
   } else {
     try {
-      doc = yaml_to_json(YAML::Load(std::string(text)));
+      size_t budget = max_yaml_values;
+      doc = yaml_to_json(YAML::Load(std::string(text)), budget);
+    } catch (const yaml_too_large&) {
+      return std::vector<problem>{{"(spec)", "is too large: more than " +
+                                                 std::to_string(max_yaml_values) +
+                                                 " values (after expanding YAML aliases)"}};
     } catch (const YAML::Exception& e) {
       return std::vector<problem>{{"(spec)", std::string("is not valid YAML: ") + e.what()}};
     }

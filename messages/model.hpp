@@ -17,7 +17,8 @@
 
 namespace berth {
 
-namespace v1 = ::berth::v1;
+// (berth::v1, the protobuf types, is in scope here already; an alias of it
+// to itself is an error for clang.)
 
 // What went wrong, in words an operator can act on.
 enum class errc : uint8_t {

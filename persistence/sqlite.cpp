@@ -2,30 +2,73 @@
 
 #include <sqlite3.h>
 
+#include "persistence/integrity.hpp"
+
 namespace berth::sql {
 
+namespace {
+
+bool is_damage(int rc) {
+  rc &= 0xff;  // the primary result code of an extended one
+  return rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB;
+}
+
+}  // namespace
+
 database::database(const std::string& path) : path_(path) {
+  check_sqlite_header(path);
   int rc = sqlite3_open_v2(path.c_str(), &db_,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);
-  if (rc != SQLITE_OK) fail("cannot open");
-  sqlite3_busy_timeout(db_, 5000);
+  try {
+    if (rc != SQLITE_OK) fail("cannot open");
+    sqlite3_extended_result_codes(db_, 1);
+    sqlite3_busy_timeout(db_, 5000);
+    check_integrity();
+  } catch (...) {
+    sqlite3_close_v2(db_);
+    throw;
+  }
+}
+
+void database::check_integrity() {
+  // quick_check: every page and record is well formed, without comparing
+  // indexes to their tables (integrity_check's extra, and costly, part).
+  std::string problems;
+  int lines = 0;
+  {
+    auto s = prepare("PRAGMA quick_check(5)");
+    while (s.step()) {
+      auto line = s.column_text(0);
+      if (line == "ok") continue;
+      if (lines++ > 0) problems += "; ";
+      problems += line;
+    }
+  }
+  if (!problems.empty()) throw damaged_file(damage_message(path_, "PRAGMA quick_check: " + problems));
 }
 
 database::~database() { sqlite3_close_v2(db_); }
 
 void database::fail(const std::string& what) {
   std::string msg = path_ + ": " + what;
-  if (db_ != nullptr) msg += ": " + std::string(sqlite3_errmsg(db_));
+  if (db_ != nullptr) {
+    if (is_damage(sqlite3_extended_errcode(db_)))
+      throw damaged_file(damage_message(path_, what + ": " + sqlite3_errmsg(db_)));
+    msg += ": " + std::string(sqlite3_errmsg(db_));
+  }
   throw sqlite_error(msg);
 }
 
 void database::exec(std::string_view sql) {
   char* err = nullptr;
   std::string text(sql);
-  if (sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+  int rc = sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
     std::string msg = err ? err : "unknown error";
     sqlite3_free(err);
+    if (is_damage(rc) || is_damage(sqlite3_extended_errcode(db_)))
+      throw damaged_file(damage_message(path_, msg));
     throw sqlite_error(path_ + ": " + msg + " (in: " + text.substr(0, 60) + ")");
   }
 }
@@ -82,6 +125,8 @@ void statement::reset() {
 }
 
 int64_t statement::column_int(int col) { return sqlite3_column_int64(stmt_, col); }
+
+bool statement::column_null(int col) { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
 
 std::string statement::column_blob(int col) {
   auto* p = static_cast<const char*>(sqlite3_column_blob(stmt_, col));

@@ -23,7 +23,9 @@ class statement;
 
 class database {
  public:
-  // Opens (creating if missing) the file at `path`.
+  // Opens (creating if missing) the file at `path`.  A damaged file (see
+  // persistence/integrity.hpp: header, size, PRAGMA quick_check) throws
+  // berth::damaged_file naming it; so does any SQLITE_CORRUPT/NOTADB later.
   explicit database(const std::string& path);
   ~database();
   database(const database&) = delete;
@@ -37,6 +39,9 @@ class database {
   sqlite3* handle() { return db_; }
 
   [[noreturn]] void fail(const std::string& what);
+
+  // PRAGMA quick_check; throws berth::damaged_file listing the problems.
+  void check_integrity();
 
  private:
   sqlite3* db_ = nullptr;
@@ -62,6 +67,7 @@ class statement {
   void reset();
 
   int64_t column_int(int col);
+  bool column_null(int col);
   std::string column_blob(int col);
   std::string column_text(int col);
 

@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "persistence/integrity.hpp"
+
 namespace berth {
 
 namespace {
@@ -61,7 +63,11 @@ void state_store::open() {
   db_->exec(schema);
   auto get = db_->prepare("SELECT value FROM meta WHERE key='format_version'");
   if (get.step()) {
-    auto v = std::stoll(get.column_text(0));
+    auto text = get.column_text(0);
+    if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos)
+      throw damaged_file(damage_message(path_, "its format version '" + text.substr(0, 40) +
+                                                   "' is not a number"));
+    auto v = std::stoll(text);
     if (v > format_version)
       throw sql::sqlite_error(path_ + ": written by a newer berth (state format " +
                               std::to_string(v) + "); upgrade berthd to read it");
@@ -75,7 +81,11 @@ void state_store::open() {
 uint64_t state_store::applied_index() {
   auto s = db_->prepare("SELECT value FROM meta WHERE key='applied_index'");
   if (!s.step()) return 0;
-  return static_cast<uint64_t>(std::stoull(s.column_text(0)));
+  auto text = s.column_text(0);
+  if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw damaged_file(damage_message(path_, "its applied index '" + text.substr(0, 40) +
+                                                 "' is not a number"));
+  return static_cast<uint64_t>(std::stoull(text));
 }
 
 void state_store::apply(const std::vector<std::pair<uint64_t, std::string>>& entries) {
@@ -210,9 +220,8 @@ std::vector<T> load_table(sql::database& db, const char* query) {
   while (s.step()) {
     T x;
     if (!x.ParseFromString(s.column_blob(0)))
-      throw sql::sqlite_error(db.path() + ": a row cannot be decoded (" + query +
-                              "); the state database is damaged: move it away and restart to "
-                              "rebuild it from the log, or restore a snapshot");
+      throw damaged_file(damage_message(db.path(), std::string("a row cannot be decoded (") +
+                                                       query + ")"));
     out.push_back(std::move(x));
   }
   return out;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package berth's build and tests need. Idempotent: does
+# Installs every Debian package berth's build and tests need (and the
+# packages given as arguments). Idempotent: does
 # nothing (and needs no network) when everything is already installed.
 set -euo pipefail
 
@@ -15,6 +16,8 @@ PACKAGES=(
   python3
   prometheus
 )
+# Extra packages for one target, e.g. `make fuzz`: clang libclang-rt-14-dev.
+PACKAGES+=("$@")
 
 missing=()
 for p in "${PACKAGES[@]}"; do

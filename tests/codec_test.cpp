@@ -169,3 +169,50 @@ TEST_CASE("plugin_json_derives_counts") {
   CHECK(j["nodes_healthy"] == 1);
   CHECK(j["nodes_expected"] == 2);
 }
+
+// Found by tests/fuzz (spec): a YAML spec with a byte that is not UTF-8
+// was accepted, and rendering the volume as JSON then threw
+// (nlohmann type_error 316): protobuf strings and the JSON views are UTF-8.
+TEST_CASE("a_spec_that_is_not_utf8_is_refused_naming_the_byte") {
+  std::string yaml = "id: t1\nplugin_id: hostpath\nexternal_id: e\n"
+                     "capabilities: [{access_mode: single-node-writer, attachment_mode: file-system}]\n"
+                     "context: {zone: \xab}\n";
+  auto ps = problems_of(yaml);
+  REQUIRE(ps.size() == 1);
+  CHECK(ps[0].field == "(spec)");
+  CHECK(ps[0].message.find("byte " + std::to_string(yaml.find('\xab'))) != std::string::npos);
+  for (const char* bad : {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82"})
+    CHECK(problems_of(std::string("id: \"") + bad + "\"\n")[0].field == "(spec)");
+  // Valid multi-byte text is fine.
+  auto ok = parse_volume_spec("id: t1\nname: \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"\n"
+                              "plugin_id: hostpath\nexternal_id: e\n"
+                              "capabilities: [{access_mode: single-node-writer, "
+                              "attachment_mode: file-system}]\n");
+  REQUIRE(std::holds_alternative<v1::Volume>(ok));
+  CHECK(volume_json(std::get<v1::Volume>(ok), nullptr).dump().find("caf") != std::string::npos);
+}
+
+// Found by tests/fuzz (spec): a JSON number too large for a double threw
+// out_of_range (not parse_error) out of the parser.
+TEST_CASE("a_json_spec_with_a_number_out_of_range_is_refused") {
+  auto ps = problems_of(R"({"id": "db", "capacity_min": 5555e5555555})");
+  REQUIRE(ps.size() == 1);
+  CHECK(ps[0].field == "(spec)");
+  CHECK(ps[0].message.find("is not valid JSON") != std::string::npos);
+}
+
+// YAML aliases expand: a few lines can stand for 10^7 values (and one more
+// line for 10^8, gigabytes).  The parser stops after 100000.
+TEST_CASE("a_yaml_spec_whose_aliases_expand_without_bound_is_refused") {
+  std::string yaml = "a: &a [x,x,x,x,x,x,x,x,x,x]\n";
+  std::string prev = "a";
+  for (const char* name : {"b", "c", "d", "e", "f", "g", "h", "i"}) {
+    yaml += std::string(name) + ": &" + name + " [";
+    for (int i = 0; i < 10; ++i) yaml += (i ? ",*" : "*") + prev;
+    yaml += "]\n";
+    prev = name;
+  }
+  auto ps = problems_of(yaml);
+  REQUIRE(ps.size() == 1);
+  CHECK(ps[0].message.find("too large") != std::string::npos);
+}

@@ -759,6 +759,22 @@ int run_command(const std::vector<std::string>& all_args, client* shared) {
   return exit_usage;
 }
 
+int parse_command(const std::vector<std::string>& args) {
+  command_line cl(nullptr);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    cl.app.parse(reversed);
+  } catch (const CLI::CallForHelp& e) {
+    return cl.app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return cl.app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    cl.app.exit(e);
+    return exit_usage;
+  }
+  return exit_ok;
+}
+
 command_info command_tree() {
   command_line cl(nullptr);
   return tree_of(cl.app);

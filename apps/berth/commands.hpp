@@ -29,6 +29,12 @@ enum exit_code : int {
 // already in it).
 int run_command(const std::vector<std::string>& args, client* shared = nullptr);
 
+// Parses a command line exactly as run_command does, without running the
+// command (no network): exit_ok when it would run one (or printed help),
+// exit_usage after printing the usage error.  For tests and the fuzzer
+// (tests/fuzz/shell.cpp).
+int parse_command(const std::vector<std::string>& args);
+
 // The commands, their options and positionals, as the CLI defines them.
 command_info command_tree();
 

@@ -68,13 +68,16 @@ struct stores {
   size_t plugins = 0;
 };
 
-// Opens the durable log and the state tables and brings the tables up to
-// the log's commit index (they may lag after a crash).
+// Opens the durable log and the state tables, checks them and the snapshot
+// file (persistence/integrity.hpp, check_data_dir), and brings the tables up
+// to the log's commit index (they may lag after a crash).
 stores open_stores(const std::string& data_dir) {
   stores s;
   try {
     s.log = std::make_shared<log_store>((fs::path(data_dir) / "log.db").string());
     s.state = std::make_shared<state_store>((fs::path(data_dir) / "state.db").string());
+    // A damaged file stops berthd here (damaged_file names it and the fix).
+    check_data_dir(*s.log, s.state->applied_index());
     auto missing = committed_after(*s.log, s.state->applied_index());
     if (!missing.empty()) s.state->apply(missing);
     auto contents = s.state->load();
@@ -143,7 +146,8 @@ std::optional<json_view> view(caf::actor_system& sys, const api_actor& api,
           [&](pb<v1::Response>& r) {
             const auto& resp = r.msg;
             if (resp.error().code() != v1::OK) {
-              out = {503, nlohmann::json{{"error", resp.error().message()}}.dump()};
+              out = {503, nlohmann::json{{"error", resp.error().message()}}.dump(
+                             -1, ' ', false, nlohmann::json::error_handler_t::replace)};
               return;
             }
             nlohmann::json body = nlohmann::json::array();
@@ -161,7 +165,9 @@ std::optional<json_view> view(caf::actor_system& sys, const api_actor& api,
             } else {
               for (const auto& n : resp.nodes()) body.push_back(node_json(n));
             }
-            out = {200, body.dump()};
+            // Invalid UTF-8 (never accepted by the spec parser, but a view
+            // must not throw on a civetweb thread): replaced, not fatal.
+            out = {200, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
           },
           [&](caf::error& e) { out = {503, nlohmann::json{{"error", to_failure(e).message}}.dump()}; });
   return out;

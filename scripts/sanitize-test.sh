@@ -20,6 +20,10 @@ export LSAN_OPTIONS="suppressions=$src/tests/sanitizers/lsan.supp:print_suppress
 export UBSAN_OPTIONS="log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1:suppressions=$src/tests/sanitizers/ubsan.supp"
 export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=0:second_deadlock_stack=1:suppressions=$src/tests/sanitizers/tsan.supp:print_suppressions=0"
 
+# Tests with deadlines stretch them by this factor (e.g. test_cluster.py's
+# wait for a client's plugin to turn healthy).
+export BERTH_TEST_TIME_SCALE=${BERTH_TEST_TIME_SCALE:-4}
+
 cd "$build"
 ctest --output-on-failure -j "$jobs" --timeout 1800 "$@"
 status=$?

@@ -9,6 +9,8 @@
 // single-member cluster.
 #pragma once
 
+#include <optional>
+
 #include <chrono>
 #include <map>
 #include <memory>
@@ -91,5 +93,11 @@ std::string snapshot_path_of(const log_store& disk);
 // tables (at `applied`) fit together.  Throws damaged_file naming the
 // file and the way to recover.
 void check_data_dir(log_store& disk, uint64_t applied);
+
+// The state database of the snapshot file when the state tables (at
+// `applied`) are behind it and the log no longer holds the entries between
+// (a crash between receiving a snapshot and installing it, or a lost
+// state.db): start-up installs it before applying the log.
+std::optional<std::string> snapshot_to_install(log_store& disk, uint64_t applied);
 
 }  // namespace berth

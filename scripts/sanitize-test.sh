@@ -5,10 +5,11 @@
 # would otherwise only land in their logs.  Each report is a file in
 # BUILD/sanitizer-logs/ (log_path), listed at the end.
 #
-# usage: scripts/sanitize-test.sh BUILD_DIR [JOBS]
+# usage: scripts/sanitize-test.sh BUILD_DIR [JOBS [CTEST-ARGS...]], e.g. -R integration.cluster
 set -u
 build=$(cd "$1" && pwd)
 jobs=${2:-1}
+shift $(( $# >= 2 ? 2 : $# ))
 src=$(cd "$(dirname "$0")/.." && pwd)
 logs="$build/sanitizer-logs"
 rm -rf "$logs" && mkdir -p "$logs"
@@ -19,8 +20,12 @@ export LSAN_OPTIONS="suppressions=$src/tests/sanitizers/lsan.supp:print_suppress
 export UBSAN_OPTIONS="log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1:suppressions=$src/tests/sanitizers/ubsan.supp"
 export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=0:second_deadlock_stack=1:suppressions=$src/tests/sanitizers/tsan.supp:print_suppressions=0"
 
+# Tests with deadlines stretch them by this factor (e.g. test_cluster.py's
+# wait for a client's plugin to turn healthy).
+export BERTH_TEST_TIME_SCALE=${BERTH_TEST_TIME_SCALE:-4}
+
 cd "$build"
-ctest --output-on-failure -j "$jobs" --timeout 1800
+ctest --output-on-failure -j "$jobs" --timeout 1800 "$@"
 status=$?
 
 reports=$(find "$logs" -type f -size +0 | sort)

@@ -78,6 +78,7 @@ stores open_stores(const std::string& data_dir) {
     s.state = std::make_shared<state_store>((fs::path(data_dir) / "state.db").string());
     // A damaged file stops berthd here (damaged_file names it and the fix).
     check_data_dir(*s.log, s.state->applied_index());
+    if (auto db = snapshot_to_install(*s.log, s.state->applied_index())) s.state->install(*db);
     auto missing = committed_after(*s.log, s.state->applied_index());
     if (!missing.empty()) s.state->apply(missing);
     auto contents = s.state->load();

@@ -105,6 +105,26 @@ class DamageTest(unittest.TestCase):
         self.assertEqual(sorted(v["id"] for v in r.json()),
                          ["vol-%03d" % i for i in range(VOLUMES)])
 
+    def test_lost_state_db_is_rebuilt_from_the_snapshot_and_the_log(self):
+        # Not damage but loss (or a crash between receiving a snapshot and
+        # installing it): the log is compacted, so the state comes from the
+        # snapshot, then the log after it.
+        data = self.copy("state-lost")
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(os.path.join(data, "state.db" + suffix)):
+                os.remove(os.path.join(data, "state.db" + suffix))
+        db = sqlite3.connect(os.path.join(data, "log.db"))
+        first = db.execute("SELECT MIN(idx) FROM entries").fetchone()[0]
+        db.close()
+        self.assertGreater(first, 1, "the log was not compacted")
+        agent = Agent(data)
+        self.addCleanup(agent.kill)
+        agent.start()
+        self.assertIn("%d volumes" % VOLUMES, agent.banner)
+        r = berth(agent, "--json", "volume", "status")
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(len(r.json()), VOLUMES)
+
     def test_truncated_state_db(self):
         data = self.copy("state-truncated")
         path = os.path.join(data, "state.db")

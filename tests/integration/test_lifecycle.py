@@ -244,6 +244,9 @@ class LifecycleTest(Base):
 
         reader = self.run_alloc("c2", "data=shared:ro", command=("cat", "/dev/null"))
         self.wait_alloc(reader["id"], ("complete",))
+        # The watcher releases the first reader's claim on its own; wait for it,
+        # or the second reader's claim overlaps that release (valid, but another order).
+        self.wait_unclaimed("shared")
         reader = self.run_alloc("c2", "data=shared:ro",
                                 command=("sh", "-c", 'cat "$BERTH_VOLUME_DATA/file"'))
         self.wait_alloc(reader["id"], ("complete",))

@@ -1,4 +1,5 @@
 #include "actors/clock.hpp"
+#include "actors/node_call.hpp"
 #include "actors/plugin.hpp"
 
 #include <chrono>
@@ -41,7 +42,8 @@ result_promise queue_controller_call(self_ptr self, Atom atom, v1::NodeVolumeReq
       done();
       return;
     }
-    self->request(controller, csi_step_timeout, atom, wrap(std::move(req)))
+    call_node<pb<v1::NodeVolumeResult>>(self, controller, csi_step_timeout, atom,
+                                        wrap(std::move(req)))
         .then(
             [rp, done](pb<v1::NodeVolumeResult>& r) mutable {
               rp.deliver(std::move(r));

@@ -1,4 +1,5 @@
 #include "actors/clock.hpp"
+#include "actors/node_call.hpp"
 #include "actors/volume.hpp"
 
 #include <chrono>
@@ -87,7 +88,7 @@ v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
 template <class Atom>
 void csi_step(self_ptr self, const node_actor& node, Atom atom, v1::NodeVolumeRequest req,
               std::function<void(v1::NodeVolumeResult)> ok, then_fn fail) {
-  self->request(node, csi_step_timeout, atom, wrap(std::move(req)))
+  call_node<pb<v1::NodeVolumeResult>>(self, node, csi_step_timeout, atom, wrap(std::move(req)))
       .await([ok](pb<v1::NodeVolumeResult>& r) mutable { ok(std::move(r.msg)); },
              [fail](caf::error& e) mutable { fail(std::move(e)); });
 }

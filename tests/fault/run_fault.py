@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""berth's fault-injection suite: a workload of concurrent claims and releases
+"""berth's fault-injection suite: a workload of concurrent `alloc run` and
+`alloc stop` (or, with --workload claims, `volume claim` and `volume release`)
 over a 3-server, 2-client cluster (real processes on 127.0.0.1), a nemesis
 killing and pausing servers, clients and plugins, a history of every
 operation, and a checker over the history, the committed state, the plugins'
@@ -34,7 +35,8 @@ import checker  # noqa: E402
 from history import History  # noqa: E402
 import netns  # noqa: E402
 from nemesis import Nemesis  # noqa: E402
-from workload import ClaimOp, ReleaseOp, Volume, Workload, run_shell  # noqa: E402
+from workload import (AllocRunOp, AllocStopOp, ClaimOp, ReleaseOp, Volume,  # noqa: E402
+                      Workload, run_shell)
 
 VOLUMES = [("sw1", "single-node-writer"), ("sw2", "single-node-writer"),
            ("mw1", "multi-node-single-writer"), ("mw2", "multi-node-single-writer"),
@@ -162,19 +164,25 @@ class Run:
         return logs
 
     def release_all(self, workload, release, process, todo, bound):
-        """Releases each alloc again until it is gone (exit 0, or 3: not
-        found) or `bound` seconds passed; one thread per alloc, so that a
-        wedged volume does not hold up the others."""
+        """Releases each alloc again until it is gone (`volume release`: exit
+        0, or 3: not found; `alloc stop`: its claims are released, or 3) or
+        `bound` seconds passed; one thread per alloc, so that a wedged volume
+        does not hold up the others. todo: {ALLOC: [VOLUME...]}."""
         deadline = time.time() + bound
 
-        def one(alloc, vol):
-            value = {"alloc": alloc, "volume": vol}
-            while time.time() < deadline:
-                op = workload.execute(process, release, value,
-                                      self.rng.choice(self.live_addresses()), with_exit=True)
-                if op in (0, 3):
-                    return
-                time.sleep(0.5)
+        def one(alloc, vols):
+            values = [{"alloc": alloc}] if release.f == "alloc-stop" else \
+                [{"alloc": alloc, "volume": v} for v in vols]
+            for value in values:
+                while time.time() < deadline:
+                    op = workload.history.invoke(process, release.f, value)
+                    code, err, out = run_shell(self.rng.choice(self.live_addresses()),
+                                               release.argv(value), workload.op_timeout)
+                    outcome = release.classify(code, err, out) if code is not None else "info"
+                    workload.history.complete(op, process, release.f, value, outcome, code, err)
+                    if outcome in ("ok", "fail"):
+                        break
+                    time.sleep(0.5)
 
         threads = [threading.Thread(target=one, args=kv, daemon=True)
                    for kv in sorted(todo.items())]
@@ -188,7 +196,10 @@ class Run:
     def run(self):
         a = self.args
         start = time.time()
-        kinds = [ClaimOp(self.volumes, ["c1", "c2"]), ReleaseOp()]
+        if a.workload == "allocs":
+            kinds = [AllocRunOp(self.volumes, ["c1", "c2"]), AllocStopOp()]
+        else:
+            kinds = [ClaimOp(self.volumes, ["c1", "c2"]), ReleaseOp()]
         workload = Workload(self.history, self.rng, kinds, self.live_addresses,
                             workers=a.workers, op_timeout=a.op_timeout)
         nemesis = Nemesis(self.history, random.Random(self.rng.random()), self.cluster,
@@ -226,19 +237,26 @@ class Run:
         for m in workload.models:
             for alloc, s in m.allocs.items():
                 if s["release"] is not None:
-                    pending[alloc] = s["volume"]
+                    pending.setdefault(alloc, set()).update(s["volumes"])
         for v in settled:
             for c in v["claims"]:
                 if c["state"] != "taken":
-                    pending[c["alloc_id"]] = v["id"]
-        release = ReleaseOp()
+                    pending.setdefault(c["alloc_id"], set()).add(v["id"])
+        release = kinds[1]
         held = checker.claims_in(settled)
-        todo = {al: vol for al, vol in pending.items() if (vol, al) in held}
+        todo = {}
+        for al, vols in pending.items():
+            vols = sorted(vol for vol in vols if (vol, al) in held)
+            if vols:
+                todo[al] = vols
         self.release_all(workload, release, "heal", todo, a.release_bound)
         final = self.shell("--json", "volume", "status")
 
         # Drain: release everything left, so that no publication may remain.
-        todo = {c["alloc_id"]: v["id"] for v in final for c in v["claims"]}
+        todo = {}
+        for v in final:
+            for c in v["claims"]:
+                todo.setdefault(c["alloc_id"], []).append(v["id"])
         self.release_all(workload, release, "drain", todo, a.release_bound)
         drained = self.shell("--json", "volume", "status")
         self.operations = sum(1 for e in self.history.events
@@ -299,6 +317,8 @@ def main(argv=None):
                    help="comma-separated fault kinds, or all (default; partitions only as "
                    "root): " + ", ".join(Nemesis.KINDS + Nemesis.PARTITION_KINDS))
     p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--workload", choices=("allocs", "claims"), default="allocs",
+                   help="allocs: alloc run/stop (default); claims: volume claim/release")
     p.add_argument("--raft-tick", type=float, default=0.05,
                    help="the servers' --raft-tick (seconds; small: quick elections)")
     p.add_argument("--op-timeout", type=float, default=8)

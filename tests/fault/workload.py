@@ -3,13 +3,14 @@ real `berth` shell against random live servers, recording each in the
 history. Operation kinds are pluggable: a small class per kind with
 `generate` (pick the arguments from the worker's model, or None when the
 kind does not apply now), `argv` (the shell command), `classify` (the
-outcome of an exit code) and `update` (the worker's model after it).
+outcome of an exit code and the shell's output) and `update` (the worker's
+model after it).
 
-Today's kinds are `volume claim` and `volume release`. Allocs (`berth alloc
-run --node N --volume NAME=VOL[:ro]`, `berth alloc stop ID`) fit the same
-shape: an AllocRunOp whose value is {"alloc", "node", "volumes": [...]} and
-an AllocStopOp whose value is {"alloc"}; the checker already treats
-"alloc-run"/"alloc-stop" as acquire/release kinds (checker.ACQUIRE/RELEASE)."""
+The suite runs allocs: `berth alloc run --node N --id A --volume
+vI=VOL[:ro]...` (AllocRunOp, one or two volumes, no command: the alloc runs
+until stopped) and `berth alloc stop A` (AllocStopOp). `volume claim` and
+`volume release` (ClaimOp, ReleaseOp) fit the same shape and the checker
+takes both (checker.ACQUIRE/RELEASE)."""
 
 import subprocess
 import threading
@@ -42,7 +43,7 @@ class WorkerModel:
     def __init__(self, worker):
         self.worker = worker
         self.counter = 0
-        # alloc -> {"volume", "node", "read_only", "claim": outcome, "release": outcome|None}
+        # alloc -> {"volumes": [VOLUME...], "node", "claim": outcome, "release": outcome|None}
         self.allocs = {}
 
     def new_alloc(self):
@@ -88,7 +89,7 @@ class ClaimOp:
         return (["volume", "claim", v["volume"], "--alloc", value["alloc"], "--node",
                  value["node"]] + (["--read-only"] if v["read_only"] else []))
 
-    def classify(self, code, err):
+    def classify(self, code, err, out=""):
         if code == 0:
             return "ok"
         if code in DEFINITE_FAIL and not unwound(err):
@@ -97,9 +98,8 @@ class ClaimOp:
 
     def update(self, model, value, outcome):
         v = value["volumes"][0]
-        model.allocs[value["alloc"]] = {"volume": v["volume"], "node": value["node"],
-                                        "read_only": v["read_only"], "claim": outcome,
-                                        "release": None}
+        model.allocs[value["alloc"]] = {"volumes": [v["volume"]], "node": value["node"],
+                                        "claim": outcome, "release": None}
 
 
 class ReleaseOp:
@@ -112,12 +112,12 @@ class ReleaseOp:
         if not allocs:
             return None
         a = rng.choice(sorted(allocs))
-        return {"alloc": a, "volume": model.allocs[a]["volume"]}
+        return {"alloc": a, "volume": model.allocs[a]["volumes"][0]}
 
     def argv(self, value):
         return ["volume", "release", value["volume"], "--alloc", value["alloc"]]
 
-    def classify(self, code, err):
+    def classify(self, code, err, out=""):
         if code == 0:
             return "ok"
         if code in DEFINITE_FAIL:
@@ -127,6 +127,94 @@ class ReleaseOp:
     def update(self, model, value, outcome):
         s = model.allocs[value["alloc"]]
         # Not found: the claim never took effect, or an earlier release won.
+        s["release"] = "ok" if outcome in ("ok", "fail") else "info"
+
+
+def pick_mode(rng, vol):
+    """Read-only or not, for one volume of a claim or an alloc."""
+    if vol.reader_only:
+        return True
+    if vol.access_mode.startswith("single-node"):
+        return rng.random() < 0.15
+    return rng.random() < 0.4
+
+
+class AllocRunOp:
+    """berth alloc run --node N --id A --volume v0=VOL[:ro] [--volume v1=VOL2[:ro]]
+
+    No command: the alloc runs until stopped. Exit 0: every volume is
+    claimed and published (ok). A refusal (exit 2-4) fails the alloc and
+    the leader answers once the claims it took are released: a definite
+    failure, unless the answer says releases are still in progress or the
+    alloc existed already (the shell resent a request whose first attempt
+    may have run it)."""
+    f = "alloc-run"
+    weight = 5
+
+    def __init__(self, volumes, nodes, two_volumes=0.2):
+        self.volumes = volumes
+        self.nodes = nodes
+        self.two_volumes = two_volumes
+
+    def generate(self, rng, model):
+        if len(model.releasable()) >= 3:
+            return None
+        n = 2 if rng.random() < self.two_volumes else 1
+        vols = rng.sample(self.volumes, n)
+        return {"alloc": model.new_alloc(), "node": rng.choice(self.nodes),
+                "volumes": [{"volume": v.id, "read_only": pick_mode(rng, v)} for v in vols]}
+
+    def argv(self, value):
+        args = ["alloc", "run", "--node", value["node"], "--id", value["alloc"]]
+        for i, v in enumerate(value["volumes"]):
+            args += ["--volume", "v%d=%s%s" % (i, v["volume"], ":ro" if v["read_only"] else "")]
+        return args
+
+    def classify(self, code, err, out=""):
+        if code == 0:
+            return "ok"
+        if code in DEFINITE_FAIL and "every claim it took was released" in err:
+            return "fail"
+        if code in DEFINITE_FAIL and "exists already" not in err and "failed:" not in err:
+            return "fail"  # refused before anything was committed (no such node, ...)
+        return "info"
+
+    def update(self, model, value, outcome):
+        model.allocs[value["alloc"]] = {"volumes": [v["volume"] for v in value["volumes"]],
+                                        "node": value["node"], "claim": outcome,
+                                        "release": None}
+
+
+class AllocStopOp:
+    """berth alloc stop A
+
+    Exit 0 with "; its claims are released" (also said of an alloc that
+    holds nothing): ok. Exit 0 while releases are still in progress: the release
+    is invoked but not confirmed (info). Exit 3: the alloc does not exist
+    (its run never took effect): a definite failure that holds nothing."""
+    f = "alloc-stop"
+    weight = 4
+
+    def generate(self, rng, model):
+        allocs = model.releasable()
+        if not allocs:
+            return None
+        return {"alloc": rng.choice(sorted(allocs))}
+
+    def argv(self, value):
+        return ["alloc", "stop", value["alloc"]]
+
+    def classify(self, code, err, out=""):
+        if code == 0:
+            # Not "..., so its claims are released once it reconnects" (the
+            # client was not connected): that release is still to come.
+            return "ok" if "; its claims are released" in out else "info"
+        if code == 3:
+            return "fail"
+        return "info"
+
+    def update(self, model, value, outcome):
+        s = model.allocs[value["alloc"]]
         s["release"] = "ok" if outcome in ("ok", "fail") else "info"
 
 
@@ -171,8 +259,8 @@ class Workload:
     def execute(self, process, kind, value, address, with_exit=False):
         """Runs one operation; its outcome (or its exit code, with_exit)."""
         op = self.history.invoke(process, kind.f, value)
-        code, err, _ = run_shell(address, kind.argv(value), self.op_timeout)
-        outcome = kind.classify(code, err) if code is not None else "info"
+        code, err, out = run_shell(address, kind.argv(value), self.op_timeout)
+        outcome = kind.classify(code, err, out) if code is not None else "info"
         self.history.complete(op, process, kind.f, value, outcome, code, err)
         with self.lock:
             self.count += 1

@@ -341,6 +341,37 @@ class LifecycleTest(Base):
         failed = [c for c in self.plugins["c1"].calls(ext) if c["code_name"] != "OK"]
         self.assertEqual(failed, [])
 
+    def test_client_killed_during_a_release_step_is_retried_at_once(self):
+        """A CSI step in flight when its client dies fails as soon as the
+        connection closes and is retried, instead of waiting out the 75 s step
+        timeout (and holding up the plugin's other controller calls)."""
+        vol = self.create("v")
+        ext = vol["external_id"]
+        a = self.run_alloc("c1", "d=v")
+        plugin = self.plugins["c1"].proc
+        plugin.send_signal(signal.SIGSTOP)
+        self.addCleanup(lambda: plugin.poll() is None and plugin.send_signal(signal.SIGCONT))
+        stopped = {}
+        t = threading.Thread(target=lambda: stopped.update(
+            r=berth(self.address, "alloc", "stop", a["id"], timeout=120)))
+        t.start()
+        self.addCleanup(t.join)
+        # The release's first step (NodeUnpublish) is sent to c1, whose plugin
+        # does not answer.
+        self.wait(lambda: self.volume("v")["claims"][0]["state"] != "taken",
+                  "the release to start")
+        time.sleep(1.0)
+        killed = time.time()
+        self.clients["c1"].kill()
+        plugin.send_signal(signal.SIGCONT)
+        self.clients["c1"] = self.client("c1")
+        self.clients["c1"].start()
+        self.wait_unclaimed("v", timeout=40)
+        self.assertLess(time.time() - killed, 40)
+        t.join(timeout=120)
+        self.assertEqual(self.plugins["c1"].ok_methods(ext)[-3:], [
+            "NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"])
+
     def test_controller_plugin_killed_during_a_release_then_restarted(self):
         """Complaint 5: a plugin restart wedges no volume; the watcher retries."""
         vol = self.create("v")

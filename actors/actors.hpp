@@ -363,9 +363,9 @@ using api_actor = caf::typed_actor<
 // tells it about leadership.  It runs the leader actor while this server
 // leads, and forwards to the leader's server otherwise.
 using server_actor = api_actor::extend<
-    // This server now leads and the state machine holds everything
-    // committed: start the leader actor with it.
-    caf::reacts_to<leading_atom, state_contents>,
+    // This server now leads (in the given Raft term) and the state machine
+    // holds everything committed: start the leader actor with it.
+    caf::reacts_to<leading_atom, state_contents, uint64_t>,
     // Another server (or none, id 0) leads: stop the leader actor, forward.
     caf::reacts_to<following_atom, uint64_t, pb<v1::ServerInfo>>,
     // At start: the replicated log this server runs (spawned after it) and

@@ -58,7 +58,8 @@ void count_actors(const self_ptr& self) {
 
 volume_actor spawn_volume(const self_ptr& self, v1::Volume v, bool registered) {
   return self->spawn<caf::linked>(volume, self->state.log,
-                                  caf::actor_cast<leader_actor>(self), std::move(v), registered);
+                                  caf::actor_cast<leader_actor>(self), std::move(v), registered,
+                                  self->state.options.term);
 }
 
 plugin_actor spawn_plugin(const self_ptr& self, v1::Plugin p) {

@@ -25,6 +25,9 @@ struct leader_options {
   // How long alloc stop and a failed alloc run wait for the alloc's claims
   // to be released before answering (the watcher goes on after that).
   std::chrono::milliseconds release_wait{30000};
+  // The Raft term this leader serves (set when it starts): every CSI
+  // request it sends carries it, and nodes refuse older terms.
+  uint64_t term = 0;
 };
 
 struct leader_state {

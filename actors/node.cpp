@@ -438,6 +438,28 @@ std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag
   return p;
 }
 
+// The fence against deposed leaders: a request of a leader older than the
+// newest this node took requests from is refused; a newer term is recorded
+// (in client.db too) before anything runs.  0 means unfenced.
+std::optional<caf::error> fence(const self_ptr& self, uint64_t term) {
+  auto& st = self->state;
+  auto verdict = berth::fence(st.leader_term, term);
+  if (verdict == fence_verdict::accept) return std::nullopt;
+  if (verdict == fence_verdict::refuse)
+    return make_error(errc::refused, "node '" + st.config.node_id + "' refuses a request of a " +
+                                         "deposed leader (term " + std::to_string(term) +
+                                         "; it takes requests of term " +
+                                         std::to_string(st.leader_term) + ")");
+  try {
+    st.store->set_leader_term(term);
+  } catch (const std::exception& e) {
+    return make_error(errc::internal, std::string("the client could not record the leader's "
+                                                  "term: ") + e.what());
+  }
+  st.leader_term = term;
+  return std::nullopt;
+}
+
 node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
                                std::shared_ptr<metrics> stats, std::shared_ptr<client_store> store) {
   auto& st = self->state;
@@ -453,6 +475,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
     auto id = a.alloc.id();
     st.allocs.emplace(std::move(id), std::move(a));
   }
+  st.leader_term = st.store->leader_term();
   st.config = std::move(config);
   st.api = std::move(api);
   self->set_down_handler([self](caf::down_msg& dm) {
@@ -467,6 +490,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
   return {
       [self](publish_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
         const auto& r = req.msg;
+        if (auto err = fence(self, r.leader_term())) return std::move(*err);
         auto& st = self->state;
         auto paths = paths_of(self, r);
         auto key = key_of(r);
@@ -555,6 +579,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       },
       [self](unpublish_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
         const auto& r = req.msg;
+        if (auto err = fence(self, r.leader_term())) return std::move(*err);
         auto paths = paths_of(self, r);
         auto key = key_of(r);
         auto at = where(self, r.plugin_id());
@@ -578,6 +603,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       },
       [self](ctrl_publish_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
         const auto& r = req.msg;
+        if (auto err = fence(self, r.leader_term())) return std::move(*err);
         auto at = where(self, r.plugin_id());
         csi_job job{[r, at](csi::client& c) {
           csi_outcome out;
@@ -599,6 +625,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       },
       [self](ctrl_unpublish_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
         const auto& r = req.msg;
+        if (auto err = fence(self, r.leader_term())) return std::move(*err);
         auto at = where(self, r.plugin_id());
         csi_job job{[r, at](csi::client& c) {
           csi_outcome out;

@@ -77,6 +77,9 @@ struct node_state {
   };
   std::map<std::string, std::vector<stopping>> stops;
   bool polling = false;
+  // The newest leader term CSI requests came from (also in client.db):
+  // requests of an older leader are refused (NodeVolumeRequest.leader_term).
+  uint64_t leader_term = 0;
   static inline const char* name = "node";
 };
 

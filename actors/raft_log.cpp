@@ -197,7 +197,7 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
     self->request(st.machine, caf::infinite, load_atom::value)
         .then([self, term = st.node->term()](state_contents& contents) {
           if (self->state.soft.role == raft::role::leader && self->state.node->term() == term)
-            self->send(self->state.server, leading_atom::value, std::move(contents));
+            self->send(self->state.server, leading_atom::value, std::move(contents), term);
         });
   }
 }

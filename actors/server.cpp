@@ -291,12 +291,14 @@ void execute(self_ptr self, v1::Request req, promise rp) {
 // Starts the leader actor on the committed state (replacing a running one).
 void start_leader(self_ptr self, state_contents contents) {
   auto& st = self->state;
+  auto options = st.options;
+  options.term = st.term;
   if (st.leader) {
     self->unlink_from(st.leader);
     self->send_exit(st.leader, caf::exit_reason::user_shutdown);
   }
   st.leader =
-      self->spawn<caf::linked>(leader, st.log, std::move(contents), st.stats, st.options);
+      self->spawn<caf::linked>(leader, st.log, std::move(contents), st.stats, options);
   st.remote = nullptr;
   for (const auto& [id, node] : st.nodes) self->send(st.leader, node_atom::value, id, node);
 }
@@ -417,7 +419,8 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
         else if (st.remote)
           self->send(st.remote, node_atom::value, id, node);
       },
-      [self](leading_atom, state_contents& contents) {
+      [self](leading_atom, state_contents& contents, uint64_t term) {
+        self->state.term = term;
         if (!self->state.leader) start_leader(self, std::move(contents));
       },
       [self](following_atom, uint64_t leader_id, pb<v1::ServerInfo>& info) {

@@ -32,6 +32,7 @@ struct server_state {
   uint64_t next_inflight = 0;
   std::map<std::string, node_actor> nodes;  // registrations, replayed to a new leader
   leader_options options;
+  uint64_t term = 0;  // the Raft term this server last became leader in
   static inline const char* name = "server";
 };
 

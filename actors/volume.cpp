@@ -88,6 +88,7 @@ v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
 template <class Atom>
 void csi_step(self_ptr self, const node_actor& node, Atom atom, v1::NodeVolumeRequest req,
               std::function<void(v1::NodeVolumeResult)> ok, then_fn fail) {
+  req.set_leader_term(self->state.term);
   call_node<pb<v1::NodeVolumeResult>>(self, node, csi_step_timeout, atom, wrap(std::move(req)))
       .await([ok](pb<v1::NodeVolumeResult>& r) mutable { ok(std::move(r.msg)); },
              [fail](caf::error& e) mutable { fail(std::move(e)); });
@@ -112,6 +113,7 @@ void controller_step(self_ptr self, const plugin_actor& plugin, const node_actor
   // No timeout here: the plugin actor's queue answers every call (its own
   // request to the controller node is bounded), and a call given up while
   // still queued would run after the step that follows it.
+  req.set_leader_term(self->state.term);
   self->request(plugin, caf::infinite, atom, wrap(std::move(req)), controller)
       .await([ok](pb<v1::NodeVolumeResult>& r) mutable { ok(std::move(r.msg)); },
              [fail](caf::error& e) mutable { fail(std::move(e)); });
@@ -282,7 +284,8 @@ void with_plugin(self_ptr self, const plugin_actor& plugin,
 }  // namespace
 
 volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, leader_actor leader,
-                                   v1::Volume initial, bool registered) {
+                                   v1::Volume initial, bool registered, uint64_t term) {
+  self->state.term = term;
   self->state.log = std::move(log);
   self->state.leader = std::move(leader);
   self->state.volume = std::move(initial);

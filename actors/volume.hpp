@@ -13,6 +13,7 @@ struct volume_state {
   bool registered = false;
   replicated_log_actor log;
   leader_actor leader;
+  uint64_t term = 0;  // the leader's Raft term: sent with every CSI request
   static inline const char* name = "volume";
 };
 
@@ -20,6 +21,6 @@ struct volume_state {
 // false) for a volume about to be registered.
 volume_actor::behavior_type volume(volume_actor::stateful_pointer<volume_state> self,
                                    replicated_log_actor log, leader_actor leader,
-                                   v1::Volume initial, bool registered);
+                                   v1::Volume initial, bool registered, uint64_t term);
 
 }  // namespace berth

@@ -690,6 +690,11 @@ std::variant<v1::AllocVolume, std::string> parse_alloc_volume(std::string_view a
   return v;
 }
 
+fence_verdict fence(uint64_t seen, uint64_t term) {
+  if (term == 0 || term == seen) return fence_verdict::accept;
+  return term > seen ? fence_verdict::accept_newer : fence_verdict::refuse;
+}
+
 int64_t retry_delay_ms(uint32_t attempts, double jitter, int64_t base_ms, int64_t cap_ms) {
   int64_t d = base_ms;
   for (uint32_t i = 1; i < attempts && d < cap_ms; ++i) d *= 2;

@@ -215,6 +215,16 @@ std::vector<std::string> claims_to_release(const v1::Volume& v, AllocState&& all
 int64_t retry_delay_ms(uint32_t attempts, double jitter, int64_t base_ms = 500,
                        int64_t cap_ms = 30000);
 
+// The fence against deposed leaders (NodeVolumeRequest.leader_term): what a
+// node does with a CSI request of leader term `term` when the newest term
+// it took requests from is `seen`.  Term 0 is unfenced (accepted as is).
+enum class fence_verdict {
+  accept,         // the current leader (or unfenced)
+  accept_newer,   // a newer leader: record its term first, then run
+  refuse,         // a deposed leader: run nothing
+};
+fence_verdict fence(uint64_t seen, uint64_t term);
+
 // --- registration ------------------------------------------------------
 
 // Applies a re-registration `incoming` onto the registered `current`.

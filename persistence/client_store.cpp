@@ -15,7 +15,8 @@ const char* schema =
     " PRIMARY KEY(alloc_id, namespace, volume_id));"
     "CREATE TABLE IF NOT EXISTS allocs(id TEXT PRIMARY KEY, alloc BLOB NOT NULL,"
     " pid INTEGER NOT NULL, exit_file TEXT NOT NULL, exited INTEGER NOT NULL,"
-    " exit_code INTEGER NOT NULL);";
+    " exit_code INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);";
 
 }  // namespace
 
@@ -105,6 +106,17 @@ std::vector<alloc_record> client_store::allocs() {
     out.push_back(std::move(a));
   }
   return out;
+}
+
+uint64_t client_store::leader_term() {
+  auto q = db_->prepare("SELECT value FROM meta WHERE key='leader_term'");
+  return q.step() ? static_cast<uint64_t>(q.column_int(0)) : 0;
+}
+
+void client_store::set_leader_term(uint64_t term) {
+  db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('leader_term', ?)")
+      .bind(1, static_cast<int64_t>(term))
+      .run();
 }
 
 }  // namespace berth

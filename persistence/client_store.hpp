@@ -58,6 +58,11 @@ class client_store {
   void delete_alloc(const std::string& id);
   std::vector<alloc_record> allocs();
 
+  // The newest leader term this node has taken CSI requests from (0 when
+  // none yet): kept across restarts, so the fence holds after one.
+  uint64_t leader_term();
+  void set_leader_term(uint64_t term);
+
   const std::string& path() const { return path_; }
 
  private:

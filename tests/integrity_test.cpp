@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "persistence/client_store.hpp"
 #include "persistence/integrity.hpp"
 #include "persistence/log_store.hpp"
 #include "persistence/state_store.hpp"
@@ -175,4 +176,17 @@ TEST_CASE("a truncated or overwritten SQLite file is refused before it is opened
   write_all(path, bytes);
   state_store ok(path.string());
   CHECK(ok.digest().size() == 16);
+}
+
+TEST_CASE("the client database keeps the newest leader term across a restart") {
+  temp_dir dir;
+  auto db = (dir.path / "client.db").string();
+  {
+    client_store store(db);
+    CHECK(store.leader_term() == 0);
+    store.set_leader_term(4);
+    store.set_leader_term(9);
+  }
+  client_store reopened(db);
+  CHECK(reopened.leader_term() == 9);
 }

@@ -574,6 +574,16 @@ TEST_SUITE("allocs and the volume watcher") {
     CHECK(retry_delay_ms(40, 0.999) >= 29000);
   }
 
+  TEST_CASE("a_node_refuses_csi_requests_of_a_deposed_leader") {
+    CHECK(fence(0, 0) == fence_verdict::accept);
+    CHECK(fence(7, 0) == fence_verdict::accept);  // unfenced
+    CHECK(fence(0, 3) == fence_verdict::accept_newer);
+    CHECK(fence(3, 3) == fence_verdict::accept);
+    CHECK(fence(3, 4) == fence_verdict::accept_newer);
+    CHECK(fence(4, 3) == fence_verdict::refuse);
+    CHECK(fence(4, 1) == fence_verdict::refuse);
+  }
+
   TEST_CASE("max_volumes_per_node_from_node_get_info_is_enforced") {
     auto v = volume(v1::SINGLE_NODE_WRITER);
     auto p = monolith_on({"n1"});

@@ -9,8 +9,10 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 
 import checker  # noqa: E402
+import workload  # noqa: E402
 
 VOLUMES = {"sw": {"access_mode": "single-node-writer", "external_id": "hp-sw"},
            "ro": {"access_mode": "multi-node-reader-only", "external_id": "hp-ro"}}
@@ -252,6 +254,37 @@ class CheckerTest(unittest.TestCase):
         out = [str(v) for v in checker.summarize(vs)]
         self.assertEqual(out, ["violation [check 4] x (2 times; the first shown)",
                                "violation [check 2] y"])
+
+
+class WorkloadOutcomeTest(unittest.TestCase):
+    """How the alloc operations read the shell's answers: only a definite
+    answer is ok or fail, anything else is info (unknown)."""
+
+    def test_alloc_run(self):
+        run = workload.AllocRunOp([], [])
+        self.assertEqual(run.classify(0, ""), "ok")
+        self.assertEqual(run.classify(4, "Error: alloc 'w0-1' failed: claim of volume 'sw': "
+                                         "...; every claim it took was released"), "fail")
+        self.assertEqual(run.classify(3, "Error: node 'c9' has no berth client"), "fail")
+        self.assertEqual(run.classify(4, "Error: alloc 'w0-1' failed: ...; the claims it took "
+                                         "are still being released"), "info")
+        self.assertEqual(run.classify(4, "Error: alloc 'w0-1' exists already; run with another "
+                                         "id"), "info")
+        self.assertEqual(run.classify(5, "did not answer within 8s"), "info")
+
+    def test_alloc_stop(self):
+        stop = workload.AllocStopOp()
+        self.assertEqual(stop.classify(0, "", "alloc 'a' stopped by the operator; its claims "
+                                              "are released\n"), "ok")
+        self.assertEqual(stop.classify(0, "", "alloc 'a' is already complete; its claims are "
+                                              "released\n"), "ok")
+        # The client was not connected: the release is still to come.
+        self.assertEqual(stop.classify(0, "", "alloc 'a' stopped; the client of node 'c1' is not "
+                                              "connected, so its claims are released once it "
+                                              "reconnects, ..."), "info")
+        self.assertEqual(stop.classify(0, "", "...; releases still in progress for: sw"), "info")
+        self.assertEqual(stop.classify(3, "does not exist", ""), "fail")
+        self.assertEqual(stop.classify(5, "unreachable", ""), "info")
 
 
 if __name__ == "__main__":

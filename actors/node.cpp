@@ -449,7 +449,9 @@ std::optional<caf::error> fence(const self_ptr& self, uint64_t term) {
     return make_error(errc::refused, "node '" + st.config.node_id + "' refuses a request of a " +
                                          "deposed leader (term " + std::to_string(term) +
                                          "; it takes requests of term " +
-                                         std::to_string(st.leader_term) + ")");
+                                         std::to_string(st.leader_term) + "; if the servers "
+                                         "were rebuilt as a new cluster, restart this client "
+                                         "with --forget-leader-term)");
   try {
     st.store->set_leader_term(term);
   } catch (const std::exception& e) {
@@ -475,6 +477,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
     auto id = a.alloc.id();
     st.allocs.emplace(std::move(id), std::move(a));
   }
+  if (config.forget_leader_term) st.store->set_leader_term(0);
   st.leader_term = st.store->leader_term();
   st.config = std::move(config);
   st.api = std::move(api);

@@ -37,6 +37,8 @@ struct node_config {
   std::vector<node_plugin> plugins;
   std::chrono::milliseconds fingerprint_interval{5000};
   std::chrono::milliseconds csi_timeout{30000};
+  // Start with no recorded leader term (servers rebuilt as a new cluster).
+  bool forget_leader_term = false;
   // Where alloc commands run (DATA/allocs/<id>: stdout, stderr, exit).
   std::string alloc_dir;
   // How long a stopped alloc's command gets after SIGTERM before SIGKILL.

@@ -43,6 +43,7 @@ node_config client_config(const agent_options& opts, const std::string& name) {
   node_config cfg;
   cfg.node_id = name;
   cfg.csi_root = opts.csi_root.empty() ? (fs::path(opts.data_dir) / "csi").string() : opts.csi_root;
+  cfg.forget_leader_term = opts.forget_leader_term;
   cfg.fingerprint_interval =
       std::chrono::milliseconds(static_cast<int64_t>(opts.fingerprint_interval * 1000));
   cfg.csi_timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.csi_timeout * 1000));

@@ -35,6 +35,7 @@ struct agent_options {
   std::vector<std::string> plugin_flags;  // --plugin ID=TYPE:SOCKET
   std::string csi_root;                   // default: DATA/csi
   double fingerprint_interval = 5;        // seconds
+  bool forget_leader_term = false;        // after the servers were rebuilt as a new cluster
   double csi_timeout = 30;                // seconds per CSI call
   std::string hostpath_bin;               // --dev: the plugin to start
   double node_down_timeout = 20;          // servers: seconds without heartbeat

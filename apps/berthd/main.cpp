@@ -98,6 +98,11 @@ int main(int argc, char** argv) {
                      "Seconds between plugin fingerprints (health, capabilities)")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 3600.0));
+  client->add_flag("--forget-leader-term", opts.forget_leader_term,
+                   "Forget the newest leader term this client took CSI requests from (kept in "
+                   "DATA-DIR/client.db to refuse requests of deposed leaders). Only after the "
+                   "servers were rebuilt from scratch as a new cluster, whose terms start again "
+                   "at 1");
   client->add_option("--csi-timeout", opts.csi_timeout, "Deadline of one CSI call, in seconds")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));

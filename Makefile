@@ -59,8 +59,12 @@ bench: build
 
 chaos: build
 	rm -rf $(CHAOS_OUT)
-	BERTHD_BIN=$(BUILD_DIR)/apps/berthd/berthd BERTH_BIN=$(BUILD_DIR)/apps/berth/berth \
-	BERTH_HOSTPATH_BIN=$(BUILD_DIR)/apps/berth-hostpath/berth-hostpath \
+	# Copies of the binaries: a rebuild during the run does not pull them away.
+	mkdir -p $(CHAOS_OUT)/bin
+	cp $(BUILD_DIR)/apps/berthd/berthd $(BUILD_DIR)/apps/berth/berth \
+	    $(BUILD_DIR)/apps/berth-hostpath/berth-hostpath $(CHAOS_OUT)/bin/
+	BERTHD_BIN=$(CHAOS_OUT)/bin/berthd BERTH_BIN=$(CHAOS_OUT)/bin/berth \
+	BERTH_HOSTPATH_BIN=$(CHAOS_OUT)/bin/berth-hostpath \
 	BERTH_FAULT_SEED=$(CHAOS_SEED) \
 	/usr/bin/python3 tests/fault/run_fault.py --faults $(CHAOS_FAULTS) --kinds $(CHAOS_KINDS) \
 	    --out $(CHAOS_OUT) --verbose

@@ -164,7 +164,8 @@ result node::append_entries(std::vector<pb::Entry> ents) {
   }
   li = log_.append(ents);
   // Counting our own copy before it is durable is safe: the shell persists
-  // it before sending the appends whose acknowledgements complete a quorum.
+  // it before it handles any acknowledgement of these appends (it may send
+  // them first) and before it applies what they commit.
   prs_.at(id_).maybe_update(li);
   maybe_commit();
   bcast_append();

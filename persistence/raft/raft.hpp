@@ -92,7 +92,10 @@ struct read_state {
 
 // What the shell must do, in this order: persist snapshot, entries and
 // hard_state (fsync if must_sync), then send messages, then apply the
-// snapshot and committed_entries, then call advance().
+// snapshot and committed_entries, then call advance().  A leader whose
+// term and vote did not change may send the messages before persisting
+// (its appends then travel while it writes), as long as it steps no
+// received message and applies nothing before the write is done.
 struct ready {
   std::optional<raft::soft_state> soft_state;  // set when leader or role changed
   std::optional<pb::HardState> hard_state;     // set when changed

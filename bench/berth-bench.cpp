@@ -10,6 +10,9 @@
 //           (NodeUnpublish, NodeUnstage, ControllerUnpublish, free) cycles,
 //           each slot cycling over its own share of the volumes.
 //   setup   creates the volumes the claims workload uses (CreateVolume).
+//   register registers volumes scale-v0..N-1 (volume register: one log
+//           entry each, no CSI call; the plugin must be known, e.g. a log
+//           workload's bench-p0), N in flight: the scale workload.
 //
 // Numbers only: it never judges them.
 #include <algorithm>
@@ -51,6 +54,8 @@ struct options {
   std::string acks;       // file: wall-clock ms of every acknowledged operation
   int timeout = 30;       // seconds per request
   size_t payload = 60;    // log: bytes of health_description
+  std::string plugin = "bench-p0";  // register: the volumes' plugin
+  size_t first = 0;       // register: first volume number
 };
 
 // One operation = one request (log, setup) or one claim+release cycle.
@@ -136,6 +141,30 @@ struct setup_worker : worker {
     auto* v = r.mutable_volume_create();
     v->set_id("bench-v" + std::to_string(next_volume));
     v->set_plugin_id(node_plugin(o, next_volume).second);
+    auto* c = v->add_capabilities();
+    c->set_access_mode(v1::SINGLE_NODE_WRITER);
+    c->set_attachment_mode(v1::FILE_SYSTEM);
+    return r;
+  }
+  void done() override { next_volume += stride; }
+  bool finished() const override { return next_volume >= o.volumes; }
+};
+
+// Registers scale-v<first + slot>, then every stride-th one up to volumes.
+struct register_worker : worker {
+  const options& o;
+  size_t next_volume;
+  size_t stride;
+  register_worker(const options& o, size_t slot, size_t stride)
+      : o(o), next_volume(o.first + slot), stride(stride) {}
+  v1::Request next(bool& ends_op) override {
+    ends_op = true;
+    v1::Request r;
+    auto* v = r.mutable_volume_register();
+    auto n = std::to_string(next_volume);
+    v->set_id("scale-v" + n);
+    v->set_plugin_id(o.plugin);
+    v->set_external_id("ext-" + n);
     auto* c = v->add_capabilities();
     c->set_access_mode(v1::SINGLE_NODE_WRITER);
     c->set_attachment_mode(v1::FILE_SYSTEM);
@@ -299,8 +328,8 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"berth-bench: load generator for a berthd's shell endpoint; prints one JSON line"};
   app.add_option("--address", o.address, "HOST:PORT of a berthd (any server; followers forward)");
-  app.add_option("--workload", o.workload, "log, claims or setup")
-      ->check(CLI::IsMember({"log", "claims", "setup"}));
+  app.add_option("--workload", o.workload, "log, claims, setup or register")
+      ->check(CLI::IsMember({"log", "claims", "setup", "register"}));
   app.add_option("--concurrency,-c", o.concurrency, "requests (operations) in flight")
       ->check(CLI::PositiveNumber);
   app.add_option("--duration", o.duration, "seconds to measure");
@@ -311,9 +340,11 @@ int main(int argc, char** argv) {
   app.add_option("--acks", o.acks, "write the wall-clock ms of every completed operation here");
   app.add_option("--timeout", o.timeout, "seconds per request");
   app.add_option("--payload", o.payload, "log: bytes of health description");
+  app.add_option("--plugin", o.plugin, "register: plugin id of the volumes (must be known)");
+  app.add_option("--first", o.first, "register: first volume number (scale-vFIRST..VOLUMES-1)");
   CLI11_PARSE(app, argc, argv);
-  if (o.workload == "setup") {
-    o.count = o.volumes;
+  if (o.workload == "setup" || o.workload == "register") {
+    o.count = o.workload == "setup" ? o.volumes : o.volumes - std::min(o.first, o.volumes);
     o.warmup = 0;
   }
   if (o.workload == "claims" && o.concurrency > o.volumes) {
@@ -348,6 +379,8 @@ int main(int argc, char** argv) {
       s.w = std::make_unique<log_worker>(i, o.payload);
     else if (o.workload == "setup")
       s.w = std::make_unique<setup_worker>(o, i, o.concurrency);
+    else if (o.workload == "register")
+      s.w = std::make_unique<register_worker>(o, i, o.concurrency);
     else
       s.w = std::make_unique<claims_worker>(o, i, o.concurrency);
     ctx->slots.push_back(std::move(s));

@@ -56,6 +56,7 @@ struct options {
   size_t payload = 60;    // log: bytes of health_description
   std::string plugin = "bench-p0";  // register: the volumes' plugin
   size_t first = 0;       // register: first volume number
+  double give_up = 0;     // abandon unfinished operations this long after the end (0: never)
 };
 
 // One operation = one request (log, setup) or one claim+release cycle.
@@ -222,7 +223,7 @@ struct slot_state {
 struct results {
   std::vector<double> latencies;  // seconds, of measured operations
   std::vector<int64_t> acks;      // wall-clock ms of every completed op
-  uint64_t ok = 0, errors = 0;
+  uint64_t ok = 0, errors = 0, abandoned = 0;
   std::vector<std::string> error_samples;
   double seconds = 0;
 };
@@ -239,6 +240,8 @@ struct run_ctx {
   api_actor api;
   clk::time_point measure_from, deadline;
   size_t count = 0;  // 0: run until the deadline
+  clk::time_point give_up;  // abandon unfinished operations from then on (duration runs)
+  bool may_give_up = false;
   bool record_acks = false;
   int timeout = 30;
   results out;
@@ -259,6 +262,10 @@ caf::behavior runner(caf::stateful_actor<runner_state>* self, std::shared_ptr<ru
     auto& c = *st.ctx;
     auto& s = c.slots[i];
     auto now = clk::now();
+    if (s.op_started && c.may_give_up && now >= c.give_up) {
+      ++c.out.abandoned;  // still failing long after the end
+      s.op_started = false;
+    }
     if (!s.op_started) {
       bool stop = s.w->finished() || (c.count ? st.measured >= c.count : now >= c.deadline);
       if (stop) {
@@ -341,6 +348,9 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", o.timeout, "seconds per request");
   app.add_option("--payload", o.payload, "log: bytes of health description");
   app.add_option("--plugin", o.plugin, "register: plugin id of the volumes (must be known)");
+  app.add_option("--give-up", o.give_up,
+                 "abandon operations still unfinished (failing) this many seconds after the end "
+                 "(0: never; not for claims, which would leave a claim)");
   app.add_option("--first", o.first, "register: first volume number (scale-vFIRST..VOLUMES-1)");
   CLI11_PARSE(app, argc, argv);
   if (o.workload == "setup" || o.workload == "register") {
@@ -388,6 +398,8 @@ int main(int argc, char** argv) {
   auto now = clk::now();
   ctx->measure_from = now + std::chrono::milliseconds(static_cast<int64_t>(o.warmup * 1000));
   ctx->deadline = ctx->measure_from + std::chrono::milliseconds(static_cast<int64_t>(o.duration * 1000));
+  ctx->may_give_up = o.give_up > 0 && o.count == 0;
+  ctx->give_up = ctx->deadline + std::chrono::milliseconds(static_cast<int64_t>(o.give_up * 1000));
   caf::anon_send(sys.spawn(runner, ctx), start_atom::value);
   sys.await_all_actors_done();
   auto& out = ctx->out;
@@ -410,6 +422,7 @@ int main(int argc, char** argv) {
                 ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99)), ms(mx));
   std::cout << buf;
   if (o.workload == "log") std::cout << ", \"entry_bytes\": " << log_entry_bytes(o.payload);
+  std::cout << ", \"abandoned\": " << out.abandoned;
   std::cout << ", \"error_samples\": [";
   for (size_t i = 0; i < out.error_samples.size(); ++i) {
     std::string s;

@@ -56,6 +56,9 @@ def parse_args():
     p.add_argument("--scale-min-free-gib", type=float, default=6,
                    help="stop registering when the machine's MemAvailable falls below this "
                         "(the machine is shared; reported as such)")
+    p.add_argument("--scale-chunk-timeout", type=float, default=300,
+                   help="seconds after which a chunk of 50,000 registrations that has not finished "
+                        "ends the registration (reported)")
     p.add_argument("--snapshot-threshold", default="8192",
                    help="berthd --snapshot-threshold (berthd's default: 8192)")
     p.add_argument("--raft-tick", default="0.1", help="seconds per Raft tick (berthd's default: 0.1)")
@@ -459,12 +462,31 @@ def scale_run(tmp, report):
                 break
             upto = min(n, done + chunk)
             tc = time.time()
-            b = subprocess.run([BENCH, "--address", leader.address, "--workload", "register",
-                                "-c", str(ARGS.scale_concurrency), "--first", str(done), "--volumes", str(upto),
-                                "--timeout", "60"], capture_output=True, text=True)
+            b = subprocess.Popen([BENCH, "--address", leader.address, "--workload", "register",
+                                  "-c", str(ARGS.scale_concurrency), "--first", str(done), "--volumes", str(upto),
+                                  "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # A chunk that makes no progress for long (no stable leader) or
+            # a machine running out of memory ends the registration.
+            while b.poll() is None and not stopped:
+                time.sleep(1)
+                if time.time() - tc > ARGS.scale_chunk_timeout:
+                    stopped = "a chunk not finished after %.0f s" % ARGS.scale_chunk_timeout
+                elif mem_available_gib() < ARGS.scale_min_free_gib / 2:
+                    stopped = "MemAvailable %.1f GiB during a chunk" % mem_available_gib()
+            if stopped:
+                b.kill()
+                b.communicate()
+                out["peers_when_stopped"] = sc.peers()
+                out["peak_rss_mib_when_stopped"] = {s.name: peak_rss_mib(s.proc.pid) for s in sc.servers}
+                print("scale: STOPPED during the chunk %d..%d: %s; peers %s; peak RSS MiB %s" % (
+                    done, upto, stopped, [(p.get("id"), p.get("role"), p.get("term")) for p in
+                                          out["peers_when_stopped"]], out["peak_rss_mib_when_stopped"]),
+                      flush=True)
+                break
+            bout, berr = b.communicate()
             if b.returncode != 0:
-                raise RuntimeError("berth-bench register failed: %s %s" % (b.stdout, b.stderr))
-            r = json.loads(b.stdout.strip().splitlines()[-1])
+                raise RuntimeError("berth-bench register failed: %s %s" % (bout, berr))
+            r = json.loads(bout.strip().splitlines()[-1])
             done = upto
             rss = {s.name: round(rss_mib(s.proc.pid) or 0) for s in sc.servers}
             row = {"registered": done, "chunk_s": round(time.time() - tc, 2), "ops_per_s": r["ops_per_s"],
@@ -493,6 +515,9 @@ def scale_run(tmp, report):
                  out["leader_peak_rss_mib"], {k: round(v) for k, v in out["peak_rss_mib"].items() if k != leader.name},
                  out["data_dir_mib"]), flush=True)
         last = "scale-v%d" % (done - 1)
+        if stopped and stopped.startswith("a chunk"):
+            print("scale: no measurements with the state: the cluster was not serving", flush=True)
+            return
 
         # Failover with that state: SIGKILL the leader under a log load
         # through a follower; first acknowledged request after the kill.

@@ -539,14 +539,15 @@ def scale_run(tmp, report):
         ts = time.time()
         start_server(killed)
         banner = time.time() - ts
-        stale = wait_serving([killed.address], last, 60, stale=True)
-        stale = None if stale is None else stale + banner
-        caught = None
-        while time.time() - ts < 120:
-            p = peer_status(sc, killed.name)
-            if p and p.get("role") == "follower" and p.get("applied_index", 0) >= target:
-                caught = time.time() - ts
-                break
+        stale = caught = None
+        while time.time() - ts < 120 and (stale is None or caught is None):
+            if stale is None and berth(killed.address, "--json", "--timeout", "1", "volume", "status", last,
+                                       "--stale").code == 0:
+                stale = time.time() - ts
+            if caught is None:
+                p = peer_status(sc, killed.name)
+                if p and p.get("role") == "follower" and p.get("applied_index", 0) >= target:
+                    caught = time.time() - ts
             time.sleep(0.1)
         out["restart_one"] = {"server": killed.name, "to_banner_s": round(banner, 3),
                               "to_stale_read_s": stale and round(stale, 3),

@@ -341,16 +341,8 @@ def failover_trial(c, tmp, i, restart=True, bench_seconds=7):
                 "longest_ack_gap_s": max(gaps) / 1000 if gaps else None,
                 "errors": r["errors"], "abandoned": r.get("abandoned"),
                 "error_samples": r["error_samples"][:2]}
-    # Back as a follower, for the next trial.  Its port was free when the
-    # cluster started; another process may have taken it since.
-    for attempt in range(10):
-        try:
-            leader.start()
-            break
-        except RuntimeError:
-            if attempt == 9:
-                raise
-            time.sleep(0.5)
+    # Back as a follower, for the next trial (its ports may still be taken).
+    start_server(leader)
     deadline = time.time() + 30
     while time.time() < deadline:  # wait until every server is back in the cluster
         peers = c.peers()
@@ -416,11 +408,16 @@ def wait_serving(addresses, volume, timeout, stale=False):
     return None
 
 
-def start_server(s, tries=10):
-    """Starts a stopped server; its port may have been taken meanwhile."""
+def start_server(s, tries=150):
+    """Starts a stopped server; returns when its successful attempt began.
+    Its ports may be taken meanwhile: by the killed process's own connections
+    in TIME_WAIT (up to 60 s), or by another process (cluster.py picks the
+    ports once); the waiting is not counted."""
     for attempt in range(tries):
+        t = time.time()
         try:
-            return s.start()
+            s.start()
+            return t
         except RuntimeError:
             if attempt == tries - 1:
                 raise
@@ -536,9 +533,10 @@ def scale_run(tmp, report):
         # peers shows it a follower with the leader's applied index.
         killed = next(s for s in sc.servers if s.name == t["killed"])
         target = max((p.get("applied_index", 0) for p in sc.peers()), default=0)
-        ts = time.time()
-        start_server(killed)
+        t_try = time.time()
+        ts = start_server(killed)
         banner = time.time() - ts
+        port_wait = ts - t_try
         stale = caught = None
         while time.time() - ts < 120 and (stale is None or caught is None):
             if stale is None and berth(killed.address, "--json", "--timeout", "1", "volume", "status", last,
@@ -550,6 +548,7 @@ def scale_run(tmp, report):
                     caught = time.time() - ts
             time.sleep(0.1)
         out["restart_one"] = {"server": killed.name, "to_banner_s": round(banner, 3),
+                              "waited_for_port_s": round(port_wait, 2),
                               "to_stale_read_s": stale and round(stale, 3),
                               "to_caught_up_s": caught and round(caught, 3), "target_applied_index": target}
         print("scale: one server (%s) restarted: banner after %.2f s, serves a stale read after %s s, "
@@ -561,14 +560,19 @@ def scale_run(tmp, report):
         # volume through the leader (elected, state loaded, actors spawned).
         for s in sc.servers:
             s.kill()
-        ts = time.time()
+        ts = None
+        waits = []  # seconds each server waited for its ports (not berth's time)
         for s in sc.servers:
-            start_server(s)
-        started = time.time() - ts
+            t_try = time.time()
+            t = start_server(s)
+            waits.append(t - t_try)
+            ts = ts or t  # from the first server's successful start
+        started = time.time() - ts - sum(waits[1:])
         served = wait_serving([s.address for s in sc.servers], last, 120)
-        served = None if served is None else served + started
+        served = None if served is None else served + started  # port waits excluded
         new = sc.leader()
         out["restart_all"] = {"to_all_banners_s": round(started, 3), "to_serve_s": served and round(served, 3),
+                              "waited_for_ports_s": [round(w, 2) for w in waits],
                               "leader": new.name if new else None,
                               "leader_peak_rss_mib": new and r3(peak_rss_mib(new.proc.pid))}
         print("scale: whole cluster restarted: all 3 listening after %.2f s, leader serves volume status "

@@ -682,6 +682,10 @@ def summary(report):
     if ratios:
         print("berth / etcd here: " + ", ".join("%s %s" % (k, "-" if v is None else "%.2fx" % v)
                                                 for k, v in ratios.items()))
+    if not etcd.get("runs"):
+        print("(etcd here: not run%s. Issue figures: quoted, not measured here.)" % (
+            ": " + etcd["error"] if etcd.get("error") else ""), flush=True)
+        return
     print("(etcd here: this run, 3 members on 127.0.0.1, fsync on; 1 and 64 in flight through etcd's JSON "
           "gateway from python, %s through etcdctl check perf (256 B keys, 1 KiB values). "
           "Issue figures: quoted, not measured here.)" % (cp.get("clients") or "-"), flush=True)

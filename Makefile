@@ -1,7 +1,9 @@
 # berth: `make dev` builds and starts a single-process dev agent,
 # `make test` builds and runs every test.  Both install missing Debian
 # packages first (scripts/install-deps.sh).  `make bench` builds and runs
-# the benchmarks (bench/run.py; numbers and bench/report.json, no pass/fail).
+# the benchmarks (bench/run.py; numbers and bench/report.json, no pass/fail;
+# installs Debian's etcd-server and etcd-client for the side-by-side run;
+# BENCH_ARGS are passed on, e.g. BENCH_ARGS="--scale 100000").
 # `make chaos` builds and runs the long fault-injection run (tests/fault/,
 # docs/testing.md): CHAOS_FAULTS faults (default 100) of CHAOS_KINDS (default
 # all; partitions only as root), seed CHAOS_SEED (default random; printed), output kept in CHAOS_OUT.
@@ -20,6 +22,7 @@ CHAOS_FAULTS ?= 100
 CHAOS_SEED ?=
 CHAOS_KINDS ?= all
 CHAOS_OUT ?= $(CURDIR)/.chaos
+BENCH_ARGS ?=
 
 .PHONY: deps configure build dev test bench chaos clean test-asan test-tsan fuzz
 
@@ -55,7 +58,7 @@ fuzz:
 	bash scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
 bench: build
-	/usr/bin/python3 bench/run.py --build $(BUILD_DIR)
+	/usr/bin/python3 bench/run.py --build $(BUILD_DIR) $(BENCH_ARGS)
 
 chaos: build
 	rm -rf $(CHAOS_OUT)

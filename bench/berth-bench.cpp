@@ -10,6 +10,9 @@
 //           (NodeUnpublish, NodeUnstage, ControllerUnpublish, free) cycles,
 //           each slot cycling over its own share of the volumes.
 //   setup   creates the volumes the claims workload uses (CreateVolume).
+//   register registers volumes scale-v0..N-1 (volume register: one log
+//           entry each, no CSI call; the plugin must be known, e.g. a log
+//           workload's bench-p0), N in flight: the scale workload.
 //
 // Numbers only: it never judges them.
 #include <algorithm>
@@ -51,6 +54,9 @@ struct options {
   std::string acks;       // file: wall-clock ms of every acknowledged operation
   int timeout = 30;       // seconds per request
   size_t payload = 60;    // log: bytes of health_description
+  std::string plugin = "bench-p0";  // register: the volumes' plugin
+  size_t first = 0;       // register: first volume number
+  double give_up = 0;     // abandon unfinished operations this long after the end (0: never)
 };
 
 // One operation = one request (log, setup) or one claim+release cycle.
@@ -145,6 +151,30 @@ struct setup_worker : worker {
   bool finished() const override { return next_volume >= o.volumes; }
 };
 
+// Registers scale-v<first + slot>, then every stride-th one up to volumes.
+struct register_worker : worker {
+  const options& o;
+  size_t next_volume;
+  size_t stride;
+  register_worker(const options& o, size_t slot, size_t stride)
+      : o(o), next_volume(o.first + slot), stride(stride) {}
+  v1::Request next(bool& ends_op) override {
+    ends_op = true;
+    v1::Request r;
+    auto* v = r.mutable_volume_register();
+    auto n = std::to_string(next_volume);
+    v->set_id("scale-v" + n);
+    v->set_plugin_id(o.plugin);
+    v->set_external_id("ext-" + n);
+    auto* c = v->add_capabilities();
+    c->set_access_mode(v1::SINGLE_NODE_WRITER);
+    c->set_attachment_mode(v1::FILE_SYSTEM);
+    return r;
+  }
+  void done() override { next_volume += stride; }
+  bool finished() const override { return next_volume >= o.volumes; }
+};
+
 struct claims_worker : worker {
   const options& o;
   std::vector<size_t> mine;  // this slot's volumes
@@ -193,7 +223,7 @@ struct slot_state {
 struct results {
   std::vector<double> latencies;  // seconds, of measured operations
   std::vector<int64_t> acks;      // wall-clock ms of every completed op
-  uint64_t ok = 0, errors = 0;
+  uint64_t ok = 0, errors = 0, abandoned = 0;
   std::vector<std::string> error_samples;
   double seconds = 0;
 };
@@ -210,6 +240,8 @@ struct run_ctx {
   api_actor api;
   clk::time_point measure_from, deadline;
   size_t count = 0;  // 0: run until the deadline
+  clk::time_point give_up;  // abandon unfinished operations from then on (duration runs)
+  bool may_give_up = false;
   bool record_acks = false;
   int timeout = 30;
   results out;
@@ -230,6 +262,10 @@ caf::behavior runner(caf::stateful_actor<runner_state>* self, std::shared_ptr<ru
     auto& c = *st.ctx;
     auto& s = c.slots[i];
     auto now = clk::now();
+    if (s.op_started && c.may_give_up && now >= c.give_up) {
+      ++c.out.abandoned;  // still failing long after the end
+      s.op_started = false;
+    }
     if (!s.op_started) {
       bool stop = s.w->finished() || (c.count ? st.measured >= c.count : now >= c.deadline);
       if (stop) {
@@ -299,8 +335,8 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"berth-bench: load generator for a berthd's shell endpoint; prints one JSON line"};
   app.add_option("--address", o.address, "HOST:PORT of a berthd (any server; followers forward)");
-  app.add_option("--workload", o.workload, "log, claims or setup")
-      ->check(CLI::IsMember({"log", "claims", "setup"}));
+  app.add_option("--workload", o.workload, "log, claims, setup or register")
+      ->check(CLI::IsMember({"log", "claims", "setup", "register"}));
   app.add_option("--concurrency,-c", o.concurrency, "requests (operations) in flight")
       ->check(CLI::PositiveNumber);
   app.add_option("--duration", o.duration, "seconds to measure");
@@ -311,9 +347,14 @@ int main(int argc, char** argv) {
   app.add_option("--acks", o.acks, "write the wall-clock ms of every completed operation here");
   app.add_option("--timeout", o.timeout, "seconds per request");
   app.add_option("--payload", o.payload, "log: bytes of health description");
+  app.add_option("--plugin", o.plugin, "register: plugin id of the volumes (must be known)");
+  app.add_option("--give-up", o.give_up,
+                 "abandon operations still unfinished (failing) this many seconds after the end "
+                 "(0: never; not for claims, which would leave a claim)");
+  app.add_option("--first", o.first, "register: first volume number (scale-vFIRST..VOLUMES-1)");
   CLI11_PARSE(app, argc, argv);
-  if (o.workload == "setup") {
-    o.count = o.volumes;
+  if (o.workload == "setup" || o.workload == "register") {
+    o.count = o.workload == "setup" ? o.volumes : o.volumes - std::min(o.first, o.volumes);
     o.warmup = 0;
   }
   if (o.workload == "claims" && o.concurrency > o.volumes) {
@@ -348,6 +389,8 @@ int main(int argc, char** argv) {
       s.w = std::make_unique<log_worker>(i, o.payload);
     else if (o.workload == "setup")
       s.w = std::make_unique<setup_worker>(o, i, o.concurrency);
+    else if (o.workload == "register")
+      s.w = std::make_unique<register_worker>(o, i, o.concurrency);
     else
       s.w = std::make_unique<claims_worker>(o, i, o.concurrency);
     ctx->slots.push_back(std::move(s));
@@ -355,6 +398,8 @@ int main(int argc, char** argv) {
   auto now = clk::now();
   ctx->measure_from = now + std::chrono::milliseconds(static_cast<int64_t>(o.warmup * 1000));
   ctx->deadline = ctx->measure_from + std::chrono::milliseconds(static_cast<int64_t>(o.duration * 1000));
+  ctx->may_give_up = o.give_up > 0 && o.count == 0;
+  ctx->give_up = ctx->deadline + std::chrono::milliseconds(static_cast<int64_t>(o.give_up * 1000));
   caf::anon_send(sys.spawn(runner, ctx), start_atom::value);
   sys.await_all_actors_done();
   auto& out = ctx->out;
@@ -377,6 +422,7 @@ int main(int argc, char** argv) {
                 ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99)), ms(mx));
   std::cout << buf;
   if (o.workload == "log") std::cout << ", \"entry_bytes\": " << log_entry_bytes(o.payload);
+  std::cout << ", \"abandoned\": " << out.abandoned;
   std::cout << ", \"error_samples\": [";
   for (size_t i = 0; i < out.error_samples.size(); ++i) {
     std::string s;

@@ -7,7 +7,12 @@ and leader failover under load.  Prints a table and writes bench/report.json.
 Numbers only: nothing here passes or fails on timing.
 
   bench/run.py [--build build] [--duration 10] [--log 1,16,64,256,1024]
-               [--claims 1,8,32] [--volumes 400] [--failover 5] [--raft-tick 0.1]
+               [--claims 1,8,32] [--volumes 1000] [--failover 10]
+               [--failover-restarted 5] [--etcd l | --etcd none]
+               [--scale 1000000] [--scale-budget 1200] [--raft-tick 0.1]
+
+At the end: a table of the targets, berth's figures, etcd's measured in the
+same run (bench/etcd_bench.py) and the peers' figures quoted in issue 7.
 """
 
 import argparse
@@ -33,8 +38,29 @@ def parse_args():
     p.add_argument("--duration", type=float, default=10, help="seconds measured per run")
     p.add_argument("--log", default="1,16,64,256,1024", help="concurrency levels of the log workload")
     p.add_argument("--claims", default="1,8,32", help="concurrency levels of the claims workload")
-    p.add_argument("--volumes", type=int, default=400, help="volumes for the claims workload")
-    p.add_argument("--failover", type=int, default=5, help="leader-kill trials (0: none)")
+    p.add_argument("--volumes", type=int, default=1000, help="volumes for the claims workload")
+    p.add_argument("--failover", type=int, default=10,
+                   help="leader-kill trials, each on a fresh cluster (0: none)")
+    p.add_argument("--failover-restarted", type=int, default=5,
+                   help="leader-kill trials on one long-lived cluster, the killed server restarted "
+                        "between trials (0: none)")
+    p.add_argument("--etcd", default="l", choices=("none", "s", "m", "l", "xl"),
+                   help="etcd side by side: etcdctl check perf load (l: 500 clients), "
+                        "plus puts 1 and 64 in flight; none: skip")
+    p.add_argument("--scale", type=int, default=1000000,
+                   help="volumes to register for the scale workload on its own cluster (0: none)")
+    p.add_argument("--scale-concurrency", type=int, default=256, help="registrations in flight")
+    p.add_argument("--scale-budget", type=float, default=1200,
+                   help="seconds of registration after which the scale workload stops at the "
+                        "count reached (reported as such)")
+    p.add_argument("--scale-min-free-gib", type=float, default=6,
+                   help="stop registering when the machine's MemAvailable falls below this "
+                        "(the machine is shared; reported as such)")
+    p.add_argument("--scale-chunk-timeout", type=float, default=300,
+                   help="seconds after which a chunk of 50,000 registrations that has not finished "
+                        "ends the registration (reported)")
+    p.add_argument("--snapshot-threshold", default="8192",
+                   help="berthd --snapshot-threshold (berthd's default: 8192)")
     p.add_argument("--raft-tick", default="0.1", help="seconds per Raft tick (berthd's default: 0.1)")
     p.add_argument("--report", default=os.path.join(HERE, "report.json"))
     p.add_argument("--keep", action="store_true", help="keep the cluster's directory and logs")
@@ -52,6 +78,7 @@ BENCH = os.path.join(BUILD, "bench/berth-bench")
 sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
 
 import cluster  # noqa: E402  (needs the environment above)
+import etcd_bench  # noqa: E402
 from harness import berth  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -77,6 +104,17 @@ class Client(cluster.Client):
         super().__init__(tmp, name, servers, plugin_socket)
         i = self.argv.index("--plugin")
         self.argv[i + 1] = "%s=monolith:%s" % (plugin_id, plugin_socket)
+
+
+def bench_cluster(tmp):
+    """A 3-server cluster with berthd's default snapshot threshold
+    (cluster.py's test servers snapshot every 30 entries, to exercise
+    snapshots; that would measure snapshotting, not the log)."""
+    c = cluster.Cluster(tmp, tick=ARGS.raft_tick)
+    for s in c.servers:
+        i = s.argv.index("--snapshot-threshold")
+        s.argv[i + 1] = str(ARGS.snapshot_threshold)
+    return c
 
 
 def cpu_seconds(pid):
@@ -265,41 +303,46 @@ HEADER = ("%-6s %5s %8s %7s %7s %7s %5s %7s %6s %6s %6s %6s %6s %6s %6s %5s" % (
 
 # --- failover ----------------------------------------------------------------
 
-def failover_trial(c, tmp, i, restart=True):
+def failover_trial(c, tmp, i, restart=True, bench_seconds=7):
     leader = c.leader()
     follower = next(s for s in c.servers if s is not leader and s.alive())
-    acks = os.path.join(tmp, "acks-%d.txt" % i)
+    acks = os.path.join(tmp, "acks-%s.txt" % i)
     bench = subprocess.Popen([BENCH, "--address", follower.address, "--workload", "log", "-c", "16",
-                              "--duration", "7", "--warmup", "0.5", "--acks", acks, "--timeout", "10"],
+                              "--duration", str(bench_seconds), "--warmup", "0.5", "--acks", acks,
+                              "--timeout", "10", "--give-up", "30"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3)
     killed_ms = time.time() * 1000
     leader.kill(signal.SIGKILL)
-    out, err = bench.communicate(timeout=60)
-    r = json.loads(out.strip().splitlines()[-1])
-    with open(acks) as f:
-        times = [int(l) for l in f if l.strip()]
+    try:
+        out, err = bench.communicate(timeout=60 + bench_seconds)
+        r = json.loads(out.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        # A slot stops only between operations: requests still failing
+        # (no leader serving) long after the end.
+        bench.kill()
+        bench.communicate()
+        r = {"errors": -1, "error_samples": ["berth-bench did not finish within %d s of its end: "
+                                             "requests still failing" % 60]}
+    try:
+        with open(acks) as f:
+            times = [int(l) for l in f if l.strip()]
+    except FileNotFoundError:
+        times = []
     # Acks within 20 ms of the kill can only be answers the old leader sent
     # before it died (an election takes at least 10 ticks).
     after = [t for t in times if t > killed_ms + 20]
     first = (after[0] - killed_ms) / 1000 if after else None
     gaps = [b - a for a, b in zip(times, times[1:])]
-    new_leader = c.wait_leader(exclude=leader)
+    new_leader = c.wait_leader(exclude=leader, timeout=60)
     if not restart:
         return {"killed": leader.name, "new_leader": new_leader.name, "bench_via": follower.name,
                 "first_ack_after_kill_s": first,
                 "longest_ack_gap_s": max(gaps) / 1000 if gaps else None,
-                "errors": r["errors"], "error_samples": r["error_samples"][:2]}
-    # Back as a follower, for the next trial.  Its port was free when the
-    # cluster started; another process may have taken it since.
-    for attempt in range(10):
-        try:
-            leader.start()
-            break
-        except RuntimeError:
-            if attempt == 9:
-                raise
-            time.sleep(0.5)
+                "errors": r["errors"], "abandoned": r.get("abandoned"),
+                "error_samples": r["error_samples"][:2]}
+    # Back as a follower, for the next trial (its ports may still be taken).
+    start_server(leader)
     deadline = time.time() + 30
     while time.time() < deadline:  # wait until every server is back in the cluster
         peers = c.peers()
@@ -313,6 +356,341 @@ def failover_trial(c, tmp, i, restart=True):
             "errors": r["errors"], "error_samples": r["error_samples"][:2]}
 
 
+# --- scale ---------------------------------------------------------------------
+
+def rss_mib(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            m = re.search(r"VmRSS:\s+(\d+) kB", f.read())
+        return int(m.group(1)) / 1024 if m else None
+    except OSError:
+        return None
+
+
+def r3(x):
+    return None if x is None else round(x, 3)
+
+
+def mem_available_gib():
+    with open("/proc/meminfo") as f:
+        m = re.search(r"MemAvailable:\s+(\d+) kB", f.read())
+    return int(m.group(1)) / 2 ** 20
+
+
+def dir_mib(path):
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return round(total / 2 ** 20, 1)
+
+
+def peer_status(c, name):
+    for p in c.peers():
+        if p.get("id") == name:
+            return p
+    return None
+
+
+def wait_serving(addresses, volume, timeout, stale=False):
+    """Seconds (from now) until one of `addresses` answers `volume status
+    VOLUME` (through the leader unless stale); None on timeout."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        for a in addresses:
+            args = [a, "--json", "--timeout", "1", "volume", "status", volume] + (["--stale"] if stale else [])
+            if berth(*args).code == 0:
+                return time.time() - t0
+        time.sleep(0.05)
+    return None
+
+
+def start_server(s, tries=150):
+    """Starts a stopped server; returns when its successful attempt began.
+    Its ports may be taken meanwhile: by the killed process's own connections
+    in TIME_WAIT (up to 60 s), or by another process (cluster.py picks the
+    ports once); the waiting is not counted."""
+    for attempt in range(tries):
+        t = time.time()
+        try:
+            s.start()
+            return t
+        except RuntimeError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5)
+
+
+def scale_run(tmp, report):
+    """Registers ARGS.scale volumes on a fresh cluster (chunks of berth-bench
+    register, ARGS.scale_concurrency in flight, stopping after
+    ARGS.scale_budget seconds at the count reached), then measures with that
+    state: peak RSS, failover, one server's restart and the whole cluster's
+    restart-to-serve."""
+    n = ARGS.scale
+    d = os.path.join(tmp, "scale")
+    os.makedirs(d)
+    sc = bench_cluster(d)
+    out = {"requested": n, "concurrency": ARGS.scale_concurrency, "budget_s": ARGS.scale_budget,
+           "snapshot_threshold": int(ARGS.snapshot_threshold), "chunks": []}
+    report["scale"] = out
+    try:
+        sc.start()
+        leader = sc.leader()
+        # The volumes' plugin: one fingerprint makes plugin bench-p0 known.
+        subprocess.run([BENCH, "--address", leader.address, "--workload", "log", "-c", "1", "--count", "1",
+                        "--warmup", "0"], check=True, capture_output=True)
+        print("scale: registering %d volumes on a fresh cluster (leader %s), %d in flight, budget %.0f s" % (
+            n, leader.name, ARGS.scale_concurrency, ARGS.scale_budget), flush=True)
+        chunk = max(1000, min(50000, n // 20 or 1))
+        done = 0
+        t0 = time.time()
+        cpu0 = {s.name: cpu_seconds(s.proc.pid) for s in sc.servers}
+        stopped = None
+        while done < n:
+            if time.time() - t0 >= ARGS.scale_budget:
+                stopped = "--scale-budget (%.0f s)" % ARGS.scale_budget
+                break
+            if mem_available_gib() < ARGS.scale_min_free_gib:
+                stopped = "--scale-min-free-gib (MemAvailable %.1f GiB)" % mem_available_gib()
+                break
+            upto = min(n, done + chunk)
+            tc = time.time()
+            b = subprocess.Popen([BENCH, "--address", leader.address, "--workload", "register",
+                                  "-c", str(ARGS.scale_concurrency), "--first", str(done), "--volumes", str(upto),
+                                  "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # A chunk that makes no progress for long (no stable leader) or
+            # a machine running out of memory ends the registration.
+            while b.poll() is None and not stopped:
+                time.sleep(1)
+                if time.time() - tc > ARGS.scale_chunk_timeout:
+                    stopped = "a chunk not finished after %.0f s" % ARGS.scale_chunk_timeout
+                elif mem_available_gib() < ARGS.scale_min_free_gib / 2:
+                    stopped = "MemAvailable %.1f GiB during a chunk" % mem_available_gib()
+            if stopped:
+                b.kill()
+                b.communicate()
+                out["peers_when_stopped"] = sc.peers()
+                out["peak_rss_mib_when_stopped"] = {s.name: peak_rss_mib(s.proc.pid) for s in sc.servers}
+                print("scale: STOPPED during the chunk %d..%d: %s; peers %s; peak RSS MiB %s" % (
+                    done, upto, stopped, [(p.get("id"), p.get("role"), p.get("term")) for p in
+                                          out["peers_when_stopped"]], out["peak_rss_mib_when_stopped"]),
+                      flush=True)
+                break
+            bout, berr = b.communicate()
+            if b.returncode != 0:
+                raise RuntimeError("berth-bench register failed: %s %s" % (bout, berr))
+            r = json.loads(bout.strip().splitlines()[-1])
+            done = upto
+            rss = {s.name: round(rss_mib(s.proc.pid) or 0) for s in sc.servers}
+            row = {"registered": done, "chunk_s": round(time.time() - tc, 2), "ops_per_s": r["ops_per_s"],
+                   "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "errors": r["errors"], "rss_mib": rss,
+                   "loadavg": loadavg()}
+            out["chunks"].append(row)
+            print("scale: %8d registered, %6.0f/s (p50 %.1f ms, p99 %.0f ms, %d retried), RSS MiB %s, load %.1f"
+                  % (done, r["ops_per_s"], r["p50_ms"], r["p99_ms"], r["errors"], rss, row["loadavg"]),
+                  flush=True)
+        secs = time.time() - t0
+        out["registered"] = done
+        out["register_seconds"] = round(secs, 1)
+        out["register_per_s"] = round(done / secs, 1)
+        out["stopped_by"] = stopped
+        out["cpu_seconds"] = {s.name: round((cpu_seconds(s.proc.pid) or 0) - (cpu0[s.name] or 0), 1)
+                              for s in sc.servers}
+        leader_now = sc.leader()
+        out["leader"] = leader_now.name if leader_now else None
+        out["leader_changed"] = leader_now is not leader
+        out["peak_rss_mib"] = {s.name: peak_rss_mib(s.proc.pid) for s in sc.servers}
+        out["leader_peak_rss_mib"] = out["peak_rss_mib"][leader.name]
+        time.sleep(2)
+        out["data_dir_mib"] = {s.name: dir_mib(s.data_dir) for s in sc.servers}
+        print("scale: %d volumes in %.1f s = %.0f/s%s; leader %s peak RSS %.0f MiB (followers %s); data dirs MiB %s"
+              % (done, secs, done / secs, " (STOPPED by %s)" % stopped if stopped else "", leader.name,
+                 out["leader_peak_rss_mib"], {k: round(v) for k, v in out["peak_rss_mib"].items() if k != leader.name},
+                 out["data_dir_mib"]), flush=True)
+        last = "scale-v%d" % (done - 1)
+        if stopped and stopped.startswith("a chunk"):
+            print("scale: no measurements with the state: the cluster was not serving", flush=True)
+            return
+
+        # Failover with that state: SIGKILL the leader under a log load
+        # through a follower; first acknowledged request after the kill.
+        t = failover_trial(sc, d, "scale", restart=False, bench_seconds=25)
+        out["failover"] = t
+        out["failover_new_leader_peak_rss_mib"] = peak_rss_mib(
+            next(s for s in sc.servers if s.name == t["new_leader"]).proc.pid)
+        print("scale: failover with %d volumes: killed %s, new leader %s, first ack after %s s "
+              "(%d failed requests retried); new leader's peak RSS %.0f MiB" % (
+                  done, t["killed"], t["new_leader"], r3(t["first_ack_after_kill_s"]), t["errors"],
+                  out["failover_new_leader_peak_rss_mib"] or 0), flush=True)
+
+        # One server restarted (the killed one, now a follower): from the
+        # process's start to its banner (listening), to answering a stale
+        # read of the last volume from its own state tables, and until list-
+        # peers shows it a follower with the leader's applied index.
+        killed = next(s for s in sc.servers if s.name == t["killed"])
+        target = max((p.get("applied_index", 0) for p in sc.peers()), default=0)
+        t_try = time.time()
+        ts = start_server(killed)
+        banner = time.time() - ts
+        port_wait = ts - t_try
+        stale = caught = None
+        while time.time() - ts < 120 and (stale is None or caught is None):
+            if stale is None and berth(killed.address, "--json", "--timeout", "1", "volume", "status", last,
+                                       "--stale").code == 0:
+                stale = time.time() - ts
+            if caught is None:
+                p = peer_status(sc, killed.name)
+                if p and p.get("role") == "follower" and p.get("applied_index", 0) >= target:
+                    caught = time.time() - ts
+            time.sleep(0.1)
+        out["restart_one"] = {"server": killed.name, "to_banner_s": round(banner, 3),
+                              "waited_for_port_s": round(port_wait, 2),
+                              "to_stale_read_s": stale and round(stale, 3),
+                              "to_caught_up_s": caught and round(caught, 3), "target_applied_index": target}
+        print("scale: one server (%s) restarted: banner after %.2f s, serves a stale read after %s s, "
+              "caught up (applied index %d) after %s s" % (killed.name, banner, stale and round(stale, 2),
+                                                           target, caught and round(caught, 2)), flush=True)
+
+        # The whole cluster restarted (SIGKILL all, start all): from the
+        # first start to the first answer to `volume status` of the last
+        # volume through the leader (elected, state loaded, actors spawned).
+        for s in sc.servers:
+            s.kill()
+        ts = None
+        waits = []  # seconds each server waited for its ports (not berth's time)
+        for s in sc.servers:
+            t_try = time.time()
+            t = start_server(s)
+            waits.append(t - t_try)
+            ts = ts or t  # from the first server's successful start
+        started = time.time() - ts - sum(waits[1:])
+        served = wait_serving([s.address for s in sc.servers], last, 120)
+        served = None if served is None else served + started  # port waits excluded
+        new = sc.leader()
+        out["restart_all"] = {"to_all_banners_s": round(started, 3), "to_serve_s": served and round(served, 3),
+                              "waited_for_ports_s": [round(w, 2) for w in waits],
+                              "leader": new.name if new else None,
+                              "leader_peak_rss_mib": new and r3(peak_rss_mib(new.proc.pid))}
+        print("scale: whole cluster restarted: all 3 listening after %.2f s, leader serves volume status "
+              "after %s s (leader %s, peak RSS %s MiB)" % (started, served and round(served, 2),
+                                                           out["restart_all"]["leader"],
+                                                           out["restart_all"]["leader_peak_rss_mib"]), flush=True)
+        # And failover again on the restarted cluster.
+        try:
+            t = failover_trial(sc, d, "scale-2", restart=False, bench_seconds=25)
+        except AssertionError as e:  # no new leader within wait_leader's 60 s
+            t = {"first_ack_after_kill_s": None, "error": str(e)}
+        out["failover_after_restart"] = t
+        print("scale: failover after the restart: first ack after %s s%s" % (
+            r3(t["first_ack_after_kill_s"]), " (%s)" % t["error"] if t.get("error") else ""), flush=True)
+    finally:
+        sc.stop()
+        if not ARGS.keep:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+# --- the summary ----------------------------------------------------------------
+
+# Peers' figures quoted in issue 7 (measured there on this kind of machine,
+# not in this run).
+ISSUE_ETCD_1, ISSUE_ETCD_64 = 210, 900          # puts/s: 1 and 64 in flight
+ISSUE_LIBRAFT_1, ISSUE_LIBRAFT_1024 = 1300, 14000  # entries/s: 1 and 1024 in flight
+
+
+def summary(report):
+    """target / berth / etcd here / etcd (issue) / libraft (issue)."""
+    runs = [r for r in report["runs"] if not r.get("side_by_side")]
+    log = {r["concurrency"]: r for r in runs if r["workload"] == "log"}
+    claims = [r for r in runs if r["workload"] == "claims"]
+    side = next((r for r in report["runs"] if r.get("side_by_side")), None)
+    etcd = report.get("etcd") or {}
+    erun = {r["concurrency"]: r for r in etcd.get("runs", [])}
+    cp = etcd.get("check_perf") or {}
+    fo = report.get("failover") or {}
+    sc = report.get("scale") or {}
+
+    def f(x, fmt="%.0f", unit=""):
+        return "-" if x is None else (fmt % x) + unit
+
+    def ratio(a, b):
+        return "-" if not a or not b else "%.2fx" % (a / b)
+
+    rows = []
+    l1 = log.get(1)
+    e1 = erun.get(1)
+    rows.append(("log 1 at a time: p50", "<= 1 ms", l1 and f(l1["p50_ms"], "%.2f", " ms"),
+                 e1 and f(e1["p50_ms"], "%.2f", " ms"), "", ""))
+    rows.append(("log 1 at a time: rate", "", l1 and f(l1["ops_per_s"], "%.0f", "/s"),
+                 e1 and f(e1["ops_per_s"], "%.0f", "/s"), "~%d/s" % ISSUE_ETCD_1, "~%d/s" % ISSUE_LIBRAFT_1))
+    l64, e64 = log.get(64), erun.get(64)
+    rows.append(("log 64 in flight", "", l64 and f(l64["ops_per_s"], "%.0f", "/s"),
+                 e64 and f(e64["ops_per_s"], "%.0f", "/s"), "~%d/s" % ISSUE_ETCD_64, ""))
+    best = max(log.values(), key=lambda r: r["ops_per_s"]) if log else None
+    rows.append(("log many in flight (best)", ">= 50,000/s",
+                 best and "%s/s (%d)" % (f(best["ops_per_s"]), best["concurrency"]), "", "",
+                 "~%d/s (1024)" % ISSUE_LIBRAFT_1024))
+    if side or cp:
+        rows.append(("log %s in flight, 60 s" % (cp.get("clients") or (side and side["concurrency"])), "",
+                     side and f(side["ops_per_s"], "%.0f", "/s"),
+                     cp.get("ops_per_s") and "%d/s (check perf)" % cp["ops_per_s"], "", ""))
+    bc = max(claims, key=lambda r: r["ops_per_s"]) if claims else None
+    rows.append(("claim cycles (best)", ">= 5,000/s", bc and "%s/s (%d)" % (f(bc["ops_per_s"], "%.1f"),
+                                                                           bc["concurrency"]), "", "", ""))
+    fr = (fo.get("fresh") or {}).get("median_first_ack_after_kill_s")
+    fl = (fo.get("restarted") or {}).get("median_first_ack_after_kill_s")
+    rows.append(("failover, fresh (median)", "<= 1.5 s", f(fr, "%.2f", " s"), "", "", ""))
+    if fo.get("restarted", {}).get("trials"):
+        rows.append(("failover, after restarts (median)", "", f(fl, "%.2f", " s"), "", "", ""))
+    if sc.get("registered"):
+        tag = "%d vol" % sc["registered"]
+        rows.append(("scale: registration (%s)" % tag, "", f(sc["register_per_s"], "%.0f", "/s"), "", "", ""))
+        rows.append(("scale: leader peak RSS (%s)" % tag, "<= 2 GiB", f(sc.get("leader_peak_rss_mib"), "%.0f", " MiB"),
+                     "", "", ""))
+        ra = sc.get("restart_all") or {}
+        rows.append(("scale: restart-to-serve (%s)" % tag, "<= 10 s", f(ra.get("to_serve_s"), "%.2f", " s"),
+                     "", "", ""))
+        rows.append(("scale: failover (%s)" % tag, "<= 3 s",
+                     f((sc.get("failover") or {}).get("first_ack_after_kill_s"), "%.2f", " s"), "", "", ""))
+        rows.append(("scale: failover after that restart", "<= 3 s",
+                     f((sc.get("failover_after_restart") or {}).get("first_ack_after_kill_s"), "%.2f", " s"),
+                     "", "", ""))
+        ro = sc.get("restart_one") or {}
+        rows.append(("scale: 1 server restarted, caught up", "", f(ro.get("to_caught_up_s"), "%.2f", " s"),
+                     "", "", ""))
+        if sc.get("stopped_by"):
+            rows.append(("scale: STOPPED at %d of %d by %s" % (sc["registered"], sc["requested"],
+                                                              sc["stopped_by"]), "", "", "", "", ""))
+    print()
+    print("%-36s %-12s %-20s %-20s %-14s %-16s" % ("", "target", "berth", "etcd here", "etcd (issue)",
+                                                   "libraft (issue)"))
+    for r in rows:
+        print("%-36s %-12s %-20s %-20s %-14s %-16s" % tuple(x or "" for x in r))
+    ratios = {}
+    if l1 and e1:
+        ratios["one_at_a_time_throughput"] = l1["ops_per_s"] / e1["ops_per_s"]
+        ratios["one_at_a_time_p50_latency"] = l1["p50_ms"] / e1["p50_ms"]
+    if l64 and e64:
+        ratios["64_in_flight_throughput"] = l64["ops_per_s"] / e64["ops_per_s"]
+        ratios["64_in_flight_p50_latency"] = l64["p50_ms"] / e64["p50_ms"] if e64["p50_ms"] else None
+    if side and cp.get("ops_per_s") and cp["clients"] >= 500:  # s and m are capped by their limit
+        ratios["check_perf_%d_throughput" % cp["clients"]] = side["ops_per_s"] / cp["ops_per_s"]
+    report["ratios_berth_over_etcd"] = {k: v and round(v, 3) for k, v in ratios.items()}
+    if ratios:
+        print("berth / etcd here: " + ", ".join("%s %s" % (k, "-" if v is None else "%.2fx" % v)
+                                                for k, v in ratios.items()))
+    if not etcd.get("runs"):
+        print("(etcd here: not run%s. Issue figures: quoted, not measured here.)" % (
+            ": " + etcd["error"] if etcd.get("error") else ""), flush=True)
+        return
+    print("(etcd here: this run, 3 members on 127.0.0.1, fsync on; 1 and 64 in flight through etcd's JSON "
+          "gateway from python, %s through etcdctl check perf (256 B keys, 1 KiB values). "
+          "Issue figures: quoted, not measured here.)" % (cp.get("clients") or "-"), flush=True)
+
+
 # --- main --------------------------------------------------------------------
 
 def main():
@@ -322,8 +700,9 @@ def main():
     tmp = tempfile.mkdtemp(prefix="berth-bench-")
     report = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": os.uname().nodename,
               "cpus": os.cpu_count(), "raft_tick": float(ARGS.raft_tick),
-              "duration_per_run_s": ARGS.duration, "runs": [], "failover": None}
-    c = cluster.Cluster(tmp, tick=ARGS.raft_tick)
+              "duration_per_run_s": ARGS.duration, "snapshot_threshold": int(ARGS.snapshot_threshold),
+              "loadavg_at_start": loadavg(), "runs": [], "failover": None}
+    c = bench_cluster(tmp)
     try:
         c.start()
         leader = c.leader()
@@ -350,6 +729,22 @@ def main():
             r["leader"] = leader.name
             report["runs"].append(r)
             print_row(r, leader.name)
+
+        if ARGS.etcd != "none":
+            # berth at check perf's concurrency for check perf's 60 s, right
+            # before etcd (the machine's load drifts), then etcd.
+            clients = {"s": 50, "m": 200, "l": 500, "xl": 1000}[ARGS.etcd]
+            r = run_bench(leader.address, "log", clients, 60, c.processes, leader)
+            r["leader"] = leader.name
+            r["side_by_side"] = "etcd check perf --load=%s" % ARGS.etcd
+            report["runs"].append(r)
+            print_row(r, leader.name)
+            try:
+                report["etcd"] = etcd_bench.run(tmp, duration=ARGS.duration, load=ARGS.etcd,
+                                                levels=(1, 64), log=lambda m: print(m, flush=True))
+            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                report["etcd"] = {"error": str(e)}
+                print("etcd side by side failed: %s" % e, flush=True)
 
         if ARGS.claims:
             servers = [s.address for s in c.servers]
@@ -385,14 +780,14 @@ def main():
                     p.kill()
                     c.processes.remove(p)
 
-        if ARGS.failover:
+        if ARGS.failover or ARGS.failover_restarted:
             report["failover"] = {"raft_tick": float(ARGS.raft_tick)}
             # (a) One long-lived cluster: kill the leader, restart it, repeat.
             # (b) A fresh cluster per trial, where every server has already
             #     connected to every other one during bootstrap.
-            for kind in ("restarted", "fresh"):
+            for kind, count in (("restarted", ARGS.failover_restarted), ("fresh", ARGS.failover)):
                 trials = []
-                for i in range(ARGS.failover):
+                for i in range(count):
                     if kind == "restarted":
                         try:
                             t = failover_trial(c, tmp, i)
@@ -400,7 +795,7 @@ def main():
                             print("failover (restarted cluster): stopped: %s" % e, flush=True)
                             break
                     else:
-                        fresh = cluster.Cluster(os.path.join(tmp, "fresh-%d" % i), tick=ARGS.raft_tick)
+                        fresh = bench_cluster(os.path.join(tmp, "fresh-%d" % i))
                         os.makedirs(fresh.tmp)
                         try:
                             fresh.start()
@@ -418,6 +813,10 @@ def main():
                 if firsts:
                     print("failover (%s cluster) median over %d trials: %.3f s" % (kind, len(firsts), med),
                           flush=True)
+
+        if ARGS.scale:
+            c.stop()  # the scale workload has its own cluster; free the cores
+            scale_run(tmp, report)
     finally:
         c.stop()
         with open("/proc/self/mounts") as f:
@@ -425,7 +824,12 @@ def main():
                 subprocess.run(["umount", "-l", m], check=False)
         if not ARGS.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            summary(report)
+        except Exception as e:  # a partial report still gets written
+            print("summary failed: %r" % e)
         report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        report["loadavg_at_end"] = loadavg()
         with open(ARGS.report, "w") as f:
             json.dump(report, f, indent=2)
         print("report: %s" % ARGS.report)

@@ -117,13 +117,9 @@ def bench_cluster(tmp):
     return c
 
 
-def cpu_seconds(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-    except OSError:
-        return None
+# A process's CPU seconds and peak RSS: the same readers etcd's side uses.
+cpu_seconds = etcd_bench.cpu_seconds
+peak_rss_mib = etcd_bench.peak_rss_mib
 
 
 def thread_cpu(pid):
@@ -142,15 +138,6 @@ def thread_cpu(pid):
         except OSError:
             pass
     return out
-
-
-def peak_rss_mib(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            m = re.search(r"VmHWM:\s+(\d+) kB", f.read())
-        return int(m.group(1)) / 1024 if m else None
-    except OSError:
-        return None
 
 
 def reset_peak_rss(pid):

@@ -1,18 +1,18 @@
 #include "apps/berth/commands.hpp"
 
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <memory>
-#include <sstream>
-#include <unistd.h>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "apps/berth/render.hpp"
 #include "apps/berth/send.hpp"
@@ -79,12 +79,23 @@ std::string single_volume_text(const v1::Response& r) {
          render_volume(v, plugin_in(r, v.plugin_id()), now_ms());
 }
 
-json message_json(const v1::Response& r) { return json{{"message", r.message()}}; }
-std::string message_text(const v1::Response& r) { return r.message() + "\n"; }
-json first_alloc_json(const v1::Response& r) { return alloc_json(r.allocs(0)); }
+json message_json(const v1::Response& r) {
+  return json{{"message", r.message()}};
+}
+std::string message_text(const v1::Response& r) {
+  return r.message() + "\n";
+}
+json first_alloc_json(const v1::Response& r) {
+  return alloc_json(r.allocs(0));
+}
 
 using to_json = std::function<json(const v1::Response&)>;
 using to_text = std::function<std::string(const v1::Response&)>;
+
+// Text with times relative to when it is shown.
+to_text at_now(std::string (*render)(const v1::Response&, int64_t)) {
+  return [render](const v1::Response& r) { return render(r, now_ms()); };
+}
 
 // The call that sends `req` and shows the answer as `as_json` or `as_text`.
 call shows(v1::Request req, to_json as_json, to_text as_text, std::string progress = "") {
@@ -124,8 +135,9 @@ std::variant<v1::Volume, failure> read_spec(const context& ctx, const std::strin
 int open_shell(const context& ctx);
 
 void add_shell(CLI::App& app, context& ctx) {
-  app.add_subcommand("shell", "Open the interactive shell (also what berth does without a "
-                              "command on a terminal)")
+  app.add_subcommand("shell",
+                     "Open the interactive shell (also what berth does without a "
+                     "command on a terminal)")
       ->callback([&ctx] {
         ctx.local = [&ctx] {
           if (ctx.g.shared) return fail(ctx.g, failure{errc::invalid, "this is the shell already"});
@@ -135,8 +147,9 @@ void add_shell(CLI::App& app, context& ctx) {
 }
 
 void add_agent_status(CLI::App& app, context& ctx) {
-  auto* cmd = app.add_subcommand("status", "Show the server berth talks to: its node, whether it "
-                                           "leads, its version");
+  auto* cmd = app.add_subcommand("status",
+                                 "Show the server berth talks to: its node, whether it "
+                                 "leads, its version");
   sends(cmd, ctx, [] {
     v1::Request req;
     req.mutable_agent_status();
@@ -206,14 +219,13 @@ void add_volume_status(CLI::App& volume, context& ctx) {
       return shows(req, single_volume_json, single_volume_text);
     }
     req.mutable_volume_list()->set_namespace_(ctx.g.ns);
-    return shows(req, volumes_json,
-                 [](const v1::Response& r) { return render_volume_list(r, now_ms()); });
+    return shows(req, volumes_json, at_now(render_volume_list));
   });
 }
 
 // deregister and delete answer the same way: the volume is gone.
 std::function<json(const v1::Response&)> gone_json(const context& ctx, const std::string& id,
-                                                    const char* what) {
+                                                   const char* what) {
   return [id, ns = ctx.g.ns, what](const v1::Response&) {
     return json{{"id", id}, {"namespace", ns}, {what, true}};
   };
@@ -226,8 +238,9 @@ void add_volume_deregister(CLI::App& volume, context& ctx) {
   };
   auto o = std::make_shared<options>();
   auto* cmd = volume.add_subcommand(
-      "deregister", "Remove a volume from berth (refused while claimed; --force releases the "
-                    "claims first). The storage itself is not deleted.");
+      "deregister",
+      "Remove a volume from berth (refused while claimed; --force releases the "
+      "claims first). The storage itself is not deleted.");
   cmd->add_option("id", o->id, "The volume's id")->required();
   cmd->add_flag("--force", o->force, "Release every claim of the volume, then deregister it");
   sends(cmd, ctx, [&ctx, o] {
@@ -311,9 +324,10 @@ void add_volume_detach(CLI::App& volume, context& ctx) {
   };
   auto o = std::make_shared<options>();
   auto* cmd = volume.add_subcommand(
-      "detach", "Release every claim on NODE of allocs that are stopped, failed, lost or gone "
-                "(NodeUnpublish, NodeUnstage, ControllerUnpublish), e.g. after a node was lost; "
-                "claims of running allocs are kept");
+      "detach",
+      "Release every claim on NODE of allocs that are stopped, failed, lost or gone "
+      "(NodeUnpublish, NodeUnstage, ControllerUnpublish), e.g. after a node was lost; "
+      "claims of running allocs are kept");
   cmd->add_option("id", o->id, "The volume's id")->required();
   cmd->add_option("node", o->node, "The node to detach it from")->required();
   sends(cmd, ctx, [&ctx, o] {
@@ -335,8 +349,9 @@ void add_volume_detach(CLI::App& volume, context& ctx) {
 void add_volume_delete(CLI::App& volume, context& ctx) {
   auto id = std::make_shared<std::string>();
   auto* cmd = volume.add_subcommand(
-      "delete", "Delete a volume's storage through its plugin's controller (DeleteVolume), then "
-                "deregister it; refused while it has claims");
+      "delete",
+      "Delete a volume's storage through its plugin's controller (DeleteVolume), then "
+      "deregister it; refused while it has claims");
   cmd->add_option("id", *id, "The volume's id")->required();
   sends(cmd, ctx, [&ctx, id] {
     v1::Request req;
@@ -368,10 +383,11 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
   };
   auto o = std::make_shared<options>();
   auto* cmd = alloc.add_subcommand(
-      "run", "Create an alloc on a node: claim each --volume (the node publishes it), then run "
-             "the command (after --) with each volume's path in BERTH_VOLUME_<NAME>; without a "
-             "command the alloc runs until berth alloc stop. Anything claimed is released again "
-             "if a claim or mount fails.");
+      "run",
+      "Create an alloc on a node: claim each --volume (the node publishes it), then run "
+      "the command (after --) with each volume's path in BERTH_VOLUME_<NAME>; without a "
+      "command the alloc runs until berth alloc stop. Anything claimed is released again "
+      "if a claim or mount fails.");
   cmd->add_option("--node", o->node, "The node to run on")->required();
   cmd->add_option("--volume", o->volumes,
                   "NAME=VOLUME[:ro][,mount_flag=FLAG]... (repeatable): claim VOLUME for writing "
@@ -402,8 +418,9 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
 void add_alloc_stop(CLI::App& alloc, context& ctx) {
   auto id = std::make_shared<std::string>();
   auto* cmd = alloc.add_subcommand(
-      "stop", "Stop an alloc: its command is terminated (SIGTERM, then SIGKILL) and its claims "
-              "released (waits for the releases)");
+      "stop",
+      "Stop an alloc: its command is terminated (SIGTERM, then SIGKILL) and its claims "
+      "released (waits for the releases)");
   cmd->add_option("id", *id, "The alloc's id")->required();
   sends(cmd, ctx, [id] {
     v1::Request req;
@@ -438,12 +455,12 @@ void add_alloc_status(CLI::App& alloc, context& ctx) {
       req.set_alloc_status(*id);
       return shows(
           req, [id](const v1::Response& r) { return alloc_with_claims_json(r, *id); },
-          [](const v1::Response& r) { return render_alloc(r, now_ms()); });
+          at_now(render_alloc));
     }
     req.mutable_alloc_list()->set_namespace_(ctx.g.ns);
     return shows(
         req, [](const v1::Response& r) { return array_of(r.allocs(), alloc_json); },
-        [](const v1::Response& r) { return render_alloc_list(r, now_ms()); });
+        at_now(render_alloc_list));
   });
 }
 
@@ -477,8 +494,7 @@ void add_plugin_status(CLI::App& plugin, context& ctx) {
 
 void add_plugin_fingerprint(CLI::App& plugin, context& ctx) {
   struct options {
-    std::string id, node, type = "monolith", description, provider, provider_version,
-                          csi_node_id;
+    std::string id, node, type = "monolith", description, provider, provider_version, csi_node_id;
     bool unhealthy = false, remove = false, controller_publish = false, stage_unstage = false;
     int64_t max_volumes = 0;
   };
@@ -535,8 +551,8 @@ void add_plugin_commands(CLI::App& app, context& ctx) {
 // --- operator ----------------------------------------------------------------
 
 void add_raft_list_peers(CLI::App& raft, context& ctx) {
-  auto* cmd = raft.add_subcommand("list-peers",
-                                  "Every server: name, address, role, term, last and applied index");
+  auto* cmd = raft.add_subcommand(
+      "list-peers", "Every server: name, address, role, term, last and applied index");
   sends(cmd, ctx, [] {
     v1::Request req;
     req.set_raft_list_peers(true);
@@ -560,8 +576,8 @@ void add_raft_remove_peer(CLI::App& raft, context& ctx) {
 
 void add_raft_transfer_leadership(CLI::App& raft, context& ctx) {
   auto name = std::make_shared<std::string>();
-  auto* cmd = raft.add_subcommand(
-      "transfer-leadership", "Hand the leadership to a server (default: the most up to date)");
+  auto* cmd = raft.add_subcommand("transfer-leadership",
+                                  "Hand the leadership to a server (default: the most up to date)");
   cmd->add_option("name", *name, "The server to lead next");
   sends(cmd, ctx, [name] {
     v1::Request req;
@@ -588,8 +604,9 @@ bool write_snapshot(const std::string& file, const std::string& bytes) {
 void add_snapshot_save(CLI::App& snapshot, context& ctx) {
   auto file = std::make_shared<std::string>();
   auto* cmd = snapshot.add_subcommand(
-      "save", "Write a consistent copy of the cluster's state (volumes, claims, plugins, "
-              "nodes) to FILE");
+      "save",
+      "Write a consistent copy of the cluster's state (volumes, claims, plugins, "
+      "nodes) to FILE");
   cmd->add_option("file", *file, "Where to write the snapshot")->required();
   sends(cmd, ctx, [file] {
     v1::Request req;
@@ -611,8 +628,9 @@ void add_snapshot_save(CLI::App& snapshot, context& ctx) {
 void add_snapshot_restore(CLI::App& snapshot, context& ctx) {
   auto file = std::make_shared<std::string>();
   auto* cmd = snapshot.add_subcommand(
-      "restore", "Replace the cluster's state with a snapshot from `operator snapshot save` "
-                 "(every server applies it as one committed change)");
+      "restore",
+      "Replace the cluster's state with a snapshot from `operator snapshot save` "
+      "(every server applies it as one committed change)");
   cmd->add_option("file", *file, "The snapshot file")->required();
   sends(cmd, ctx, [file]() -> plan {
     auto bytes = read_input(*file);
@@ -656,13 +674,12 @@ void add_node_status(CLI::App& node, context& ctx) {
     v1::Request req;
     if (!id->empty()) {
       req.set_node_status(*id);
-      return shows(req, node_with_volumes_json,
-                   [](const v1::Response& r) { return render_node(r, now_ms()); });
+      return shows(req, node_with_volumes_json, at_now(render_node));
     }
     req.mutable_node_list();
     return shows(
         req, [](const v1::Response& r) { return array_of(r.nodes(), node_json); },
-        [](const v1::Response& r) { return render_node_list(r, now_ms()); });
+        at_now(render_node_list));
   });
 }
 
@@ -771,8 +788,10 @@ command_info tree_of(const CLI::App& app) {
       c.positionals.push_back(o->get_name());
       continue;
     }
-    for (const auto& name : o->get_lnames()) c.options.push_back({"--" + name, o->get_type_size() != 0});
-    for (const auto& name : o->get_snames()) c.options.push_back({"-" + name, o->get_type_size() != 0});
+    for (const auto& name : o->get_lnames())
+      c.options.push_back({"--" + name, o->get_type_size() != 0});
+    for (const auto& name : o->get_snames())
+      c.options.push_back({"-" + name, o->get_type_size() != 0});
   }
   for (const auto* sub : app.get_subcommands({})) c.subcommands.push_back(tree_of(*sub));
   return c;
@@ -787,8 +806,9 @@ int run_command(const std::vector<std::string>& args, client* shared) {
   if (cl.ctx.local) return cl.ctx.local();
   // No command: `berth` on a terminal opens the shell.
   if (!shared && isatty(STDIN_FILENO)) return open_shell(cl.ctx);
-  return usage_error(std::cerr, "a command is required (`berth --help` lists them; `berth shell` "
-                                "opens the interactive shell)");
+  return usage_error(std::cerr,
+                     "a command is required (`berth --help` lists them; `berth shell` "
+                     "opens the interactive shell)");
 }
 
 int parse_command(const std::vector<std::string>& args) {

@@ -9,6 +9,7 @@
 
 #include "apps/berth/commands.hpp"
 #include "apps/berth/line.hpp"
+#include "apps/berth/render.hpp"
 
 using namespace berth;
 
@@ -428,4 +429,32 @@ TEST_CASE("parse_command: what run_command would run or refuse, without running 
   CHECK(parse_command({"alloc", "run", "--node", "n", "--", "sleep", "1"}) == exit_ok);
   CHECK(parse_command({"volume", "claim", "db"}) == exit_usage);
   CHECK(parse_command({"volume", "status", "--", "db"}) == exit_usage);
+}
+
+// --- human output -------------------------------------------------------------
+
+TEST_CASE("render: lists inside a cell are joined, '-' when empty") {
+  v1::Response r;
+  auto* n1 = r.add_nodes();
+  n1->set_id("n1");
+  n1->add_plugin_ids("hp");
+  n1->add_plugin_ids("nfs");
+  r.add_nodes()->set_id("n2");
+  auto nodes = render_node_list(r, 0);
+  CHECK(contains(nodes, "hp,nfs"));
+  CHECK(contains(nodes, "n2  unknown  no      -"));
+  CHECK(contains(render_node(r, 0), "Plugins   = hp, nfs\n"));
+
+  auto* a = r.add_allocs();
+  a->set_id("a1");
+  for (const char* word : {"sh", "-c", "x y"}) a->add_command(word);
+  auto* data = a->add_volumes();
+  data->set_name("data");
+  data->set_volume_id("db");
+  data->set_read_only(true);
+  auto* logs = a->add_volumes();
+  logs->set_name("l");
+  logs->set_volume_id("logs");
+  CHECK(contains(render_alloc_list(r, 0), "data=db:ro,l=logs"));
+  CHECK(contains(render_alloc(r, 0), "Command   = sh -c x y\n"));
 }

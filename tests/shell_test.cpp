@@ -25,8 +25,9 @@ words split_ok(const std::string& line) {
 
 std::string split_error(const std::string& line) {
   auto r = split_line(line);
-  REQUIRE_MESSAGE(std::holds_alternative<std::string>(r), line);
-  return std::get<std::string>(r);
+  REQUIRE_MESSAGE(std::holds_alternative<failure>(r), line);
+  CHECK(std::get<failure>(r).code == errc::invalid);
+  return std::get<failure>(r).message;
 }
 
 // A small tree shaped like the CLI's.

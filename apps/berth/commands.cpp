@@ -587,18 +587,17 @@ void add_raft_transfer_leadership(CLI::App& raft, context& ctx) {
 }
 
 // Written next to the target, then renamed: never a half file.
-bool write_snapshot(const std::string& file, const std::string& bytes) {
+std::optional<failure> write_snapshot(const std::string& file, const std::string& bytes) {
   auto tmp = file + ".partial";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) {
-      std::cerr << "Error: cannot write " << tmp << "\n";
-      return false;
-    }
+    if (!out) return failure{errc::invalid, "cannot write " + tmp + ": " + std::strerror(errno)};
   }
-  std::rename(tmp.c_str(), file.c_str());
-  return true;
+  if (std::rename(tmp.c_str(), file.c_str()) != 0)
+    return failure{errc::invalid,
+                   "cannot rename " + tmp + " to " + file + ": " + std::strerror(errno)};
+  return std::nullopt;
 }
 
 void add_snapshot_save(CLI::App& snapshot, context& ctx) {

@@ -44,6 +44,13 @@ const char* code_name(errc c) {
   }
 }
 
+// Text from the server or the user may hold bytes that are not UTF-8 (a
+// plugin's error, a file name): JSON shows them as U+FFFD, where dump()
+// would throw out of main by default.
+std::string dump(const json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
 // A line on stderr for commands that take a while (CSI calls, waiting for
 // releases), on a terminal only: quiet under --json and in scripts.
 void progress(const globals& g, const std::string& text) {
@@ -74,7 +81,7 @@ int64_t now_ms() {
 
 int fail(const globals& g, const failure& f) {
   if (g.json)
-    std::cerr << json{{"error", {{"code", code_name(f.code)}, {"message", f.message}}}}.dump()
+    std::cerr << dump(json{{"error", {{"code", code_name(f.code)}, {"message", f.message}}}})
               << "\n";
   else
     std::cerr << "Error: " << f.message << "\n";
@@ -88,11 +95,12 @@ int send(const globals& g, const plan& p) {
   auto result = answer(g, c.request);
   if (auto* f = std::get_if<failure>(&result)) return fail(g, *f);
   const auto& r = std::get<v1::Response>(result);
-  if (c.keep && !c.keep(r)) return exit_ok;
+  if (c.keep)
+    if (auto f = c.keep(r)) return fail(g, *f);
   if (!g.json) {
     std::cout << c.as_text(r);
   } else if (auto j = c.as_json(r); !j.is_null()) {
-    std::cout << j.dump(2) << "\n";
+    std::cout << dump(j, 2) << "\n";
   }
   return exit_ok;
 }

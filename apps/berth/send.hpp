@@ -37,8 +37,8 @@ struct call {
   // Otherwise: printed as it is ("" prints nothing).
   std::function<std::string(const v1::Response&)> as_text;
   // Keeps what the answer carries before it is shown (snapshot save's
-  // file); false: it could not (and said why), nothing is shown.
-  std::function<bool(const v1::Response&)> keep;
+  // file); a failure here is the command's failure.
+  std::function<std::optional<failure>(const v1::Response&)> keep;
 };
 
 // A command as parsed: its call, or why it cannot be sent.

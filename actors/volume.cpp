@@ -344,12 +344,7 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
         if (!force) {
           if (auto f = can_deregister(next)) return to_error(*f);
         } else {
-          // --force drops claims whose release is stuck, never a live one:
-          // the leader releases live claims before it asks for this.
-          for (const auto& c : next.claims())
-            if (c.state() == v1::CLAIM_TAKEN)
-              return make_error(errc::refused, "volume '" + next.id() + "' is still claimed by alloc '" +
-                                                   c.alloc_id() + "'; release it first");
+          if (auto f = can_force_deregister(next)) return to_error(*f);
           next.clear_claims();
         }
         auto rp = self->make_response_promise<pb<v1::Volume>>();

@@ -116,13 +116,9 @@ size_t log_entry_bytes(size_t payload) {
   inst.set_node_id(f.node_id());
   inst.set_updated_at_ms(1700000000000);
   upsert_instance(p, f.type(), inst);
-  v1::Change c;
-  *c.mutable_plugin_upsert() = p;
+  auto c = upsert_change(std::move(p));
   stamp(c, 1000000);
-  v1::LogEntry e;
-  e.set_format_version(1);
-  *e.add_changes() = c;
-  return e.ByteSizeLong();
+  return make_entry({std::move(c)}).ByteSizeLong();
 }
 
 std::pair<std::string, std::string> node_plugin(const options& o, size_t volume) {

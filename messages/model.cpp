@@ -584,6 +584,14 @@ std::optional<failure> can_deregister(const v1::Volume& v) {
                  " --alloc ALLOC) or deregister with --force to release them");
 }
 
+std::optional<failure> can_force_deregister(const v1::Volume& v) {
+  for (const auto& c : v.claims())
+    if (c.state() == v1::CLAIM_TAKEN)
+      return refused(volume_name(v) + " is still claimed by " + holder(c) +
+                     "; release it first");
+  return std::nullopt;
+}
+
 // --- redaction ----------------------------------------------------------------
 
 v1::Volume redacted(const v1::Volume& v) {

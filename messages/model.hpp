@@ -245,6 +245,10 @@ std::optional<failure> reregister(v1::Volume& current, const v1::Volume& incomin
 // Deregistration is refused while any claim exists (taken or in release).
 std::optional<failure> can_deregister(const v1::Volume& v);
 
+// deregister --force drops the claims whose release is stuck, never a live
+// (taken) one: those are released through the release workflow first.
+std::optional<failure> can_force_deregister(const v1::Volume& v);
+
 // --- redaction ---------------------------------------------------------
 
 // A copy fit for output: no secrets, no mount flags.

@@ -592,3 +592,16 @@ TEST_CASE("views_redact_secrets_and_name_the_fix_for_unknown_objects") {
   req.mutable_alloc_stop()->assign("x");
   CHECK_FALSE(answer_read(c, req, none));
 }
+
+TEST_CASE("force_deregister_drops_stuck_releases_never_a_taken_claim") {
+  auto v = make_volume("db");
+  CHECK_FALSE(can_force_deregister(v));
+  add_claim(v, "stuck", "n1", v1::CLAIM_NODE_DETACHED);
+  CHECK_FALSE(can_force_deregister(v));
+  CHECK(can_deregister(v));  // without --force, any claim refuses
+  add_claim(v, "live", "n1", v1::CLAIM_TAKEN);
+  auto f = can_force_deregister(v);
+  REQUIRE(f);
+  CHECK(f->code == errc::refused);
+  CHECK(f->message.find("live") != std::string::npos);
+}

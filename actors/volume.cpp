@@ -56,21 +56,6 @@ caf::error not_registered(const self_ptr& self) {
   return make_error(errc::not_found, "volume '" + self->state.volume.id() + "' is not registered");
 }
 
-// What a node actor needs for one claim's CSI calls.
-v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
-                                   const v1::Plugin& plugin) {
-  v1::NodeVolumeRequest r;
-  r.set_plugin_id(v.plugin_id());
-  r.set_alloc_id(c.alloc_id());
-  *r.mutable_volume() = v;
-  r.set_read_only(c.mode() == v1::CLAIM_READ);
-  r.set_access_mode(c.access_mode());
-  r.set_attachment_mode(c.attachment_mode());
-  const auto* inst = node_instance(plugin, c.node_id());
-  r.set_csi_node_id(inst && !inst->csi_node_id().empty() ? inst->csi_node_id() : c.node_id());
-  return r;
-}
-
 // Sends one CSI step to a node actor and continues with its result.
 template <class Atom>
 void csi_step(self_ptr self, const node_actor& node, Atom atom, v1::NodeVolumeRequest req,
@@ -207,19 +192,14 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
       rp.deliver(to_error(f));
     });
   };
-  auto req = node_request(self->state.volume, *c, ctx.plugin);
-  if (!ctx.mount_flags.empty()) {
-    auto* flags = req.mutable_volume()->mutable_mount_options()->mutable_mount_flags();
-    flags->Clear();
-    for (const auto& f : ctx.mount_flags) *flags->Add() = f;
-  }
+  auto plan = plan_publish(self->state.volume, *c, ctx.plugin, ctx.mount_flags);
   auto node_publish = [self, ctx, reply, unwind](v1::NodeVolumeRequest req) mutable {
     csi_step(self, ctx.target, publish_atom::value, std::move(req),
              [reply](v1::NodeVolumeResult r) mutable { reply(r.target_path()); },
              [unwind](std::optional<caf::error> e) mutable { unwind(std::move(*e)); });
   };
-  if (!ctx.plugin.controller_required()) {
-    node_publish(std::move(req));
+  if (!plan.controller_publish) {
+    node_publish(std::move(plan.publish));
     return;
   }
   if (!ctx.controller) {
@@ -229,15 +209,9 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
                           "runs a healthy controller instance"));
     return;
   }
-  // The attachment is per volume and node, shared by every claim there: it
-  // is read-only exactly when the access mode allows no writer, so each
-  // claim's ControllerPublishVolume repeats the same arguments (idempotent,
-  // same publish context) and only the last claim's release detaches it.
-  auto attach = req;
-  attach.set_read_only(!allows_writers(c->access_mode()));
   controller_step(self, ctx.plugin_handle, ctx.controller, ctrl_publish_atom::value,
-                  std::move(attach),
-                  [node_publish, req](v1::NodeVolumeResult r) mutable {
+                  std::move(plan.attach),
+                  [node_publish, req = std::move(plan.publish)](v1::NodeVolumeResult r) mutable {
                     *req.mutable_publish_context() = r.publish_context();
                     node_publish(std::move(req));
                   },

@@ -50,4 +50,33 @@ detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string
   return plan;
 }
 
+v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
+                                   const v1::Plugin& plugin) {
+  v1::NodeVolumeRequest r;
+  r.set_plugin_id(v.plugin_id());
+  r.set_alloc_id(c.alloc_id());
+  *r.mutable_volume() = v;
+  r.set_read_only(c.mode() == v1::CLAIM_READ);
+  r.set_access_mode(c.access_mode());
+  r.set_attachment_mode(c.attachment_mode());
+  const auto* inst = node_instance(plugin, c.node_id());
+  r.set_csi_node_id(inst && !inst->csi_node_id().empty() ? inst->csi_node_id() : c.node_id());
+  return r;
+}
+
+publish_plan plan_publish(const v1::Volume& v, const v1::Claim& c, const v1::Plugin& plugin,
+                          const std::vector<std::string>& mount_flags) {
+  publish_plan plan;
+  plan.publish = node_request(v, c, plugin);
+  if (!mount_flags.empty()) {
+    auto* flags = plan.publish.mutable_volume()->mutable_mount_options()->mutable_mount_flags();
+    flags->Clear();
+    for (const auto& f : mount_flags) *flags->Add() = f;
+  }
+  plan.controller_publish = plugin.controller_required();
+  plan.attach = plan.publish;
+  plan.attach.set_read_only(!allows_writers(c.access_mode()));
+  return plan;
+}
+
 }  // namespace berth

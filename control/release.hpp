@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "control/catalog.hpp"
+#include "messages/api.pb.h"
 
 namespace berth {
 
@@ -56,5 +57,24 @@ struct detach_plan {
   std::vector<std::string> kept;
 };
 detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string& node_id);
+
+// What a node actor needs for one claim's CSI calls (the term is added by
+// the sender).
+v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
+                                   const v1::Plugin& plugin);
+
+// A claim's publication: ControllerPublishVolume first when the plugin
+// requires it, then NodeStage/NodePublish with the claim's mount flags (when
+// given, they replace the volume's).  The attachment is per volume and node,
+// shared by every claim there: it is read-only exactly when the access mode
+// allows no writer, so each claim's ControllerPublishVolume repeats the same
+// arguments (idempotent, same publish context).
+struct publish_plan {
+  bool controller_publish = false;
+  v1::NodeVolumeRequest attach;
+  v1::NodeVolumeRequest publish;
+};
+publish_plan plan_publish(const v1::Volume& v, const v1::Claim& c, const v1::Plugin& plugin,
+                          const std::vector<std::string>& mount_flags);
 
 }  // namespace berth

@@ -605,3 +605,28 @@ TEST_CASE("force_deregister_drops_stuck_releases_never_a_taken_claim") {
   CHECK(f->code == errc::refused);
   CHECK(f->message.find("live") != std::string::npos);
 }
+
+TEST_CASE("publish_plan_attaches_read_only_exactly_when_no_writer_is_allowed") {
+  auto v = make_volume("db");
+  v.mutable_mount_options()->add_mount_flags("noatime");
+  auto* c = add_claim(v, "a", "n1");
+  c->set_mode(v1::CLAIM_READ);
+  auto p = controller_plugin({{"n1", true}});
+  auto* inst = p.add_nodes();
+  inst->set_node_id("n1");
+  inst->set_csi_node_id("csi-n1");
+  auto plan = plan_publish(v, *c, p, {});
+  CHECK(plan.controller_publish);
+  CHECK(plan.publish.read_only());
+  CHECK_FALSE(plan.attach.read_only());  // single-node-writer allows a writer
+  CHECK(plan.publish.csi_node_id() == "csi-n1");
+  CHECK(plan.publish.volume().mount_options().mount_flags(0) == "noatime");
+  c->set_access_mode(v1::MULTI_NODE_READER_ONLY);
+  CHECK(plan_publish(v, *c, p, {}).attach.read_only());
+  auto flagged = plan_publish(v, *c, p, {"ro", "sync"});
+  CHECK(flagged.publish.volume().mount_options().mount_flags_size() == 2);
+  p.set_controller_required(false);
+  CHECK_FALSE(plan_publish(v, *c, p, {}).controller_publish);
+  c->set_node_id("n9");  // no instance there: the node id is the CSI node id
+  CHECK(plan_publish(v, *c, p, {}).publish.csi_node_id() == "n9");
+}

@@ -285,6 +285,12 @@ using namespace leader_flows;
 
 void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
   auto& st = self->state;
+  // An operator restore replaced the state: the server starts this leader
+  // again from it; until then nothing is answered from the old catalog.
+  if (st.cat.restored) {
+    deliver(rp, failure{errc::unavailable, "the state is being restored; retry", true});
+    return;
+  }
   auto last_seen = [self](const std::string& node) -> int64_t {
     auto it = self->state.last_seen.find(node);
     return it == self->state.last_seen.end() ? 0 : wall_ms() - (steady_ms() - it->second);

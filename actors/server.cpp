@@ -335,12 +335,7 @@ void snapshot_restore(self_ptr self, std::string bytes, promise rp) {
   // the restored state (the same way as when this server began to lead).
   propose(self, self->state.log, {restore_change(std::move(bytes))})
       .then(
-          [rp](uint64_t index) mutable {
-            v1::Response r;
-            r.set_snapshot_index(index);
-            r.set_message("state restored at index " + std::to_string(index));
-            rp.deliver(wrap(std::move(r)));
-          },
+          [self, rp](uint64_t index) mutable { self->state.restoring.emplace_back(index, rp); },
           [rp](caf::error& e) mutable {
             auto f = to_failure(e);
             rp.deliver(failure_response(f.code, f.message));
@@ -416,8 +411,23 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
       [self](leading_atom, state_contents& contents, uint64_t term) {
         // (Again after an operator restore: the leader starts over from
         // the restored state.)
-        self->state.term = term;
+        auto& st = self->state;
+        st.term = term;
+        auto applied = contents.applied_index;
+        auto volumes = contents.volumes.size();
         start_leader(self, std::move(contents));
+        for (auto it = st.restoring.begin(); it != st.restoring.end();) {
+          if (it->first > applied) {
+            ++it;
+            continue;
+          }
+          v1::Response r;
+          r.set_snapshot_index(it->first);
+          r.set_message("state restored at index " + std::to_string(it->first) + " (" +
+                        std::to_string(volumes) + " volumes)");
+          it->second.deliver(wrap(std::move(r)));
+          it = st.restoring.erase(it);
+        }
       },
       [self](apply_atom, committed_batch& batch) {
         if (self->state.leader) self->send(self->state.leader, apply_atom::value, std::move(batch));
@@ -431,6 +441,12 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
           self->send_exit(st.leader, caf::exit_reason::user_shutdown);
           st.leader = nullptr;
         }
+        for (auto& [index, rp] : st.restoring)
+          rp.deliver(failure_response(errc::unavailable,
+                                      "the restore at index " + std::to_string(index) +
+                                          " committed, but this server lost the leadership "
+                                          "before serving it; check with berth volume status"));
+        st.restoring.clear();
         if (st.leader_info.api_address() != info.msg.api_address()) st.remote = nullptr;
         // Only the leader counts volumes, claims and plugins.
         st.stats->clear_state();

@@ -33,6 +33,9 @@ struct server_state {
   std::map<std::string, node_actor> nodes;  // registrations, replayed to a new leader
   leader_options options;
   uint64_t term = 0;  // the Raft term this server last became leader in
+  // operator snapshot restore: answered once the leader actor started again
+  // from the restored state (the restore's index, its promise).
+  std::vector<std::pair<uint64_t, promise>> restoring;
   static inline const char* name = "server";
 };
 

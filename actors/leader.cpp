@@ -764,7 +764,8 @@ void volume_delete(self_ptr self, const v1::VolumeDeleteRequest& d, response_pro
     return;
   }
   auto k = *key;
-  self->request(controller, csi_step_timeout, deregister_atom::value, wrap(vol))
+  self->request(controller, csi_step_timeout, deregister_atom::value, wrap(vol),
+                self->state.options.term)
       .then(
           [self, k, rp](bool) mutable {
             auto actor = self->state.volume_actors.find(k);
@@ -983,7 +984,8 @@ void create_volume(self_ptr self, v1::Volume spec, response_promise rp) {
             "; volumes of it cannot be created now"));
     return;
   }
-  self->request(controller, csi_step_timeout, create_atom::value, wrap(std::move(spec)))
+  self->request(controller, csi_step_timeout, create_atom::value, wrap(std::move(spec)),
+                self->state.options.term)
       .then([self, rp](pb<v1::Volume>& created) mutable {
               register_volume(self, std::move(created.msg), rp, "created");
             },
@@ -1008,7 +1010,8 @@ void register_volume(self_ptr self, v1::Volume v, response_promise rp, std::stri
   if (fresh && verb == "registered") {
     if (auto controller = pick_controller(self, v.plugin_id())) {
       auto id = v.id(), plugin = v.plugin_id(), ext = v.external_id();
-      self->request(controller, csi_step_timeout, validate_atom::value, wrap(v))
+      self->request(controller, csi_step_timeout, validate_atom::value, wrap(v),
+                    self->state.options.term)
           .then(
               [self, v, rp, id, plugin, ext](std::string& why) mutable {
                 if (!why.empty()) {

@@ -33,6 +33,10 @@ struct server_state {
   std::map<std::string, node_actor> nodes;  // registrations, replayed to a new leader
   leader_options options;
   uint64_t term = 0;  // the Raft term this server last became leader in
+  // The newest Raft term in which a leader is known (this server or the one
+  // it follows): told to clients in heartbeat answers, so they refuse any
+  // older leader, which a newer leader's existence has deposed.
+  uint64_t leader_term = 0;
   static inline const char* name = "server";
 };
 

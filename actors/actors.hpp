@@ -285,17 +285,23 @@ using plugin_actor = caf::typed_actor<
         pb<v1::NodeVolumeResult>>,
     // ControllerUnpublishVolume, queued like ControllerPublishVolume.
     caf::replies_to<ctrl_unpublish_atom, pb<v1::NodeVolumeRequest>, node_actor>::with<
-        pb<v1::NodeVolumeResult>>>;
+        pb<v1::NodeVolumeResult>>,
+    // Deletes the plugin when it has no instance left (garbage collection),
+    // committing the deletion, and then quits; replies whether it did.
+    caf::replies_to<remove_atom>::with<bool>>;
 
 // Owns one volume and serializes its claims and releases: the rules run on
 // the committed state and the next request waits until the change commits,
-// so two claims can never race.
+// so two claims can never race.  Every reply carries the volume with the
+// modify index of the entry that committed it (the leader waits until its
+// catalog applied that index before it answers).
 using volume_actor = caf::typed_actor<
     // Registers the volume (first time) or applies a re-registration;
     // replies with the committed volume.
     caf::replies_to<register_atom, pb<v1::Volume>>::with<pb<v1::Volume>>,
     // Claims the volume for an alloc, checking the plugin's health through
-    // the plugin actor (invalid when the plugin is unknown); then has the
+    // the plugin actor (invalid when the plugin is unknown), committing the
+    // request's alloc record in the same entry when it carries one; then has the
     // controller node (when the plugin requires it) and the target node
     // publish it (invalid handles: no client on that node, nothing to
     // publish).  A failed publication is unwound and its claim freed.
@@ -307,16 +313,16 @@ using volume_actor = caf::typed_actor<
     // failed step leaves the claim at that step; releasing again resumes.
     caf::replies_to<release_atom, pb<v1::ReleaseRequest>, plugin_actor, node_actor,
                     node_actor>::with<pb<v1::Volume>>,
-    // Deregisters the volume; replies with the volume as it was and then
-    // quits.  Refused while it has claims; with force, claims whose release
+    // Deregisters the volume; replies with the volume as it was (its
+    // modify index: the deregistration's) and then quits.  Refused while it has claims; with force, claims whose release
     // is stuck are dropped (live claims are still refused).
     caf::replies_to<deregister_atom, bool>::with<pb<v1::Volume>>,
     // Replies with the volume as committed.
     caf::replies_to<status_atom>::with<pb<v1::Volume>>>;
 
-// The leader of the control plane: receives every command, routes it to
-// the volume and plugin actors, and keeps a read catalog of what they
-// committed.
+// The leader of the control plane: receives every command, answers reads
+// from its catalog and routes changes to the volume and plugin actors.  Its
+// catalog changes only by applying committed entries.
 using leader_actor = caf::typed_actor<
     // Executes one shell request; errors are returned inside the response.
     caf::replies_to<api_atom, pb<v1::Request>>::with<pb<v1::Response>>,
@@ -324,15 +330,12 @@ using leader_actor = caf::typed_actor<
     // claim's node (or node_detached when that node is down or has no
     // client) and a controller, and hands it to the volume actor.
     caf::replies_to<release_atom, pb<v1::ReleaseRequest>>::with<pb<v1::Volume>>,
+    // Committed entries in index order (from the server, which has them
+    // from the replicated log): the only way the catalog changes.
+    caf::reacts_to<apply_atom, committed_batch>,
     // Timer: marks nodes whose client stopped heartbeating down (their
     // allocs lost) and garbage-collects empty plugins.
     caf::reacts_to<tick_atom>,
-    // A volume actor committed a change of its volume.
-    caf::reacts_to<changed_atom, pb<v1::Volume>>,
-    // A volume actor deregistered its volume.
-    caf::reacts_to<removed_atom, pb<v1::VolumeKey>>,
-    // A plugin actor committed a change of its plugin.
-    caf::reacts_to<changed_atom, pb<v1::Plugin>>,
     // A node actor (a berth client) serves the node with this id.
     caf::reacts_to<node_atom, std::string, node_actor>>;
 
@@ -371,6 +374,9 @@ using server_actor = api_actor::extend<
     // This server now leads (in the given Raft term) and the state machine
     // holds everything committed: start the leader actor with it.
     caf::reacts_to<leading_atom, state_contents, uint64_t>,
+    // Entries committed after that state (in index order): handed on to the
+    // leader actor's catalog.
+    caf::reacts_to<apply_atom, committed_batch>,
     // Another server (or none, id 0) leads in the given Raft term: stop the
     // leader actor, forward.
     caf::reacts_to<following_atom, uint64_t, pb<v1::ServerInfo>, uint64_t>,

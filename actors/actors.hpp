@@ -135,15 +135,17 @@ using node_actor = caf::typed_actor<
     caf::replies_to<ctrl_publish_atom, pb<v1::NodeVolumeRequest>>::with<pb<v1::NodeVolumeResult>>,
     // ControllerUnpublishVolume through this node's controller instance.
     caf::replies_to<ctrl_unpublish_atom, pb<v1::NodeVolumeRequest>>::with<pb<v1::NodeVolumeResult>>,
-    // CreateVolume through this node's controller instance; replies with the
-    // volume completed with the plugin's id, capacity, context and topology.
-    caf::replies_to<create_atom, pb<v1::Volume>>::with<pb<v1::Volume>>,
-    // ValidateVolumeCapabilities through this node's controller instance:
-    // replies "" when the plugin confirms the volume's capabilities, else
-    // the plugin's reason.
-    caf::replies_to<validate_atom, pb<v1::Volume>>::with<std::string>,
-    // DeleteVolume through this node's controller instance.
-    caf::replies_to<deregister_atom, pb<v1::Volume>>::with<bool>,
+    // CreateVolume through this node's controller instance, for the leader
+    // of the given Raft term (fenced like publish); replies with the volume
+    // completed with the plugin's id, capacity, context and topology.
+    caf::replies_to<create_atom, pb<v1::Volume>, uint64_t>::with<pb<v1::Volume>>,
+    // ValidateVolumeCapabilities through this node's controller instance,
+    // for the leader of the given term (fenced): replies "" when the plugin
+    // confirms the volume's capabilities, else the plugin's reason.
+    caf::replies_to<validate_atom, pb<v1::Volume>, uint64_t>::with<std::string>,
+    // DeleteVolume through this node's controller instance, for the leader
+    // of the given term (fenced).
+    caf::replies_to<deregister_atom, pb<v1::Volume>, uint64_t>::with<bool>,
     // Runs an alloc whose volumes are published here: records it in the
     // client's database, then starts its command (if any) with each
     // volume's path in BERTH_VOLUME_<NAME>.  Its exit is reported to the
@@ -255,8 +257,10 @@ using api_actor = caf::typed_actor<
     // follows) and replies with its response.
     caf::replies_to<api_atom, pb<v1::Request>>::with<pb<v1::Response>>,
     // A client's node actor serves the node with this id (sent again on
-    // every fingerprint, so a new leader learns it).
-    caf::reacts_to<node_atom, std::string, node_actor>>;
+    // every fingerprint, so a new leader learns it); replies with the newest
+    // Raft term in which this server knows a leader (0: none yet), so the
+    // client fences off older leaders before the new one calls it.
+    caf::replies_to<node_atom, std::string, node_actor>::with<uint64_t>>;
 
 // The server actor: the api (published), plus what the replicated log
 // tells it about leadership.  It runs the leader actor while this server
@@ -268,8 +272,9 @@ using server_actor = api_actor::extend<
     // Entries committed after that state (in index order): handed on to the
     // leader actor's catalog.
     caf::reacts_to<apply_atom, committed_batch>,
-    // Another server (or none, id 0) leads: stop the leader actor, forward.
-    caf::reacts_to<following_atom, uint64_t, pb<v1::ServerInfo>>,
+    // Another server (or none, id 0) leads in the given Raft term: stop the
+    // leader actor, forward.
+    caf::reacts_to<following_atom, uint64_t, pb<v1::ServerInfo>, uint64_t>,
     // At start: the replicated log this server runs (spawned after it) and
     // this server's identity (its shell port is known once published).
     caf::reacts_to<replicated_log_actor, pb<v1::ServerInfo>>>;

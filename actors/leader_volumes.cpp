@@ -97,7 +97,8 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
     return;
   }
   auto key = found.key;
-  self->request(controller, csi_step_timeout, deregister_atom::value, wrap(vol))
+  self->request(controller, csi_step_timeout, deregister_atom::value, wrap(vol),
+                self->state.options.term)
       .then(
           [self, key, rp](bool) mutable {
             auto actor = self->state.volume_actors.find(key);
@@ -177,7 +178,8 @@ void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp) {
                             "; volumes of it cannot be created now"});
     return;
   }
-  self->request(controller, csi_step_timeout, create_atom::value, wrap(std::move(spec)))
+  self->request(controller, csi_step_timeout, create_atom::value, wrap(std::move(spec)),
+                self->state.options.term)
       .then([self, rp](pb<v1::Volume>& created) mutable {
               register_volume(self, std::move(created.msg), rp, "created");
             },
@@ -202,7 +204,8 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
   if (fresh && verb == "registered") {
     if (auto controller = pick_controller(self, v.plugin_id())) {
       auto id = v.id(), plugin = v.plugin_id(), ext = v.external_id();
-      self->request(controller, csi_step_timeout, validate_atom::value, wrap(v))
+      self->request(controller, csi_step_timeout, validate_atom::value, wrap(v),
+                    self->state.options.term)
           .then(
               [self, v, rp, id, plugin, ext](std::string& why) mutable {
                 if (!why.empty()) {

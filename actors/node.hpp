@@ -1,35 +1,30 @@
 // The node actor: the berth client of one host.  It owns a connection
 // (csi_plugin actor) per configured plugin, fingerprints the plugins
 // periodically (GetPluginInfo, Probe, capabilities, NodeGetInfo) and reports
-// changes to the leader, and runs the CSI calls that publish and unpublish
-// volumes on this host.  Paths for stagings and publications are its own:
-//   <csi_root>/<plugin>/staging/<namespace>/<volume>/<mode>
-//   <csi_root>/<plugin>/per-alloc/<alloc>/<namespace>/<volume>/<mode>
+// changes to the leader, runs the CSI calls that publish and unpublish
+// volumes on this host (actors/node_csi, paths and records in
+// actors/node_mounts) and the allocs' commands (actors/node_allocs).  Every
+// storage-changing call carries its leader's Raft term and is refused when a
+// newer leader is known (fenced).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
-#include <set>
-#include <tuple>
-#include <string>
-#include <variant>
-#include <vector>
-
-#include <deque>
-#include <functional>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "actors/actors.hpp"
 #include "actors/metrics.hpp"
+#include "actors/node_allocs.hpp"
+#include "actors/node_csi.hpp"
+#include "actors/node_fence.hpp"
+#include "actors/node_mounts.hpp"
 #include "persistence/client_store.hpp"
 
 namespace berth {
-
-struct node_plugin {
-  std::string id;
-  v1::PluginType type = v1::PLUGIN_MONOLITH;
-  std::string endpoint;  // unix:///path/csi.sock
-};
 
 struct node_config {
   std::string node_id;
@@ -59,18 +54,12 @@ struct node_state {
   std::map<std::string, std::string> reported;          // last reported, serialized
   // The client's database and what it holds.
   std::shared_ptr<client_store> store;
-  std::map<std::tuple<std::string, std::string, std::string>, mount_record> mounts;  // alloc, ns, volume
-  std::map<std::string, alloc_record> allocs;
+  mount_table mounts;
+  alloc_table allocs;
   // Plugins probed healthy since this client started: CSI calls wait for
   // that (after a restart the plugin may not be back yet).
   std::set<std::string> ready_plugins;
-  struct waiting_call {
-    std::string plugin;
-    int64_t deadline_ms;  // steady clock
-    std::function<void()> go;
-    std::function<void(caf::error)> fail;
-  };
-  std::deque<waiting_call> waiting;
+  waiting_calls waiting;
   // alloc stop: answered once the command exited.
   struct stopping {
     caf::typed_response_promise<int32_t> rp;
@@ -79,9 +68,11 @@ struct node_state {
   };
   std::map<std::string, std::vector<stopping>> stops;
   bool polling = false;
-  // The newest leader term CSI requests came from (also in client.db):
-  // requests of an older leader are refused (NodeVolumeRequest.leader_term).
-  uint64_t leader_term = 0;
+  // The newest leader term CSI requests or heartbeat answers came from
+  // (also in client.db): requests of an older leader are refused.
+  leader_fence fence;
+  // The last client.db problem printed (printed once, not every poll).
+  std::string last_problem;
   static inline const char* name = "node";
 };
 
@@ -91,8 +82,5 @@ struct node_state {
 node_actor::behavior_type node(node_actor::stateful_pointer<node_state> self, node_config config,
                                api_actor api, std::shared_ptr<metrics> stats,
                                std::shared_ptr<client_store> store);
-
-// Parses "--plugin ID=TYPE:SOCKET" (SOCKET: a path or unix:///path).
-std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag);
 
 }  // namespace berth

@@ -268,7 +268,10 @@ void on_soft_state(self_ptr self, const raft::soft_state& soft) {
     st.held.entries.clear();
     v1::ServerInfo leader;
     if (auto it = st.members.find(soft.leader); it != st.members.end()) leader = it->second;
-    self->send(st.server, following_atom::value, soft.leader, wrap(std::move(leader)));
+    // The term goes along so clients can fence off older leaders; it counts
+    // only when a leader of it is known (soft.leader != 0).
+    self->send(st.server, following_atom::value, soft.leader, wrap(std::move(leader)),
+               st.node->term());
   }
 }
 

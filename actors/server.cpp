@@ -104,7 +104,8 @@ void forward(self_ptr self, v1::Request req, promise rp) {
       if (handle && st.leader_info.api_address() == address) {
         st.remote = handle;
         self->monitor(st.remote);
-        for (const auto& [id, node] : st.nodes) self->send(st.remote, node_atom::value, id, node);
+        // (anon: the reply, a term, is for the client, not for this server.)
+        for (const auto& [id, node] : st.nodes) caf::anon_send(st.remote, node_atom::value, id, node);
         flush_waiting(self);
         return;
       }
@@ -400,13 +401,14 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
         execute(self, std::move(req.msg), rp);
         return rp;
       },
-      [self](node_atom, const std::string& id, node_actor node) {
+      [self](node_atom, const std::string& id, node_actor node) -> uint64_t {
         auto& st = self->state;
         st.nodes[id] = node;
         if (st.leader)
           self->send(st.leader, node_atom::value, id, node);
         else if (st.remote)
-          self->send(st.remote, node_atom::value, id, node);
+          caf::anon_send(st.remote, node_atom::value, id, node);
+        return st.leader_term;
       },
       [self](leading_atom, state_contents& contents, uint64_t term) {
         // (Again after an operator restore: the leader starts over from
@@ -415,6 +417,7 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
         st.term = term;
         auto applied = contents.applied_index;
         auto volumes = contents.volumes.size();
+        st.leader_term = newest_leader_term(st.leader_term, term, true);
         start_leader(self, std::move(contents));
         for (auto it = st.restoring.begin(); it != st.restoring.end();) {
           if (it->first > applied) {
@@ -432,8 +435,9 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
       [self](apply_atom, committed_batch& batch) {
         if (self->state.leader) self->send(self->state.leader, apply_atom::value, std::move(batch));
       },
-      [self](following_atom, uint64_t leader_id, pb<v1::ServerInfo>& info) {
+      [self](following_atom, uint64_t leader_id, pb<v1::ServerInfo>& info, uint64_t term) {
         auto& st = self->state;
+        st.leader_term = newest_leader_term(st.leader_term, term, leader_id != 0);
         if (st.leader) {
           // Stop serving as leader at once: the volume and plugin actors
           // (linked to it) go too; their pending proposals already failed.

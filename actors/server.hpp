@@ -36,6 +36,10 @@ struct server_state {
   // operator snapshot restore: answered once the leader actor started again
   // from the restored state (the restore's index, its promise).
   std::vector<std::pair<uint64_t, promise>> restoring;
+  // The newest Raft term in which a leader is known (this server or the one
+  // it follows): told to clients in heartbeat answers, so they refuse any
+  // older leader, which a newer leader's existence has deposed.
+  uint64_t leader_term = 0;
   static inline const char* name = "server";
 };
 

@@ -101,6 +101,7 @@ struct csi_outcome {
   std::map<std::string, std::string> publish_context;
   std::string target_path;
   v1::Volume volume;                // CreateVolume
+  std::string validation;           // ValidateVolumeCapabilities: "" = confirmed, else why not
   v1::PluginInstance instance;      // fingerprint: the instance as probed
 };
 

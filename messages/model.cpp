@@ -696,6 +696,10 @@ fence_verdict fence(uint64_t seen, uint64_t term) {
   return term > seen ? fence_verdict::accept_newer : fence_verdict::refuse;
 }
 
+uint64_t newest_leader_term(uint64_t known, uint64_t term, bool leader_known) {
+  return leader_known && term > known ? term : known;
+}
+
 int64_t retry_delay_ms(uint32_t attempts, double jitter, int64_t base_ms, int64_t cap_ms) {
   int64_t d = base_ms;
   for (uint32_t i = 1; i < attempts && d < cap_ms; ++i) d *= 2;

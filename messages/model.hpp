@@ -234,6 +234,14 @@ enum class fence_verdict {
 };
 fence_verdict fence(uint64_t seen, uint64_t term);
 
+// What a server tells clients in heartbeat answers: the newest term in
+// which a leader is known, after it heard of Raft term `term` with
+// (`leader_known`) or without a leader.  A term without a known leader may
+// never have one (a failed election), and fencing clients to it could
+// refuse the leader still in charge; the newest term with a leader is safe,
+// as every leader of an older term is deposed by it.
+uint64_t newest_leader_term(uint64_t known, uint64_t term, bool leader_known);
+
 // --- registration ------------------------------------------------------
 
 // Applies a re-registration `incoming` onto the registered `current`.

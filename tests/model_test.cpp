@@ -584,6 +584,24 @@ TEST_SUITE("allocs and the volume watcher") {
     CHECK(fence(4, 1) == fence_verdict::refuse);
   }
 
+  TEST_CASE("a_heartbeat_answer_raises_the_fence_and_never_lowers_it") {
+    // The node raises its fence to a newer term a server reports...
+    CHECK(fence(3, 5) == fence_verdict::accept_newer);
+    // ...and a server behind the others (an older term) changes nothing.
+    CHECK(fence(5, 3) == fence_verdict::refuse);
+    CHECK(fence(5, 5) == fence_verdict::accept);
+    CHECK(fence(5, 0) == fence_verdict::accept);  // a server that knows no leader yet
+  }
+
+  TEST_CASE("a_server_reports_only_terms_in_which_a_leader_is_known") {
+    CHECK(newest_leader_term(0, 3, true) == 3);
+    CHECK(newest_leader_term(3, 4, false) == 3);  // a candidate's term: maybe no leader
+    CHECK(newest_leader_term(3, 5, true) == 5);
+    CHECK(newest_leader_term(5, 4, true) == 5);   // an older leader heard late
+    CHECK(newest_leader_term(5, 5, true) == 5);
+    CHECK(newest_leader_term(0, 0, false) == 0);
+  }
+
   TEST_CASE("max_volumes_per_node_from_node_get_info_is_enforced") {
     auto v = volume(v1::SINGLE_NODE_WRITER);
     auto p = monolith_on({"n1"});

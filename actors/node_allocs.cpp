@@ -1,0 +1,134 @@
+#include "actors/node_allocs.hpp"
+
+#include <signal.h>
+
+#include <exception>
+#include <filesystem>
+
+#include "actors/alloc_process.hpp"
+
+namespace berth {
+
+namespace {
+
+failure store_failure(const client_store& store, const std::string& what, const std::exception& e) {
+  return failure{errc::internal, "the client could not " + what + " in " + store.path() + ": " +
+                                     e.what() +
+                                     " (check the disk; restart the client once "
+                                     "the file is writable)"};
+}
+
+}  // namespace
+
+bool command_running(const alloc_record& a) {
+  return a.pid != 0 && !a.exited;
+}
+
+bool stop_answers_at_once(const alloc_table& allocs, const std::string& id, bool unmount,
+                          bool has_mounts) {
+  auto it = allocs.find(id);
+  bool running = it != allocs.end() && command_running(it->second);
+  return !running && !(unmount && has_mounts);
+}
+
+int32_t exit_code_of(const alloc_table& allocs, const std::string& id) {
+  auto it = allocs.find(id);
+  return it == allocs.end() ? 0 : it->second.exit_code;
+}
+
+v1::Request exit_report(const alloc_record& a, const std::string& node_id) {
+  v1::Request req;
+  auto* u = req.mutable_alloc_update();
+  u->set_id(a.alloc.id());
+  u->set_node_id(node_id);
+  u->set_state(a.exit_code == 0 ? v1::ALLOC_COMPLETE : v1::ALLOC_FAILED);
+  u->set_exit_code(a.exit_code);
+  u->set_message("the command " + a.alloc.message());
+  return req;
+}
+
+bool exit_report_taken(v1::ErrorCode code) {
+  return code == v1::OK || code == v1::NOT_FOUND;
+}
+
+bool needs_polling(const alloc_table& allocs, bool stops_waiting, bool calls_waiting) {
+  if (stops_waiting || calls_waiting) return true;
+  for (const auto& [id, a] : allocs)
+    if (a.pid != 0 || a.exited) return true;
+  return false;
+}
+
+std::optional<failure> load_allocs(client_store& store, alloc_table& allocs) {
+  try {
+    for (auto& a : store.allocs()) {
+      auto id = a.alloc.id();
+      allocs.insert_or_assign(std::move(id), std::move(a));
+    }
+  } catch (const std::exception& e) {
+    return store_failure(store, "read its allocs", e);
+  }
+  return std::nullopt;
+}
+
+std::optional<failure> start_alloc(client_store& store, alloc_table& allocs, const v1::Alloc& a,
+                                   const std::string& alloc_dir, const std::string& node_id) {
+  alloc_record rec;
+  rec.alloc = a;
+  if (!a.command().empty()) {
+    auto dir = (std::filesystem::path(alloc_dir) / a.id()).string();
+    auto spawned = start_alloc_process(a, dir);
+    if (!spawned.error.empty())
+      return failure{errc::internal, "node '" + node_id + "' could not start alloc '" + a.id() +
+                                         "': " + spawned.error};
+    rec.pid = spawned.pid;
+    rec.exit_file = spawned.exit_file;
+  }
+  try {
+    store.put_alloc(rec);
+  } catch (const std::exception& e) {
+    if (rec.pid) signal_alloc_process(rec.pid, SIGKILL);
+    return store_failure(store, "record alloc '" + a.id() + "' (its command was killed)", e);
+  }
+  allocs[a.id()] = std::move(rec);
+  return std::nullopt;
+}
+
+std::optional<failure> collect_exits(client_store& store, alloc_table& allocs) {
+  std::optional<failure> first;
+  for (auto& [id, a] : allocs) {
+    if (!command_running(a)) continue;
+    auto ex = check_alloc_process(a.pid, a.exit_file);
+    if (!ex.exited) continue;
+    a.exited = true;
+    a.exit_code = ex.exit_code;
+    a.alloc.set_message(ex.how);
+    // Kept in memory either way: the exit is reported; after a restart the
+    // exit file tells it again.
+    try {
+      store.put_alloc(a);
+    } catch (const std::exception& e) {
+      if (!first) first = store_failure(store, "record the exit of alloc '" + id + "'", e);
+    }
+  }
+  return first;
+}
+
+std::optional<failure> forget_alloc(client_store& store, alloc_table& allocs,
+                                    const std::string& id) {
+  if (!allocs.count(id)) return std::nullopt;
+  try {
+    store.delete_alloc(id);
+  } catch (const std::exception& e) {
+    return store_failure(store, "forget alloc '" + id + "'", e);
+  }
+  allocs.erase(id);
+  return std::nullopt;
+}
+
+void signal_alloc(const alloc_table& allocs, const std::string& id, bool kill) {
+  auto it = allocs.find(id);
+  if (it != allocs.end() && command_running(it->second))
+    signal_alloc_process(it->second.pid, kill ? SIGKILL : SIGTERM);
+}
+
+}  // namespace berth

@@ -1,0 +1,215 @@
+#include "actors/node_csi.hpp"
+
+#include <filesystem>
+
+#include "csi/client.hpp"
+#include "csi/translate.hpp"
+
+namespace berth {
+
+namespace fs = std::filesystem;
+
+std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag) {
+  auto eq = flag.find('=');
+  auto colon = flag.find(':', eq == std::string::npos ? 0 : eq);
+  if (eq == std::string::npos || colon == std::string::npos)
+    return "--plugin '" + flag + "' is not ID=TYPE:SOCKET (e.g. hostpath=monolith:/run/csi.sock)";
+  node_plugin p;
+  p.id = flag.substr(0, eq);
+  auto type = flag.substr(eq + 1, colon - eq - 1);
+  auto socket = flag.substr(colon + 1);
+  if (!valid_id(p.id)) return "--plugin '" + flag + "': '" + p.id + "' is not a valid plugin id";
+  auto t = parse_plugin_type(type);
+  if (!t) return "--plugin '" + flag + "': type '" + type + "' is not node, controller or monolith";
+  p.type = *t;
+  if (socket.rfind("unix://", 0) == 0) socket = socket.substr(7);
+  if (socket.empty() || socket[0] != '/')
+    return "--plugin '" + flag + "': the socket must be an absolute path";
+  p.endpoint = "unix://" + socket;
+  return p;
+}
+
+std::string where(const std::string& node_id, const std::string& plugin) {
+  return "plugin '" + plugin + "' on node '" + node_id + "'";
+}
+
+v1::PluginInstance probed_instance(const v1::PluginInstance* known, v1::PluginInstance probed,
+                                   const std::string& node_id) {
+  if (!probed.healthy() && known) {
+    auto kept = *known;
+    kept.set_healthy(false);
+    kept.set_health_description(probed.health_description());
+    probed = std::move(kept);
+  }
+  probed.set_node_id(node_id);
+  return probed;
+}
+
+v1::Request fingerprint_report(const node_plugin& p, const std::string& node_id,
+                               const v1::PluginInstance& inst) {
+  v1::Request req;
+  auto* f = req.mutable_plugin_fingerprint();
+  f->set_plugin_id(p.id);
+  f->set_node_id(node_id);
+  f->set_type(p.type);
+  *f->mutable_instance() = inst;
+  return req;
+}
+
+namespace {
+
+template <class Pred>
+std::vector<waiting_calls::call> take(std::deque<waiting_calls::call>& calls, Pred pred) {
+  std::vector<waiting_calls::call> taken;
+  std::deque<waiting_calls::call> kept;
+  for (auto& c : calls) {
+    if (pred(c))
+      taken.push_back(std::move(c));
+    else
+      kept.push_back(std::move(c));
+  }
+  calls = std::move(kept);
+  return taken;
+}
+
+}  // namespace
+
+std::vector<waiting_calls::call> waiting_calls::ready(const std::string& plugin) {
+  return take(calls_, [&](const call& c) { return c.plugin == plugin; });
+}
+
+std::vector<waiting_calls::call> waiting_calls::expired(int64_t now_ms) {
+  return take(calls_, [&](const call& c) { return c.deadline_ms <= now_ms; });
+}
+
+csi_outcome probe_plugin(csi::client& c, v1::PluginType type) {
+  csi_outcome out;
+  auto& inst = out.instance;
+  auto fail = [&](csi::method m, const csi::call_status& s) {
+    inst.set_healthy(false);
+    inst.set_health_description(csi::health_description(m, s));
+    return out;
+  };
+  auto info = c.get_plugin_info();
+  if (!info.ok()) return fail(csi::method::get_plugin_info, info.status);
+  inst.set_provider(info.response.name);
+  inst.set_provider_version(info.response.vendor_version);
+  auto ready = c.probe();
+  if (!ready.ok()) return fail(csi::method::probe, ready.status);
+  if (!ready.response) {
+    inst.set_healthy(false);
+    inst.set_health_description("Probe: the plugin is not ready");
+    return out;
+  }
+  if (type == v1::PLUGIN_CONTROLLER || type == v1::PLUGIN_MONOLITH) {
+    auto caps = c.controller_get_capabilities();
+    if (!caps.ok()) return fail(csi::method::controller_get_capabilities, caps.status);
+    inst.set_publish_unpublish(caps.response.publish_unpublish_volume);
+  }
+  if (type == v1::PLUGIN_NODE || type == v1::PLUGIN_MONOLITH) {
+    auto caps = c.node_get_capabilities();
+    if (!caps.ok()) return fail(csi::method::node_get_capabilities, caps.status);
+    inst.set_stage_unstage(caps.response.stage_unstage_volume);
+    auto node = c.node_get_info();
+    if (!node.ok()) return fail(csi::method::node_get_info, node.status);
+    inst.set_csi_node_id(node.response.node_id);
+    inst.set_max_volumes(node.response.max_volumes_per_node);
+    for (const auto& [k, v] : node.response.accessible_topology)
+      (*inst.mutable_accessible_topology()->mutable_segments())[k] = v;
+  }
+  inst.set_healthy(true);
+  inst.set_health_description("healthy");
+  return out;
+}
+
+csi_outcome publish_claim(csi::client& c, const v1::NodeVolumeRequest& r, const claim_paths& paths,
+                          bool stage, const std::string& where) {
+  csi_outcome out;
+  std::error_code ec;
+  if (stage) fs::create_directories(paths.staging, ec);
+  auto parent = fs::path(paths.target).parent_path();
+  fs::create_directories(parent, ec);
+  if (ec) {
+    out.error =
+        failure{errc::internal, where + ": cannot create " + parent.string() + ": " + ec.message()};
+    return out;
+  }
+  if (stage && (out.error = csi::call_failure(
+                    where, csi::method::node_stage_volume,
+                    c.node_stage_volume(csi::stage_request(r, paths.staging)).status)))
+    return out;
+  auto p = csi::publish_request(r, stage ? paths.staging : "", paths.target);
+  if ((out.error = csi::call_failure(where, csi::method::node_publish_volume,
+                                     c.node_publish_volume(p).status)))
+    return out;
+  out.target_path = paths.target;
+  return out;
+}
+
+csi_outcome unpublish_claim(csi::client& c, const v1::NodeVolumeRequest& r,
+                            const claim_paths& paths, bool unstage, const std::string& where) {
+  csi_outcome out;
+  const auto& id = r.volume().external_id();
+  if ((out.error = csi::call_failure(where, csi::method::node_unpublish_volume,
+                                     c.node_unpublish_volume(id, paths.target).status)))
+    return out;
+  std::error_code ec;
+  // The per-alloc directories are the CO's: remove them once empty.
+  for (auto d = fs::path(paths.target).parent_path(); d.filename() != "per-alloc";
+       d = d.parent_path())
+    if (!fs::remove(d, ec)) break;
+  if (unstage) {
+    if ((out.error = csi::call_failure(where, csi::method::node_unstage_volume,
+                                       c.node_unstage_volume(id, paths.staging).status)))
+      return out;
+    fs::remove(paths.staging, ec);
+  }
+  return out;
+}
+
+csi_outcome controller_publish(csi::client& c, const v1::NodeVolumeRequest& r,
+                               const std::string& where) {
+  csi_outcome out;
+  auto res = c.controller_publish_volume(csi::controller_publish_request_of(r));
+  if ((out.error = csi::call_failure(where, csi::method::controller_publish_volume, res.status)))
+    return out;
+  out.publish_context = std::move(res.response);
+  return out;
+}
+
+csi_outcome controller_unpublish(csi::client& c, const v1::NodeVolumeRequest& r,
+                                 const std::string& where) {
+  csi_outcome out;
+  out.error =
+      csi::call_failure(where, csi::method::controller_unpublish_volume,
+                        c.controller_unpublish_volume(r.volume().external_id(), r.csi_node_id(),
+                                                      csi::to_map(r.volume().secrets()))
+                            .status);
+  return out;
+}
+
+csi_outcome create_volume(csi::client& c, const v1::Volume& spec, const std::string& where) {
+  csi_outcome out;
+  auto res = c.create_volume(csi::create_request(spec));
+  if ((out.error = csi::call_failure(where, csi::method::create_volume, res.status))) return out;
+  out.volume = csi::created_volume(spec, res.response);
+  return out;
+}
+
+csi_outcome validate_volume(csi::client& c, const v1::Volume& v, const std::string& where) {
+  csi_outcome out;
+  auto res = c.validate_volume_capabilities(csi::validate_request_of(v));
+  if ((out.error = csi::call_failure(where, csi::method::validate_volume_capabilities, res.status)))
+    return out;
+  out.validation = csi::validation_reason(res.response);
+  return out;
+}
+
+csi_outcome delete_volume(csi::client& c, const v1::Volume& v, const std::string& where) {
+  csi_outcome out;
+  out.error = csi::call_failure(where, csi::method::delete_volume,
+                                c.delete_volume(v.external_id(), csi::to_map(v.secrets())).status);
+  return out;
+}
+
+}  // namespace berth

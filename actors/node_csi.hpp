@@ -1,0 +1,97 @@
+// The node's plugins: the --plugin flag, what a probe leaves of an
+// instance, and the sequences of CSI calls the node actor runs on a plugin connection's
+// thread (a csi_job each): probe, stage+publish, unpublish+unstage, the
+// controller calls.  The requests come from csi/translate (pure); what is
+// here is the order of the calls, the CO's directories, and the outcome.
+// Never called on CAF's shared threads: every call blocks.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "actors/actors.hpp"
+#include "actors/node_mounts.hpp"
+
+namespace berth {
+
+struct node_plugin {
+  std::string id;
+  v1::PluginType type = v1::PLUGIN_MONOLITH;
+  std::string endpoint;  // unix:///path/csi.sock
+};
+
+// "plugin 'P' on node 'N'": where a CSI call failed, in its messages.
+std::string where(const std::string& node_id, const std::string& plugin);
+
+// Parses "--plugin ID=TYPE:SOCKET" (SOCKET: a path or unix:///path).
+std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag);
+
+// The instance to keep after a probe: a failed probe keeps what the plugin
+// told while it was healthy (`known`, null when nothing), because its ids
+// and capabilities do not vanish with one failed probe.
+v1::PluginInstance probed_instance(const v1::PluginInstance* known, v1::PluginInstance probed,
+                                   const std::string& node_id);
+
+// The fingerprint request that reports an instance to the leader.
+v1::Request fingerprint_report(const node_plugin& p, const std::string& node_id,
+                               const v1::PluginInstance& inst);
+
+// CSI calls waiting for their plugin's first healthy probe since the
+// client started (after a restart the plugin may not be back yet, and what
+// it stages is only known then), each until a deadline.
+class waiting_calls {
+ public:
+  struct call {
+    std::string plugin;
+    int64_t deadline_ms;  // steady clock
+    std::function<void()> go;
+    std::function<void(caf::error)> fail;
+  };
+  void add(call c) { calls_.push_back(std::move(c)); }
+  bool empty() const { return calls_.empty(); }
+  // Removes and returns the calls of a plugin that became ready, in order.
+  std::vector<call> ready(const std::string& plugin);
+  // Removes and returns the calls whose deadline passed.
+  std::vector<call> expired(int64_t now_ms);
+
+ private:
+  std::deque<call> calls_;
+};
+
+// GetPluginInfo, Probe, then the capabilities (and NodeGetInfo) of the
+// services the plugin's type runs: the instance as probed, unhealthy with
+// the first failed call's status.
+csi_outcome probe_plugin(csi::client& c, v1::PluginType type);
+
+// NodeStageVolume (when `stage`) and NodePublishVolume, creating the CO's
+// directories first; the outcome carries the target path.
+csi_outcome publish_claim(csi::client& c, const v1::NodeVolumeRequest& r, const claim_paths& paths,
+                          bool stage, const std::string& where);
+
+// NodeUnpublishVolume, removing the emptied per-alloc directories, then
+// NodeUnstageVolume when `unstage`.  Already gone counts as done.
+csi_outcome unpublish_claim(csi::client& c, const v1::NodeVolumeRequest& r,
+                            const claim_paths& paths, bool unstage, const std::string& where);
+
+// ControllerPublishVolume; the outcome carries the publish context.
+csi_outcome controller_publish(csi::client& c, const v1::NodeVolumeRequest& r,
+                               const std::string& where);
+
+csi_outcome controller_unpublish(csi::client& c, const v1::NodeVolumeRequest& r,
+                                 const std::string& where);
+
+// CreateVolume; the outcome carries the completed volume.
+csi_outcome create_volume(csi::client& c, const v1::Volume& spec, const std::string& where);
+
+// ValidateVolumeCapabilities; the outcome carries the plugin's reason
+// ("" = confirmed).
+csi_outcome validate_volume(csi::client& c, const v1::Volume& v, const std::string& where);
+
+csi_outcome delete_volume(csi::client& c, const v1::Volume& v, const std::string& where);
+
+}  // namespace berth

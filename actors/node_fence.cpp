@@ -1,0 +1,57 @@
+#include "actors/node_fence.hpp"
+
+#include <exception>
+
+namespace berth {
+
+std::optional<failure> leader_fence::load(client_store& store, bool forget) {
+  try {
+    if (forget) store.set_leader_term(0);
+    term_ = store.leader_term();
+  } catch (const std::exception& e) {
+    return failure{errc::internal, "node '" + node_id_ + "' could not read the leader term from " +
+                                       store.path() + ": " + e.what() +
+                                       " (if the file is damaged, see the user guide)"};
+  }
+  return std::nullopt;
+}
+
+std::optional<failure> leader_fence::admit(client_store& store, uint64_t term) {
+  switch (fence(term_, term)) {
+    case fence_verdict::accept:
+      return std::nullopt;
+    case fence_verdict::accept_newer:
+      return raise(store, term);
+    case fence_verdict::refuse:
+      break;
+  }
+  return failure{errc::refused, "node '" + node_id_ +
+                                    "' refuses a request of a deposed leader "
+                                    "(term " +
+                                    std::to_string(term) +
+                                    "; it takes requests of "
+                                    "term " +
+                                    std::to_string(term_) +
+                                    "; if the servers were "
+                                    "rebuilt as a new cluster, restart this client with "
+                                    "--forget-leader-term)"};
+}
+
+std::optional<failure> leader_fence::heard(client_store& store, uint64_t term) {
+  if (fence(term_, term) != fence_verdict::accept_newer) return std::nullopt;
+  return raise(store, term);
+}
+
+std::optional<failure> leader_fence::raise(client_store& store, uint64_t term) {
+  try {
+    store.set_leader_term(term);
+  } catch (const std::exception& e) {
+    return failure{errc::internal, "node '" + node_id_ + "' could not record leader term " +
+                                       std::to_string(term) + " in " + store.path() + ": " +
+                                       e.what() + " (check the disk; the request may be retried)"};
+  }
+  term_ = term;
+  return std::nullopt;
+}
+
+}  // namespace berth

@@ -1,0 +1,129 @@
+#include "actors/node_mounts.hpp"
+
+#include <exception>
+#include <filesystem>
+
+namespace berth {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string mode_dir(const v1::NodeVolumeRequest& r) {
+  return std::string(name_of(r.access_mode())) + "-" + std::string(name_of(r.attachment_mode()));
+}
+
+std::string describe(const mount_key& k) {
+  return "the publication of volume '" + std::get<2>(k) + "' (namespace '" + std::get<1>(k) +
+         "') for alloc '" + std::get<0>(k) + "'";
+}
+
+failure store_failure(const client_store& store, const std::string& what, const std::exception& e) {
+  return failure{errc::internal, "the client could not " + what + " in " + store.path() + ": " +
+                                     e.what() +
+                                     " (check the disk; restart the client once "
+                                     "the file is writable)"};
+}
+
+}  // namespace
+
+claim_paths paths_of(const std::string& csi_root, const v1::NodeVolumeRequest& r) {
+  auto root = fs::path(csi_root) / r.plugin_id();
+  const auto& v = r.volume();
+  return {(root / "staging" / v.namespace_() / v.id() / mode_dir(r)).string(),
+          (root / "per-alloc" / r.alloc_id() / v.namespace_() / v.id() / mode_dir(r)).string()};
+}
+
+mount_key key_of(const v1::NodeVolumeRequest& r) {
+  return {r.alloc_id(), r.volume().namespace_(), r.volume().id()};
+}
+
+mount_key key_of(const mount_record& m) {
+  return {m.alloc_id, m.ns, m.volume_id};
+}
+
+bool staging_in_use(const mount_table& mounts, const std::string& staging,
+                    const mount_key& except) {
+  for (const auto& [k, m] : mounts)
+    if (k != except && m.staging_path == staging) return true;
+  return false;
+}
+
+bool published_already(const mount_table& mounts, const v1::NodeVolumeRequest& r,
+                       const claim_paths& paths, bool target_exists) {
+  auto it = mounts.find(key_of(r));
+  return it != mounts.end() && it->second.target_path == paths.target && target_exists;
+}
+
+mount_record record_of(const v1::NodeVolumeRequest& r, const claim_paths& paths, bool staged,
+                       int64_t now_ms) {
+  mount_record m;
+  m.alloc_id = r.alloc_id();
+  m.ns = r.volume().namespace_();
+  m.volume_id = r.volume().id();
+  m.plugin_id = r.plugin_id();
+  m.staging_path = staged ? paths.staging : "";
+  m.target_path = paths.target;
+  m.request = r;
+  m.request.mutable_volume()->clear_secrets();
+  m.published_at_ms = now_ms;
+  return m;
+}
+
+bool unstage_after_unpublish(bool plugin_stages, bool asked, bool others_use_staging) {
+  return plugin_stages && asked && !others_use_staging;
+}
+
+bool has_mounts(const mount_table& mounts, const std::string& alloc_id) {
+  for (const auto& [k, m] : mounts)
+    if (std::get<0>(k) == alloc_id) return true;
+  return false;
+}
+
+std::vector<unmount> unmounts_of(const mount_table& mounts, const std::string& alloc_id) {
+  std::vector<unmount> out;
+  for (const auto& [k, m] : mounts) {
+    if (std::get<0>(k) != alloc_id) continue;
+    out.push_back({k, m, !m.staging_path.empty() && !staging_in_use(mounts, m.staging_path, k)});
+  }
+  return out;
+}
+
+std::optional<failure> load_mounts(client_store& store, mount_table& mounts) {
+  try {
+    for (auto& m : store.mounts()) {
+      auto k = key_of(m);
+      mounts.insert_or_assign(std::move(k), std::move(m));
+    }
+  } catch (const std::exception& e) {
+    return store_failure(store, "read its publications", e);
+  }
+  return std::nullopt;
+}
+
+std::optional<failure> save_mount(client_store& store, mount_table& mounts, mount_record m) {
+  auto k = key_of(m);
+  try {
+    store.put_mount(m);
+  } catch (const std::exception& e) {
+    auto f = store_failure(store, "record " + describe(k), e);
+    f.message = "published, but " + f.message;
+    return f;
+  }
+  mounts.insert_or_assign(std::move(k), std::move(m));
+  return std::nullopt;
+}
+
+std::optional<failure> forget_mount(client_store& store, mount_table& mounts, const mount_key& k) {
+  try {
+    store.delete_mount(std::get<0>(k), std::get<1>(k), std::get<2>(k));
+  } catch (const std::exception& e) {
+    auto f = store_failure(store, "forget " + describe(k), e);
+    f.message = "unpublished, but " + f.message;
+    return f;
+  }
+  mounts.erase(k);
+  return std::nullopt;
+}
+
+}  // namespace berth

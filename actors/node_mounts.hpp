@@ -1,0 +1,83 @@
+// The node's mounts: where a claim is staged and published on this host,
+// the record of every publication in client.db, and what to unstage.
+//
+// The decisions are pure functions on plain types (a mount_table), tested
+// without a plugin or a database.  The functions in the last section do the
+// client.db I/O and never throw: a SQLite error comes back as a failure
+// naming the publication, the file and what to do.
+//
+// Paths are the CO's own:
+//   <csi_root>/<plugin>/staging/<namespace>/<volume>/<mode>
+//   <csi_root>/<plugin>/per-alloc/<alloc>/<namespace>/<volume>/<mode>
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "messages/api.pb.h"
+#include "messages/model.hpp"
+#include "persistence/client_store.hpp"
+
+namespace berth {
+
+using mount_key = std::tuple<std::string, std::string, std::string>;  // alloc, ns, volume
+using mount_table = std::map<mount_key, mount_record>;
+
+// Where this node stages and publishes one claim.
+struct claim_paths {
+  std::string staging;
+  std::string target;
+};
+
+claim_paths paths_of(const std::string& csi_root, const v1::NodeVolumeRequest& r);
+
+mount_key key_of(const v1::NodeVolumeRequest& r);
+mount_key key_of(const mount_record& m);
+
+// Whether a publication other than `except` uses the staging path.
+bool staging_in_use(const mount_table& mounts, const std::string& staging, const mount_key& except);
+
+// Whether a publish request is published already: recorded at the same
+// target, and the target exists (`target_exists`, the caller's look at the
+// disk).  A repeat after a restart then re-mounts nothing.
+bool published_already(const mount_table& mounts, const v1::NodeVolumeRequest& r,
+                       const claim_paths& paths, bool target_exists);
+
+// The record of a publication, without the volume's secrets (client.db
+// holds none); `staged`: the plugin staged it at paths.staging.
+mount_record record_of(const v1::NodeVolumeRequest& r, const claim_paths& paths, bool staged,
+                       int64_t now_ms);
+
+// Whether NodeUnpublishVolume is followed by NodeUnstageVolume: the plugin
+// stages, the servers say it was the node's last claim on the volume
+// (`asked`), and this client's records agree (`others_use_staging` false).
+bool unstage_after_unpublish(bool plugin_stages, bool asked, bool others_use_staging);
+
+// Whether this client still has a publication for the alloc.
+bool has_mounts(const mount_table& mounts, const std::string& alloc_id);
+
+// One publication to undo from this client's own records (an alloc the
+// servers declared lost while the node was away).
+struct unmount {
+  mount_key key;
+  mount_record record;
+  bool unstage = false;  // no other publication uses its staging
+};
+std::vector<unmount> unmounts_of(const mount_table& mounts, const std::string& alloc_id);
+
+// --- client.db -------------------------------------------------------------
+
+// Reads every recorded publication into `mounts`.
+std::optional<failure> load_mounts(client_store& store, mount_table& mounts);
+
+// Records a publication (client.db first, then the table).
+std::optional<failure> save_mount(client_store& store, mount_table& mounts, mount_record m);
+
+// Forgets an undone publication (client.db first, then the table).
+std::optional<failure> forget_mount(client_store& store, mount_table& mounts, const mount_key& k);
+
+}  // namespace berth

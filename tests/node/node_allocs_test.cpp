@@ -1,0 +1,174 @@
+// Alloc supervision on a client (actors/node_allocs): the stop and report
+// decisions, and real commands recorded in a real client.db.
+#include "actors/node_allocs.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "helpers.hpp"
+
+using namespace berth;
+using test::drop_table;
+using test::temp_dir;
+
+namespace {
+
+alloc_record record(const std::string& id, int64_t pid, bool exited, int32_t code = 0) {
+  alloc_record a;
+  a.alloc.set_id(id);
+  a.pid = pid;
+  a.exited = exited;
+  a.exit_code = code;
+  return a;
+}
+
+v1::Alloc alloc_with(const std::string& id, std::vector<std::string> command) {
+  v1::Alloc a;
+  a.set_id(id);
+  for (auto& c : command) a.add_command(c);
+  return a;
+}
+
+// Polls until the alloc's command exited (the condition, with a deadline).
+bool wait_for_exit(client_store& store, alloc_table& allocs, const std::string& id) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    REQUIRE_FALSE(collect_exits(store, allocs));
+    if (allocs.at(id).exited) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("allocs: a command is running until its exit is seen") {
+  CHECK(command_running(record("a", 42, false)));
+  CHECK_FALSE(command_running(record("a", 42, true)));
+  CHECK_FALSE(command_running(record("a", 0, false)));  // no command
+}
+
+TEST_CASE("allocs: a stop waits for a running command") {
+  alloc_table t{{"a", record("a", 42, false)}};
+  CHECK_FALSE(stop_answers_at_once(t, "a", false, false));
+  CHECK_FALSE(stop_answers_at_once(t, "a", true, true));
+}
+
+TEST_CASE("allocs: a stop of an exited, commandless or unknown alloc answers at once") {
+  alloc_table t{{"done", record("done", 42, true, 3)}, {"none", record("none", 0, false)}};
+  CHECK(stop_answers_at_once(t, "done", false, false));
+  CHECK(stop_answers_at_once(t, "none", false, false));
+  CHECK(stop_answers_at_once(t, "unknown", false, false));
+  CHECK(exit_code_of(t, "done") == 3);
+  CHECK(exit_code_of(t, "none") == 0);
+  CHECK(exit_code_of(t, "unknown") == 0);
+}
+
+TEST_CASE("allocs: a stop that must unmount what the client still has waits for it") {
+  alloc_table t{{"done", record("done", 42, true)}};
+  CHECK_FALSE(stop_answers_at_once(t, "done", true, true));
+  CHECK(stop_answers_at_once(t, "done", true, false));  // nothing left to unmount
+  CHECK(stop_answers_at_once(t, "done", false, true));  // not asked to unmount
+}
+
+TEST_CASE("allocs: an exit is reported complete with 0, failed otherwise") {
+  auto ok = record("a1", 42, true, 0);
+  ok.alloc.set_message("exited with 0");
+  auto r = exit_report(ok, "n1");
+  REQUIRE(r.has_alloc_update());
+  CHECK(r.alloc_update().id() == "a1");
+  CHECK(r.alloc_update().node_id() == "n1");
+  CHECK(r.alloc_update().state() == v1::ALLOC_COMPLETE);
+  CHECK(r.alloc_update().message() == "the command exited with 0");
+  auto bad = record("a2", 42, true, 137);
+  bad.alloc.set_message("killed by signal 9");
+  r = exit_report(bad, "n1");
+  CHECK(r.alloc_update().state() == v1::ALLOC_FAILED);
+  CHECK(r.alloc_update().exit_code() == 137);
+}
+
+TEST_CASE("allocs: a report is done when the leader took it or no longer knows the alloc") {
+  CHECK(exit_report_taken(v1::OK));
+  CHECK(exit_report_taken(v1::NOT_FOUND));
+  CHECK_FALSE(exit_report_taken(v1::UNAVAILABLE));
+  CHECK_FALSE(exit_report_taken(v1::INTERNAL));
+  CHECK_FALSE(exit_report_taken(v1::REFUSED));
+}
+
+TEST_CASE("allocs: polling is needed while anything is left to watch or answer") {
+  CHECK_FALSE(needs_polling({}, false, false));
+  CHECK(needs_polling({}, true, false));
+  CHECK(needs_polling({}, false, true));
+  CHECK(needs_polling({{"a", record("a", 42, false)}}, false, false));
+  CHECK(needs_polling({{"a", record("a", 0, true)}}, false, false));  // exit to report
+  CHECK_FALSE(needs_polling({{"a", record("a", 0, false)}}, false, false));
+}
+
+TEST_CASE("allocs: a command runs, its exit code is recorded and survives a restart") {
+  temp_dir d;
+  auto file = (d.path / "client.db").string();
+  {
+    client_store store(file);
+    alloc_table t;
+    REQUIRE_FALSE(start_alloc(store, t, alloc_with("a1", {"sh", "-c", "exit 3"}),
+                              (d.path / "allocs").string(), "n1"));
+    REQUIRE(t.count("a1"));
+    CHECK(t.at("a1").pid > 0);
+    REQUIRE(wait_for_exit(store, t, "a1"));
+    CHECK(t.at("a1").exit_code == 3);
+  }
+  client_store store(file);
+  alloc_table loaded;
+  REQUIRE_FALSE(load_allocs(store, loaded));
+  REQUIRE(loaded.count("a1"));
+  CHECK(loaded.at("a1").exited);
+  CHECK(loaded.at("a1").exit_code == 3);
+  REQUIRE_FALSE(forget_alloc(store, loaded, "a1"));
+  alloc_table after;
+  REQUIRE_FALSE(load_allocs(store, after));
+  CHECK(after.empty());
+}
+
+TEST_CASE("allocs: SIGTERM stops a command's process group") {
+  temp_dir d;
+  client_store store((d.path / "client.db").string());
+  alloc_table t;
+  REQUIRE_FALSE(
+      start_alloc(store, t, alloc_with("a1", {"sleep", "60"}), (d.path / "allocs").string(), "n1"));
+  signal_alloc(t, "a1", false);
+  REQUIRE(wait_for_exit(store, t, "a1"));
+  CHECK(t.at("a1").exit_code != 0);
+}
+
+TEST_CASE("allocs: an alloc that cannot be recorded is a failure naming it, not an exception") {
+  temp_dir d;
+  auto file = (d.path / "client.db").string();
+  client_store store(file);
+  drop_table(file, "allocs");
+  alloc_table t;
+  auto f =
+      start_alloc(store, t, alloc_with("a1", {"sleep", "60"}), (d.path / "allocs").string(), "n1");
+  REQUIRE(f);
+  CHECK(f->code == errc::internal);
+  CHECK(f->message.find("alloc 'a1'") != std::string::npos);
+  CHECK(f->message.find(file) != std::string::npos);
+  CHECK(t.empty());
+  alloc_table none;
+  CHECK(load_allocs(store, none));  // the damage shows as a failure, not an exception
+}
+
+TEST_CASE("allocs: a command that cannot start names the node and the alloc") {
+  temp_dir d;
+  client_store store((d.path / "client.db").string());
+  alloc_table t;
+  // The alloc directory's parent is a file: it cannot be created.
+  auto blocker = d.path / "file";
+  { std::ofstream(blocker.string()) << "x"; }
+  auto f = start_alloc(store, t, alloc_with("a1", {"true"}), blocker.string(), "n1");
+  REQUIRE(f);
+  CHECK(f->message.find("node 'n1' could not start alloc 'a1'") == 0);
+  CHECK(t.empty());
+}

@@ -1,0 +1,266 @@
+// The fence against deposed leaders: leader_fence (actors/node_fence) on a
+// real client.db, then through a real node actor and the real
+// berth-hostpath: CreateVolume, DeleteVolume and ValidateVolumeCapabilities
+// of an older leader's term are refused before they reach the plugin, and
+// a server's heartbeat answer raises the fence on its own.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "../csi/plugin_process.hpp"
+#include "actors/node.hpp"
+#include "helpers.hpp"
+
+using namespace berth;
+using test::plugin_process;
+using test::temp_dir;
+
+namespace {
+
+// A server as the node sees it: answers heartbeats with `term` and takes
+// every fingerprint.
+struct fake_server_state {
+  std::shared_ptr<std::atomic<uint64_t>> term;
+  std::shared_ptr<std::atomic<int>> heartbeats;
+  static inline const char* name = "fake_server";
+};
+
+api_actor::behavior_type fake_server(api_actor::stateful_pointer<fake_server_state> self,
+                                     std::shared_ptr<std::atomic<uint64_t>> term,
+                                     std::shared_ptr<std::atomic<int>> heartbeats) {
+  self->state.term = std::move(term);
+  self->state.heartbeats = std::move(heartbeats);
+  return {
+      [](api_atom, pb<v1::Request>&) { return wrap(v1::Response{}); },
+      [self](node_atom, const std::string&, node_actor) -> uint64_t {
+        ++*self->state.heartbeats;
+        return *self->state.term;
+      },
+  };
+}
+
+struct fixture {
+  temp_dir dir;
+  plugin_process plugin;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::string db;
+
+  fixture() {
+    plugin.start();
+    cfg.set("logger.console-verbosity", caf::atom("quiet"));
+    add_message_types(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    db = (dir.path / "client.db").string();
+  }
+
+  node_actor spawn_node(api_actor api) {
+    node_config c;
+    c.node_id = "n1";
+    c.csi_root = (dir.path / "csi").string();
+    c.alloc_dir = (dir.path / "allocs").string();
+    c.plugins.push_back({"hp", v1::PLUGIN_MONOLITH, plugin.endpoint});
+    c.fingerprint_interval = std::chrono::milliseconds(50);
+    c.csi_timeout = std::chrono::seconds(10);
+    return sys->spawn(node, c, api, make_metrics(), std::make_shared<client_store>(db));
+  }
+
+  // What client.db says, through a connection of its own.
+  uint64_t recorded_term() { return client_store(db).leader_term(); }
+
+  size_t plugin_calls(const std::string& method) {
+    std::ifstream in(plugin.call_log);
+    std::stringstream all;
+    all << in.rdbuf();
+    auto text = all.str();
+    size_t n = 0;
+    for (auto at = text.find("\"" + method + "\""); at != std::string::npos;
+         at = text.find("\"" + method + "\"", at + 1))
+      ++n;
+    return n;
+  }
+};
+
+v1::Volume spec() {
+  v1::Volume v;
+  v.set_id("db");
+  v.set_namespace_("default");
+  v.set_plugin_id("hp");
+  v.set_capacity_min(1 << 20);
+  auto* c = v.add_capabilities();
+  c->set_access_mode(v1::SINGLE_NODE_WRITER);
+  c->set_attachment_mode(v1::FILE_SYSTEM);
+  return v;
+}
+
+// The node's answer to one request: the reply, or the error as a failure.
+template <class T, class... Ts>
+std::variant<T, failure> ask(caf::scoped_actor& me, const node_actor& n, Ts&&... xs) {
+  std::variant<T, failure> out = failure{errc::internal, "no answer"};
+  me->request(n, std::chrono::seconds(30), std::forward<Ts>(xs)...)
+      .receive([&](T& x) { out = std::move(x); }, [&](caf::error& e) { out = to_failure(e); });
+  return out;
+}
+
+template <class T>
+bool refused_as_deposed(const std::variant<T, failure>& x) {
+  auto* f = std::get_if<failure>(&x);
+  return f && f->code == errc::refused && f->message.find("deposed leader") != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("node_fence: a newer leader's term is recorded before its request runs") {
+  temp_dir d;
+  auto file = (d.path / "client.db").string();
+  client_store store(file);
+  leader_fence fence("n1");
+  REQUIRE_FALSE(fence.load(store, false));
+  CHECK(fence.term() == 0);
+  CHECK_FALSE(fence.admit(store, 3));
+  CHECK(fence.term() == 3);
+  CHECK(client_store(file).leader_term() == 3);
+  CHECK_FALSE(fence.admit(store, 3));  // the current leader
+  CHECK_FALSE(fence.admit(store, 0));  // unfenced
+  CHECK(fence.term() == 3);
+}
+
+TEST_CASE("node_fence: an older leader is refused, naming the node, both terms and the way out") {
+  temp_dir d;
+  client_store store((d.path / "client.db").string());
+  leader_fence fence("n1");
+  REQUIRE_FALSE(fence.admit(store, 7));
+  auto f = fence.admit(store, 6);
+  REQUIRE(f);
+  CHECK(f->code == errc::refused);
+  CHECK(f->message.find("node 'n1'") != std::string::npos);
+  CHECK(f->message.find("term 6") != std::string::npos);
+  CHECK(f->message.find("term 7") != std::string::npos);
+  CHECK(f->message.find("--forget-leader-term") != std::string::npos);
+  CHECK(fence.term() == 7);
+}
+
+TEST_CASE("node_fence: a heartbeat answer raises the fence, an older one never lowers it") {
+  temp_dir d;
+  auto file = (d.path / "client.db").string();
+  client_store store(file);
+  leader_fence fence("n1");
+  CHECK_FALSE(fence.heard(store, 5));
+  CHECK(fence.term() == 5);
+  CHECK_FALSE(fence.heard(store, 2));  // a server behind the others: no failure, no change
+  CHECK_FALSE(fence.heard(store, 0));  // a server that knows no leader yet
+  CHECK(fence.term() == 5);
+  CHECK(client_store(file).leader_term() == 5);
+  CHECK(fence.admit(store, 4));        // the deposed leader of term 4 is refused
+  CHECK_FALSE(fence.admit(store, 5));  // the one of term 5 is not wedged
+}
+
+TEST_CASE("node_fence: the fence holds across a restart unless told to forget it") {
+  temp_dir d;
+  auto file = (d.path / "client.db").string();
+  {
+    client_store store(file);
+    leader_fence fence("n1");
+    REQUIRE_FALSE(fence.admit(store, 9));
+  }
+  client_store store(file);
+  leader_fence again("n1");
+  REQUIRE_FALSE(again.load(store, false));
+  CHECK(again.term() == 9);
+  CHECK(again.admit(store, 8));
+  leader_fence forgot("n1");
+  REQUIRE_FALSE(forgot.load(store, true));
+  CHECK(forgot.term() == 0);
+  CHECK_FALSE(forgot.admit(store, 1));  // a rebuilt cluster's first leader
+}
+
+TEST_CASE("node_fence: a term that cannot be recorded is not taken (the request does not run)") {
+  temp_dir d;
+  auto file = (d.path / "client.db").string();
+  client_store store(file);
+  leader_fence fence("n1");
+  REQUIRE_FALSE(fence.admit(store, 2));
+  test::drop_table(file, "meta");
+  auto f = fence.admit(store, 3);
+  REQUIRE(f);
+  CHECK(f->code == errc::internal);
+  CHECK(f->message.find(file) != std::string::npos);
+  CHECK(fence.term() == 2);
+  CHECK(fence.heard(store, 4));
+  CHECK(fence.term() == 2);
+  leader_fence fresh("n1");
+  CHECK(fresh.load(store, false));
+}
+
+TEST_CASE("node_fence: create, validate and delete of a deposed leader never reach the plugin") {
+  fixture f;
+  auto n = f.spawn_node(api_actor{});
+  caf::scoped_actor me{*f.sys};
+
+  auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{5});
+  REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
+  auto vol = std::get<pb<v1::Volume>>(created).msg;
+  CHECK_FALSE(vol.external_id().empty());
+  CHECK(f.recorded_term() == 5);  // recorded before the call ran
+  CHECK(f.plugin_calls("CreateVolume") == 1);
+
+  CHECK(refused_as_deposed(
+      ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{4})));
+  CHECK(refused_as_deposed(ask<std::string>(me, n, validate_atom::value, wrap(vol), uint64_t{4})));
+  CHECK(refused_as_deposed(ask<bool>(me, n, deregister_atom::value, wrap(vol), uint64_t{3})));
+  CHECK(f.plugin_calls("CreateVolume") == 1);
+  CHECK(f.plugin_calls("ValidateVolumeCapabilities") == 0);
+  CHECK(f.plugin_calls("DeleteVolume") == 0);
+
+  // The current leader (same term) and a newer one are served.
+  auto valid = ask<std::string>(me, n, validate_atom::value, wrap(vol), uint64_t{5});
+  REQUIRE(std::holds_alternative<std::string>(valid));
+  CHECK(std::get<std::string>(valid) == "");
+  auto deleted = ask<bool>(me, n, deregister_atom::value, wrap(vol), uint64_t{6});
+  REQUIRE(std::holds_alternative<bool>(deleted));
+  CHECK(f.plugin_calls("DeleteVolume") == 1);
+  CHECK(f.recorded_term() == 6);
+  // Term 0 is unfenced (a request of no leader term, as before terms).
+  CHECK_FALSE(refused_as_deposed(ask<bool>(me, n, deregister_atom::value, wrap(vol), uint64_t{0})));
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("node_fence: a heartbeat answer raises the fence before the new leader calls") {
+  fixture f;
+  auto term = std::make_shared<std::atomic<uint64_t>>(9);
+  auto beats = std::make_shared<std::atomic<int>>(0);
+  auto server = f.sys->spawn(fake_server, term, beats);
+  auto n = f.spawn_node(server);
+  caf::scoped_actor me{*f.sys};
+
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (f.recorded_term() != 9 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(f.recorded_term() == 9);
+  // A leader of term 8 never called this node, yet it is refused.
+  CHECK(refused_as_deposed(
+      ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{8})));
+  CHECK(f.plugin_calls("CreateVolume") == 0);
+
+  // A server behind the others answers an older term: the fence stays.
+  *term = 4;
+  int seen = *beats;
+  while (*beats < seen + 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(*beats >= seen + 2);
+  // Queued behind the answers to those heartbeats, so it sees their effect.
+  CHECK(refused_as_deposed(
+      ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{8})));
+  CHECK(f.recorded_term() == 9);
+  auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{9});
+  CHECK(std::holds_alternative<pb<v1::Volume>>(created));
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+  me->send_exit(server, caf::exit_reason::user_shutdown);
+}

@@ -11,6 +11,8 @@
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
 
+#include "persistence/crashpoint.hpp"
+#include "persistence/durable_file.hpp"
 #include "persistence/integrity.hpp"
 
 namespace berth {
@@ -90,24 +92,16 @@ void send_messages(self_ptr self, std::vector<pbr::Message>& messages) {
   }
 }
 
-// Writes a snapshot durably (temp file, fsync, rename) before anything
-// that depends on it: the log is compacted only once it is on disk.
-void write_snapshot(const self_ptr& self, const pbr::Snapshot& snap) {
+// Writes a snapshot durably (persistence/durable_file.hpp: temp file and
+// directory fsynced) before anything relies on it: the log is compacted, or
+// truncated for a leader's snapshot, only once the snapshot would survive a
+// power loss.  `step` names the crash points: "snapshot" when this server
+// took it, "install" when it came from the leader.
+void write_snapshot(const self_ptr& self, const pbr::Snapshot& snap, std::string_view step) {
+  crashpoint(step, "before_write");
   const auto& path = self->state.snapshot_path;
-  auto tmp = path + ".tmp";
-  auto bytes = encode_snapshot_file(snap.SerializeAsString());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  bool ok = fd >= 0;
-  size_t off = 0;
-  while (ok && off < bytes.size()) {
-    auto n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    ok = n > 0;
-    if (ok) off += static_cast<size_t>(n);
-  }
-  ok = ok && ::fsync(fd) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
-    fatal("cannot write the snapshot " + path);
+  if (auto f = write_file_durably(path, encode_snapshot_file(snap.SerializeAsString()), step))
+    fatal("cannot write the snapshot " + path + ": " + f->message);
 }
 
 void learn_members(const self_ptr& self, const pbr::Snapshot& snap) {
@@ -135,7 +129,7 @@ void maybe_snapshot(self_ptr self) {
         for (const auto& [id, info] : st.members) *data.add_members() = info;
         if (st.storage.create_snapshot(index, conf, data.SerializeAsString()) != raft::storage_error::none)
           return;
-        write_snapshot(self, st.storage.snapshot());
+        write_snapshot(self, st.storage.snapshot(), "snapshot");
         st.snapshot_index = index;
         if (index > st.opts.snapshot_keep && index - st.opts.snapshot_keep >= st.storage.first_index()) {
           auto upto = index - st.opts.snapshot_keep;
@@ -145,6 +139,7 @@ void maybe_snapshot(self_ptr self) {
           } catch (const std::exception& e) {
             fatal(std::string("cannot compact the log: ") + e.what());
           }
+          crashpoint("snapshot.after_compact");
         }
         st.stats->snapshot_taken(index);
       });
@@ -245,7 +240,7 @@ void flush(self_ptr self) {
     if (!rd.entries.empty()) w.truncate_from = rd.entries.front().index();
     if (rd.snapshot) {
       // The leader's snapshot replaces this server's log and state.
-      write_snapshot(self, *rd.snapshot);
+      write_snapshot(self, *rd.snapshot, "install");
       w.truncate_from = 1;
     }
     for (const auto& e : rd.entries) w.entries.push_back({e.index(), e.term(), e.SerializeAsString()});
@@ -280,6 +275,7 @@ void flush(self_ptr self) {
                             took.count());
     }
     if (rd.snapshot) {
+      crashpoint("install.after_log_write");
       st.storage.apply_snapshot(*rd.snapshot);
       v1::SnapshotData data;
       data.ParseFromString(rd.snapshot->data());

@@ -14,25 +14,12 @@
 #include <vector>
 
 #include "messages/berth.pb.h"
+#include "messages/failure.hpp"
 
 namespace berth {
 
 // (berth::v1, the protobuf types, is in scope here already; an alias of it
 // to itself is an error for clang.)
-
-// What went wrong, in words an operator can act on.
-enum class errc : uint8_t {
-  invalid = 1,      // bad input: fix the request
-  not_found = 2,    // the named object does not exist
-  refused = 3,      // the rules refuse it in the current state
-  unavailable = 4,  // try again later
-  internal = 5,
-};
-
-struct failure {
-  errc code;
-  std::string message;
-};
 
 // --- names -------------------------------------------------------------
 // The operator-facing names ("single-node-writer", "file-system", "taken",

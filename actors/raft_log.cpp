@@ -104,6 +104,18 @@ void write_snapshot(const self_ptr& self, const pbr::Snapshot& snap, std::string
     fatal("cannot write the snapshot " + path + ": " + f->message);
 }
 
+// Whether the log on disk is what an install of the snapshot (`snap`) left
+// half done: it has entries up to the snapshot's index but not the
+// snapshot's last entry.  A complete install truncates the log, after which
+// it starts right after the snapshot; a snapshot this server took keeps its
+// last entry in the log.
+bool interrupted_install(const std::vector<log_record>& log, const pbr::SnapshotMetadata& snap) {
+  if (snap.index() == 0 || log.empty() || log.front().index > snap.index()) return false;
+  for (const auto& r : log)
+    if (r.index == snap.index()) return r.term != snap.term();
+  return true;
+}
+
 void learn_members(const self_ptr& self, const pbr::Snapshot& snap) {
   v1::SnapshotData data;
   if (!data.ParseFromString(snap.data())) return;
@@ -454,10 +466,9 @@ void check_data_dir(log_store& disk, uint64_t applied) {
         disk.path(), "the state tables (" + state_path + ") are at entry " + std::to_string(applied) +
                          " but the log and the snapshot end at entry " +
                          std::to_string(std::max(last, snap_index)) + ": entries were lost"));
-  // applied + 1 < first: the state tables lag behind a compacted log (a
-  // crash between receiving a snapshot and installing it, or a lost
-  // state.db); the snapshot covers the gap (checked above), and
-  // snapshot_to_install hands it over.
+  // applied < snapshot: the state tables lag behind the snapshot (a crash
+  // while installing a leader's snapshot, or a lost state.db); the snapshot
+  // covers the gap (checked above), and snapshot_to_install hands it over.
   (void)state_path;
 }
 
@@ -469,8 +480,12 @@ std::optional<std::string> snapshot_to_install(log_store& disk, uint64_t applied
   if (!snap.ParseFromString(read_snapshot_file(snap_path)) || !data.ParseFromString(snap.data()))
     throw damaged_file(damage_message(snap_path, "it cannot be decoded"));
   if (applied >= snap.metadata().index()) return std::nullopt;
-  auto first = disk.first_index();
-  if (first != 0 && first <= applied + 1) return std::nullopt;  // the log has what follows
+  // Even when the log still holds the entries up to the snapshot, they are
+  // no way to catch up: Raft restarts from the snapshot and hands out only
+  // what follows it, and start-up applies only up to the commit index on
+  // disk.  A crash after writing a leader's snapshot but before truncating
+  // the log (or its hard state) leaves exactly that, and the entries in
+  // between would never reach the state tables.
   return std::move(*data.mutable_state_db());
 }
 
@@ -507,6 +522,16 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
   std::vector<log_record> records;
   try {
     records = st.disk->read(1, UINT64_MAX);
+    if (interrupted_install(records, st.storage.snapshot().metadata())) {
+      // A crash while installing a leader's snapshot, after its file was
+      // written but before the log was truncated: the log does not lead up
+      // to the snapshot.  Truncate it now, as the install would have, before
+      // entries after the snapshot are appended behind a gap.
+      log_write w;
+      w.truncate_from = 1;
+      st.disk->write(w);
+      records.clear();
+    }
   } catch (const std::exception& e) {
     fatal(e.what());
   }

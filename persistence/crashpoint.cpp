@@ -16,18 +16,6 @@ struct armed_crashpoint {
 
 namespace {
 
-armed_crashpoint* read_env() {
-  const char* value = std::getenv("BERTH_CRASHPOINT");
-  if (value == nullptr || *value == '\0') return nullptr;
-  auto* armed = new armed_crashpoint;  // lives as long as the process
-  std::string spec = value;
-  auto at = spec.rfind('@');
-  armed->name = spec.substr(0, at);
-  if (at != std::string::npos) armed->hit_at = std::strtoul(spec.c_str() + at + 1, nullptr, 10);
-  if (armed->hit_at == 0) armed->hit_at = 1;
-  return armed;
-}
-
 void say(std::string_view s) {
   // write(2), not stdio: nothing buffered may run after this point.
   while (!s.empty()) {
@@ -39,8 +27,15 @@ void say(std::string_view s) {
 
 }  // namespace
 
-armed_crashpoint* crashpoint_armed() noexcept {
-  static armed_crashpoint* const armed = read_env();
+armed_crashpoint* read_crashpoint_env() noexcept {
+  const char* value = std::getenv("BERTH_CRASHPOINT");
+  if (value == nullptr || *value == '\0') return nullptr;
+  auto* armed = new armed_crashpoint;  // lives as long as the process
+  std::string spec = value;
+  auto at = spec.rfind('@');
+  armed->name = spec.substr(0, at);
+  if (at != std::string::npos) armed->hit_at = std::strtoul(spec.c_str() + at + 1, nullptr, 10);
+  if (armed->hit_at == 0) armed->hit_at = 1;
   return armed;
 }
 

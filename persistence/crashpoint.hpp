@@ -11,8 +11,14 @@ namespace berth {
 
 namespace detail {
 struct armed_crashpoint;
-// Null unless BERTH_CRASHPOINT is set (read at the first call).
-armed_crashpoint* crashpoint_armed() noexcept;
+// Null unless BERTH_CRASHPOINT is set.
+armed_crashpoint* read_crashpoint_env() noexcept;
+// Read at the first crash point passed (an inline function's static is one
+// object in the whole program).
+inline armed_crashpoint* crashpoint_armed() noexcept {
+  static armed_crashpoint* const armed = read_crashpoint_env();
+  return armed;
+}
 void crashpoint_reached(armed_crashpoint& armed, std::string_view prefix,
                         std::string_view step) noexcept;
 }  // namespace detail

@@ -1,6 +1,6 @@
-// berth's one error type: what went wrong, in words an operator can act on.
-// In a header of its own (no protobuf) so that the small libraries that do
-// file I/O for berthd and berth-hostpath alike can return it.
+// berth's one error type: what failed, for the operator, with the fix.  In a
+// header of its own (no protobuf) so that the small libraries that do file
+// I/O for berthd and berth-hostpath alike can return it.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +16,13 @@ enum class errc : uint8_t {
   internal = 5,
 };
 
+// Crosses every module boundary as a value (as caf::error between actors,
+// as v1::Error to the shell, whose exit code is the code).
 struct failure {
   errc code;
   std::string message;
+  // Nothing was executed: sending the same request again is safe.
+  bool retry = false;
 };
 
 }  // namespace berth

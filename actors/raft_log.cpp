@@ -11,6 +11,8 @@
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
 
+#include "persistence/crashpoint.hpp"
+#include "persistence/durable_file.hpp"
 #include "persistence/integrity.hpp"
 
 namespace berth {
@@ -90,24 +92,28 @@ void send_messages(self_ptr self, std::vector<pbr::Message>& messages) {
   }
 }
 
-// Writes a snapshot durably (temp file, fsync, rename) before anything
-// that depends on it: the log is compacted only once it is on disk.
-void write_snapshot(const self_ptr& self, const pbr::Snapshot& snap) {
+// Writes a snapshot durably (persistence/durable_file.hpp: temp file and
+// directory fsynced) before anything relies on it: the log is compacted, or
+// truncated for a leader's snapshot, only once the snapshot would survive a
+// power loss.  `step` names the crash points: "snapshot" when this server
+// took it, "install" when it came from the leader.
+void write_snapshot(const self_ptr& self, const pbr::Snapshot& snap, std::string_view step) {
+  crashpoint(step, "before_write");
   const auto& path = self->state.snapshot_path;
-  auto tmp = path + ".tmp";
-  auto bytes = encode_snapshot_file(snap.SerializeAsString());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  bool ok = fd >= 0;
-  size_t off = 0;
-  while (ok && off < bytes.size()) {
-    auto n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    ok = n > 0;
-    if (ok) off += static_cast<size_t>(n);
-  }
-  ok = ok && ::fsync(fd) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
-    fatal("cannot write the snapshot " + path);
+  if (auto f = write_file_durably(path, encode_snapshot_file(snap.SerializeAsString()), step))
+    fatal("cannot write the snapshot " + path + ": " + f->message);
+}
+
+// Whether the log on disk is what an install of the snapshot (`snap`) left
+// half done: it has entries up to the snapshot's index but not the
+// snapshot's last entry.  A complete install truncates the log, after which
+// it starts right after the snapshot; a snapshot this server took keeps its
+// last entry in the log.
+bool interrupted_install(const std::vector<log_record>& log, const pbr::SnapshotMetadata& snap) {
+  if (snap.index() == 0 || log.empty() || log.front().index > snap.index()) return false;
+  for (const auto& r : log)
+    if (r.index == snap.index()) return r.term != snap.term();
+  return true;
 }
 
 void learn_members(const self_ptr& self, const pbr::Snapshot& snap) {
@@ -135,7 +141,7 @@ void maybe_snapshot(self_ptr self) {
         for (const auto& [id, info] : st.members) *data.add_members() = info;
         if (st.storage.create_snapshot(index, conf, data.SerializeAsString()) != raft::storage_error::none)
           return;
-        write_snapshot(self, st.storage.snapshot());
+        write_snapshot(self, st.storage.snapshot(), "snapshot");
         st.snapshot_index = index;
         if (index > st.opts.snapshot_keep && index - st.opts.snapshot_keep >= st.storage.first_index()) {
           auto upto = index - st.opts.snapshot_keep;
@@ -145,6 +151,7 @@ void maybe_snapshot(self_ptr self) {
           } catch (const std::exception& e) {
             fatal(std::string("cannot compact the log: ") + e.what());
           }
+          crashpoint("snapshot.after_compact");
         }
         st.stats->snapshot_taken(index);
       });
@@ -285,7 +292,7 @@ void flush(self_ptr self) {
     if (!rd.entries.empty()) w.truncate_from = rd.entries.front().index();
     if (rd.snapshot) {
       // The leader's snapshot replaces this server's log and state.
-      write_snapshot(self, *rd.snapshot);
+      write_snapshot(self, *rd.snapshot, "install");
       w.truncate_from = 1;
     }
     for (const auto& e : rd.entries) w.entries.push_back({e.index(), e.term(), e.SerializeAsString()});
@@ -320,6 +327,7 @@ void flush(self_ptr self) {
                             took.count());
     }
     if (rd.snapshot) {
+      crashpoint("install.after_log_write");
       st.storage.apply_snapshot(*rd.snapshot);
       v1::SnapshotData data;
       data.ParseFromString(rd.snapshot->data());
@@ -498,10 +506,9 @@ void check_data_dir(log_store& disk, uint64_t applied) {
         disk.path(), "the state tables (" + state_path + ") are at entry " + std::to_string(applied) +
                          " but the log and the snapshot end at entry " +
                          std::to_string(std::max(last, snap_index)) + ": entries were lost"));
-  // applied + 1 < first: the state tables lag behind a compacted log (a
-  // crash between receiving a snapshot and installing it, or a lost
-  // state.db); the snapshot covers the gap (checked above), and
-  // snapshot_to_install hands it over.
+  // applied < snapshot: the state tables lag behind the snapshot (a crash
+  // while installing a leader's snapshot, or a lost state.db); the snapshot
+  // covers the gap (checked above), and snapshot_to_install hands it over.
   (void)state_path;
 }
 
@@ -513,8 +520,12 @@ std::optional<std::string> snapshot_to_install(log_store& disk, uint64_t applied
   if (!snap.ParseFromString(read_snapshot_file(snap_path)) || !data.ParseFromString(snap.data()))
     throw damaged_file(damage_message(snap_path, "it cannot be decoded"));
   if (applied >= snap.metadata().index()) return std::nullopt;
-  auto first = disk.first_index();
-  if (first != 0 && first <= applied + 1) return std::nullopt;  // the log has what follows
+  // Even when the log still holds the entries up to the snapshot, they are
+  // no way to catch up: Raft restarts from the snapshot and hands out only
+  // what follows it, and start-up applies only up to the commit index on
+  // disk.  A crash after writing a leader's snapshot but before truncating
+  // the log (or its hard state) leaves exactly that, and the entries in
+  // between would never reach the state tables.
   return std::move(*data.mutable_state_db());
 }
 
@@ -551,6 +562,16 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
   std::vector<log_record> records;
   try {
     records = st.disk->read(1, UINT64_MAX);
+    if (interrupted_install(records, st.storage.snapshot().metadata())) {
+      // A crash while installing a leader's snapshot, after its file was
+      // written but before the log was truncated: the log does not lead up
+      // to the snapshot.  Truncate it now, as the install would have, before
+      // entries after the snapshot are appended behind a gap.
+      log_write w;
+      w.truncate_from = 1;
+      st.disk->write(w);
+      records.clear();
+    }
   } catch (const std::exception& e) {
     fatal(e.what());
   }

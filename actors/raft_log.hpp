@@ -101,9 +101,9 @@ std::string snapshot_path_of(const log_store& disk);
 void check_data_dir(log_store& disk, uint64_t applied);
 
 // The state database of the snapshot file when the state tables (at
-// `applied`) are behind it and the log no longer holds the entries between
-// (a crash between receiving a snapshot and installing it, or a lost
-// state.db): start-up installs it before applying the log.
+// `applied`) are behind it (a crash while installing a leader's snapshot,
+// or a lost state.db): start-up installs it before applying the log after
+// it.
 std::optional<std::string> snapshot_to_install(log_store& disk, uint64_t applied);
 
 }  // namespace berth

@@ -14,30 +14,12 @@
 #include <vector>
 
 #include "messages/berth.pb.h"
+#include "messages/failure.hpp"
 
 namespace berth {
 
 // (berth::v1, the protobuf types, is in scope here already; an alias of it
 // to itself is an error for clang.)
-
-// What went wrong, in words an operator can act on.
-enum class errc : uint8_t {
-  invalid = 1,      // bad input: fix the request
-  not_found = 2,    // the named object does not exist
-  refused = 3,      // the rules refuse it in the current state
-  unavailable = 4,  // try again later
-  internal = 5,
-};
-
-// berth's one error type: what failed, for the operator, with the fix.
-// Crosses every module boundary as a value (as caf::error between actors,
-// as v1::Error to the shell, whose exit code is the code).
-struct failure {
-  errc code;
-  std::string message;
-  // Nothing was executed: sending the same request again is safe.
-  bool retry = false;
-};
 
 // --- names -------------------------------------------------------------
 // The operator-facing names ("single-node-writer", "file-system", "taken",

@@ -7,9 +7,8 @@
 #include <functional>
 #include <iterator>
 
-#include <fcntl.h>
-#include <unistd.h>
-
+#include "persistence/crashpoint.hpp"
+#include "persistence/durable_file.hpp"
 #include "persistence/integrity.hpp"
 
 namespace berth {
@@ -265,26 +264,18 @@ void state_store::install(const std::string& bytes) {
   if (bytes.compare(0, magic.size(), magic) != 0)
     throw sql::sqlite_error("the snapshot is not a berth state database");
   auto tmp = path_ + ".incoming";
-  {
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) throw sql::sqlite_error(tmp + ": cannot write the snapshot");
-    size_t off = 0;
-    while (off < bytes.size()) {
-      auto n = ::write(fd, bytes.data() + off, bytes.size() - off);
-      if (n <= 0) {
-        ::close(fd);
-        throw sql::sqlite_error(tmp + ": cannot write the snapshot");
-      }
-      off += static_cast<size_t>(n);
-    }
-    ::fsync(fd);
-    ::close(fd);
-  }
+  if (auto f = write_and_fsync(tmp, bytes)) throw sql::sqlite_error(f->message);
+  crashpoint("state_db.after_temp_fsync");
   db_.reset();  // closes the database (and checkpoints its WAL)
   std::remove((path_ + "-wal").c_str());
   std::remove((path_ + "-shm").c_str());
-  if (std::rename(tmp.c_str(), path_.c_str()) != 0)
-    throw sql::sqlite_error(path_ + ": cannot replace it with the snapshot");
+  // The old WAL must be gone from the disk before the new database is in
+  // place: SQLite would replay its frames onto the new file.
+  if (auto f = fsync_dir_of(path_)) throw sql::sqlite_error(f->message);
+  // Only once the rename is durable does anything read the new state (and
+  // the applied index in it).
+  if (auto f = rename_durably(tmp, path_, "state_db"))
+    throw sql::sqlite_error(path_ + ": cannot replace it with the snapshot: " + f->message);
   open();
 }
 

@@ -51,9 +51,10 @@ class state_store {
   // a Raft snapshot, or a backup.
   std::string snapshot();
 
-  // Replaces the whole state database with a snapshot's bytes (atomically:
-  // written next to it, fsynced, renamed over it).  Throws when the bytes
-  // are not a berth state database.
+  // Replaces the whole state database with a snapshot's bytes (atomically
+  // and durably: written next to it, fsynced, renamed over it, directory
+  // fsynced, before it is opened again).  Throws when the bytes are not a
+  // berth state database or cannot be written.
   void install(const std::string& bytes);
 
   const std::string& path() const { return path_; }

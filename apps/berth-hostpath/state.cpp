@@ -1,13 +1,10 @@
 #include "state.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "persistence/durable_file.hpp"
 
 namespace berth::hostpath {
 
@@ -46,26 +43,6 @@ void from_json(const json& j, publication_record& p) {
   j.at("how").get_to(p.how);
 }
 
-namespace {
-
-[[noreturn]] void fail(const std::string& what, const std::filesystem::path& p) {
-  throw std::runtime_error(what + " " + p.string() + ": " + std::strerror(errno));
-}
-
-void write_all(int fd, const std::string& data, const std::filesystem::path& p) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      fail("cannot write", p);
-    done += static_cast<size_t>(n);
-  }
-}
-
-}  // namespace
-
 state load_state(const std::filesystem::path& file) {
   std::ifstream in(file);
   if (!in)
@@ -88,31 +65,10 @@ void save_state(const std::filesystem::path& file, const state& s) {
          {"controller_publications", s.controller_publications},
          {"stagings", s.stagings},
          {"publications", s.publications}};
-  auto tmp = file;
-  tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0)
-    fail("cannot create", tmp);
-  try {
-    write_all(fd, j.dump(2) + "\n", tmp);
-    if (::fsync(fd) != 0)
-      fail("cannot fsync", tmp);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), file.c_str()) != 0)
-    fail("cannot rename over", file);
-  // The rename is durable only once the directory entry is on disk.
-  auto dir = file.parent_path();
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0)
-    fail("cannot open", dir);
-  int rc = ::fsync(dfd);
-  ::close(dfd);
-  if (rc != 0)
-    fail("cannot fsync", dir);
+  // Durable before the caller answers the RPC that changed it: the mounts
+  // outlive this process, and only this file lets a later run undo them.
+  if (auto f = write_file_durably(file.string(), j.dump(2) + "\n", "hostpath.state"))
+    throw std::runtime_error(f->message);
 }
 
 }  // namespace berth::hostpath

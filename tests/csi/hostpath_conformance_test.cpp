@@ -603,6 +603,44 @@ TEST_CASE("hostpath state survives kill -9 and restart, bind mode (root only)") 
   survives_kill9(true);
 }
 
+// The crash points of the state file's replacement (docs/testing.md#crash-points):
+// stopped at each step of its second write, the plugin restarts with the
+// volume it acknowledged, and with the one in flight exactly when the rename
+// had happened.
+TEST_CASE("hostpath state file: a crash at each step of its replacement loses nothing answered") {
+  for (std::string step : {"after_temp_fsync", "after_rename", "after_dir_fsync"}) {
+    CAPTURE(step);
+    plugin_process p({"--mount-mode", "symlink"});
+    ::setenv("BERTH_CRASHPOINT", ("hostpath.state." + step + "@2").c_str(), 1);
+    try {
+      p.start();
+    } catch (...) {
+      ::unsetenv("BERTH_CRASHPOINT");
+      throw;
+    }
+    ::unsetenv("BERTH_CRASHPOINT");
+    std::string kept;
+    {
+      stubs c(p.endpoint);
+      kept = create(c, "kept");  // the first write of state.json
+      CHECK(CALL(c, controller, CreateVolume, create_req("in-flight")).code != StatusCode::OK);
+    }
+    int status = p.wait_exit(std::chrono::seconds(10));
+    REQUIRE(status != -1);  // the crash point was reached
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 137);
+    p.start();
+    stubs c(p.endpoint);
+    auto list = CALL(c, controller, ListVolumes, v1::ListVolumesRequest{});
+    REQUIRE(list.code == StatusCode::OK);
+    std::set<std::string> ids;
+    for (const auto& e : list.resp.entries()) ids.insert(e.volume().volume_id());
+    CHECK(ids.count(kept) == 1);
+    CHECK(ids.size() == (step == "after_temp_fsync" ? 1u : 2u));
+    CHECK(create(c, "kept") == kept);  // and it is the same volume
+  }
+}
+
 TEST_CASE("hostpath call log: calls in order, with codes, without secrets") {
   plugin_process p({"--mount-mode", "symlink"});
   p.start();

@@ -130,4 +130,18 @@ int plugin_process::terminate() {
   return status;
 }
 
+int plugin_process::wait_exit(std::chrono::milliseconds timeout) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill9();
+  return -1;
+}
+
 }  // namespace berth::test

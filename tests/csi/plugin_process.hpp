@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -29,6 +30,9 @@ class plugin_process {
   void resume();
   // SIGTERM and wait; returns the exit status (as from waitpid).
   int terminate();
+  // Waits up to `timeout` for the plugin to exit by itself; returns the exit
+  // status (as from waitpid), or -1 (and kills it) if it is still running.
+  int wait_exit(std::chrono::milliseconds timeout);
 
   std::filesystem::path dir;       // the temporary directory
   std::filesystem::path root;      // --root

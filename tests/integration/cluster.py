@@ -128,11 +128,12 @@ class Client(Process):
 
 
 class Cluster:
-    def __init__(self, tmp, tick="0.05"):
+    def __init__(self, tmp, tick="0.05", snapshot_threshold=30):
         self.tmp = tmp
         ports = [(free_port(), free_port()) for _ in range(3)]
         raft = ["127.0.0.1:%d" % r for _, r in ports]
-        self.servers = [Server(tmp, "s%d" % (i + 1), p, r, [a for a in raft if a != raft[i]], tick)
+        self.servers = [Server(tmp, "s%d" % (i + 1), p, r, [a for a in raft if a != raft[i]], tick,
+                               snapshot_threshold)
                         for i, (p, r) in enumerate(ports)]
         self.processes = list(self.servers)
 

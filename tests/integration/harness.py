@@ -22,9 +22,11 @@ HOSTPATH_ARGS = (["--hostpath-bin", os.environ["BERTH_HOSTPATH_BIN"]]
 class Agent:
     """A `berthd --dev` process on an ephemeral port."""
 
-    def __init__(self, data_dir, extra_args=()):
+    def __init__(self, data_dir, extra_args=(), env=None):
+        """env: berthd's environment (default: this process's)."""
         self.data_dir = data_dir
         self.extra_args = list(extra_args)
+        self.env = env
         self.proc = None
         self.port = None
         self.log_path = data_dir.rstrip("/") + ".log"
@@ -35,7 +37,7 @@ class Agent:
         self.proc = subprocess.Popen(
             [BERTHD, "--dev", "--data-dir", self.data_dir, "--port", str(port),
              "--metrics-port", "0"] + HOSTPATH_ARGS + self.extra_args,
-            stdout=subprocess.PIPE, stderr=log, text=True)
+            stdout=subprocess.PIPE, stderr=log, text=True, env=self.env)
         line = self.proc.stdout.readline()
         m = re.search(r"127\.0\.0\.1:(\d+)", line)
         if not m:

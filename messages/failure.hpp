@@ -1,0 +1,28 @@
+// berth's one error type: what failed, for the operator, with the fix.  In a
+// header of its own (no protobuf) so that the small libraries that do file
+// I/O for berthd and berth-hostpath alike can return it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace berth {
+
+enum class errc : uint8_t {
+  invalid = 1,      // bad input: fix the request
+  not_found = 2,    // the named object does not exist
+  refused = 3,      // the rules refuse it in the current state
+  unavailable = 4,  // try again later
+  internal = 5,
+};
+
+// Crosses every module boundary as a value (as caf::error between actors,
+// as v1::Error to the shell, whose exit code is the code).
+struct failure {
+  errc code;
+  std::string message;
+  // Nothing was executed: sending the same request again is safe.
+  bool retry = false;
+};
+
+}  // namespace berth

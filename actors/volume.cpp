@@ -168,6 +168,19 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
       return;
     }
     case v1::CLAIM_NODE_DETACHED: {
+      // Whether ControllerUnpublishVolume is needed is the plugin's to say:
+      // with the plugin unknown (not registered now, or its actor did not
+      // answer in time) the step waits instead of guessing "not needed",
+      // which would leave the volume attached to the node.
+      if (ctx.plugin.id().empty()) {
+        done(make_error(errc::unavailable,
+                        "volume '" + self->state.volume.id() + "': plugin '" +
+                            self->state.volume.plugin_id() +
+                            "' is not known right now, so whether ControllerUnpublishVolume "
+                            "is needed cannot be told; the release stays at node-detached "
+                            "until it is (the volume watcher retries)"));
+        return;
+      }
       bool needed = ctx.plugin.controller_required() &&
                     !other_publications_on_node(self->state.volume, c->node_id(), ctx.alloc);
       if (!needed) {

@@ -1,52 +1,26 @@
-// Every typed actor interface of berth, one comment per handler.  A reader
-// learns the whole protocol of the system from this file; each actor's
-// implementation lives in actors/<name>.{hpp,cpp}.
+// Every typed actor interface of berth, one comment per handler, and the
+// atoms (verbs) they use; nothing else.  A reader learns the whole protocol
+// of the system from this file; each actor's implementation lives in
+// actors/<name>.{hpp,cpp} (docs/architecture.md has the table), the message
+// types in actors/types.hpp.
 //
-//   berth (shell) --middleman--> api --> leader --> volume (one per volume)
-//                                          |   \--> plugin (one per plugin)
-//                                          v
-//                                   replicated_log --> log_writer (fsync)
-//                                          \--------> state_machine (SQLite
-//                                                     state tables)
+//   berth (shell) --middleman--> server --> leader --> volume (one per volume)
+//                                  ^  |        |   \--> plugin (one per plugin)
+//                 committed entries|  |        |--> watcher
+//                                  |  v        v
+//                             replicated_log --> state_machine (state.db)
+//   client: node --> csi_plugin (gRPC) --> CSI plugin
 //
 // Messages that cross processes are protobuf messages wrapped in pb<T>, so
 // their encoding is versioned and tolerates added fields.  In-process-only
 // messages are plain structs.
 #pragma once
 
-#include <chrono>
-#include <cstdint>
-#include <functional>
-#include <map>
-#include <optional>
-#include <string>
-#include <utility>
-#include <vector>
-
-#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
-#include <caf/error.hpp>
-#include <caf/fwd.hpp>
-#include <caf/meta/load_callback.hpp>
-#include <caf/meta/type_name.hpp>
 #include <caf/replies_to.hpp>
-#include <caf/sec.hpp>
-#include <caf/result.hpp>
-#include <caf/stateful_actor.hpp>
 #include <caf/typed_actor.hpp>
-#include <caf/typed_event_based_actor.hpp>
-#include <caf/typed_response_promise.hpp>
 
-#include "messages/api.pb.h"
-#include "messages/berth.pb.h"
-#include "messages/model.hpp"
-#include "messages/raft.pb.h"
-#include "persistence/log_store.hpp"
-#include "persistence/state_store.hpp"
-
-namespace berth::csi {
-class client;
-}
+#include "actors/types.hpp"
 
 namespace berth {
 
@@ -88,84 +62,6 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using unpublish_atom = caf::atom_constant<caf::atom("unpublish")>;
 using validate_atom = caf::atom_constant<caf::atom("validate")>;
-
-// --- pb<T>: a protobuf message as a CAF message element --------------------
-
-// Serialized as its protobuf bytes when it crosses the network.  Printing
-// one (CAF's to_string) shows only its type, never its contents, so no
-// secret can reach a log through it.
-template <class T>
-struct pb {
-  T msg;
-};
-
-template <class T>
-pb<T> wrap(T msg) {
-  return pb<T>{std::move(msg)};
-}
-
-template <class T>
-std::string to_string(const pb<T>&) {
-  return "pb<" + T::descriptor()->full_name() + ">";
-}
-
-template <class Inspector, class T>
-typename Inspector::result_type inspect(Inspector& f, pb<T>& x) {
-  std::string bytes;
-  if constexpr (Inspector::reads_state) bytes = x.msg.SerializeAsString();
-  auto load = caf::meta::load_callback([&]() -> caf::error {
-    if (!x.msg.ParseFromString(bytes)) return caf::make_error(caf::sec::invalid_argument);
-    return caf::none;
-  });
-  return f(caf::meta::type_name("berth.pb"), bytes, load);
-}
-
-// --- errors -----------------------------------------------------------------
-
-// A berth failure as a caf::error (category "berth") and back.  Errors of
-// CAF itself (timeouts, dead actors) come back as unavailable/internal.
-caf::error to_error(const failure& f);
-caf::error make_error(errc code, std::string message);
-failure to_failure(const caf::error& e);
-
-// How long a server waits for a client's answer to one CSI step (a few CSI
-// calls, each under the client's --csi-timeout, 30 s by default).  CAF does
-// not fail a request to a remote actor whose connection died, so without
-// this a volume would wait forever for a client killed mid-step; the step
-// fails instead, and the volume watcher retries it (CSI calls are
-// idempotent, and the client runs a plugin's calls in order).
-constexpr std::chrono::seconds csi_step_timeout{75};
-
-// --- in-process messages ----------------------------------------------------
-
-// Committed entries, in index order, for the state machine to apply.
-struct committed_batch {
-  std::vector<std::pair<uint64_t, std::string>> entries;  // index, LogEntry bytes
-};
-
-// What CSI calls produced: an error for the operator, or the values the
-// caller asked for.
-struct csi_outcome {
-  std::optional<failure> error;
-  std::map<std::string, std::string> publish_context;
-  std::string target_path;
-  v1::Volume volume;                // CreateVolume
-  v1::PluginInstance instance;      // fingerprint: the instance as probed
-};
-
-// A sequence of CSI calls to run on a plugin connection's own thread.
-struct csi_job {
-  std::function<csi_outcome(csi::client&)> run;
-};
-
-}  // namespace berth
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::state_contents)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::committed_batch)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_outcome)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_job)
-
-namespace berth {
 
 // --- interfaces ---------------------------------------------------------------
 
@@ -282,17 +178,23 @@ using plugin_actor = caf::typed_actor<
         pb<v1::NodeVolumeResult>>,
     // ControllerUnpublishVolume, queued like ControllerPublishVolume.
     caf::replies_to<ctrl_unpublish_atom, pb<v1::NodeVolumeRequest>, node_actor>::with<
-        pb<v1::NodeVolumeResult>>>;
+        pb<v1::NodeVolumeResult>>,
+    // Deletes the plugin when it has no instance left (garbage collection),
+    // committing the deletion, and then quits; replies whether it did.
+    caf::replies_to<remove_atom>::with<bool>>;
 
 // Owns one volume and serializes its claims and releases: the rules run on
 // the committed state and the next request waits until the change commits,
-// so two claims can never race.
+// so two claims can never race.  Every reply carries the volume with the
+// modify index of the entry that committed it (the leader waits until its
+// catalog applied that index before it answers).
 using volume_actor = caf::typed_actor<
     // Registers the volume (first time) or applies a re-registration;
     // replies with the committed volume.
     caf::replies_to<register_atom, pb<v1::Volume>>::with<pb<v1::Volume>>,
     // Claims the volume for an alloc, checking the plugin's health through
-    // the plugin actor (invalid when the plugin is unknown); then has the
+    // the plugin actor (invalid when the plugin is unknown), committing the
+    // request's alloc record in the same entry when it carries one; then has the
     // controller node (when the plugin requires it) and the target node
     // publish it (invalid handles: no client on that node, nothing to
     // publish).  A failed publication is unwound and its claim freed.
@@ -304,16 +206,16 @@ using volume_actor = caf::typed_actor<
     // failed step leaves the claim at that step; releasing again resumes.
     caf::replies_to<release_atom, pb<v1::ReleaseRequest>, plugin_actor, node_actor,
                     node_actor>::with<pb<v1::Volume>>,
-    // Deregisters the volume; replies with the volume as it was and then
-    // quits.  Refused while it has claims; with force, claims whose release
+    // Deregisters the volume; replies with the volume as it was (its
+    // modify index: the deregistration's) and then quits.  Refused while it has claims; with force, claims whose release
     // is stuck are dropped (live claims are still refused).
     caf::replies_to<deregister_atom, bool>::with<pb<v1::Volume>>,
     // Replies with the volume as committed.
     caf::replies_to<status_atom>::with<pb<v1::Volume>>>;
 
-// The leader of the control plane: receives every command, routes it to
-// the volume and plugin actors, and keeps a read catalog of what they
-// committed.
+// The leader of the control plane: receives every command, answers reads
+// from its catalog and routes changes to the volume and plugin actors.  Its
+// catalog changes only by applying committed entries.
 using leader_actor = caf::typed_actor<
     // Executes one shell request; errors are returned inside the response.
     caf::replies_to<api_atom, pb<v1::Request>>::with<pb<v1::Response>>,
@@ -321,15 +223,12 @@ using leader_actor = caf::typed_actor<
     // claim's node (or node_detached when that node is down or has no
     // client) and a controller, and hands it to the volume actor.
     caf::replies_to<release_atom, pb<v1::ReleaseRequest>>::with<pb<v1::Volume>>,
+    // Committed entries in index order (from the server, which has them
+    // from the replicated log): the only way the catalog changes.
+    caf::reacts_to<apply_atom, committed_batch>,
     // Timer: marks nodes whose client stopped heartbeating down (their
     // allocs lost) and garbage-collects empty plugins.
     caf::reacts_to<tick_atom>,
-    // A volume actor committed a change of its volume.
-    caf::reacts_to<changed_atom, pb<v1::Volume>>,
-    // A volume actor deregistered its volume.
-    caf::reacts_to<removed_atom, pb<v1::VolumeKey>>,
-    // A plugin actor committed a change of its plugin.
-    caf::reacts_to<changed_atom, pb<v1::Plugin>>,
     // A node actor (a berth client) serves the node with this id.
     caf::reacts_to<node_atom, std::string, node_actor>>;
 
@@ -366,16 +265,13 @@ using server_actor = api_actor::extend<
     // This server now leads (in the given Raft term) and the state machine
     // holds everything committed: start the leader actor with it.
     caf::reacts_to<leading_atom, state_contents, uint64_t>,
+    // Entries committed after that state (in index order): handed on to the
+    // leader actor's catalog.
+    caf::reacts_to<apply_atom, committed_batch>,
     // Another server (or none, id 0) leads: stop the leader actor, forward.
     caf::reacts_to<following_atom, uint64_t, pb<v1::ServerInfo>>,
     // At start: the replicated log this server runs (spawned after it) and
     // this server's identity (its shell port is known once published).
     caf::reacts_to<replicated_log_actor, pb<v1::ServerInfo>>>;
-
-// "HOST:PORT" as host and port (0 when there is none).
-std::pair<std::string, uint16_t> split_address(const std::string& address);
-
-// Registers the message types that cross the network with a CAF config.
-void add_message_types(caf::actor_system_config& cfg);
 
 }  // namespace berth

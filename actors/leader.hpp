@@ -1,10 +1,12 @@
-// The leader actor: the control plane's entry point.  It validates
-// commands, spawns and routes to the volume and plugin actors, owns the node
-// records, and keeps a read catalog of everything committed (updated by the
-// actors after each commit, before they answer).
+// The leader actor: the control plane's router.  It answers reads from its
+// catalog, which changes only when the server hands it committed entries;
+// it routes claims and releases to the volume actors and fingerprints to
+// the plugin actors, and proposes what the rules in control/ decide for
+// allocs and nodes.  It decides nothing itself.
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <set>
@@ -14,6 +16,7 @@
 
 #include "actors/actors.hpp"
 #include "actors/metrics.hpp"
+#include "control/catalog.hpp"
 #include "persistence/state_store.hpp"
 
 namespace berth {
@@ -31,33 +34,34 @@ struct leader_options {
 };
 
 struct leader_state {
-  using volume_key = std::pair<std::string, std::string>;  // namespace, id
   replicated_log_actor log;
   std::shared_ptr<metrics> stats;
-  std::map<volume_key, volume_actor> volume_actors;
-  std::map<volume_key, v1::Volume> volumes;  // committed, with secrets
-  std::map<std::string, plugin_actor> plugin_actors;
-  std::map<std::string, v1::Plugin> plugins;
-  std::map<std::string, v1::Node> nodes;
-  std::map<std::string, node_actor> node_actors;  // nodes with a berth client
-  std::map<std::string, size_t> next_controller;  // round-robin per plugin
-  // Allocs and nodes as last proposed: the leader is their only writer, so
-  // a change builds on the one before even while that one commits.
-  std::map<std::string, v1::Alloc> allocs;
-  std::map<std::string, int64_t> last_seen;  // node -> steady ms of its last heartbeat
-  watcher_actor watcher;
   leader_options options;
-  // Callers waiting until an alloc's claims are all freed, with deadlines
-  // (steady ms); called with false on timeout.
+  watcher_actor watcher;
+  // Everything committed and applied, and nothing else.
+  catalog cat;
+  std::map<volume_key, volume_actor> volume_actors;
+  std::map<std::string, plugin_actor> plugin_actors;
+  std::map<std::string, node_actor> node_actors;  // nodes with a connected berth client
+  std::map<std::string, int64_t> last_seen;       // node -> steady ms of its last heartbeat
+  std::map<std::string, size_t> controller_turn;  // round-robin per plugin
+  // Volumes being claimed, per node and plugin: counted against the
+  // plugin's max volumes per node together with the claimed ones.
+  std::map<std::pair<std::string, std::string>, std::set<volume_key>> claiming;
+  // Work waiting for the catalog: run once `ready` holds after an apply
+  // (or, with a deadline in steady ms, with false once it passes).
   struct waiter {
-    std::string alloc;
-    int64_t deadline_ms;
-    std::function<void(bool)> done;
+    std::function<bool()> ready;
+    std::function<void(bool)> run;
+    int64_t deadline_ms = 0;  // 0: none
   };
   std::vector<waiter> waiters;
-  // Claims being made, per node and plugin (volume keys): counted against
-  // the plugin's max volumes per node together with the published ones.
-  std::map<std::pair<std::string, std::string>, std::set<volume_key>> claiming;
+  // The leader's writes of one alloc or node run one at a time, each built
+  // on the committed result of the one before (no lost update).
+  std::map<std::string, std::deque<std::function<void()>>> writes;
+  // The metrics' counts of allocs per state and nodes per status.
+  std::map<std::string, int64_t> alloc_counts;
+  std::map<std::string, int64_t> node_counts;
   uint64_t ticks = 0;
   static inline const char* name = "leader";
 };

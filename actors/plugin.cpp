@@ -6,7 +6,8 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
-#include "persistence/state_store.hpp"
+#include "actors/propose.hpp"
+#include "control/nodes.hpp"
 
 namespace berth {
 
@@ -62,13 +63,27 @@ result_promise queue_controller_call(self_ptr self, Atom atom, v1::NodeVolumeReq
   return rp;
 }
 
+
+// Commits the plugin's next state (or its deletion) and continues with the
+// committed plugin.  await(): the next fingerprint builds on this one.
+void persist(self_ptr self, v1::Plugin next, bool remove, std::function<void(caf::error)> then) {
+  auto change = remove ? plugin_delete_change(next.id()) : upsert_change(next);
+  propose(self, self->state.log, {std::move(change)})
+      .await(
+          [self, next, then](uint64_t index) mutable {
+            auto stamped = upsert_change(std::move(next));
+            stamp(stamped, index);
+            self->state.plugin = std::move(*stamped.mutable_plugin_upsert());
+            then(caf::none);
+          },
+          [then](caf::error& e) mutable { then(std::move(e)); });
+}
+
 }  // namespace
 
 plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> self,
-                                   replicated_log_actor log, leader_actor leader,
-                                   v1::Plugin initial) {
+                                   replicated_log_actor log, v1::Plugin initial) {
   self->state.log = std::move(log);
-  self->state.leader = std::move(leader);
   self->state.plugin = std::move(initial);
   self->attach_functor([open = self->state.open_calls, id = self->state.plugin.id()](
                            const caf::error&) {
@@ -81,39 +96,29 @@ plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> 
   });
   return {
       [self](fingerprint_atom, pb<v1::Fingerprint>& fp) -> caf::result<pb<v1::Plugin>> {
-        const auto& f = fp.msg;
         auto next = self->state.plugin;
-        bool changed;
-        if (f.remove()) {
-          changed = remove_instance(next, f.type(), f.node_id());
-        } else {
-          auto inst = f.instance();
-          inst.set_node_id(f.node_id());
-          changed = upsert_instance(next, f.type(), inst);
-          // Stamp the time only on real changes: a periodic fingerprint
-          // that changes nothing must not write to the log.
-          if (changed) {
-            for (auto* list : {next.mutable_controllers(), next.mutable_nodes()})
-              for (auto& i : *list)
-                if (i.node_id() == f.node_id()) i.set_updated_at_ms(wall_ms());
-          }
-        }
-        if (!changed) return wrap(self->state.plugin);
-        v1::LogEntry entry;
-        entry.set_format_version(1);
-        *entry.add_changes()->mutable_plugin_upsert() = next;
+        // A periodic fingerprint that changes nothing writes nothing.
+        if (!apply_fingerprint(next, fp.msg, wall_ms())) return wrap(self->state.plugin);
         auto rp = self->make_response_promise<pb<v1::Plugin>>();
-        self->request(self->state.log, caf::infinite, propose_atom::value, wrap(std::move(entry)))
-            .await(
-                [self, next, rp](uint64_t index) mutable {
-                  v1::Change stamped;
-                  *stamped.mutable_plugin_upsert() = std::move(next);
-                  stamp(stamped, index);
-                  self->state.plugin = std::move(*stamped.mutable_plugin_upsert());
-                  self->send(self->state.leader, changed_atom::value, wrap(self->state.plugin));
-                  rp.deliver(wrap(self->state.plugin));
-                },
-                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        persist(self, std::move(next), false, [self, rp](caf::error e) mutable {
+          if (e)
+            rp.deliver(std::move(e));
+          else
+            rp.deliver(wrap(self->state.plugin));
+        });
+        return rp;
+      },
+      [self](remove_atom) -> caf::result<bool> {
+        if (!plugin_is_empty(self->state.plugin)) return false;
+        auto rp = self->make_response_promise<bool>();
+        persist(self, self->state.plugin, true, [self, rp](caf::error e) mutable {
+          if (e) {
+            rp.deliver(std::move(e));
+            return;
+          }
+          rp.deliver(true);
+          self->quit();
+        });
         return rp;
       },
       [self](status_atom) -> pb<v1::Plugin> { return wrap(self->state.plugin); },

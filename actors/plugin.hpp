@@ -15,7 +15,6 @@ namespace berth {
 struct plugin_state {
   v1::Plugin plugin;
   replicated_log_actor log;
-  leader_actor leader;
   // Controller RPCs of this plugin run one at a time: the next waits here.
   std::deque<std::function<void()>> controller_queue;
   bool controller_busy = false;
@@ -33,7 +32,6 @@ struct plugin_state {
 };
 
 plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> self,
-                                   replicated_log_actor log, leader_actor leader,
-                                   v1::Plugin initial);
+                                   replicated_log_actor log, v1::Plugin initial);
 
 }  // namespace berth

@@ -159,6 +159,18 @@ void learn_member(const self_ptr& self, const std::string& context) {
 // Applies committed entries: to the state machine (all of them, so the
 // applied index advances over configuration changes and empty entries
 // too), to the address book, and to the proposals waiting for them.
+// Whether a batch holds an operator restore (an entry replacing the state).
+bool holds_restore(const committed_batch& batch) {
+  for (const auto& [index, bytes] : batch.entries) {
+    if (bytes.empty()) continue;
+    v1::LogEntry entry;
+    if (!entry.ParseFromString(bytes)) continue;
+    for (const auto& c : entry.changes())
+      if (c.has_restore_state()) return true;
+  }
+  return false;
+}
+
 void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
   auto& st = self->state;
   if (entries.empty()) return;
@@ -176,6 +188,17 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
     }
     st.applied = e.index();
   }
+  // The leader actor's catalog gets what the state machine gets, from the
+  // state it was started with on.  An operator restore replaces the state
+  // wholesale: the leader actor starts again from the restored tables.
+  bool restore = false;
+  if (st.soft.role == raft::role::leader && st.leading_announced) {
+    restore = holds_restore(batch);
+    if (st.forwarding)
+      self->send(st.server, apply_atom::value, batch);
+    else
+      st.held.entries.insert(st.held.entries.end(), batch.entries.begin(), batch.entries.end());
+  }
   // The state machine gets the entries before anyone hears they committed,
   // so whatever a proposer asks the state machine next sees them.
   self->send(st.machine, apply_atom::value, std::move(batch));
@@ -189,15 +212,27 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
           make_error(errc::unavailable, "the leader changed before the change committed; retry"));
     st.proposals.erase(it);
   }
+  if (restore) st.leading_announced = false;
   // A new leader serves once the first entry of its term is applied: then
   // the state machine holds everything committed before it.
   if (st.soft.role == raft::role::leader && !st.leading_announced &&
       entries.back().term() == st.node->term()) {
     st.leading_announced = true;
+    st.forwarding = false;
+    st.held.entries.clear();
+    auto announcement = ++st.announcement;
     self->request(st.machine, caf::infinite, load_atom::value)
-        .then([self, term = st.node->term()](state_contents& contents) {
-          if (self->state.soft.role == raft::role::leader && self->state.node->term() == term)
-            self->send(self->state.server, leading_atom::value, std::move(contents), term);
+        .then([self, term = st.node->term(), announcement](state_contents& contents) {
+          auto& st = self->state;
+          if (st.soft.role != raft::role::leader || st.node->term() != term ||
+              st.announcement != announcement)
+            return;
+          self->send(st.server, leading_atom::value, std::move(contents), term);
+          // Applied after the load: the leader actor's catalog goes on from
+          // the loaded state with these (the ones before are in it).
+          if (!st.held.entries.empty()) self->send(st.server, apply_atom::value, std::move(st.held));
+          st.held.entries.clear();
+          st.forwarding = true;
         });
   }
 }
@@ -229,6 +264,8 @@ void on_soft_state(self_ptr self, const raft::soft_state& soft) {
     fail_proposals(self, "this server lost the leadership; retry");
   if (soft.role != raft::role::leader) {
     st.leading_announced = false;
+    st.forwarding = false;
+    st.held.entries.clear();
     v1::ServerInfo leader;
     if (auto it = st.members.find(soft.leader); it != st.members.end()) leader = it->second;
     self->send(st.server, following_atom::value, soft.leader, wrap(std::move(leader)));

@@ -66,6 +66,12 @@ struct raft_log_state {
   uint64_t applied = 0;
   bool flush_scheduled = false;
   bool leading_announced = false;
+  // While this server leads, committed entries also go to the server (for
+  // the leader actor's catalog): from the moment the state it starts from
+  // is loaded.  Entries applied while that load runs wait in `held`.
+  bool forwarding = false;
+  committed_batch held;
+  uint64_t announcement = 0;  // which load a reply belongs to
   bool cluster_found = false;
   state_machine_actor machine;
   server_actor server;

@@ -7,6 +7,7 @@
 #include <caf/io/middleman_actor.hpp>
 
 #include "actors/leader.hpp"
+#include "actors/propose.hpp"
 
 namespace berth {
 
@@ -330,22 +331,15 @@ void snapshot_restore(self_ptr self, std::string bytes, promise rp) {
                                                "berth operator snapshot save)"));
     return;
   }
-  v1::LogEntry entry;
-  entry.set_format_version(1);
-  entry.add_changes()->set_restore_state(std::move(bytes));
-  self->request(self->state.log, caf::infinite, propose_atom::value, wrap(std::move(entry)))
+  // Once committed, the replicated log starts the leader actor again from
+  // the restored state (the same way as when this server began to lead).
+  propose(self, self->state.log, {restore_change(std::move(bytes))})
       .then(
-          [self, rp](uint64_t index) mutable {
-            self->request(self->state.machine, caf::infinite, load_atom::value)
-                .then([self, rp, index](state_contents& contents) mutable {
-                  auto volumes = contents.volumes.size();
-                  start_leader(self, std::move(contents));
-                  v1::Response r;
-                  r.set_snapshot_index(index);
-                  r.set_message("state restored at index " + std::to_string(index) + " (" +
-                                std::to_string(volumes) + " volumes)");
-                  rp.deliver(wrap(std::move(r)));
-                });
+          [rp](uint64_t index) mutable {
+            v1::Response r;
+            r.set_snapshot_index(index);
+            r.set_message("state restored at index " + std::to_string(index));
+            rp.deliver(wrap(std::move(r)));
           },
           [rp](caf::error& e) mutable {
             auto f = to_failure(e);
@@ -420,8 +414,13 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
           self->send(st.remote, node_atom::value, id, node);
       },
       [self](leading_atom, state_contents& contents, uint64_t term) {
+        // (Again after an operator restore: the leader starts over from
+        // the restored state.)
         self->state.term = term;
-        if (!self->state.leader) start_leader(self, std::move(contents));
+        start_leader(self, std::move(contents));
+      },
+      [self](apply_atom, committed_batch& batch) {
+        if (self->state.leader) self->send(self->state.leader, apply_atom::value, std::move(batch));
       },
       [self](following_atom, uint64_t leader_id, pb<v1::ServerInfo>& info) {
         auto& st = self->state;

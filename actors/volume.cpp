@@ -5,7 +5,8 @@
 #include <chrono>
 #include <functional>
 
-#include "persistence/state_store.hpp"
+#include "actors/propose.hpp"
+#include "control/release.hpp"
 
 namespace berth {
 
@@ -18,38 +19,24 @@ using claim_promise = caf::typed_response_promise<pb<v1::ClaimResult>>;
 using then_fn = std::function<void(std::optional<caf::error>)>;
 
 
-// Commits `next` as the volume's new state (or its deletion), then updates
-// the actor and tells the leader before continuing.  await() keeps every
-// other request of this volume waiting until the change is durable.
-void persist(self_ptr self, v1::Volume next, bool remove, then_fn then) {
-  v1::LogEntry entry;
-  entry.set_format_version(1);
-  auto* change = entry.add_changes();
-  if (remove) {
-    change->mutable_volume_delete()->set_namespace_(next.namespace_());
-    change->mutable_volume_delete()->set_id(next.id());
-  } else {
-    *change->mutable_volume_upsert() = next;
-  }
-  self->request(self->state.log, caf::infinite, propose_atom::value, wrap(std::move(entry)))
+// Commits `next` as the volume's new state (or its deletion), with `also`
+// in the same entry, then updates the actor before continuing.  await()
+// keeps every other request of this volume waiting until the change is
+// durable.  The committed volume carries the entry's index as its modify
+// index (a deleted one too): the leader answers once its catalog has it.
+void persist(self_ptr self, v1::Volume next, bool remove, then_fn then,
+             std::vector<v1::Change> also = {}) {
+  std::vector<v1::Change> changes;
+  changes.push_back(remove ? volume_delete_change(next.namespace_(), next.id())
+                           : upsert_change(next));
+  for (auto& c : also) changes.push_back(std::move(c));
+  propose(self, self->state.log, std::move(changes))
       .await(
           [self, next, remove, then](uint64_t index) mutable {
-            if (remove) {
-              v1::VolumeKey key;
-              key.set_namespace_(next.namespace_());
-              key.set_id(next.id());
-              self->send(self->state.leader, removed_atom::value, wrap(std::move(key)));
-              self->state.volume = std::move(next);
-              self->state.registered = false;
-              then(std::nullopt);
-              return;
-            }
-            v1::Change stamped;
-            *stamped.mutable_volume_upsert() = std::move(next);
+            auto stamped = upsert_change(std::move(next));
             stamp(stamped, index);
             self->state.volume = std::move(*stamped.mutable_volume_upsert());
-            self->state.registered = true;
-            self->send(self->state.leader, changed_atom::value, wrap(self->state.volume));
+            self->state.registered = !remove;
             then(std::nullopt);
           },
           [then](caf::error& e) mutable { then(std::move(e)); });
@@ -125,84 +112,72 @@ void controller_step(self_ptr self, const plugin_actor& plugin, const node_actor
 // controller-detached (ControllerUnpublish when no live claim on the node
 // remains) -> freed.  A node without a berth client counts as detached.
 void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
-  const auto* c = find_claim(self->state.volume, ctx.alloc);
-  if (c == nullptr) {
-    done(std::nullopt);  // freed already
-    return;
-  }
-  auto next = self->state.volume;
+  const auto& vol = self->state.volume;
+  release_facts facts;
+  facts.node_connected = static_cast<bool>(ctx.target);
+  facts.node_detached = ctx.node_detached;
+  facts.controller_required = ctx.plugin.controller_required();
+  facts.controller_available = ctx.controller && ctx.plugin_handle;
+  auto step = next_release_step(vol, ctx.alloc, facts);
   auto again = [self, ctx, done](std::optional<caf::error> err) {
     if (err)
       done(std::move(err));
     else
       release_steps(self, ctx, done);
   };
-  auto advance = [self, ctx, again](v1::ClaimState to) {
+  auto commit = [self, ctx, again](v1::ClaimState to) {
     auto v = self->state.volume;
-    advance_claim(v, ctx.alloc, to);
+    if (to == v1::CLAIM_UNPUBLISHING)
+      release(v, ctx.alloc, ctx.reason, wall_ms());
+    else
+      advance_claim(v, ctx.alloc, to);
     if (to == v1::CLAIM_READY_TO_FREE) free_claim(v, ctx.alloc);
     persist(self, std::move(v), false, again);
   };
-  switch (c->state()) {
-    case v1::CLAIM_TAKEN:
-      release(next, ctx.alloc, ctx.reason, wall_ms());
-      persist(self, std::move(next), false, again);
+  const auto* c = find_claim(vol, ctx.alloc);
+  // Whether ControllerUnpublishVolume is needed is the plugin's to say:
+  // with the plugin unknown (not registered now, or its actor did not
+  // answer in time) the step waits instead of taking "not required", which
+  // would leave the volume attached to the node.
+  if (c != nullptr && c->state() == v1::CLAIM_NODE_DETACHED && ctx.plugin.id().empty()) {
+    done(make_error(errc::unavailable,
+                    "volume '" + vol.id() + "': plugin '" + vol.plugin_id() +
+                        "' is not known right now, so whether ControllerUnpublishVolume is "
+                        "needed cannot be told; the release stays at node-detached until it is "
+                        "(the volume watcher retries)"));
+    return;
+  }
+  switch (step.action) {
+    case release_action::done:
+      done(std::nullopt);
       return;
-    case v1::CLAIM_UNPUBLISHING: {
-      if (!ctx.target && ctx.node_detached) {
-        advance(v1::CLAIM_NODE_DETACHED);
-        return;
-      }
-      if (!ctx.target) {
-        done(make_error(errc::unavailable,
-                        "volume '" + self->state.volume.id() + "': the berth client of node '" +
-                            c->node_id() +
-                            "' is not connected, so NodeUnpublishVolume waits for it (or for "
-                            "the node to be marked down; then the claim is released without it)"));
-        return;
-      }
-      auto req = node_request(self->state.volume, *c, ctx.plugin);
-      req.set_unstage(!other_publications_on_node(self->state.volume, c->node_id(), ctx.alloc));
+    case release_action::commit:
+      commit(step.to);
+      return;
+    case release_action::wait_for_node:
+      done(make_error(errc::unavailable,
+                      "volume '" + vol.id() + "': the berth client of node '" + c->node_id() +
+                          "' is not connected, so NodeUnpublishVolume waits for it (or for "
+                          "the node to be marked down; then the claim is released without it)"));
+      return;
+    case release_action::wait_for_controller:
+      done(make_error(errc::unavailable,
+                      "volume '" + vol.id() + "': plugin '" + ctx.plugin.id() +
+                          "' has no healthy controller on a node with a berth client; the "
+                          "release stays at node-detached until one is back (the volume "
+                          "watcher retries)"));
+      return;
+    case release_action::node_unpublish: {
+      auto req = node_request(vol, *c, ctx.plugin);
+      req.set_unstage(step.unstage);
       csi_step(self, ctx.target, unpublish_atom::value, std::move(req),
-               [advance](v1::NodeVolumeResult) { advance(v1::CLAIM_NODE_DETACHED); }, done);
+               [commit, to = step.to](v1::NodeVolumeResult) { commit(to); }, done);
       return;
     }
-    case v1::CLAIM_NODE_DETACHED: {
-      // Whether ControllerUnpublishVolume is needed is the plugin's to say:
-      // with the plugin unknown (not registered now, or its actor did not
-      // answer in time) the step waits instead of guessing "not needed",
-      // which would leave the volume attached to the node.
-      if (ctx.plugin.id().empty()) {
-        done(make_error(errc::unavailable,
-                        "volume '" + self->state.volume.id() + "': plugin '" +
-                            self->state.volume.plugin_id() +
-                            "' is not known right now, so whether ControllerUnpublishVolume "
-                            "is needed cannot be told; the release stays at node-detached "
-                            "until it is (the volume watcher retries)"));
-        return;
-      }
-      bool needed = ctx.plugin.controller_required() &&
-                    !other_publications_on_node(self->state.volume, c->node_id(), ctx.alloc);
-      if (!needed) {
-        advance(v1::CLAIM_CONTROLLER_DETACHED);
-        return;
-      }
-      if (!ctx.controller || !ctx.plugin_handle) {
-        done(make_error(errc::unavailable,
-                        "volume '" + self->state.volume.id() + "': plugin '" + ctx.plugin.id() +
-                            "' has no healthy controller on a node with a berth client; the "
-                            "release stays at node-detached until one is back (the volume "
-                            "watcher retries)"));
-        return;
-      }
+    case release_action::controller_unpublish:
       controller_step(self, ctx.plugin_handle, ctx.controller, ctrl_unpublish_atom::value,
-                      node_request(self->state.volume, *c, ctx.plugin),
-                      [advance](v1::NodeVolumeResult) { advance(v1::CLAIM_CONTROLLER_DETACHED); },
-                      done);
-      return;
-    }
-    default:
-      advance(v1::CLAIM_READY_TO_FREE);
+                      node_request(vol, *c, ctx.plugin),
+                      [commit, to = step.to](v1::NodeVolumeResult) { commit(to); }, done);
       return;
   }
 }
@@ -296,11 +271,10 @@ void with_plugin(self_ptr self, const plugin_actor& plugin,
 
 }  // namespace
 
-volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, leader_actor leader,
-                                   v1::Volume initial, bool registered, uint64_t term) {
+volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::Volume initial,
+                                   bool registered, uint64_t term) {
   self->state.term = term;
   self->state.log = std::move(log);
-  self->state.leader = std::move(leader);
   self->state.volume = std::move(initial);
   self->state.registered = registered;
   return {
@@ -339,17 +313,21 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, lead
           }
           claim_ctx ctx{r.alloc_id, std::move(*p), plugin, target, controller,
                         {req.mount_flags().begin(), req.mount_flags().end()}};
-          if (next.SerializeAsString() == self->state.volume.SerializeAsString()) {
+          std::vector<v1::Change> also;
+          if (req.has_alloc()) also.push_back(upsert_change(req.alloc()));
+          if (also.empty() && next.SerializeAsString() == self->state.volume.SerializeAsString()) {
             publish_steps(self, std::move(ctx), rp);  // a repeat: CSI calls are idempotent
             return;
           }
-          persist(self, std::move(next), false,
-                  [self, ctx, rp](std::optional<caf::error> err) mutable {
-                    if (err)
-                      rp.deliver(std::move(*err));
-                    else
-                      publish_steps(self, std::move(ctx), rp);
-                  });
+          persist(
+              self, std::move(next), false,
+              [self, ctx, rp](std::optional<caf::error> err) mutable {
+                if (err)
+                  rp.deliver(std::move(*err));
+                else
+                  publish_steps(self, std::move(ctx), rp);
+              },
+              std::move(also));
         });
         return rp;
       },
@@ -393,6 +371,7 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, lead
             rp.deliver(std::move(*err));
             return;
           }
+          before.set_modify_index(self->state.volume.modify_index());
           rp.deliver(wrap(before));
           self->quit();
         });

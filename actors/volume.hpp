@@ -12,7 +12,6 @@ struct volume_state {
   v1::Volume volume;
   bool registered = false;
   replicated_log_actor log;
-  leader_actor leader;
   uint64_t term = 0;  // the leader's Raft term: sent with every CSI request
   static inline const char* name = "volume";
 };
@@ -20,7 +19,7 @@ struct volume_state {
 // `initial` is the committed volume when restoring, or empty (registered =
 // false) for a volume about to be registered.
 volume_actor::behavior_type volume(volume_actor::stateful_pointer<volume_state> self,
-                                   replicated_log_actor log, leader_actor leader,
-                                   v1::Volume initial, bool registered, uint64_t term);
+                                   replicated_log_actor log, v1::Volume initial,
+                                   bool registered, uint64_t term);
 
 }  // namespace berth

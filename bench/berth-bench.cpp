@@ -33,6 +33,7 @@
 
 #include "actors/actors.hpp"
 #include "messages/model.hpp"
+#include "control/entries.hpp"
 #include "persistence/state_store.hpp"
 
 using namespace berth;

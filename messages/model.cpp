@@ -395,13 +395,6 @@ std::optional<v1::VolumeCapability> pick_capability(const v1::Volume& v,
   return std::nullopt;
 }
 
-bool topology_matches(const v1::Topology& node, const v1::Topology& allowed) {
-  for (const auto& [k, val] : allowed.segments()) {
-    auto it = node.segments().find(k);
-    if (it == node.segments().end() || it->second != val) return false;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -702,6 +695,14 @@ int64_t retry_delay_ms(uint32_t attempts, double jitter, int64_t base_ms, int64_
   if (jitter < 0) jitter = 0;
   if (jitter >= 1) jitter = 0.999;
   return d / 2 + static_cast<int64_t>(static_cast<double>(d / 2) * jitter);
+}
+
+bool topology_matches(const v1::Topology& node, const v1::Topology& allowed) {
+  for (const auto& [k, val] : allowed.segments()) {
+    auto it = node.segments().find(k);
+    if (it == node.segments().end() || it->second != val) return false;
+  }
+  return true;
 }
 
 }  // namespace berth

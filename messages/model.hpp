@@ -29,9 +29,14 @@ enum class errc : uint8_t {
   internal = 5,
 };
 
+// berth's one error type: what failed, for the operator, with the fix.
+// Crosses every module boundary as a value (as caf::error between actors,
+// as v1::Error to the shell, whose exit code is the code).
 struct failure {
   errc code;
   std::string message;
+  // Nothing was executed: sending the same request again is safe.
+  bool retry = false;
 };
 
 // --- names -------------------------------------------------------------
@@ -103,6 +108,10 @@ bool remove_instance(v1::Plugin& p, v1::PluginType type, const std::string& node
 bool plugin_is_empty(const v1::Plugin& p);
 
 const v1::PluginInstance* node_instance(const v1::Plugin& p, const std::string& node_id);
+
+// Whether a node's topology lies in `allowed` (every segment of `allowed`
+// is the node's too).
+bool topology_matches(const v1::Topology& node, const v1::Topology& allowed);
 
 // Why volumes of this plugin cannot be claimed right now, or nullopt.
 std::optional<std::string> plugin_unschedulable(const v1::Plugin& p);

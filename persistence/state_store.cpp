@@ -1,5 +1,7 @@
 #include "persistence/state_store.hpp"
 
+#include "control/entries.hpp"
+
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -38,23 +40,7 @@ const char* claim_mode_name(v1::ClaimMode m) {
   return m == v1::CLAIM_WRITE ? "write" : m == v1::CLAIM_READ ? "read" : "unknown";
 }
 
-template <class T>
-void stamp_object(T& x, uint64_t index) {
-  if (x.create_index() == 0) x.set_create_index(index);
-  x.set_modify_index(index);
-}
-
 }  // namespace
-
-void stamp(v1::Change& change, uint64_t index) {
-  switch (change.change_case()) {
-    case v1::Change::kVolumeUpsert: stamp_object(*change.mutable_volume_upsert(), index); break;
-    case v1::Change::kPluginUpsert: stamp_object(*change.mutable_plugin_upsert(), index); break;
-    case v1::Change::kNodeUpsert: stamp_object(*change.mutable_node_upsert(), index); break;
-    case v1::Change::kAllocUpsert: stamp_object(*change.mutable_alloc_upsert(), index); break;
-    default: break;
-  }
-}
 
 state_store::state_store(const std::string& path) : path_(path) { open(); }
 

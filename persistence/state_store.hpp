@@ -30,10 +30,6 @@ struct state_contents {
   std::vector<v1::Alloc> allocs;
 };
 
-// Stamps the indexes an entry at `index` gives to what it writes: the
-// modify index always, the create index when the object is new (0).  The
-// leader calls it on its in-memory copies too, so both agree.
-void stamp(v1::Change& change, uint64_t index);
 
 class state_store {
  public:

@@ -1,8 +1,15 @@
-// The interactive shell's pure parts: line splitting and completion.
+// The shell's parts that need no server: line splitting, completion, and
+// the request each command line builds.
 #include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include "apps/berth/commands.hpp"
 #include "apps/berth/line.hpp"
+#include "apps/berth/render.hpp"
 
 using namespace berth;
 
@@ -18,8 +25,9 @@ words split_ok(const std::string& line) {
 
 std::string split_error(const std::string& line) {
   auto r = split_line(line);
-  REQUIRE_MESSAGE(std::holds_alternative<std::string>(r), line);
-  return std::get<std::string>(r);
+  REQUIRE_MESSAGE(std::holds_alternative<failure>(r), line);
+  CHECK(std::get<failure>(r).code == errc::invalid);
+  return std::get<failure>(r).message;
 }
 
 // A small tree shaped like the CLI's.
@@ -156,4 +164,298 @@ TEST_CASE("summary: the first clause of a description") {
   CHECK(summary("Show one volume, or list every volume") == "Show one volume");
   CHECK(summary("Release an alloc's claim on a volume") == "Release an alloc's claim on a volume");
   CHECK(summary("Remove a volume. The storage stays.") == "Remove a volume");
+}
+
+// --- the request each command builds (request_of: parsed, not sent) ---------
+
+namespace {
+
+v1::Request request_ok(const words& args) {
+  auto r = request_of(args);
+  if (auto* f = std::get_if<failure>(&r)) FAIL_CHECK(f->message);
+  REQUIRE(std::holds_alternative<v1::Request>(r));
+  return std::get<v1::Request>(r);
+}
+
+failure request_error(const words& args) {
+  auto r = request_of(args);
+  REQUIRE(std::holds_alternative<failure>(r));
+  return std::get<failure>(r);
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A file for the commands that read one; removed at the end of the test.
+struct temp_file {
+  std::string path;
+  explicit temp_file(const std::string& text) {
+    char name[] = "/tmp/berth_shell_test_XXXXXX";
+    int fd = mkstemp(name);
+    REQUIRE(fd >= 0);
+    path = name;
+    REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+    close(fd);
+  }
+  ~temp_file() { std::remove(path.c_str()); }
+};
+
+// A volume to create; registering one needs the storage's own id too.
+const std::string create_spec =
+    R"({"id": "db", "namespace": "team", "plugin_id": "hostpath",
+        "capabilities": [{"access_mode": "single-node-writer",
+                          "attachment_mode": "file-system"}]})";
+const std::string register_spec = R"({"external_id": "vol-7", )" + create_spec.substr(1);
+
+}  // namespace
+
+TEST_CASE("request: status asks the server about itself") {
+  CHECK(request_ok({"status"}).command_case() == v1::Request::kAgentStatus);
+}
+
+TEST_CASE("request: volume register sends the spec, in the spec's namespace unless -n is given") {
+  temp_file spec(register_spec);
+  auto r = request_ok({"volume", "register", spec.path});
+  REQUIRE(r.command_case() == v1::Request::kVolumeRegister);
+  CHECK(r.volume_register().id() == "db");
+  CHECK(r.volume_register().external_id() == "vol-7");
+  CHECK(r.volume_register().plugin_id() == "hostpath");
+  CHECK(r.volume_register().namespace_() == "team");
+  CHECK(request_ok({"-n", "prod", "volume", "register", spec.path}).volume_register().namespace_() ==
+        "prod");
+  // After the command too: the global options fall through.
+  CHECK(request_ok({"volume", "register", spec.path, "--namespace", "prod"})
+            .volume_register()
+            .namespace_() == "prod");
+}
+
+TEST_CASE("request: volume create sends the spec as a create") {
+  temp_file spec(create_spec);
+  auto r = request_ok({"volume", "create", spec.path});
+  REQUIRE(r.command_case() == v1::Request::kVolumeCreate);
+  CHECK(r.volume_create().id() == "db");
+}
+
+TEST_CASE("request: a spec that cannot be read or parsed is invalid input, before sending") {
+  auto missing = request_error({"volume", "register", "/nonexistent/spec.json"});
+  CHECK(missing.code == errc::invalid);
+  CHECK(contains(missing.message, "cannot read /nonexistent/spec.json"));
+  temp_file broken(R"({"id": "db")");
+  auto bad = request_error({"volume", "create", broken.path});
+  CHECK(bad.code == errc::invalid);
+  CHECK(contains(bad.message, "volume spec " + broken.path));
+}
+
+TEST_CASE("request: volume status lists without an id, in the namespace given") {
+  auto list = request_ok({"volume", "status"});
+  REQUIRE(list.command_case() == v1::Request::kVolumeList);
+  CHECK(list.volume_list().namespace_() == "default");
+  CHECK_FALSE(list.stale());
+  auto one = request_ok({"-n", "prod", "volume", "status", "db", "--stale"});
+  REQUIRE(one.command_case() == v1::Request::kVolumeStatus);
+  CHECK(one.volume_status().namespace_() == "prod");
+  CHECK(one.volume_status().id() == "db");
+  CHECK(one.stale());
+}
+
+TEST_CASE("request: volume deregister, with and without --force") {
+  auto r = request_ok({"volume", "deregister", "db"});
+  REQUIRE(r.command_case() == v1::Request::kVolumeDeregister);
+  CHECK(r.volume_deregister().volume_id() == "db");
+  CHECK(r.volume_deregister().namespace_() == "default");
+  CHECK_FALSE(r.volume_deregister().force());
+  CHECK(request_ok({"volume", "deregister", "db", "--force"}).volume_deregister().force());
+}
+
+TEST_CASE("request: volume claim carries the alloc, node, read-only and the modes named") {
+  auto r = request_ok({"volume", "claim", "db", "--alloc", "a1", "--node", "n1"});
+  REQUIRE(r.command_case() == v1::Request::kVolumeClaim);
+  const auto& c = r.volume_claim();
+  CHECK(c.volume_id() == "db");
+  CHECK(c.alloc_id() == "a1");
+  CHECK(c.node_id() == "n1");
+  CHECK_FALSE(c.read_only());
+  CHECK(c.access_mode() == v1::ACCESS_MODE_UNKNOWN);  // the server picks one that fits
+  CHECK(c.attachment_mode() == v1::ATTACHMENT_MODE_UNKNOWN);
+  auto ro = request_ok({"volume", "claim", "db", "--alloc", "a1", "--node", "n1", "--read-only",
+                        "--access-mode", "single-node-reader-only", "--attachment-mode",
+                        "block-device"})
+                .volume_claim();
+  CHECK(ro.read_only());
+  CHECK(ro.access_mode() == v1::SINGLE_NODE_READER_ONLY);
+  CHECK(ro.attachment_mode() == v1::BLOCK_DEVICE);
+}
+
+TEST_CASE("request: volume claim refuses an unknown mode, naming the ones there are") {
+  auto access = request_error({"volume", "claim", "db", "--alloc", "a", "--node", "n",
+                               "--access-mode", "sometimes"});
+  CHECK(access.code == errc::invalid);
+  CHECK(contains(access.message, "--access-mode 'sometimes' is not one of"));
+  CHECK(contains(access.message, "single-node-writer"));
+  auto attach = request_error({"volume", "claim", "db", "--alloc", "a", "--node", "n",
+                               "--attachment-mode", "tape"});
+  CHECK(contains(attach.message, "--attachment-mode 'tape' is not one of"));
+  CHECK(contains(attach.message, "file-system"));
+}
+
+TEST_CASE("request: volume release, detach and delete name the volume in the namespace") {
+  auto release = request_ok({"-n", "prod", "volume", "release", "db", "--alloc", "a1"});
+  REQUIRE(release.command_case() == v1::Request::kVolumeRelease);
+  CHECK(release.volume_release().namespace_() == "prod");
+  CHECK(release.volume_release().volume_id() == "db");
+  CHECK(release.volume_release().alloc_id() == "a1");
+  auto detach = request_ok({"volume", "detach", "db", "n2"});
+  REQUIRE(detach.command_case() == v1::Request::kVolumeDetach);
+  CHECK(detach.volume_detach().volume_id() == "db");
+  CHECK(detach.volume_detach().node_id() == "n2");
+  CHECK(detach.volume_detach().namespace_() == "default");
+  auto del = request_ok({"volume", "delete", "db", "-n", "prod"});
+  REQUIRE(del.command_case() == v1::Request::kVolumeDelete);
+  CHECK(del.volume_delete().volume_id() == "db");
+  CHECK(del.volume_delete().namespace_() == "prod");
+}
+
+TEST_CASE("request: alloc run takes its volumes and the words after -- as they are") {
+  auto r = request_ok({"alloc", "run", "--node", "n1", "--id", "web", "--volume", "data=db",
+                       "--volume", "logs=l1:ro", "--", "sh", "-c", "echo --node"});
+  REQUIRE(r.command_case() == v1::Request::kAllocRun);
+  const auto& run = r.alloc_run();
+  CHECK(run.node_id() == "n1");
+  CHECK(run.id() == "web");
+  CHECK(run.namespace_() == "default");
+  REQUIRE(run.volumes_size() == 2);
+  CHECK(run.volumes(0).name() == "data");
+  CHECK(run.volumes(0).volume_id() == "db");
+  CHECK_FALSE(run.volumes(0).read_only());
+  CHECK(run.volumes(1).read_only());
+  CHECK(words(run.command().begin(), run.command().end()) == words{"sh", "-c", "echo --node"});
+  // Without a command the alloc runs until stopped.
+  CHECK(request_ok({"alloc", "run", "--node", "n1"}).alloc_run().command().empty());
+}
+
+TEST_CASE("request: alloc run refuses a malformed --volume; only alloc run takes a command") {
+  CHECK(request_error({"alloc", "run", "--node", "n1", "--volume", "nameless"}).code ==
+        errc::invalid);
+  auto dashes = request_error({"volume", "status", "--", "x"});
+  CHECK(contains(dashes.message, "only `berth alloc run` takes a command after --"));
+}
+
+TEST_CASE("request: alloc stop and status") {
+  auto stop = request_ok({"alloc", "stop", "web"});
+  REQUIRE(stop.command_case() == v1::Request::kAllocStop);
+  CHECK(stop.alloc_stop() == "web");
+  auto one = request_ok({"alloc", "status", "web"});
+  REQUIRE(one.command_case() == v1::Request::kAllocStatus);
+  CHECK(one.alloc_status() == "web");
+  auto list = request_ok({"-n", "prod", "alloc", "status"});
+  REQUIRE(list.command_case() == v1::Request::kAllocList);
+  CHECK(list.alloc_list().namespace_() == "prod");
+}
+
+TEST_CASE("request: plugin and node status, one or all") {
+  CHECK(request_ok({"plugin", "status"}).command_case() == v1::Request::kPluginList);
+  auto plugin = request_ok({"plugin", "status", "hostpath"});
+  REQUIRE(plugin.command_case() == v1::Request::kPluginStatus);
+  CHECK(plugin.plugin_status() == "hostpath");
+  CHECK(request_ok({"node", "status"}).command_case() == v1::Request::kNodeList);
+  auto node = request_ok({"node", "status", "n1"});
+  REQUIRE(node.command_case() == v1::Request::kNodeStatus);
+  CHECK(node.node_status() == "n1");
+}
+
+TEST_CASE("request: plugin fingerprint reports a healthy monolith unless told otherwise") {
+  auto r = request_ok({"plugin", "fingerprint", "hostpath", "--node", "n1"});
+  REQUIRE(r.command_case() == v1::Request::kPluginFingerprint);
+  const auto& f = r.plugin_fingerprint();
+  CHECK(f.plugin_id() == "hostpath");
+  CHECK(f.node_id() == "n1");
+  CHECK(f.type() == v1::PLUGIN_MONOLITH);
+  CHECK_FALSE(f.remove());
+  CHECK(f.instance().healthy());
+  CHECK(f.instance().csi_node_id() == "n1");  // the node's own id when not given
+  auto full = request_ok({"plugin", "fingerprint", "hostpath", "--node", "n1", "--type",
+                          "controller", "--unhealthy", "--health-description", "no socket",
+                          "--remove", "--provider", "hp", "--provider-version", "1.2",
+                          "--csi-node-id", "csi-n1", "--controller-publish", "--stage-unstage",
+                          "--max-volumes", "7"})
+                  .plugin_fingerprint();
+  CHECK(full.type() == v1::PLUGIN_CONTROLLER);
+  CHECK(full.remove());
+  CHECK_FALSE(full.instance().healthy());
+  CHECK(full.instance().health_description() == "no socket");
+  CHECK(full.instance().provider() == "hp");
+  CHECK(full.instance().provider_version() == "1.2");
+  CHECK(full.instance().csi_node_id() == "csi-n1");
+  CHECK(full.instance().publish_unpublish());
+  CHECK(full.instance().stage_unstage());
+  CHECK(full.instance().max_volumes() == 7);
+}
+
+TEST_CASE("request: operator raft commands") {
+  CHECK(request_ok({"operator", "raft", "list-peers"}).raft_list_peers());
+  auto remove = request_ok({"operator", "raft", "remove-peer", "s3"});
+  REQUIRE(remove.command_case() == v1::Request::kRaftRemovePeer);
+  CHECK(remove.raft_remove_peer() == "s3");
+  auto any = request_ok({"operator", "raft", "transfer-leadership"});
+  REQUIRE(any.command_case() == v1::Request::kRaftTransferLeadership);
+  CHECK(any.raft_transfer_leadership().empty());
+  CHECK(request_ok({"operator", "raft", "transfer-leadership", "s2"}).raft_transfer_leadership() ==
+        "s2");
+}
+
+TEST_CASE("request: operator snapshot save asks for a copy; restore sends the file's bytes") {
+  CHECK(request_ok({"operator", "snapshot", "save", "/tmp/never-written.snap"}).snapshot_save());
+  std::string bytes("snap\0shot", 9);
+  temp_file snap(bytes);
+  auto restore = request_ok({"operator", "snapshot", "restore", snap.path});
+  REQUIRE(restore.command_case() == v1::Request::kSnapshotRestore);
+  CHECK(restore.snapshot_restore() == bytes);
+  CHECK(request_error({"operator", "snapshot", "restore", "/nonexistent.snap"}).code ==
+        errc::invalid);
+}
+
+TEST_CASE("request: usage errors, help and the shell send nothing") {
+  CHECK(contains(request_error({"volume", "claim", "db"}).message, "--alloc is required"));
+  CHECK(contains(request_error({"--timeout", "0", "status"}).message, "--timeout"));
+  CHECK(contains(request_error({"plugin", "fingerprint", "p", "--node", "n", "--type", "x"}).message,
+                 "--type"));
+  CHECK(contains(request_error({"volume", "--help"}).message, "Register, inspect"));
+  CHECK(request_error({"shell"}).code == errc::invalid);
+  CHECK(request_error({}).code == errc::invalid);
+}
+
+TEST_CASE("parse_command: what run_command would run or refuse, without running it") {
+  CHECK(parse_command({"volume", "status", "db"}) == exit_ok);
+  CHECK(parse_command({"alloc", "run", "--node", "n", "--", "sleep", "1"}) == exit_ok);
+  CHECK(parse_command({"volume", "claim", "db"}) == exit_usage);
+  CHECK(parse_command({"volume", "status", "--", "db"}) == exit_usage);
+}
+
+// --- human output -------------------------------------------------------------
+
+TEST_CASE("render: lists inside a cell are joined, '-' when empty") {
+  v1::Response r;
+  auto* n1 = r.add_nodes();
+  n1->set_id("n1");
+  n1->add_plugin_ids("hp");
+  n1->add_plugin_ids("nfs");
+  r.add_nodes()->set_id("n2");
+  auto nodes = render_node_list(r, 0);
+  CHECK(contains(nodes, "hp,nfs"));
+  CHECK(contains(nodes, "n2  unknown  no      -"));
+  CHECK(contains(render_node(r, 0), "Plugins   = hp, nfs\n"));
+
+  auto* a = r.add_allocs();
+  a->set_id("a1");
+  for (const char* word : {"sh", "-c", "x y"}) a->add_command(word);
+  auto* data = a->add_volumes();
+  data->set_name("data");
+  data->set_volume_id("db");
+  data->set_read_only(true);
+  auto* logs = a->add_volumes();
+  logs->set_name("l");
+  logs->set_volume_id("logs");
+  CHECK(contains(render_alloc_list(r, 0), "data=db:ro,l=logs"));
+  CHECK(contains(render_alloc(r, 0), "Command   = sh -c x y\n"));
 }

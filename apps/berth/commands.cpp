@@ -1,20 +1,21 @@
 #include "apps/berth/commands.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <cstdlib>
-#include <fstream>
-#include <iostream>
-#include <iterator>
-#include <optional>
-#include <sstream>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
-#include "apps/berth/client.hpp"
 #include "apps/berth/render.hpp"
+#include "apps/berth/send.hpp"
 #include "apps/berth/shell.hpp"
 #include "messages/codec.hpp"
 
@@ -24,89 +25,84 @@ namespace {
 
 using nlohmann::json;
 
-struct globals {
-  std::string address;
-  bool json = false;
-  std::string ns = "default";
-  int timeout = 30;
-  client* shared = nullptr;  // the interactive shell's connection, if any
+// What the commands share while a command line is parsed: the global
+// options, and the work of the command that parsing chose.  CLI11 runs the
+// chosen command's callback only; that callback sets `build` or `local`.
+struct context {
+  CLI::App& root;
+  globals g;
+  std::function<plan()> build;  // a command that sends one request
+  std::function<int()> local;   // a command that runs here (shell)
+  // alloc run's command, which takes the words after -- (null: no command
+  // takes them).
+  std::vector<std::string>* command = nullptr;
 };
 
-int64_t now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+// Makes `build` the work of `cmd` when the command line chooses it.  Each
+// command keeps its options in a struct of its own that `build` holds.
+void sends(CLI::App* cmd, context& ctx, std::function<plan()> build) {
+  cmd->callback([&ctx, build = std::move(build)] { ctx.build = build; });
 }
 
-int code_of(errc c) {
-  switch (c) {
-    case errc::invalid: return exit_usage;
-    case errc::not_found: return exit_not_found;
-    case errc::refused: return exit_refused;
-    case errc::unavailable: return exit_unreachable;
-    default: return exit_internal;
-  }
+CLI::App& group(CLI::App& parent, const std::string& name, const std::string& description) {
+  auto* cmd = parent.add_subcommand(name, description);
+  cmd->require_subcommand(1);
+  return *cmd;
 }
 
-const char* code_name(errc c) {
-  switch (c) {
-    case errc::invalid: return "invalid";
-    case errc::not_found: return "not_found";
-    case errc::refused: return "refused";
-    case errc::unavailable: return "unavailable";
-    default: return "internal";
-  }
-}
+// --- pieces of the answers ---------------------------------------------------
 
-int fail(const globals& g, const failure& f) {
-  if (g.json)
-    std::cerr << json{{"error", {{"code", code_name(f.code)}, {"message", f.message}}}}.dump()
-              << "\n";
-  else
-    std::cerr << "Error: " << f.message << "\n";
-  return code_of(f.code);
-}
-
-// Sends a request; on success hands the response to `show`.
-template <class Show>
-int send(const globals& g, const v1::Request& req, Show&& show) {
-  // A shell line may name another server or timeout than the shell's.
-  std::optional<client> own;
-  client* c = g.shared;
-  if (!c || c->address() != g.address || c->timeout() != g.timeout)
-    c = &own.emplace(g.address, g.timeout);
-  auto result = c->call(req);
-  if (auto* f = std::get_if<failure>(&result)) return fail(g, *f);
-  auto& resp = std::get<v1::Response>(result);
-  if (resp.error().code() != v1::OK)
-    return fail(g, failure{static_cast<errc>(resp.error().code()), resp.error().message()});
-  show(resp);
-  return exit_ok;
-}
-
-// A line on stderr for commands that take a while (CSI calls, waiting for
-// releases), on a terminal only: quiet under --json and in scripts.
-void progress(const globals& g, const std::string& text) {
-  if (g.json || !isatty(STDERR_FILENO)) return;
-  std::cerr << text << "\n";
-}
-
-json volumes_json(const v1::Response& r) {
+template <class Items, class ToJson>
+json array_of(const Items& items, ToJson to_json) {
   json out = json::array();
-  for (const auto& v : r.volumes()) out.push_back(volume_json(v, plugin_in(r, v.plugin_id())));
+  for (const auto& x : items) out.push_back(to_json(x));
   return out;
 }
 
-// Prints the single volume of a response: JSON object or details.
-void show_volume(const globals& g, const v1::Response& r) {
-  if (r.volumes().empty()) return;
-  const auto& v = r.volumes(0);
-  if (g.json) {
-    std::cout << volume_json(v, plugin_in(r, v.plugin_id())).dump(2) << "\n";
-    return;
-  }
-  if (!r.message().empty()) std::cout << r.message() << "\n\n";
-  std::cout << render_volume(v, plugin_in(r, v.plugin_id()), now_ms());
+json volume_json_of(const v1::Response& r, const v1::Volume& v) {
+  return volume_json(v, plugin_in(r, v.plugin_id()));
 }
+
+json volumes_json(const v1::Response& r) {
+  return array_of(r.volumes(), [&](const v1::Volume& v) { return volume_json_of(r, v); });
+}
+
+// The single volume of an answer (null, which prints nothing, without one).
+json single_volume_json(const v1::Response& r) {
+  return r.volumes().empty() ? json() : volume_json_of(r, r.volumes(0));
+}
+
+std::string single_volume_text(const v1::Response& r) {
+  if (r.volumes().empty()) return "";
+  const auto& v = r.volumes(0);
+  return (r.message().empty() ? "" : r.message() + "\n\n") +
+         render_volume(v, plugin_in(r, v.plugin_id()), now_ms());
+}
+
+json message_json(const v1::Response& r) {
+  return json{{"message", r.message()}};
+}
+std::string message_text(const v1::Response& r) {
+  return r.message() + "\n";
+}
+json first_alloc_json(const v1::Response& r) {
+  return alloc_json(r.allocs(0));
+}
+
+using to_json = std::function<json(const v1::Response&)>;
+using to_text = std::function<std::string(const v1::Response&)>;
+
+// Text with times relative to when it is shown.
+to_text at_now(std::string (*render)(const v1::Response&, int64_t)) {
+  return [render](const v1::Response& r) { return render(r, now_ms()); };
+}
+
+// The call that sends `req` and shows the answer as `as_json` or `as_text`.
+call shows(v1::Request req, to_json as_json, to_text as_text, std::string progress = "") {
+  return call{std::move(req), std::move(progress), std::move(as_json), std::move(as_text), {}};
+}
+
+// --- pieces of the requests ----------------------------------------------------
 
 std::variant<std::string, failure> read_input(const std::string& file) {
   std::stringstream ss;
@@ -120,593 +116,668 @@ std::variant<std::string, failure> read_input(const std::string& file) {
   return ss.str();
 }
 
-// The command line: the CLI11 parser and the variables it fills.  Parsing
-// runs the chosen command's callback, which sets `action`.  Built once per
+// A volume spec file, in the namespace --namespace names (when given: a
+// spec's own namespace wins over the default one).
+std::variant<v1::Volume, failure> read_spec(const context& ctx, const std::string& file,
+                                            spec_use use) {
+  auto text = read_input(file);
+  if (auto* f = std::get_if<failure>(&text)) return *f;
+  auto parsed = parse_volume_spec(std::get<std::string>(text), use);
+  if (auto* problems = std::get_if<std::vector<problem>>(&parsed))
+    return failure{errc::invalid, describe("volume spec " + file, *problems)};
+  auto v = std::get<v1::Volume>(parsed);
+  if (ctx.root.get_option("--namespace")->count() > 0) v.set_namespace_(ctx.g.ns);
+  return v;
+}
+
+// --- the server --------------------------------------------------------------
+
+int open_shell(const context& ctx);
+
+void add_shell(CLI::App& app, context& ctx) {
+  app.add_subcommand("shell",
+                     "Open the interactive shell (also what berth does without a "
+                     "command on a terminal)")
+      ->callback([&ctx] {
+        ctx.local = [&ctx] {
+          if (ctx.g.shared) return fail(ctx.g, failure{errc::invalid, "this is the shell already"});
+          return open_shell(ctx);
+        };
+      });
+}
+
+void add_agent_status(CLI::App& app, context& ctx) {
+  auto* cmd = app.add_subcommand("status",
+                                 "Show the server berth talks to: its node, whether it "
+                                 "leads, its version");
+  sends(cmd, ctx, [] {
+    v1::Request req;
+    req.mutable_agent_status();
+    return shows(
+        req, [](const v1::Response& r) { return agent_json(r.agent()); },
+        [](const v1::Response& r) { return render_agent(r.agent()); });
+  });
+}
+
+// --- volume ------------------------------------------------------------------
+
+// register and create: a spec file, sent as `field` of the request.
+void add_volume_from_spec(CLI::App& volume, context& ctx, const std::string& name,
+                          const std::string& description, spec_use use) {
+  auto file = std::make_shared<std::string>();
+  auto* cmd = volume.add_subcommand(name, description);
+  cmd->add_option("file", *file, "The volume spec file, or - for stdin")->required();
+  sends(cmd, ctx, [&ctx, file, use]() -> plan {
+    auto spec = read_spec(ctx, *file, use);
+    if (auto* f = std::get_if<failure>(&spec)) return *f;
+    const auto& v = std::get<v1::Volume>(spec);
+    v1::Request req;
+    if (use == spec_use::registration) {
+      *req.mutable_volume_register() = v;
+      return shows(req, single_volume_json, single_volume_text);
+    }
+    *req.mutable_volume_create() = v;
+    return shows(req, single_volume_json, single_volume_text,
+                 "Creating volume '" + v.id() + "' through plugin '" + v.plugin_id() +
+                     "' (CreateVolume)...");
+  });
+}
+
+void add_volume_register(CLI::App& volume, context& ctx) {
+  add_volume_from_spec(
+      volume, ctx, "register",
+      "Register a volume from a spec file (JSON or YAML; - reads stdin), or update a registered "
+      "one (context, secrets; not plugin_id, external_id, parameters)",
+      spec_use::registration);
+}
+
+void add_volume_create(CLI::App& volume, context& ctx) {
+  add_volume_from_spec(
+      volume, ctx, "create",
+      "Create a volume through its plugin's controller (CreateVolume: capacity_min/max, "
+      "parameters, topology_request) and register it; the spec has no external_id",
+      spec_use::create);
+}
+
+void add_volume_status(CLI::App& volume, context& ctx) {
+  struct options {
+    std::string id;
+    bool stale = false;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = volume.add_subcommand("status", "Show one volume, or list every volume");
+  cmd->add_option("id", o->id, "The volume's id (omit to list all)");
+  cmd->add_flag("--stale", o->stale,
+                "Answer from the server's own state tables, even if it does not lead "
+                "(may lag; default: ask the leader)");
+  sends(cmd, ctx, [&ctx, o] {
+    v1::Request req;
+    req.set_stale(o->stale);
+    if (!o->id.empty()) {
+      req.mutable_volume_status()->set_namespace_(ctx.g.ns);
+      req.mutable_volume_status()->set_id(o->id);
+      return shows(req, single_volume_json, single_volume_text);
+    }
+    req.mutable_volume_list()->set_namespace_(ctx.g.ns);
+    return shows(req, volumes_json, at_now(render_volume_list));
+  });
+}
+
+// deregister and delete answer the same way: the volume is gone.
+std::function<json(const v1::Response&)> gone_json(const context& ctx, const std::string& id,
+                                                   const char* what) {
+  return [id, ns = ctx.g.ns, what](const v1::Response&) {
+    return json{{"id", id}, {"namespace", ns}, {what, true}};
+  };
+}
+
+void add_volume_deregister(CLI::App& volume, context& ctx) {
+  struct options {
+    std::string id;
+    bool force = false;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = volume.add_subcommand(
+      "deregister",
+      "Remove a volume from berth (refused while claimed; --force releases the "
+      "claims first). The storage itself is not deleted.");
+  cmd->add_option("id", o->id, "The volume's id")->required();
+  cmd->add_flag("--force", o->force, "Release every claim of the volume, then deregister it");
+  sends(cmd, ctx, [&ctx, o] {
+    v1::Request req;
+    auto* d = req.mutable_volume_deregister();
+    d->set_namespace_(ctx.g.ns);
+    d->set_volume_id(o->id);
+    d->set_force(o->force);
+    return shows(req, gone_json(ctx, o->id, "deregistered"), message_text);
+  });
+}
+
+failure not_one_of(const std::string& flag, const std::string& value, const std::string& names) {
+  return failure{errc::invalid, flag + " '" + value + "' is not one of " + names};
+}
+
+void add_volume_claim(CLI::App& volume, context& ctx) {
+  struct options {
+    std::string id, alloc, node, access_mode, attachment_mode;
+    bool read_only = false;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = volume.add_subcommand(
+      "claim", "Claim a volume for an alloc on a node (for writing unless --read-only)");
+  cmd->add_option("id", o->id, "The volume's id")->required();
+  cmd->add_option("--alloc", o->alloc, "The alloc that claims the volume")->required();
+  cmd->add_option("--node", o->node, "The node the alloc runs on")->required();
+  cmd->add_flag("--read-only", o->read_only, "Claim for reading");
+  cmd->add_option("--access-mode", o->access_mode,
+                  "Use this capability of the volume (default: one that fits)");
+  cmd->add_option("--attachment-mode", o->attachment_mode,
+                  "Use this attachment mode (file-system or block-device)");
+  sends(cmd, ctx, [&ctx, o]() -> plan {
+    v1::Request req;
+    auto* c = req.mutable_volume_claim();
+    c->set_namespace_(ctx.g.ns);
+    c->set_volume_id(o->id);
+    c->set_alloc_id(o->alloc);
+    c->set_node_id(o->node);
+    c->set_read_only(o->read_only);
+    if (!o->access_mode.empty()) {
+      auto m = parse_access_mode(o->access_mode);
+      if (!m) return not_one_of("--access-mode", o->access_mode, access_mode_names());
+      c->set_access_mode(*m);
+    }
+    if (!o->attachment_mode.empty()) {
+      auto m = parse_attachment_mode(o->attachment_mode);
+      if (!m) return not_one_of("--attachment-mode", o->attachment_mode, attachment_mode_names());
+      c->set_attachment_mode(*m);
+    }
+    auto claimed = [](const v1::Response& r) {
+      auto j = single_volume_json(r);
+      j["published_path"] = r.published_path();
+      return j;
+    };
+    return shows(req, claimed, single_volume_text);
+  });
+}
+
+void add_volume_release(CLI::App& volume, context& ctx) {
+  struct options {
+    std::string id, alloc;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = volume.add_subcommand("release", "Release an alloc's claim on a volume");
+  cmd->add_option("id", o->id, "The volume's id")->required();
+  cmd->add_option("--alloc", o->alloc, "The alloc whose claim to release")->required();
+  sends(cmd, ctx, [&ctx, o] {
+    v1::Request req;
+    auto* r = req.mutable_volume_release();
+    r->set_namespace_(ctx.g.ns);
+    r->set_volume_id(o->id);
+    r->set_alloc_id(o->alloc);
+    return shows(req, single_volume_json, single_volume_text);
+  });
+}
+
+void add_volume_detach(CLI::App& volume, context& ctx) {
+  struct options {
+    std::string id, node;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = volume.add_subcommand(
+      "detach",
+      "Release every claim on NODE of allocs that are stopped, failed, lost or gone "
+      "(NodeUnpublish, NodeUnstage, ControllerUnpublish), e.g. after a node was lost; "
+      "claims of running allocs are kept");
+  cmd->add_option("id", o->id, "The volume's id")->required();
+  cmd->add_option("node", o->node, "The node to detach it from")->required();
+  sends(cmd, ctx, [&ctx, o] {
+    v1::Request req;
+    auto* d = req.mutable_volume_detach();
+    d->set_namespace_(ctx.g.ns);
+    d->set_volume_id(o->id);
+    d->set_node_id(o->node);
+    auto detached = [](const v1::Response& r) {
+      auto j = single_volume_json(r);  // null becomes an object
+      j["message"] = r.message();
+      return j;
+    };
+    return shows(req, detached, message_text,
+                 "Detaching volume '" + o->id + "' from node '" + o->node + "'...");
+  });
+}
+
+void add_volume_delete(CLI::App& volume, context& ctx) {
+  auto id = std::make_shared<std::string>();
+  auto* cmd = volume.add_subcommand(
+      "delete",
+      "Delete a volume's storage through its plugin's controller (DeleteVolume), then "
+      "deregister it; refused while it has claims");
+  cmd->add_option("id", *id, "The volume's id")->required();
+  sends(cmd, ctx, [&ctx, id] {
+    v1::Request req;
+    req.mutable_volume_delete()->set_namespace_(ctx.g.ns);
+    req.mutable_volume_delete()->set_volume_id(*id);
+    return shows(req, gone_json(ctx, *id, "deleted"), message_text,
+                 "Deleting volume '" + *id + "' (DeleteVolume)...");
+  });
+}
+
+void add_volume_commands(CLI::App& app, context& ctx) {
+  auto& volume = group(app, "volume", "Register, inspect, claim and release volumes");
+  add_volume_register(volume, ctx);
+  add_volume_create(volume, ctx);
+  add_volume_status(volume, ctx);
+  add_volume_deregister(volume, ctx);
+  add_volume_claim(volume, ctx);
+  add_volume_release(volume, ctx);
+  add_volume_detach(volume, ctx);
+  add_volume_delete(volume, ctx);
+}
+
+// --- alloc -------------------------------------------------------------------
+
+void add_alloc_run(CLI::App& alloc, context& ctx) {
+  struct options {
+    std::string node, id;
+    std::vector<std::string> volumes, command;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = alloc.add_subcommand(
+      "run",
+      "Create an alloc on a node: claim each --volume (the node publishes it), then run "
+      "the command (after --) with each volume's path in BERTH_VOLUME_<NAME>; without a "
+      "command the alloc runs until berth alloc stop. Anything claimed is released again "
+      "if a claim or mount fails.");
+  cmd->add_option("--node", o->node, "The node to run on")->required();
+  cmd->add_option("--volume", o->volumes,
+                  "NAME=VOLUME[:ro][,mount_flag=FLAG]... (repeatable): claim VOLUME for writing "
+                  "(:ro for reading), published at $BERTH_VOLUME_<NAME>");
+  cmd->add_option("--id", o->id, "The alloc's id (default: a generated one)");
+  cmd->add_option("command", o->command, "The command and its arguments, after --");
+  cmd->callback([&ctx, o] {
+    ctx.command = &o->command;
+    ctx.build = [&ctx, o]() -> plan {
+      v1::Request req;
+      auto* r = req.mutable_alloc_run();
+      r->set_namespace_(ctx.g.ns);
+      r->set_node_id(o->node);
+      r->set_id(o->id);
+      for (const auto& arg : o->volumes) {
+        auto v = parse_alloc_volume(arg);
+        if (auto* err = std::get_if<std::string>(&v)) return failure{errc::invalid, *err};
+        *r->add_volumes() = std::get<v1::AllocVolume>(v);
+      }
+      for (const auto& c : o->command) r->add_command(c);
+      return shows(req, first_alloc_json, message_text,
+                   "Claiming and publishing " + std::to_string(o->volumes.size()) +
+                       " volume(s) on node '" + o->node + "'...");
+    };
+  });
+}
+
+void add_alloc_stop(CLI::App& alloc, context& ctx) {
+  auto id = std::make_shared<std::string>();
+  auto* cmd = alloc.add_subcommand(
+      "stop",
+      "Stop an alloc: its command is terminated (SIGTERM, then SIGKILL) and its claims "
+      "released (waits for the releases)");
+  cmd->add_option("id", *id, "The alloc's id")->required();
+  sends(cmd, ctx, [id] {
+    v1::Request req;
+    req.set_alloc_stop(*id);
+    return shows(req, first_alloc_json, message_text,
+                 "Stopping alloc '" + *id + "' and releasing its claims...");
+  });
+}
+
+// One alloc with the claims it holds, each naming its volume.
+json alloc_with_claims_json(const v1::Response& r, const std::string& id) {
+  auto j = alloc_json(r.allocs(0));
+  j["claims"] = json::array();
+  for (const auto& v : r.volumes())
+    for (const auto& c : v.claims())
+      if (c.alloc_id() == id) {
+        auto cj = claim_json(c);
+        cj["volume_id"] = v.id();
+        j["claims"].push_back(cj);
+      }
+  return j;
+}
+
+void add_alloc_status(CLI::App& alloc, context& ctx) {
+  auto id = std::make_shared<std::string>();
+  auto* cmd = alloc.add_subcommand(
+      "status", "Show one alloc (state, message, volumes and their claims), or list every alloc");
+  cmd->add_option("id", *id, "The alloc's id (omit to list all)");
+  sends(cmd, ctx, [&ctx, id] {
+    v1::Request req;
+    if (!id->empty()) {
+      req.set_alloc_status(*id);
+      return shows(
+          req, [id](const v1::Response& r) { return alloc_with_claims_json(r, *id); },
+          at_now(render_alloc));
+    }
+    req.mutable_alloc_list()->set_namespace_(ctx.g.ns);
+    return shows(
+        req, [](const v1::Response& r) { return array_of(r.allocs(), alloc_json); },
+        at_now(render_alloc_list));
+  });
+}
+
+void add_alloc_commands(CLI::App& app, context& ctx) {
+  auto& alloc = group(app, "alloc", "Run and stop allocs: workloads that claim volumes");
+  add_alloc_run(alloc, ctx);
+  add_alloc_stop(alloc, ctx);
+  add_alloc_status(alloc, ctx);
+}
+
+// --- plugin ------------------------------------------------------------------
+
+void add_plugin_status(CLI::App& plugin, context& ctx) {
+  auto id = std::make_shared<std::string>();
+  auto* cmd = plugin.add_subcommand("status", "Show one plugin, or list every plugin");
+  cmd->add_option("id", *id, "The plugin's id (omit to list all)");
+  sends(cmd, ctx, [id] {
+    v1::Request req;
+    if (!id->empty()) {
+      req.set_plugin_status(*id);
+      return shows(
+          req, [](const v1::Response& r) { return array_of(r.plugins(), plugin_json).at(0); },
+          [](const v1::Response& r) { return render_plugin(r.plugins(0), now_ms()); });
+    }
+    req.mutable_plugin_list();
+    return shows(
+        req, [](const v1::Response& r) { return array_of(r.plugins(), plugin_json); },
+        render_plugin_list);
+  });
+}
+
+void add_plugin_fingerprint(CLI::App& plugin, context& ctx) {
+  struct options {
+    std::string id, node, type = "monolith", description, provider, provider_version, csi_node_id;
+    bool unhealthy = false, remove = false, controller_publish = false, stage_unstage = false;
+    int64_t max_volumes = 0;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = plugin.add_subcommand(
+      "fingerprint",
+      "Report a plugin instance on a node by hand (what a client's CSI fingerprint does): "
+      "adds or updates it, or removes it with --remove");
+  cmd->add_option("id", o->id, "The plugin's id")->required();
+  cmd->add_option("--node", o->node, "The node that runs the instance")->required();
+  cmd->add_option("--type", o->type, "node, controller or monolith")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"node", "controller", "monolith"}));
+  cmd->add_flag("--unhealthy", o->unhealthy, "Report the instance unhealthy");
+  cmd->add_option("--health-description", o->description, "Why it is (un)healthy");
+  cmd->add_flag("--remove", o->remove, "Remove the instance instead");
+  cmd->add_option("--provider", o->provider, "The plugin's name (GetPluginInfo)");
+  cmd->add_option("--provider-version", o->provider_version, "The plugin's version");
+  cmd->add_option("--csi-node-id", o->csi_node_id, "The node id the plugin reports (NodeGetInfo)");
+  cmd->add_flag("--controller-publish", o->controller_publish,
+                "The controller advertises PUBLISH_UNPUBLISH_VOLUME");
+  cmd->add_flag("--stage-unstage", o->stage_unstage, "The node advertises STAGE_UNSTAGE_VOLUME");
+  cmd->add_option("--max-volumes", o->max_volumes, "Max volumes per node (0 = unlimited)");
+  sends(cmd, ctx, [o] {
+    v1::Request req;
+    auto* f = req.mutable_plugin_fingerprint();
+    f->set_plugin_id(o->id);
+    f->set_node_id(o->node);
+    f->set_type(*parse_plugin_type(o->type));  // --type is checked to be one
+    f->set_remove(o->remove);
+    auto* i = f->mutable_instance();
+    i->set_healthy(!o->unhealthy);
+    i->set_health_description(o->description);
+    i->set_provider(o->provider);
+    i->set_provider_version(o->provider_version);
+    i->set_csi_node_id(o->csi_node_id.empty() ? o->node : o->csi_node_id);
+    i->set_publish_unpublish(o->controller_publish);
+    i->set_stage_unstage(o->stage_unstage);
+    i->set_max_volumes(o->max_volumes);
+    return shows(
+        req, [](const v1::Response& r) { return plugin_json(r.plugins(0)); },
+        [](const v1::Response& r) {
+          return r.message() + "\n\n" + render_plugin(r.plugins(0), now_ms());
+        });
+  });
+}
+
+void add_plugin_commands(CLI::App& app, context& ctx) {
+  auto& plugin = group(app, "plugin", "Inspect CSI plugins and their instances");
+  add_plugin_status(plugin, ctx);
+  add_plugin_fingerprint(plugin, ctx);
+}
+
+// --- operator ----------------------------------------------------------------
+
+void add_raft_list_peers(CLI::App& raft, context& ctx) {
+  auto* cmd = raft.add_subcommand(
+      "list-peers", "Every server: name, address, role, term, last and applied index");
+  sends(cmd, ctx, [] {
+    v1::Request req;
+    req.set_raft_list_peers(true);
+    return shows(
+        req, [](const v1::Response& r) { return array_of(r.raft(), raft_json); },
+        render_raft_peers);
+  });
+}
+
+void add_raft_remove_peer(CLI::App& raft, context& ctx) {
+  auto name = std::make_shared<std::string>();
+  auto* cmd = raft.add_subcommand(
+      "remove-peer", "Remove a server from the cluster (a committed configuration change)");
+  cmd->add_option("name", *name, "The server's name")->required();
+  sends(cmd, ctx, [name] {
+    v1::Request req;
+    req.set_raft_remove_peer(*name);
+    return shows(req, message_json, message_text);
+  });
+}
+
+void add_raft_transfer_leadership(CLI::App& raft, context& ctx) {
+  auto name = std::make_shared<std::string>();
+  auto* cmd = raft.add_subcommand("transfer-leadership",
+                                  "Hand the leadership to a server (default: the most up to date)");
+  cmd->add_option("name", *name, "The server to lead next");
+  sends(cmd, ctx, [name] {
+    v1::Request req;
+    req.set_raft_transfer_leadership(*name);
+    return shows(req, message_json, message_text);
+  });
+}
+
+// Written next to the target, then renamed: never a half file.
+std::optional<failure> write_snapshot(const std::string& file, const std::string& bytes) {
+  auto tmp = file + ".partial";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) return failure{errc::invalid, "cannot write " + tmp + ": " + std::strerror(errno)};
+  }
+  if (std::rename(tmp.c_str(), file.c_str()) != 0)
+    return failure{errc::invalid,
+                   "cannot rename " + tmp + " to " + file + ": " + std::strerror(errno)};
+  return std::nullopt;
+}
+
+void add_snapshot_save(CLI::App& snapshot, context& ctx) {
+  auto file = std::make_shared<std::string>();
+  auto* cmd = snapshot.add_subcommand(
+      "save",
+      "Write a consistent copy of the cluster's state (volumes, claims, plugins, "
+      "nodes) to FILE");
+  cmd->add_option("file", *file, "Where to write the snapshot")->required();
+  sends(cmd, ctx, [file] {
+    v1::Request req;
+    req.set_snapshot_save(true);
+    auto saved = [file](const v1::Response& r) {
+      return json{{"file", *file}, {"index", r.snapshot_index()}, {"bytes", r.snapshot().size()}};
+    };
+    auto said = [file](const v1::Response& r) {
+      return "Saved the state at index " + std::to_string(r.snapshot_index()) + " to " + *file +
+             " (" + std::to_string(r.snapshot().size()) + " bytes)\n";
+    };
+    auto keep = [file](const v1::Response& r) { return write_snapshot(*file, r.snapshot()); };
+    auto c = shows(req, saved, said, "Taking a consistent copy of the cluster's state...");
+    c.keep = keep;
+    return c;
+  });
+}
+
+void add_snapshot_restore(CLI::App& snapshot, context& ctx) {
+  auto file = std::make_shared<std::string>();
+  auto* cmd = snapshot.add_subcommand(
+      "restore",
+      "Replace the cluster's state with a snapshot from `operator snapshot save` "
+      "(every server applies it as one committed change)");
+  cmd->add_option("file", *file, "The snapshot file")->required();
+  sends(cmd, ctx, [file]() -> plan {
+    auto bytes = read_input(*file);
+    if (auto* f = std::get_if<failure>(&bytes)) return *f;
+    v1::Request req;
+    req.set_snapshot_restore(std::get<std::string>(bytes));
+    auto restored = [](const v1::Response& r) {
+      return json{{"index", r.snapshot_index()}, {"message", r.message()}};
+    };
+    return shows(req, restored, message_text,
+                 "Restoring " + *file + " on every server (one committed change)...");
+  });
+}
+
+void add_operator_commands(CLI::App& app, context& ctx) {
+  auto& op = group(app, "operator", "Operate the control plane");
+  auto& raft = group(op, "raft", "The replicated log (Raft) across the servers");
+  add_raft_list_peers(raft, ctx);
+  add_raft_remove_peer(raft, ctx);
+  add_raft_transfer_leadership(raft, ctx);
+  auto& snapshot = group(op, "snapshot", "Back up and restore the cluster's state");
+  add_snapshot_save(snapshot, ctx);
+  add_snapshot_restore(snapshot, ctx);
+}
+
+// --- node --------------------------------------------------------------------
+
+// One node with its volumes and allocs.
+json node_with_volumes_json(const v1::Response& r) {
+  auto j = node_json(r.nodes(0));
+  j["volumes"] = volumes_json(r);
+  j["allocs"] = array_of(r.allocs(), alloc_json);
+  return j;
+}
+
+void add_node_status(CLI::App& node, context& ctx) {
+  auto id = std::make_shared<std::string>();
+  auto* cmd = node.add_subcommand("status", "Show one node and its volumes, or list every node");
+  cmd->add_option("id", *id, "The node's id (omit to list all)");
+  sends(cmd, ctx, [id] {
+    v1::Request req;
+    if (!id->empty()) {
+      req.set_node_status(*id);
+      return shows(req, node_with_volumes_json, at_now(render_node));
+    }
+    req.mutable_node_list();
+    return shows(
+        req, [](const v1::Response& r) { return array_of(r.nodes(), node_json); },
+        at_now(render_node_list));
+  });
+}
+
+void add_node_commands(CLI::App& app, context& ctx) {
+  auto& node = group(app, "node", "Inspect the nodes (hosts) of the cluster");
+  add_node_status(node, ctx);
+}
+
+// --- the command line --------------------------------------------------------
+
+// The global options take the last value given: in the shell a line's own
+// --json or --namespace overrides the ones berth was started with.
+void add_globals(CLI::App& app, globals& g) {
+  if (const char* env = std::getenv("BERTH_ADDRESS"); env && *env)
+    g.address = env;
+  else
+    g.address = "127.0.0.1:4747";
+  app.add_option("--address", g.address,
+                 "berthd to talk to, HOST:PORT (env BERTH_ADDRESS; default 127.0.0.1:4747)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_flag("--json", g.json, "Print JSON (snake_case keys) instead of tables")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--namespace,-n", g.ns, "Namespace of the volumes named")
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--timeout", g.timeout, "Seconds to wait for berthd's answer")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+// The CLI11 parser and the context its callbacks fill.  Built once per
 // command line, and by command_tree() to describe the commands.
 struct command_line {
-  globals g;
-  std::function<int()> action;
-  std::string spec_file, volume_id, alloc, node, access_mode, attachment_mode, plugin_id, node_id;
-  bool force = false, read_only = false, stale = false;
-  std::string server_name;
-  std::string type = "monolith", description, provider, provider_version, csi_node_id;
-  bool unhealthy = false, remove = false, controller_publish = false, stage_unstage = false;
-  int64_t max_volumes = 0;
-  std::vector<std::string> volume_args, command_args;
-  std::string alloc_id;
-  bool takes_command = false;  // alloc run: the words after -- are its command
   CLI::App app{"berth: the remote shell of a berth cluster (CSI volumes, plugins, claims).",
                "berth"};
+  context ctx{app, {}, {}, {}, nullptr};
 
-  // The callbacks keep references to the members.
+  // The callbacks keep references to the context.
   command_line(const command_line&) = delete;
   command_line& operator=(const command_line&) = delete;
 
   explicit command_line(client* shared) {
-    g.shared = shared;
-    if (const char* env = std::getenv("BERTH_ADDRESS"); env && *env)
-      g.address = env;
-    else
-      g.address = "127.0.0.1:4747";
-
+    ctx.g.shared = shared;
+    // Subcommands copy these settings from their parent when added.
     app.fallthrough();
     app.require_subcommand(0, 1);
-    // The global options take the last value given: in the shell a line's
-    // own --json or --namespace overrides the ones berth was started with.
-    app.add_option("--address", g.address,
-                   "berthd to talk to, HOST:PORT (env BERTH_ADDRESS; default 127.0.0.1:4747)")
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    app.add_flag("--json", g.json, "Print JSON (snake_case keys) instead of tables")
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    app.add_option("--namespace,-n", g.ns, "Namespace of the volumes named")
-        ->capture_default_str()
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    app.add_option("--timeout", g.timeout, "Seconds to wait for berthd's answer")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 3600))
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    add_globals(app, ctx.g);
     app.footer(
         "Exit codes: 0 ok, 1 internal error, 2 usage or invalid input, 3 not found,\n"
         "4 refused by the rules, 5 berthd unreachable or unavailable.");
-
-    // --- shell and agent status ----------------------------------------------
-    auto* shell = app.add_subcommand(
-        "shell", "Open the interactive shell (also what berth does without a command on a "
-                 "terminal)");
-    shell->callback([&] {
-      action = [&] {
-        if (g.shared)
-          return fail(g, failure{errc::invalid, "this is the shell already"});
-        return open_shell();
-      };
-    });
-
-    app.add_subcommand("status", "Show the server berth talks to: its node, whether it leads, "
-                                 "its version")
-        ->callback([&] {
-          action = [&] {
-            v1::Request req;
-            req.mutable_agent_status();
-            return send(g, req, [&](const v1::Response& r) {
-              if (g.json)
-                std::cout << agent_json(r.agent()).dump(2) << "\n";
-              else
-                std::cout << render_agent(r.agent());
-            });
-          };
-        });
-
-    // --- volume --------------------------------------------------------------
-    auto* volume = app.add_subcommand("volume", "Register, inspect, claim and release volumes");
-    volume->require_subcommand(1);
-
-    auto* reg = volume->add_subcommand(
-        "register", "Register a volume from a spec file (JSON or YAML; - reads stdin), or update "
-                    "a registered one (context, secrets; not plugin_id, external_id, parameters)");
-    reg->add_option("file", spec_file, "The volume spec file, or - for stdin")->required();
-    reg->callback([&, reg] {
-      action = [&] {
-        auto text = read_input(spec_file);
-        if (auto* f = std::get_if<failure>(&text)) return fail(g, *f);
-        auto parsed = parse_volume_spec(std::get<std::string>(text));
-        if (auto* problems = std::get_if<std::vector<problem>>(&parsed))
-          return fail(g, failure{errc::invalid, describe("volume spec " + spec_file, *problems)});
-        auto v = std::get<v1::Volume>(parsed);
-        if (reg->get_parent()->get_parent()->get_option("--namespace")->count() > 0)
-          v.set_namespace_(g.ns);
-        v1::Request req;
-        *req.mutable_volume_register() = v;
-        return send(g, req, [&](const v1::Response& r) { show_volume(g, r); });
-      };
-    });
-
-    auto* create = volume->add_subcommand(
-        "create", "Create a volume through its plugin's controller (CreateVolume: capacity_min/max, "
-                  "parameters, topology_request) and register it; the spec has no external_id");
-    create->add_option("file", spec_file, "The volume spec file, or - for stdin")->required();
-    create->callback([&, create] {
-      action = [&] {
-        auto text = read_input(spec_file);
-        if (auto* f = std::get_if<failure>(&text)) return fail(g, *f);
-        auto parsed = parse_volume_spec(std::get<std::string>(text), spec_use::create);
-        if (auto* problems = std::get_if<std::vector<problem>>(&parsed))
-          return fail(g, failure{errc::invalid, describe("volume spec " + spec_file, *problems)});
-        auto v = std::get<v1::Volume>(parsed);
-        if (create->get_parent()->get_parent()->get_option("--namespace")->count() > 0)
-          v.set_namespace_(g.ns);
-        v1::Request req;
-        *req.mutable_volume_create() = v;
-        progress(g, "Creating volume '" + v.id() + "' through plugin '" + v.plugin_id() +
-                        "' (CreateVolume)...");
-        return send(g, req, [&](const v1::Response& r) { show_volume(g, r); });
-      };
-    });
-
-    auto* vstatus = volume->add_subcommand("status", "Show one volume, or list every volume");
-    vstatus->add_option("id", volume_id, "The volume's id (omit to list all)");
-    vstatus->add_flag("--stale", stale,
-                      "Answer from the server's own state tables, even if it does not lead "
-                      "(may lag; default: ask the leader)");
-    vstatus->callback([&] {
-      action = [&] {
-        v1::Request req;
-        req.set_stale(stale);
-        if (volume_id.empty()) {
-          req.mutable_volume_list()->set_namespace_(g.ns);
-          return send(g, req, [&](const v1::Response& r) {
-            if (g.json)
-              std::cout << volumes_json(r).dump(2) << "\n";
-            else
-              std::cout << render_volume_list(r, now_ms());
-          });
-        }
-        req.mutable_volume_status()->set_namespace_(g.ns);
-        req.mutable_volume_status()->set_id(volume_id);
-        return send(g, req, [&](const v1::Response& r) { show_volume(g, r); });
-      };
-    });
-
-    auto* dereg = volume->add_subcommand(
-        "deregister", "Remove a volume from berth (refused while claimed; --force releases the "
-                      "claims first). The storage itself is not deleted.");
-    dereg->add_option("id", volume_id, "The volume's id")->required();
-    dereg->add_flag("--force", force, "Release every claim of the volume, then deregister it");
-    dereg->callback([&] {
-      action = [&] {
-        v1::Request req;
-        auto* d = req.mutable_volume_deregister();
-        d->set_namespace_(g.ns);
-        d->set_volume_id(volume_id);
-        d->set_force(force);
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json)
-            std::cout << json{{"id", volume_id}, {"namespace", g.ns}, {"deregistered", true}}.dump(2)
-                      << "\n";
-          else
-            std::cout << r.message() << "\n";
-        });
-      };
-    });
-
-    auto* vclaim = volume->add_subcommand(
-        "claim", "Claim a volume for an alloc on a node (for writing unless --read-only)");
-    vclaim->add_option("id", volume_id, "The volume's id")->required();
-    vclaim->add_option("--alloc", alloc, "The alloc that claims the volume")->required();
-    vclaim->add_option("--node", node, "The node the alloc runs on")->required();
-    vclaim->add_flag("--read-only", read_only, "Claim for reading");
-    vclaim->add_option("--access-mode", access_mode,
-                       "Use this capability of the volume (default: one that fits)");
-    vclaim->add_option("--attachment-mode", attachment_mode,
-                       "Use this attachment mode (file-system or block-device)");
-    vclaim->callback([&] {
-      action = [&] {
-        v1::Request req;
-        auto* c = req.mutable_volume_claim();
-        c->set_namespace_(g.ns);
-        c->set_volume_id(volume_id);
-        c->set_alloc_id(alloc);
-        c->set_node_id(node);
-        c->set_read_only(read_only);
-        if (!access_mode.empty()) {
-          auto m = parse_access_mode(access_mode);
-          if (!m)
-            return fail(g, failure{errc::invalid, "--access-mode '" + access_mode +
-                                                      "' is not one of " + access_mode_names()});
-          c->set_access_mode(*m);
-        }
-        if (!attachment_mode.empty()) {
-          auto m = parse_attachment_mode(attachment_mode);
-          if (!m)
-            return fail(g, failure{errc::invalid, "--attachment-mode '" + attachment_mode +
-                                                      "' is not one of " + attachment_mode_names()});
-          c->set_attachment_mode(*m);
-        }
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json) {
-            auto j = volume_json(r.volumes(0), plugin_in(r, r.volumes(0).plugin_id()));
-            j["published_path"] = r.published_path();
-            std::cout << j.dump(2) << "\n";
-          } else {
-            show_volume(g, r);
-          }
-        });
-      };
-    });
-
-    auto* vrelease = volume->add_subcommand("release", "Release an alloc's claim on a volume");
-    vrelease->add_option("id", volume_id, "The volume's id")->required();
-    vrelease->add_option("--alloc", alloc, "The alloc whose claim to release")->required();
-    vrelease->callback([&] {
-      action = [&] {
-        v1::Request req;
-        auto* r = req.mutable_volume_release();
-        r->set_namespace_(g.ns);
-        r->set_volume_id(volume_id);
-        r->set_alloc_id(alloc);
-        return send(g, req, [&](const v1::Response& resp) { show_volume(g, resp); });
-      };
-    });
-
-    auto* detach = volume->add_subcommand(
-        "detach", "Release every claim on NODE of allocs that are stopped, failed, lost or gone "
-                  "(NodeUnpublish, NodeUnstage, ControllerUnpublish), e.g. after a node was lost; "
-                  "claims of running allocs are kept");
-    detach->add_option("id", volume_id, "The volume's id")->required();
-    detach->add_option("node", node, "The node to detach it from")->required();
-    detach->callback([&] {
-      action = [&] {
-        v1::Request req;
-        auto* d = req.mutable_volume_detach();
-        d->set_namespace_(g.ns);
-        d->set_volume_id(volume_id);
-        d->set_node_id(node);
-        progress(g, "Detaching volume '" + volume_id + "' from node '" + node + "'...");
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json) {
-            json j = r.volumes().empty() ? json::object()
-                                         : volume_json(r.volumes(0),
-                                                       plugin_in(r, r.volumes(0).plugin_id()));
-            j["message"] = r.message();
-            std::cout << j.dump(2) << "\n";
-          } else {
-            std::cout << r.message() << "\n";
-          }
-        });
-      };
-    });
-
-    auto* vdelete = volume->add_subcommand(
-        "delete", "Delete a volume's storage through its plugin's controller (DeleteVolume), then "
-                  "deregister it; refused while it has claims");
-    vdelete->add_option("id", volume_id, "The volume's id")->required();
-    vdelete->callback([&] {
-      action = [&] {
-        v1::Request req;
-        req.mutable_volume_delete()->set_namespace_(g.ns);
-        req.mutable_volume_delete()->set_volume_id(volume_id);
-        progress(g, "Deleting volume '" + volume_id + "' (DeleteVolume)...");
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json)
-            std::cout << json{{"id", volume_id}, {"namespace", g.ns}, {"deleted", true}}.dump(2)
-                      << "\n";
-          else
-            std::cout << r.message() << "\n";
-        });
-      };
-    });
-
-    // --- alloc ---------------------------------------------------------------
-    auto* alloc_cmd = app.add_subcommand("alloc", "Run and stop allocs: workloads that claim volumes");
-    alloc_cmd->require_subcommand(1);
-    auto* arun = alloc_cmd->add_subcommand(
-        "run", "Create an alloc on a node: claim each --volume (the node publishes it), then run "
-               "the command (after --) with each volume's path in BERTH_VOLUME_<NAME>; without a "
-               "command the alloc runs until berth alloc stop. Anything claimed is released again "
-               "if a claim or mount fails.");
-    arun->add_option("--node", node, "The node to run on")->required();
-    arun->add_option("--volume", volume_args,
-                     "NAME=VOLUME[:ro][,mount_flag=FLAG]... (repeatable): claim VOLUME for writing "
-                     "(:ro for reading), published at $BERTH_VOLUME_<NAME>");
-    arun->add_option("--id", alloc_id, "The alloc's id (default: a generated one)");
-    arun->add_option("command", command_args, "The command and its arguments, after --");
-    arun->callback([&] {
-      takes_command = true;
-      action = [&] {
-        v1::Request req;
-        auto* r = req.mutable_alloc_run();
-        r->set_namespace_(g.ns);
-        r->set_node_id(node);
-        r->set_id(alloc_id);
-        for (const auto& arg : volume_args) {
-          auto v = parse_alloc_volume(arg);
-          if (auto* err = std::get_if<std::string>(&v)) return fail(g, failure{errc::invalid, *err});
-          *r->add_volumes() = std::get<v1::AllocVolume>(v);
-        }
-        for (const auto& c : command_args) r->add_command(c);
-        progress(g, "Claiming and publishing " + std::to_string(volume_args.size()) +
-                        " volume(s) on node '" + node + "'...");
-        return send(g, req, [&](const v1::Response& resp) {
-          if (g.json) {
-            std::cout << alloc_json(resp.allocs(0)).dump(2) << "\n";
-          } else {
-            std::cout << resp.message() << "\n";
-          }
-        });
-      };
-    });
-    auto* astop = alloc_cmd->add_subcommand(
-        "stop", "Stop an alloc: its command is terminated (SIGTERM, then SIGKILL) and its claims "
-                "released (waits for the releases)");
-    astop->add_option("id", alloc_id, "The alloc's id")->required();
-    astop->callback([&] {
-      action = [&] {
-        v1::Request req;
-        req.set_alloc_stop(alloc_id);
-        progress(g, "Stopping alloc '" + alloc_id + "' and releasing its claims...");
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json)
-            std::cout << alloc_json(r.allocs(0)).dump(2) << "\n";
-          else
-            std::cout << r.message() << "\n";
-        });
-      };
-    });
-    auto* astatus = alloc_cmd->add_subcommand(
-        "status", "Show one alloc (state, message, volumes and their claims), or list every alloc");
-    astatus->add_option("id", alloc_id, "The alloc's id (omit to list all)");
-    astatus->callback([&] {
-      action = [&] {
-        v1::Request req;
-        if (alloc_id.empty())
-          req.mutable_alloc_list()->set_namespace_(g.ns);
-        else
-          req.set_alloc_status(alloc_id);
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json) {
-            if (alloc_id.empty()) {
-              json out = json::array();
-              for (const auto& a : r.allocs()) out.push_back(alloc_json(a));
-              std::cout << out.dump(2) << "\n";
-            } else {
-              auto j = alloc_json(r.allocs(0));
-              j["claims"] = json::array();
-              for (const auto& v : r.volumes())
-                for (const auto& c : v.claims())
-                  if (c.alloc_id() == alloc_id) {
-                    auto cj = claim_json(c);
-                    cj["volume_id"] = v.id();
-                    j["claims"].push_back(cj);
-                  }
-              std::cout << j.dump(2) << "\n";
-            }
-          } else {
-            std::cout << (alloc_id.empty() ? render_alloc_list(r, now_ms()) : render_alloc(r, now_ms()));
-          }
-        });
-      };
-    });
-
-    // --- plugin --------------------------------------------------------------
-    auto* plugin = app.add_subcommand("plugin", "Inspect CSI plugins and their instances");
-    plugin->require_subcommand(1);
-    auto* pstatus = plugin->add_subcommand("status", "Show one plugin, or list every plugin");
-    pstatus->add_option("id", plugin_id, "The plugin's id (omit to list all)");
-    pstatus->callback([&] {
-      action = [&] {
-        v1::Request req;
-        if (plugin_id.empty())
-          req.mutable_plugin_list();
-        else
-          req.set_plugin_status(plugin_id);
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json) {
-            json out = json::array();
-            for (const auto& p : r.plugins()) out.push_back(plugin_json(p));
-            std::cout << (plugin_id.empty() ? out : out.at(0)).dump(2) << "\n";
-          } else if (plugin_id.empty()) {
-            std::cout << render_plugin_list(r);
-          } else {
-            std::cout << render_plugin(r.plugins(0), now_ms());
-          }
-        });
-      };
-    });
-
-    auto* fp = plugin->add_subcommand(
-        "fingerprint",
-        "Report a plugin instance on a node by hand (what a client's CSI fingerprint does): "
-        "adds or updates it, or removes it with --remove");
-    fp->add_option("id", plugin_id, "The plugin's id")->required();
-    fp->add_option("--node", node, "The node that runs the instance")->required();
-    fp->add_option("--type", type, "node, controller or monolith")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"node", "controller", "monolith"}));
-    fp->add_flag("--unhealthy", unhealthy, "Report the instance unhealthy");
-    fp->add_option("--health-description", description, "Why it is (un)healthy");
-    fp->add_flag("--remove", remove, "Remove the instance instead");
-    fp->add_option("--provider", provider, "The plugin's name (GetPluginInfo)");
-    fp->add_option("--provider-version", provider_version, "The plugin's version");
-    fp->add_option("--csi-node-id", csi_node_id, "The node id the plugin reports (NodeGetInfo)");
-    fp->add_flag("--controller-publish", controller_publish,
-                 "The controller advertises PUBLISH_UNPUBLISH_VOLUME");
-    fp->add_flag("--stage-unstage", stage_unstage, "The node advertises STAGE_UNSTAGE_VOLUME");
-    fp->add_option("--max-volumes", max_volumes, "Max volumes per node (0 = unlimited)");
-    fp->callback([&] {
-      action = [&] {
-        v1::Request req;
-        auto* f = req.mutable_plugin_fingerprint();
-        f->set_plugin_id(plugin_id);
-        f->set_node_id(node);
-        f->set_type(*parse_plugin_type(type));
-        f->set_remove(remove);
-        auto* i = f->mutable_instance();
-        i->set_healthy(!unhealthy);
-        i->set_health_description(description);
-        i->set_provider(provider);
-        i->set_provider_version(provider_version);
-        i->set_csi_node_id(csi_node_id.empty() ? node : csi_node_id);
-        i->set_publish_unpublish(controller_publish);
-        i->set_stage_unstage(stage_unstage);
-        i->set_max_volumes(max_volumes);
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json)
-            std::cout << plugin_json(r.plugins(0)).dump(2) << "\n";
-          else
-            std::cout << r.message() << "\n\n" << render_plugin(r.plugins(0), now_ms());
-        });
-      };
-    });
-
-    // --- operator -------------------------------------------------------------
-    auto* op = app.add_subcommand("operator", "Operate the control plane");
-    op->require_subcommand(1);
-    auto* raft = op->add_subcommand("raft", "The replicated log (Raft) across the servers");
-    raft->require_subcommand(1);
-    raft->add_subcommand("list-peers",
-                         "Every server: name, address, role, term, last and applied index")
-        ->callback([&] {
-          action = [&] {
-            v1::Request req;
-            req.set_raft_list_peers(true);
-            return send(g, req, [&](const v1::Response& r) {
-              if (g.json) {
-                json out = json::array();
-                for (const auto& s : r.raft()) out.push_back(raft_json(s));
-                std::cout << out.dump(2) << "\n";
-              } else {
-                std::cout << render_raft_peers(r);
-              }
-            });
-          };
-        });
-    auto* remove_peer = raft->add_subcommand(
-        "remove-peer", "Remove a server from the cluster (a committed configuration change)");
-    remove_peer->add_option("name", server_name, "The server's name")->required();
-    remove_peer->callback([&] {
-      action = [&] {
-        v1::Request req;
-        req.set_raft_remove_peer(server_name);
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json)
-            std::cout << json{{"message", r.message()}}.dump(2) << "\n";
-          else
-            std::cout << r.message() << "\n";
-        });
-      };
-    });
-    auto* transfer = raft->add_subcommand(
-        "transfer-leadership", "Hand the leadership to a server (default: the most up to date)");
-    transfer->add_option("name", server_name, "The server to lead next");
-    transfer->callback([&] {
-      action = [&] {
-        v1::Request req;
-        req.set_raft_transfer_leadership(server_name);
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json)
-            std::cout << json{{"message", r.message()}}.dump(2) << "\n";
-          else
-            std::cout << r.message() << "\n";
-        });
-      };
-    });
-
-    auto* snap = op->add_subcommand("snapshot", "Back up and restore the cluster's state");
-    snap->require_subcommand(1);
-    auto* save = snap->add_subcommand(
-        "save", "Write a consistent copy of the cluster's state (volumes, claims, plugins, "
-                "nodes) to FILE");
-    save->add_option("file", spec_file, "Where to write the snapshot")->required();
-    save->callback([&] {
-      action = [&] {
-        v1::Request req;
-        req.set_snapshot_save(true);
-        progress(g, "Taking a consistent copy of the cluster's state...");
-        return send(g, req, [&](const v1::Response& r) {
-          // Written next to the target, then renamed: never a half file.
-          auto tmp = spec_file + ".partial";
-          {
-            std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-            out.write(r.snapshot().data(), static_cast<std::streamsize>(r.snapshot().size()));
-            if (!out) {
-              std::cerr << "Error: cannot write " << tmp << "\n";
-              return;
-            }
-          }
-          std::rename(tmp.c_str(), spec_file.c_str());
-          if (g.json)
-            std::cout << json{{"file", spec_file}, {"index", r.snapshot_index()},
-                              {"bytes", r.snapshot().size()}}.dump(2) << "\n";
-          else
-            std::cout << "Saved the state at index " << r.snapshot_index() << " to " << spec_file
-                      << " (" << r.snapshot().size() << " bytes)\n";
-        });
-      };
-    });
-    auto* restore = snap->add_subcommand(
-        "restore", "Replace the cluster's state with a snapshot from `operator snapshot save` "
-                   "(every server applies it as one committed change)");
-    restore->add_option("file", spec_file, "The snapshot file")->required();
-    restore->callback([&] {
-      action = [&] {
-        auto bytes = read_input(spec_file);
-        if (auto* f = std::get_if<failure>(&bytes)) return fail(g, *f);
-        v1::Request req;
-        req.set_snapshot_restore(std::get<std::string>(bytes));
-        progress(g, "Restoring " + spec_file + " on every server (one committed change)...");
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json)
-            std::cout << json{{"index", r.snapshot_index()}, {"message", r.message()}}.dump(2)
-                      << "\n";
-          else
-            std::cout << r.message() << "\n";
-        });
-      };
-    });
-
-    // --- node ----------------------------------------------------------------
-    auto* nodecmd = app.add_subcommand("node", "Inspect the nodes (hosts) of the cluster");
-    nodecmd->require_subcommand(1);
-    auto* nstatus = nodecmd->add_subcommand("status", "Show one node and its volumes, or list every node");
-    nstatus->add_option("id", node_id, "The node's id (omit to list all)");
-    nstatus->callback([&] {
-      action = [&] {
-        v1::Request req;
-        if (node_id.empty())
-          req.mutable_node_list();
-        else
-          req.set_node_status(node_id);
-        return send(g, req, [&](const v1::Response& r) {
-          if (g.json) {
-            if (node_id.empty()) {
-              json out = json::array();
-              for (const auto& n : r.nodes()) out.push_back(node_json(n));
-              std::cout << out.dump(2) << "\n";
-            } else {
-              auto j = node_json(r.nodes(0));
-              j["volumes"] = volumes_json(r);
-              j["allocs"] = json::array();
-              for (const auto& a : r.allocs()) j["allocs"].push_back(alloc_json(a));
-              std::cout << j.dump(2) << "\n";
-            }
-          } else {
-            std::cout << (node_id.empty() ? render_node_list(r, now_ms()) : render_node(r, now_ms()));
-          }
-        });
-      };
-    });
-  }
-
-  // Opens the shell on this command line's server; the global options given
-  // to berth apply to every line.
-  int open_shell() {
-    shell_options opts{{"--address", g.address}, g.address, g.timeout};
-    if (g.json) opts.global_args.push_back("--json");
-    for (const char* name : {"--namespace", "--timeout"})
-      if (const auto* o = app.get_option(name); o->count() > 0)
-        opts.global_args.insert(opts.global_args.end(), {name, o->as<std::string>()});
-    return run_shell(opts);
+    add_shell(app, ctx);
+    add_agent_status(app, ctx);
+    add_volume_commands(app, ctx);
+    add_alloc_commands(app, ctx);
+    add_plugin_commands(app, ctx);
+    add_operator_commands(app, ctx);
+    add_node_commands(app, ctx);
   }
 };
+
+// Opens the shell on this command line's server; the global options given
+// to berth apply to every line.
+int open_shell(const context& ctx) {
+  const auto& g = ctx.g;
+  shell_options opts{{"--address", g.address}, g.address, g.timeout};
+  if (g.json) opts.global_args.push_back("--json");
+  for (const char* name : {"--namespace", "--timeout"})
+    if (const auto* o = ctx.root.get_option(name); o->count() > 0)
+      opts.global_args.insert(opts.global_args.end(), {name, o->as<std::string>()});
+  return run_shell(opts);
+}
+
+// Errors in the command line print as CLI11 prints its own: plain text,
+// whatever --json says.
+int usage_error(std::ostream& err, const std::string& message) {
+  err << "Error: " << message << "\n";
+  return exit_usage;
+}
+
+// Parses a command line into `cl`.  The words after "--" are an alloc's
+// command, taken as they are (CLI11 would read its options as berth's).
+// CLI11 reports a usage error or a call for help by throwing; that stops
+// here and becomes the exit code, after CLI11 printed it on `out`/`err`.
+// Returns nothing when the line chose a command (or none).
+std::optional<int> parse(command_line& cl, const std::vector<std::string>& all_args,
+                         std::ostream& out, std::ostream& err) {
+  auto dashes = std::find(all_args.begin(), all_args.end(), "--");
+  std::vector<std::string> reversed(std::make_reverse_iterator(dashes), all_args.rend());
+  try {
+    cl.app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return cl.app.exit(e, out, err) == 0 ? exit_ok : exit_usage;
+  }
+  if (dashes == all_args.end()) return std::nullopt;
+  if (!cl.ctx.command) return usage_error(err, "only `berth alloc run` takes a command after --");
+  cl.ctx.command->insert(cl.ctx.command->end(), std::next(dashes), all_args.end());
+  return std::nullopt;
+}
 
 // The commands as a tree, for the shell's completion and help.
 command_info tree_of(const CLI::App& app) {
@@ -716,8 +787,10 @@ command_info tree_of(const CLI::App& app) {
       c.positionals.push_back(o->get_name());
       continue;
     }
-    for (const auto& name : o->get_lnames()) c.options.push_back({"--" + name, o->get_type_size() != 0});
-    for (const auto& name : o->get_snames()) c.options.push_back({"-" + name, o->get_type_size() != 0});
+    for (const auto& name : o->get_lnames())
+      c.options.push_back({"--" + name, o->get_type_size() != 0});
+    for (const auto& name : o->get_snames())
+      c.options.push_back({"-" + name, o->get_type_size() != 0});
   }
   for (const auto* sub : app.get_subcommands({})) c.subcommands.push_back(tree_of(*sub));
   return c;
@@ -725,54 +798,32 @@ command_info tree_of(const CLI::App& app) {
 
 }  // namespace
 
-int run_command(const std::vector<std::string>& all_args, client* shared) {
+int run_command(const std::vector<std::string>& args, client* shared) {
   command_line cl(shared);
-  // The words after "--" are an alloc's command, taken as they are (CLI11
-  // would read its options as berth's).
-  auto dashes = std::find(all_args.begin(), all_args.end(), "--");
-  std::vector<std::string> args(all_args.begin(), dashes);
-  std::vector<std::string> command;
-  if (dashes != all_args.end()) command.assign(std::next(dashes), all_args.end());
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    cl.app.parse(reversed);
-  } catch (const CLI::CallForHelp& e) {
-    return cl.app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return cl.app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    cl.app.exit(e);
-    return exit_usage;
-  }
-  if (dashes != all_args.end()) {
-    if (!cl.takes_command) {
-      std::cerr << "Error: only `berth alloc run` takes a command after --\n";
-      return exit_usage;
-    }
-    cl.command_args.insert(cl.command_args.end(), command.begin(), command.end());
-  }
-  if (cl.action) return cl.action();
+  if (auto done = parse(cl, args, std::cout, std::cerr)) return *done;
+  if (cl.ctx.build) return send(cl.ctx.g, cl.ctx.build());
+  if (cl.ctx.local) return cl.ctx.local();
   // No command: `berth` on a terminal opens the shell.
-  if (!shared && isatty(STDIN_FILENO)) return cl.open_shell();
-  std::cerr << "Error: a command is required (`berth --help` lists them; `berth shell` opens "
-               "the interactive shell)\n";
-  return exit_usage;
+  if (!shared && isatty(STDIN_FILENO)) return open_shell(cl.ctx);
+  return usage_error(std::cerr,
+                     "a command is required (`berth --help` lists them; `berth shell` "
+                     "opens the interactive shell)");
 }
 
 int parse_command(const std::vector<std::string>& args) {
   command_line cl(nullptr);
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    cl.app.parse(reversed);
-  } catch (const CLI::CallForHelp& e) {
-    return cl.app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return cl.app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    cl.app.exit(e);
-    return exit_usage;
-  }
-  return exit_ok;
+  return parse(cl, args, std::cout, std::cerr).value_or(exit_ok);
+}
+
+std::variant<v1::Request, failure> request_of(const std::vector<std::string>& args) {
+  command_line cl(nullptr);
+  std::ostringstream out, err;
+  if (auto done = parse(cl, args, out, err))
+    return failure{errc::invalid, *done == exit_ok ? out.str() : err.str()};
+  if (!cl.ctx.build) return failure{errc::invalid, "no command that sends a request"};
+  auto p = cl.ctx.build();
+  if (auto* f = std::get_if<failure>(&p)) return *f;
+  return std::get<call>(p).request;
 }
 
 command_info command_tree() {

@@ -4,9 +4,12 @@
 #pragma once
 
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "apps/berth/line.hpp"
+#include "messages/api.pb.h"
+#include "messages/model.hpp"
 
 namespace berth {
 
@@ -30,10 +33,17 @@ enum exit_code : int {
 int run_command(const std::vector<std::string>& args, client* shared = nullptr);
 
 // Parses a command line exactly as run_command does, without running the
-// command (no network): exit_ok when it would run one (or printed help),
+// command (no network, no files read): exit_ok when it would run one (or printed help),
 // exit_usage after printing the usage error.  For tests and the fuzzer
 // (tests/fuzz/shell.cpp).
 int parse_command(const std::vector<std::string>& args);
+
+// The request the command line would send, built as run_command builds it
+// (reading the files it names) but not sent; a failure when it would send
+// none: a usage error (CLI11's message), help, a command that sends
+// nothing (shell), or bad input (the message run_command would print).
+// For tests of every command's request.
+std::variant<v1::Request, failure> request_of(const std::vector<std::string>& args);
 
 // The commands, their options and positionals, as the CLI defines them.
 command_info command_tree();

@@ -4,7 +4,7 @@
 
 namespace berth {
 
-std::variant<std::vector<std::string>, std::string> split_line(const std::string& line) {
+std::variant<std::vector<std::string>, failure> split_line(const std::string& line) {
   std::vector<std::string> words;
   std::string word;
   bool in_word = false;  // distinguishes an empty quoted word ('') from none
@@ -18,12 +18,14 @@ std::variant<std::vector<std::string>, std::string> split_line(const std::string
     }
     in_word = true;
     if (c == '\\') {
-      if (++i == line.size()) return std::string("the line ends with a backslash (nothing to escape)");
+      if (++i == line.size())
+        return failure{errc::invalid, "the line ends with a backslash (nothing to escape)"};
       word += line[i];
     } else if (c == '\'') {
       auto end = line.find('\'', i + 1);
       if (end == std::string::npos)
-        return "unterminated ' quote starting at column " + std::to_string(i + 1);
+        return failure{errc::invalid,
+                       "unterminated ' quote starting at column " + std::to_string(i + 1)};
       word.append(line, i + 1, end - i - 1);
       i = end;
     } else if (c == '"') {
@@ -37,7 +39,8 @@ std::variant<std::vector<std::string>, std::string> split_line(const std::string
         word += line[i];
       }
       if (i == line.size())
-        return "unterminated \" quote starting at column " + std::to_string(start + 1);
+        return failure{errc::invalid,
+                       "unterminated \" quote starting at column " + std::to_string(start + 1)};
     } else {
       word += c;
     }

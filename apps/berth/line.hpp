@@ -7,14 +7,17 @@
 #include <variant>
 #include <vector>
 
+#include "messages/model.hpp"
+
 namespace berth {
 
 // Splits a line into words the way a POSIX shell does, without expansions:
 // blanks separate words; '...' keeps everything literally; "..." keeps
 // everything but \" \\ \$ \` (backslash escapes them); outside quotes a
-// backslash makes the next character literal.  Returns the words, or an
-// error message (unterminated quote, trailing backslash).
-std::variant<std::vector<std::string>, std::string> split_line(const std::string& line);
+// backslash makes the next character literal.  Returns the words, or why
+// the line does not split (errc::invalid: unterminated quote, trailing
+// backslash).
+std::variant<std::vector<std::string>, failure> split_line(const std::string& line);
 
 // An option of a command, as the completer needs it.
 struct option_info {

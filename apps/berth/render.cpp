@@ -48,11 +48,29 @@ namespace {
 
 std::string yes_no(bool b) { return b ? "yes" : "no"; }
 
+// The items' texts, `sep` between them.  A separator follows an empty first
+// text only once the joined text is not empty (as the loops this replaced).
+template <class Items, class Text>
+std::string join(const Items& items, const char* sep, Text text) {
+  std::string out;
+  for (const auto& x : items) out += (out.empty() ? "" : sep) + text(x);
+  return out;
+}
+
+template <class Strings>
+std::string join(const Strings& items, const char* sep) {
+  return join(items, sep, [](const std::string& s) { return s; });
+}
+
 std::string join_map(const google::protobuf::Map<std::string, std::string>& m) {
   std::map<std::string, std::string> sorted(m.begin(), m.end());
-  std::string out;
-  for (const auto& [k, v] : sorted) out += (out.empty() ? "" : ", ") + k + "=" + v;
+  auto out = join(sorted, ", ", [](const auto& kv) { return kv.first + "=" + kv.second; });
   return out.empty() ? "-" : out;
+}
+
+// When the node was last heard of: its client, else its heartbeat.
+int64_t last_seen(const v1::Node& n) {
+  return n.last_seen_ms() ? n.last_seen_ms() : n.last_heartbeat_ms();
 }
 
 std::string bytes(int64_t n) {
@@ -115,10 +133,9 @@ std::string render_volume_list(const v1::Response& r, int64_t now_ms) {
 }
 
 std::string render_volume(const v1::Volume& v, const v1::Plugin* p, int64_t now_ms) {
-  std::string caps;
-  for (const auto& c : v.capabilities())
-    caps += (caps.empty() ? "" : ", ") + std::string(name_of(c.access_mode())) + "/" +
-            std::string(name_of(c.attachment_mode()));
+  auto caps = join(v.capabilities(), ", ", [](const v1::VolumeCapability& c) {
+    return std::string(name_of(c.access_mode())) + "/" + std::string(name_of(c.attachment_mode()));
+  });
   auto in_use = mode_in_use(v);
   std::string out = details({
       {"ID", v.id()},
@@ -206,12 +223,9 @@ std::string render_node_list(const v1::Response& r, int64_t now_ms) {
   if (r.nodes().empty()) return "No nodes known.\n";
   table t{{"ID", "STATUS", "CLIENT", "PLUGINS", "LAST SEEN"}, {}};
   for (const auto& n : r.nodes()) {
-    std::string plugins;
-    for (const auto& p : n.plugin_ids()) plugins += (plugins.empty() ? "" : ",") + p;
+    auto plugins = join(n.plugin_ids(), ",");
     t.rows.push_back({n.id(), std::string(name_of(n.status())), n.has_client() ? "yes" : "no",
-                      plugins.empty() ? "-" : plugins,
-                      relative_time(n.last_seen_ms() ? n.last_seen_ms() : n.last_heartbeat_ms(),
-                                    now_ms)});
+                      plugins.empty() ? "-" : plugins, relative_time(last_seen(n), now_ms)});
   }
   return render_table(t);
 }
@@ -219,20 +233,16 @@ std::string render_node_list(const v1::Response& r, int64_t now_ms) {
 std::string render_node(const v1::Response& r, int64_t now_ms) {
   if (r.nodes().empty()) return "";
   const auto& n = r.nodes(0);
-  std::string plugins;
-  for (const auto& p : n.plugin_ids()) plugins += (plugins.empty() ? "" : ", ") + p;
+  auto plugins = join(n.plugin_ids(), ", ");
   std::string out = details({{"ID", n.id()},
                              {"Status", std::string(name_of(n.status()))},
                              {"Plugins", plugins.empty() ? "-" : plugins},
                              {"Client", n.has_client() ? "yes" : "no"},
-                             {"Last Seen", relative_time(n.last_seen_ms() ? n.last_seen_ms()
-                                                                          : n.last_heartbeat_ms(),
-                                                         now_ms)}});
+                             {"Last Seen", relative_time(last_seen(n), now_ms)}});
   if (!r.allocs().empty()) {
     table a{{"ALLOC", "STATE", "VOLUMES", "MODIFIED"}, {}};
     for (const auto& x : r.allocs()) {
-      std::string vols;
-      for (const auto& v : x.volumes()) vols += (vols.empty() ? "" : ",") + v.volume_id();
+      auto vols = join(x.volumes(), ",", [](const v1::AllocVolume& v) { return v.volume_id(); });
       a.rows.push_back({x.id(), std::string(name_of(x.state())), vols.empty() ? "-" : vols,
                         relative_time(x.modified_at_ms(), now_ms)});
     }
@@ -277,17 +287,13 @@ std::string render_raft_peers(const v1::Response& r) {
   return out;
 }
 
-}  // namespace berth
-
-namespace berth {
-
 std::string render_alloc_list(const v1::Response& r, int64_t now_ms) {
   if (r.allocs().empty()) return "No allocs.\n";
   table t{{"ID", "NAMESPACE", "NODE", "STATE", "VOLUMES", "MODIFIED"}, {}};
   for (const auto& a : r.allocs()) {
-    std::string vols;
-    for (const auto& v : a.volumes())
-      vols += (vols.empty() ? "" : ",") + v.name() + "=" + v.volume_id() + (v.read_only() ? ":ro" : "");
+    auto vols = join(a.volumes(), ",", [](const v1::AllocVolume& v) {
+      return v.name() + "=" + v.volume_id() + (v.read_only() ? ":ro" : "");
+    });
     t.rows.push_back({a.id(), a.namespace_(), a.node_id(), std::string(name_of(a.state())),
                       vols.empty() ? "-" : vols, relative_time(a.modified_at_ms(), now_ms)});
   }
@@ -297,8 +303,7 @@ std::string render_alloc_list(const v1::Response& r, int64_t now_ms) {
 std::string render_alloc(const v1::Response& r, int64_t now_ms) {
   if (r.allocs().empty()) return "";
   const auto& a = r.allocs(0);
-  std::string cmd;
-  for (const auto& c : a.command()) cmd += (cmd.empty() ? "" : " ") + c;
+  auto cmd = join(a.command(), " ");
   bool terminal = alloc_terminal(a.state());
   std::string out = details({{"ID", a.id()},
                              {"Namespace", a.namespace_()},

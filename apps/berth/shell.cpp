@@ -146,8 +146,8 @@ int run_shell(const shell_options& opts) {
     }
     std::string line = input.get();
     auto split = split_line(line);
-    if (auto* error = std::get_if<std::string>(&split)) {
-      std::cerr << "Error: " << *error << "\n";
+    if (auto* error = std::get_if<failure>(&split)) {
+      std::cerr << "Error: " << error->message << "\n";
       last = exit_usage;
       continue;
     }

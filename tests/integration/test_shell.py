@@ -154,6 +154,31 @@ class ShellTest(unittest.TestCase):
         self.assertEqual(piped.code, 0, piped)
         self.assertNotIn("Creating", piped.out + piped.err)
 
+    def test_snapshot_save_that_cannot_be_written_fails(self):
+        """A snapshot that cannot be written is bad input (exit 2, as JSON
+        under --json), not a success with an error line."""
+        target = os.path.join(self.tmp, "no-such-dir", "state.snap")
+        plain = berth(self.agent, "operator", "snapshot", "save", target)
+        self.assertEqual(plain.code, 2, plain)
+        self.assertIn("Error: cannot write %s.partial: No such file or directory" % target,
+                      plain.err)
+        self.assertEqual(plain.out, "")
+        as_json = berth(self.agent, "--json", "operator", "snapshot", "save", target)
+        self.assertEqual(as_json.code, 2, as_json)
+        self.assertEqual(json.loads(as_json.err)["error"]["code"], "invalid")
+        saved = berth(self.agent, "operator", "snapshot", "save",
+                      os.path.join(self.tmp, "state.snap"))
+        self.assertEqual(saved.code, 0, saved)
+        self.assertTrue(os.path.getsize(os.path.join(self.tmp, "state.snap")) > 0)
+
+    def test_json_errors_survive_bytes_that_are_not_utf8(self):
+        """A file name that is not UTF-8 shows as U+FFFD in a JSON error
+        (dump() used to throw: berth aborted)."""
+        name = os.path.join(self.tmp, "\udcff.json")  # the byte 0xff
+        r = berth(self.agent, "--json", "volume", "register", name)
+        self.assertEqual(r.code, 2, r)
+        self.assertIn("\ufffd.json", json.loads(r.err)["error"]["message"])
+
 
 if __name__ == "__main__":
     unittest.main()

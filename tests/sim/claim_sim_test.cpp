@@ -53,6 +53,7 @@
 #include "actors/clock.hpp"
 #include "actors/leader.hpp"
 #include "actors/metrics.hpp"
+#include "control/entries.hpp"
 #include "persistence/state_store.hpp"
 
 namespace {

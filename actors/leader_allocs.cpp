@@ -1,0 +1,269 @@
+// The leader actor: the leader's alloc flows: run (claim each volume, then start it), stop, exit reports.
+#include <chrono>
+#include <random>
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/clock.hpp"
+#include "actors/leader_flows.hpp"
+#include "control/allocs.hpp"
+#include "control/entries.hpp"
+#include "control/nodes.hpp"
+#include "control/placement.hpp"
+#include "control/release.hpp"
+#include "control/views.hpp"
+
+namespace berth::leader_flows {
+
+// --- allocs -----------------------------------------------------------------------
+
+std::string new_alloc_id() {
+  static std::mt19937_64 rng{std::random_device{}()};
+  static const char* hex = "0123456789abcdef";
+  std::string id;
+  auto x = rng();
+  for (int i = 0; i < 12; ++i, x >>= 4) id += hex[x & 15];
+  return id;
+}
+
+// Commits an alloc in a new state, if its lifecycle allows it from the
+// committed one (`fallback` when it was never committed).
+void set_alloc_state(const self_ptr& self, const std::string& id, v1::AllocState to,
+                     std::string why, int32_t exit_code, then_fn then,
+                     std::optional<v1::Alloc> fallback = std::nullopt) {
+  write(self,
+        [id, to, why, exit_code, fallback](const catalog& c)
+            -> std::variant<failure, std::vector<v1::Change>> {
+          const auto* a = find_alloc(c, id);
+          if (a == nullptr && !fallback)
+            return failure{errc::not_found, "alloc " + quoted(id) + " does not exist"};
+          const auto& base = a != nullptr ? *a : *fallback;
+          if (a != nullptr && !alloc_may_become(a->state(), to))
+            return failure{errc::refused, "alloc " + quoted(id) + " is " +
+                                              std::string(name_of(a->state())) + " already"};
+          return std::vector<v1::Change>{
+              upsert_change(alloc_in_state(base, to, why, wall_ms(), exit_code))};
+        },
+        std::move(then));
+}
+
+// Calls `done(freed)` once every claim of the alloc is freed, or with false
+// once options.release_wait passed.
+void when_released(const self_ptr& self, const std::string& id, std::function<void(bool)> done) {
+  when(self, [self, id] { return claims_freed(self->state.cat, id); }, std::move(done),
+       steady_ms() + self->state.options.release_wait.count());
+}
+
+void fail_alloc(const self_ptr& self, v1::Alloc a, std::string why, response_promise rp) {
+  auto id = a.id();
+  set_alloc_state(self, id, v1::ALLOC_FAILED, why, 0,
+                  [self, id, why, rp](std::optional<failure> f) mutable {
+                    if (f && f->code != errc::refused) {
+                      deliver(rp, *f);
+                      return;
+                    }
+                    when_released(self, id, [self, id, why, rp](bool freed) mutable {
+                      auto r = error_response(failure{
+                          errc::refused,
+                          "alloc " + quoted(id) + " failed: " + why +
+                              (freed ? "; every claim it took was released"
+                                     : "; the claims it took are still being released (see "
+                                       "berth alloc status " + id + ")")});
+                      if (const auto* a = find_alloc(self->state.cat, id)) *r.add_allocs() = *a;
+                      deliver(rp, std::move(r));
+                    });
+                  },
+                  a);
+}
+
+// alloc run, once its volumes are published: commits it running, then has
+// the node run it.
+void start_alloc(const self_ptr& self, std::shared_ptr<v1::Alloc> a, response_promise rp) {
+  auto node = node_of(self, a->node_id());
+  if (!node) {
+    fail_alloc(self, *a, "the berth client of node " + quoted(a->node_id()) + " disconnected", rp);
+    return;
+  }
+  auto why = a->command().empty() ? "volumes published; no command (stop it with berth alloc stop)"
+                                  : "volumes published; command started";
+  write(self,
+        [a, why](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+          const auto* known = find_alloc(c, a->id());
+          if (known == nullptr || !alloc_may_become(known->state(), v1::ALLOC_RUNNING))
+            return failure{errc::refused,
+                           "alloc " + quoted(a->id()) + " is " +
+                               (known ? std::string(name_of(known->state())) : "gone") +
+                               " (it changed while starting)"};
+          auto running = alloc_in_state(*known, v1::ALLOC_RUNNING, why, wall_ms());
+          *running.mutable_volumes() = a->volumes();  // with the published paths
+          return std::vector<v1::Change>{upsert_change(std::move(running))};
+        },
+        [self, a, node, rp](std::optional<failure> f) mutable {
+          if (f) {
+            deliver(rp, *f);
+            return;
+          }
+          auto id = a->id();
+          auto running = self->state.cat.allocs.at(id);
+          self->request(node, std::chrono::seconds(60), run_atom::value, wrap(running))
+              .then(
+                  [self, id, rp](bool) mutable {
+                    const auto& a = self->state.cat.allocs.at(id);
+                    std::string text = "alloc " + quoted(id) + " running on node " + quoted(a.node_id());
+                    for (const auto& v : a.volumes())
+                      text += "\n  " + volume_env_name(v.name()) + "=" + v.published_path();
+                    deliver(rp, alloc_response(a, text));
+                  },
+                  [self, running, rp](caf::error& e) mutable {
+                    fail_alloc(self, running, "the node could not start it: " + to_failure(e).message, rp);
+                  });
+        });
+}
+
+// alloc run: claims the volumes one after the other (each published on the
+// node); the first claim commits together with the pending alloc.
+void claim_alloc_volumes(const self_ptr& self, std::shared_ptr<v1::Alloc> a, int next,
+                         response_promise rp) {
+  if (next == a->volumes_size()) {
+    start_alloc(self, a, rp);
+    return;
+  }
+  const auto& av = a->volumes(next);
+  v1::ClaimRequest c;
+  c.set_namespace_(a->namespace_());
+  c.set_volume_id(av.volume_id());
+  c.set_alloc_id(a->id());
+  c.set_node_id(a->node_id());
+  c.set_read_only(av.read_only());
+  *c.mutable_mount_flags() = av.mount_flags();
+  if (next == 0) *c.mutable_alloc() = *a;
+  claim_volume(self, std::move(c),
+               [self, a, next, rp](std::optional<failure> f, v1::ClaimResult r) mutable {
+                 auto vol = a->volumes(next).volume_id();
+                 if (f) {
+                   fail_alloc(self, *a, "claim of volume " + quoted(vol) + ": " + f->message, rp);
+                   return;
+                 }
+                 a->mutable_volumes(next)->set_published_path(r.published_path());
+                 claim_alloc_volumes(self, a, next + 1, rp);
+               });
+}
+
+void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_promise rp) {
+  auto a = pending_alloc(req, req.id().empty() ? new_alloc_id() : req.id(), wall_ms());
+  if (auto f = admit_alloc_run(self->state.cat, a, static_cast<bool>(node_of(self, a.node_id())))) {
+    deliver(rp, *f);
+    return;
+  }
+  auto shared = std::make_shared<v1::Alloc>(std::move(a));
+  if (shared->volumes().empty()) {
+    commit(self, {upsert_change(*shared)}, [self, shared, rp](std::optional<failure> f) mutable {
+      if (f)
+        deliver(rp, *f);
+      else
+        start_alloc(self, shared, rp);
+    });
+    return;
+  }
+  claim_alloc_volumes(self, shared, 0, rp);
+}
+
+void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp) {
+  const auto* known = find_alloc(self->state.cat, id);
+  if (known == nullptr) {
+    deliver(rp, failure{errc::not_found, "alloc " + quoted(id) +
+                                             " does not exist (list allocs with: berth alloc status)"});
+    return;
+  }
+  auto answer = [self, id, rp](std::string what) mutable {
+    when_released(self, id, [self, id, what, rp](bool freed) mutable {
+      const auto* a = find_alloc(self->state.cat, id);
+      if (a == nullptr) {
+        deliver(rp, failure{errc::not_found, "alloc " + quoted(id) + " vanished"});
+        return;
+      }
+      std::string text = what;
+      if (freed) {
+        text += "; its claims are released";
+      } else {
+        text += "; releases still in progress for:";
+        for (const auto& v : claimed_volumes(self->state.cat, *a)) text += " " + v;
+        text += " (see berth volume status)";
+      }
+      deliver(rp, alloc_response(*a, text));
+    });
+  };
+  if (alloc_terminal(known->state())) {
+    answer("alloc " + quoted(id) + " is already " + std::string(name_of(known->state())));
+    return;
+  }
+  auto node_id = known->node_id();
+  auto node = node_of(self, node_id);
+  if (!node) {
+    // The client is not connected: the alloc is stopped here; the client
+    // stops its command when it reconnects, and the claims are released
+    // then, when the node is marked down, or by berth volume detach.
+    set_alloc_state(self, id, v1::ALLOC_COMPLETE,
+                    "stopped by the operator while the client of node " + quoted(node_id) +
+                        " was not connected",
+                    0, [self, id, node_id, rp](std::optional<failure> f) mutable {
+                      if (f) {
+                        deliver(rp, *f);
+                        return;
+                      }
+                      deliver(rp, alloc_response(
+                                      self->state.cat.allocs.at(id),
+                                      "alloc " + quoted(id) + " stopped; the client of node " +
+                                          quoted(node_id) +
+                                          " is not connected, so its claims are released once it "
+                                          "reconnects, once the node is marked down, or now with: "
+                                          "berth volume detach VOLUME " + node_id));
+                    });
+    return;
+  }
+  self->request(node, std::chrono::seconds(60), stop_atom::value, id, false)
+      .then(
+          [self, id, answer, rp](int32_t code) mutable {
+            set_alloc_state(self, id, v1::ALLOC_COMPLETE, "stopped by the operator", code,
+                            [id, answer, rp](std::optional<failure> f) mutable {
+                              // Refused: it ended meanwhile; answer with how it ended.
+                              if (f && f->code != errc::refused) {
+                                deliver(rp, *f);
+                                return;
+                              }
+                              answer("alloc " + quoted(id) + " stopped by the operator");
+                            });
+          },
+          [rp, id](caf::error& e) mutable {
+            deliver(rp, failure{errc::unavailable, "alloc " + quoted(id) + ": the node did not stop it: " +
+                                                       to_failure(e).message + "; retry"});
+          });
+}
+
+void alloc_update(const self_ptr& self, const v1::AllocUpdate& u, response_promise rp) {
+  auto result = std::make_shared<v1::Response>();
+  write(self,
+        [u, result](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+          auto next = alloc_after_update(c, u, wall_ms());
+          if (next.error) return *next.error;
+          if (!next.upsert) {
+            *result = alloc_response(c.allocs.at(u.id()), "unchanged");
+            return std::vector<v1::Change>{};
+          }
+          return std::vector<v1::Change>{upsert_change(*next.upsert)};
+        },
+        [self, u, result, rp](std::optional<failure> f) mutable {
+          if (f) {
+            deliver(rp, *f);
+            return;
+          }
+          if (result->allocs_size() > 0) {
+            deliver(rp, std::move(*result));
+            return;
+          }
+          const auto& a = self->state.cat.allocs.at(u.id());
+          deliver(rp, alloc_response(a, "alloc " + quoted(a.id()) + " is " + std::string(name_of(a.state()))));
+        });
+}
+
+}  // namespace berth::leader_flows

@@ -1,0 +1,107 @@
+// The leader actor's flows, split by topic over leader.cpp (the commit
+// path, the catalog's apply, routing, the behaviour), leader_allocs.cpp,
+// leader_volumes.cpp and leader_nodes.cpp.  Internal to the leader actor:
+// nothing outside actors/leader*.cpp includes it.  Every decision the flows
+// act on comes from control/; they order the work and do the messaging.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/leader.hpp"
+#include "control/views.hpp"
+
+namespace berth::leader_flows {
+
+using self_ptr = leader_actor::stateful_pointer<leader_state>;
+using response_promise = caf::typed_response_promise<pb<v1::Response>>;
+using then_fn = std::function<void(std::optional<failure>)>;
+using build_fn = std::function<std::variant<failure, std::vector<v1::Change>>(const catalog&)>;
+
+inline std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+inline void deliver(response_promise& rp, const failure& f) { rp.deliver(wrap(error_response(f))); }
+
+inline void deliver(response_promise& rp, v1::Response r) { rp.deliver(wrap(std::move(r))); }
+
+// --- leader.cpp: the commit path, the catalog, routing -----------------------
+
+// Runs `run(true)` once `ready()` holds for the catalog (now, or after a
+// later apply), or `run(false)` when a deadline is given and passes first.
+void when(const self_ptr& self, std::function<bool()> ready, std::function<void(bool)> run,
+          int64_t deadline_ms = 0);
+// Runs `run` once the catalog applied `index`.
+void when_applied(const self_ptr& self, uint64_t index, std::function<void()> run);
+void check_waiters(const self_ptr& self);
+// Commits changes as one entry and continues once the catalog applied it.
+void commit(const self_ptr& self, std::vector<v1::Change> changes, then_fn then);
+// The leader's own writes (allocs and nodes) run one at a time, each built
+// by `build` from the catalog as committed by the one before.
+void write(const self_ptr& self, build_fn build, then_fn then);
+then_fn ignore_result();
+// Applies committed entries to the catalog and tells the watcher and the
+// metrics what changed.
+void apply_batch(const self_ptr& self, const committed_batch& batch);
+void announce(const self_ptr& self, const applied_change& a);
+
+node_actor node_of(const self_ptr& self, const std::string& node_id);
+plugin_actor plugin_of(const self_ptr& self, const std::string& plugin_id);
+volume_actor spawn_volume(const self_ptr& self, v1::Volume v, bool registered);
+plugin_actor spawn_plugin(const self_ptr& self, v1::Plugin p);
+// A plugin actor for the plugin, spawned on its committed state when there
+// is none yet.
+plugin_actor ensure_plugin_actor(const self_ptr& self, const std::string& id);
+// A connected node with a healthy controller of the plugin, round-robin.
+node_actor pick_controller(const self_ptr& self, const std::string& plugin_id,
+                           const v1::TopologyRequest* topology = nullptr);
+// Claims one volume through its actor (which has the node publish it).
+void claim_volume(const self_ptr& self, v1::ClaimRequest c,
+                  std::function<void(std::optional<failure>, v1::ClaimResult)> done);
+// Releases one claim through its volume actor.
+void release_claim(const self_ptr& self, v1::ReleaseRequest r,
+                   std::function<void(std::optional<failure>, v1::Volume)> done);
+// Adds the watcher's progress to the claims of the volumes in a response.
+void add_progress(const self_ptr& self, v1::Response r, response_promise rp);
+
+// Forwards a request to a volume actor and answers with the volume, once
+// the catalog applied it.
+template <class... Ts>
+void ask_volume(const self_ptr& self, const volume_actor& actor, response_promise rp,
+                std::string message, Ts&&... xs) {
+  self->request(actor, caf::infinite, std::forward<Ts>(xs)...)
+      .then(
+          [self, rp, message](pb<v1::Volume>& v) mutable {
+            when_applied(self, v.msg.modify_index(), [self, rp, message, v = std::move(v.msg)]() mutable {
+              deliver(rp, volume_response(self->state.cat, v, message));
+            });
+          },
+          [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
+}
+
+// --- leader_allocs.cpp --------------------------------------------------------
+void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_promise rp);
+void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp);
+void alloc_update(const self_ptr& self, const v1::AllocUpdate& u, response_promise rp);
+
+// --- leader_volumes.cpp ---------------------------------------------------------
+void register_volume(const self_ptr& self, v1::Volume v, response_promise rp,
+                     std::string verb = "registered");
+void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp);
+void deregister_volume(const self_ptr& self, const v1::DeregisterRequest& d, response_promise rp);
+void volume_claim(const self_ptr& self, v1::ClaimRequest c, response_promise rp);
+void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise rp);
+void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, response_promise rp);
+void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, response_promise rp);
+
+// --- leader_nodes.cpp -------------------------------------------------------------
+void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp);
+// A client's heartbeat (its node actor registering again).
+void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node);
+// Timer: marks silent nodes down, expires waits, collects empty plugins.
+void leader_tick(const self_ptr& self);
+
+}  // namespace berth::leader_flows

@@ -1,0 +1,360 @@
+// The leader actor: the leader's volume flows: register, create, deregister, claim, release, detach, delete.
+#include <chrono>
+#include <random>
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/clock.hpp"
+#include "actors/leader_flows.hpp"
+#include "control/allocs.hpp"
+#include "control/entries.hpp"
+#include "control/nodes.hpp"
+#include "control/placement.hpp"
+#include "control/release.hpp"
+#include "control/views.hpp"
+
+namespace berth::leader_flows {
+
+// --- volumes ----------------------------------------------------------------------
+
+// volume detach VOLUME NODE: releases, one after the other, the claims that
+// plan_detach picks.
+void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, response_promise rp) {
+  auto& st = self->state;
+  auto found = lookup_volume(st.cat, d.namespace_(), d.volume_id());
+  if (found.error) {
+    deliver(rp, *found.error);
+    return;
+  }
+  auto plan = plan_detach(st.cat, st.cat.volumes.at(found.key), d.node_id());
+  if (plan.release.empty() && plan.kept.empty()) {
+    deliver(rp, volume_response(st.cat, st.cat.volumes.at(found.key),
+                                "volume " + quoted(d.volume_id()) + " has no claims on node " +
+                                    quoted(d.node_id()) + "; nothing to detach"));
+    return;
+  }
+  if (plan.release.empty()) {
+    std::string text = "volume " + quoted(d.volume_id()) + " is still used on node " +
+                       quoted(d.node_id()) + " by running alloc(s):";
+    for (const auto& k : plan.kept) text += " " + k;
+    text += "; stop them first (berth alloc stop ID), or wait until the node is marked down";
+    deliver(rp, failure{errc::refused, text});
+    return;
+  }
+  auto results = std::make_shared<std::vector<std::string>>();
+  auto remaining = std::make_shared<std::vector<std::string>>(plan.release.rbegin(), plan.release.rend());
+  auto key = found.key;
+  auto kept = plan.kept;
+  auto step = std::make_shared<std::function<void()>>();
+  std::weak_ptr<std::function<void()>> weak = step;
+  *step = [self, key, d, results, remaining, kept, rp, weak]() mutable {
+    if (remaining->empty()) {
+      std::string text = "volume " + quoted(d.volume_id()) + " detached from node " + quoted(d.node_id()) + ":";
+      for (const auto& r : *results) text += "\n  " + r;
+      for (const auto& k : kept) text += "\n  claim of alloc " + quoted(k) + " kept: the alloc is running";
+      const auto* v = find_volume(self->state.cat, key);
+      deliver(rp, volume_response(self->state.cat, v ? *v : v1::Volume{}, text));
+      return;
+    }
+    auto alloc = remaining->back();
+    remaining->pop_back();
+    v1::ReleaseRequest r;
+    r.set_namespace_(key.first);
+    r.set_volume_id(key.second);
+    r.set_alloc_id(alloc);
+    r.set_reason("detached by the operator");
+    r.set_operator_detach(true);
+    auto again = weak.lock();
+    release_claim(self, std::move(r), [results, alloc, again](std::optional<failure> f, v1::Volume) {
+      results->push_back(f ? "claim of alloc " + quoted(alloc) + " not released yet: " + f->message +
+                                 " (the volume watcher retries)"
+                           : "claim of alloc " + quoted(alloc) + " released");
+      (*again)();
+    });
+  };
+  (*step)();
+}
+
+// volume delete: DeleteVolume through a controller, then deregistration.
+void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, response_promise rp) {
+  auto& st = self->state;
+  auto found = lookup_volume(st.cat, d.namespace_(), d.volume_id());
+  if (found.error) {
+    deliver(rp, *found.error);
+    return;
+  }
+  const auto vol = st.cat.volumes.at(found.key);
+  if (auto f = can_deregister(vol)) {
+    deliver(rp, *f);
+    return;
+  }
+  auto controller = pick_controller(self, vol.plugin_id());
+  if (!controller) {
+    deliver(rp, failure{errc::unavailable, "plugin " + quoted(vol.plugin_id()) +
+                                               " has no healthy controller on a node with a berth "
+                                               "client; volume " + quoted(vol.id()) +
+                                               " cannot be deleted now"});
+    return;
+  }
+  auto key = found.key;
+  self->request(controller, csi_step_timeout, deregister_atom::value, wrap(vol))
+      .then(
+          [self, key, rp](bool) mutable {
+            auto actor = self->state.volume_actors.find(key);
+            if (actor == self->state.volume_actors.end()) {
+              deliver(rp, failure{errc::not_found, "volume " + quoted(key.second) + " vanished"});
+              return;
+            }
+            ask_volume(self, actor->second, rp,
+                       "volume " + quoted(key.second) + " deleted (DeleteVolume) and deregistered",
+                       deregister_atom::value, false);
+          },
+          [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
+}
+
+// deregister --force: releases every claim (each through the release
+// workflow, one after the other), then deregisters.
+void force_deregister(const self_ptr& self, volume_key key, std::vector<std::string> allocs,
+                      response_promise rp) {
+  auto actor = self->state.volume_actors.find(key);
+  if (actor == self->state.volume_actors.end()) {
+    deliver(rp, failure{errc::not_found, "volume " + quoted(key.second) + " vanished"});
+    return;
+  }
+  if (allocs.empty()) {
+    ask_volume(self, actor->second, rp,
+               "volume " + quoted(key.second) + " deregistered after releasing its claims",
+               deregister_atom::value, true);
+    return;
+  }
+  auto alloc = allocs.back();
+  allocs.pop_back();
+  v1::ReleaseRequest r;
+  r.set_namespace_(key.first);
+  r.set_volume_id(key.second);
+  r.set_alloc_id(alloc);
+  r.set_reason("deregister --force");
+  // A release that cannot finish now (plugin or node gone) is dropped by
+  // --force; the volume actor still refuses a claim that is taken.
+  release_claim(self, std::move(r), [self, key, allocs, rp](std::optional<failure>, v1::Volume) mutable {
+    force_deregister(self, key, std::move(allocs), rp);
+  });
+}
+
+// volume create: CreateVolume through a controller, then registration of
+// what the plugin created.
+void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp) {
+  auto& st = self->state;
+  apply_defaults(spec);
+  bool placeholder = spec.external_id().empty();
+  if (placeholder) spec.set_external_id("(to be created)");
+  auto problems = validate_volume(spec);
+  if (placeholder) spec.clear_external_id();
+  if (!placeholder)
+    problems.push_back({"external_id", "is chosen by the plugin on create; use volume register "
+                                       "for an existing volume"});
+  if (!spec.plugin_id().empty() && !find_plugin(st.cat, spec.plugin_id()))
+    problems.push_back({"plugin_id", "plugin " + quoted(spec.plugin_id()) +
+                                         " is not registered by any node (see berth plugin status)"});
+  if (!problems.empty()) {
+    deliver(rp, failure{errc::invalid, describe("volume " + quoted(spec.id()), problems)});
+    return;
+  }
+  if (find_volume(st.cat, {spec.namespace_(), spec.id()})) {
+    deliver(rp, failure{errc::refused, "volume " + quoted(spec.id()) +
+                                           " is already registered in namespace " +
+                                           quoted(spec.namespace_())});
+    return;
+  }
+  auto controller = pick_controller(self, spec.plugin_id(), &spec.topology_request());
+  if (!controller) {
+    deliver(rp, failure{errc::unavailable,
+                        "plugin " + quoted(spec.plugin_id()) +
+                            " has no healthy controller on a node with a berth client" +
+                            (spec.topology_request().required().empty()
+                                 ? std::string()
+                                 : " in the volume's required topology") +
+                            "; volumes of it cannot be created now"});
+    return;
+  }
+  self->request(controller, csi_step_timeout, create_atom::value, wrap(std::move(spec)))
+      .then([self, rp](pb<v1::Volume>& created) mutable {
+              register_volume(self, std::move(created.msg), rp, "created");
+            },
+            [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
+}
+
+void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, std::string verb) {
+  auto& st = self->state;
+  apply_defaults(v);
+  auto problems = validate_volume(v);
+  if (!v.plugin_id().empty() && !find_plugin(st.cat, v.plugin_id()))
+    problems.push_back({"plugin_id", "plugin " + quoted(v.plugin_id()) +
+                                         " is not registered by any node (see berth plugin status)"});
+  if (!problems.empty()) {
+    deliver(rp, failure{errc::invalid, describe("volume " + quoted(v.id()), problems)});
+    return;
+  }
+  volume_key key{v.namespace_(), v.id()};
+  bool fresh = !st.volume_actors.count(key);
+  // A new registration of an existing volume is checked with the plugin
+  // (ValidateVolumeCapabilities) when a controller of it is reachable.
+  if (fresh && verb == "registered") {
+    if (auto controller = pick_controller(self, v.plugin_id())) {
+      auto id = v.id(), plugin = v.plugin_id(), ext = v.external_id();
+      self->request(controller, csi_step_timeout, validate_atom::value, wrap(v))
+          .then(
+              [self, v, rp, id, plugin, ext](std::string& why) mutable {
+                if (!why.empty()) {
+                  deliver(rp, failure{errc::invalid, "volume " + quoted(id) + ": plugin " + quoted(plugin) +
+                                                         " does not confirm its capabilities for "
+                                                         "external_id " + quoted(ext) + ": " + why});
+                  return;
+                }
+                register_volume(self, std::move(v), rp, "registered (validated by the plugin)");
+              },
+              [rp, id, plugin, ext](caf::error& e) mutable {
+                auto f = to_failure(e);
+                f.message = "volume " + quoted(id) + ": plugin " + quoted(plugin) +
+                            " could not validate external_id " + quoted(ext) + ": " + f.message;
+                deliver(rp, f);
+              });
+      return;
+    }
+  }
+  if (fresh) st.volume_actors.emplace(key, spawn_volume(self, v1::Volume{}, false));
+  auto actor = st.volume_actors[key];
+  if (!fresh) verb = "updated";
+  self->request(actor, caf::infinite, register_atom::value, wrap(std::move(v)))
+      .then(
+          [self, rp, verb](pb<v1::Volume>& stored) mutable {
+            when_applied(self, stored.msg.modify_index(), [self, rp, verb, v = std::move(stored.msg)]() mutable {
+              deliver(rp, volume_response(self->state.cat, v, "volume " + quoted(v.id()) + " " + verb));
+            });
+          },
+          [self, rp, key, actor](caf::error& e) mutable {
+            if (!find_volume(self->state.cat, key)) {
+              // A first registration that failed leaves no actor behind.
+              self->state.volume_actors.erase(key);
+              self->send_exit(actor, caf::exit_reason::user_shutdown);
+            }
+            deliver(rp, to_failure(e));
+          });
+}
+
+void volume_claim(const self_ptr& self, v1::ClaimRequest c, response_promise rp) {
+  auto& st = self->state;
+  c.clear_node_volume_count();
+  c.clear_alloc();
+  auto found = lookup_volume(st.cat, c.namespace_(), c.volume_id());
+  if (found.error) {
+    deliver(rp, *found.error);
+    return;
+  }
+  auto alloc = alloc_of_claim(st.cat, c, wall_ms());
+  if (alloc.error) {
+    deliver(rp, *alloc.error);
+    return;
+  }
+  if (alloc.upsert) *c.mutable_alloc() = *alloc.upsert;
+  std::string msg = "volume " + quoted(c.volume_id()) + " claimed for " +
+                    (c.read_only() ? "reading" : "writing") + " by alloc " + quoted(c.alloc_id()) +
+                    " on node " + quoted(c.node_id());
+  bool client = static_cast<bool>(node_of(self, c.node_id()));
+  claim_volume(self, c, [self, msg, rp, client](std::optional<failure> f, v1::ClaimResult r) mutable {
+    if (f) {
+      deliver(rp, *f);
+      return;
+    }
+    auto text = msg;
+    if (!r.published_path().empty())
+      text += "; published at " + r.published_path();
+    else if (!client)
+      text += "; node has no berth client, so nothing was published";
+    auto resp = volume_response(self->state.cat, r.volume(), text);
+    resp.set_published_path(r.published_path());
+    deliver(rp, std::move(resp));
+  });
+}
+
+void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise rp) {
+  auto& st = self->state;
+  r.clear_node_detached();
+  r.clear_operator_detach();
+  r.set_reason("released by the operator");
+  auto found = lookup_volume(st.cat, r.namespace_(), r.volume_id());
+  if (found.error) {
+    deliver(rp, *found.error);
+    return;
+  }
+  if (!find_claim(st.cat.volumes.at(found.key), r.alloc_id())) {
+    deliver(rp, failure{errc::not_found, "volume " + quoted(r.volume_id()) + " has no claim of alloc " +
+                                             quoted(r.alloc_id())});
+    return;
+  }
+  auto key = found.key;
+  auto text = "claim of alloc " + quoted(r.alloc_id()) + " on volume " + quoted(r.volume_id()) + " released";
+  auto alloc = r.alloc_id();
+  release_claim(self, r, [self, key, alloc, text, rp](std::optional<failure> f, v1::Volume v) mutable {
+    if (f) {
+      deliver(rp, *f);
+      return;
+    }
+    // The volume leaves a command-less alloc; an empty one is deleted.
+    write(self,
+          [alloc, key](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+            auto change = alloc_after_release(c, alloc, key);
+            if (!change) return std::vector<v1::Change>{};
+            return std::vector<v1::Change>{*change};
+          },
+          ignore_result());
+    deliver(rp, volume_response(self->state.cat, v, text));
+  });
+}
+
+// volume deregister: refused while claimed; with --force, every claim is
+// released first.
+void deregister_volume(const self_ptr& self, const v1::DeregisterRequest& d, response_promise rp) {
+  auto& st = self->state;
+  auto found = lookup_volume(st.cat, d.namespace_(), d.volume_id());
+  if (found.error) {
+    deliver(rp, *found.error);
+    return;
+  }
+  if (!d.force()) {
+    ask_volume(self, st.volume_actors.at(found.key), rp,
+               "volume " + quoted(d.volume_id()) + " deregistered", deregister_atom::value, false);
+    return;
+  }
+  std::vector<std::string> allocs;
+  for (const auto& c : st.cat.volumes.at(found.key).claims()) allocs.push_back(c.alloc_id());
+  force_deregister(self, found.key, std::move(allocs), rp);
+}
+
+// Adds the watcher's progress to the claims of the volumes in a response.
+void add_progress(const self_ptr& self, v1::Response r, response_promise rp) {
+  bool releasing = false;
+  for (const auto& v : r.volumes())
+    for (const auto& c : v.claims()) releasing |= c.state() != v1::CLAIM_TAKEN;
+  if (!releasing) {
+    deliver(rp, std::move(r));
+    return;
+  }
+  self->request(self->state.watcher, std::chrono::seconds(5), status_atom::value)
+      .then(
+          [r, rp](pb<v1::WatcherStatus>& s) mutable {
+            for (auto& v : *r.mutable_volumes())
+              for (auto& c : *v.mutable_claims())
+                for (const auto& p : s.msg.releases())
+                  if (p.namespace_() == v.namespace_() && p.volume_id() == v.id() &&
+                      p.alloc_id() == c.alloc_id()) {
+                    c.set_release_attempts(p.attempts());
+                    c.set_release_error(p.last_error());
+                    c.set_release_next_retry_ms(p.next_retry_ms());
+                  }
+            deliver(rp, std::move(r));
+          },
+          [r, rp](caf::error&) mutable { deliver(rp, std::move(r)); });
+}
+
+}  // namespace berth::leader_flows

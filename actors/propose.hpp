@@ -1,0 +1,20 @@
+// The one way an actor proposes a change: the changes go into one log entry
+// (control/entries.hpp), so an operation that changes several objects
+// commits them together.  The handle answers with the entry's index once it
+// is committed (durable on a majority); chain .then or .await on it.
+#pragma once
+
+#include <vector>
+
+#include "actors/actors.hpp"
+#include "control/entries.hpp"
+
+namespace berth {
+
+template <class Self>
+auto propose(Self self, const replicated_log_actor& log, std::vector<v1::Change> changes) {
+  return self->request(log, caf::infinite, propose_atom::value,
+                       wrap(make_entry(std::move(changes))));
+}
+
+}  // namespace berth

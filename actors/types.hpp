@@ -1,0 +1,127 @@
+// The message types of berth's actor protocol (actors/actors.hpp): pb<T>,
+// which carries a protobuf message between actors and processes, the
+// in-process messages, and how berth's one error type (failure) crosses
+// actors as a caf::error.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+#include <caf/fwd.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/sec.hpp>
+#include <caf/result.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include "messages/api.pb.h"
+#include "messages/berth.pb.h"
+#include "messages/model.hpp"
+#include "messages/raft.pb.h"
+#include "persistence/log_store.hpp"
+#include "persistence/state_store.hpp"
+
+namespace berth::csi {
+class client;
+}
+
+namespace berth {
+
+// --- pb<T>: a protobuf message as a CAF message element --------------------
+
+// Serialized as its protobuf bytes when it crosses the network.  Printing
+// one (CAF's to_string) shows only its type, never its contents, so no
+// secret can reach a log through it.
+template <class T>
+struct pb {
+  T msg;
+};
+
+template <class T>
+pb<T> wrap(T msg) {
+  return pb<T>{std::move(msg)};
+}
+
+template <class T>
+std::string to_string(const pb<T>&) {
+  return "pb<" + T::descriptor()->full_name() + ">";
+}
+
+template <class Inspector, class T>
+typename Inspector::result_type inspect(Inspector& f, pb<T>& x) {
+  std::string bytes;
+  if constexpr (Inspector::reads_state) bytes = x.msg.SerializeAsString();
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    if (!x.msg.ParseFromString(bytes)) return caf::make_error(caf::sec::invalid_argument);
+    return caf::none;
+  });
+  return f(caf::meta::type_name("berth.pb"), bytes, load);
+}
+
+// --- errors -----------------------------------------------------------------
+
+// A berth failure as a caf::error (category "berth") and back.  Errors of
+// CAF itself (timeouts, dead actors) come back as unavailable/internal.
+caf::error to_error(const failure& f);
+caf::error make_error(errc code, std::string message);
+failure to_failure(const caf::error& e);
+
+// How long a server waits for a client's answer to one CSI step (a few CSI
+// calls, each under the client's --csi-timeout, 30 s by default).  CAF does
+// not fail a request to a remote actor whose connection died, so without
+// this a volume would wait forever for a client killed mid-step; the step
+// fails instead, and the volume watcher retries it (CSI calls are
+// idempotent, and the client runs a plugin's calls in order).
+constexpr std::chrono::seconds csi_step_timeout{75};
+
+// --- in-process messages ----------------------------------------------------
+
+// Committed entries, in index order, for the state machine to apply.
+struct committed_batch {
+  std::vector<std::pair<uint64_t, std::string>> entries;  // index, LogEntry bytes
+};
+
+// What CSI calls produced: an error for the operator, or the values the
+// caller asked for.
+struct csi_outcome {
+  std::optional<failure> error;
+  std::map<std::string, std::string> publish_context;
+  std::string target_path;
+  v1::Volume volume;                // CreateVolume
+  v1::PluginInstance instance;      // fingerprint: the instance as probed
+};
+
+// A sequence of CSI calls to run on a plugin connection's own thread.
+struct csi_job {
+  std::function<csi_outcome(csi::client&)> run;
+};
+
+}  // namespace berth
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::state_contents)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::committed_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_outcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_job)
+
+namespace berth {
+
+// "HOST:PORT" as host and port (0 when there is none).
+std::pair<std::string, uint16_t> split_address(const std::string& address);
+
+// Registers the message types that cross the network with a CAF config.
+void add_message_types(caf::actor_system_config& cfg);
+
+}  // namespace berth

@@ -1,0 +1,159 @@
+#include "control/allocs.hpp"
+
+#include <algorithm>
+
+#include "control/entries.hpp"
+
+namespace berth {
+
+namespace {
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+}  // namespace
+
+std::vector<std::string> claimed_volumes(const catalog& c, const v1::Alloc& a) {
+  std::vector<std::string> out;
+  for (const auto& av : a.volumes()) {
+    const auto* v = find_volume(c, {a.namespace_(), av.volume_id()});
+    if (v != nullptr && find_claim(*v, a.id()) != nullptr) out.push_back(av.volume_id());
+  }
+  return out;
+}
+
+bool claims_freed(const catalog& c, const std::string& alloc_id) {
+  const auto* a = find_alloc(c, alloc_id);
+  return a == nullptr || claimed_volumes(c, *a).empty();
+}
+
+v1::Alloc pending_alloc(const v1::AllocRunRequest& req, std::string id, int64_t now_ms) {
+  v1::Alloc a;
+  a.set_id(std::move(id));
+  a.set_namespace_(ns_or_default(req.namespace_()));
+  a.set_node_id(req.node_id());
+  *a.mutable_volumes() = req.volumes();
+  *a.mutable_command() = req.command();
+  a.set_state(v1::ALLOC_PENDING);
+  a.set_created_at_ms(now_ms);
+  a.set_modified_at_ms(now_ms);
+  return a;
+}
+
+std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, bool connected) {
+  auto problems = validate_alloc(a);
+  if (!problems.empty())
+    return failure{errc::invalid, describe("alloc " + quoted(a.id()), problems)};
+  if (find_alloc(c, a.id()) != nullptr)
+    return failure{errc::refused, "alloc " + quoted(a.id()) + " exists already; run with another id"};
+  const auto* n = find_node(c, a.node_id());
+  if (n == nullptr || !n->has_client())
+    return failure{errc::not_found, "node " + quoted(a.node_id()) +
+                                        " has no berth client (list nodes with: berth node status)"};
+  if (n->status() == v1::NODE_DOWN)
+    return failure{errc::refused, "node " + quoted(a.node_id()) +
+                                      " is down (its client stopped heartbeating); run the alloc "
+                                      "on another node"};
+  if (!connected)
+    return failure{errc::unavailable,
+                   "the berth client of node " + quoted(a.node_id()) +
+                       " is not connected to this leader yet; retry",
+                   true};
+  for (const auto& v : a.volumes())
+    if (find_volume(c, {a.namespace_(), v.volume_id()}) == nullptr)
+      return failure{errc::not_found, "volume " + quoted(v.volume_id()) +
+                                          " is not registered in namespace " +
+                                          quoted(a.namespace_()) +
+                                          " (list volumes with: berth volume status)"};
+  return std::nullopt;
+}
+
+alloc_for_claim alloc_of_claim(const catalog& c, const v1::ClaimRequest& req, int64_t now_ms) {
+  v1::Alloc a;
+  if (const auto* known = find_alloc(c, req.alloc_id())) {
+    a = *known;
+    if (alloc_terminal(a.state()))
+      return {failure{errc::refused, "alloc " + quoted(a.id()) + " is " +
+                                         std::string(name_of(a.state())) +
+                                         "; a terminal alloc claims nothing (use a new alloc id)"},
+              std::nullopt};
+    if (a.node_id() != req.node_id())
+      return {failure{errc::refused, "alloc " + quoted(a.id()) + " runs on node " +
+                                         quoted(a.node_id()) + ", not " + quoted(req.node_id())},
+              std::nullopt};
+    for (const auto& v : a.volumes())
+      if (v.volume_id() == req.volume_id()) return {};
+  } else {
+    // The claim rules name a bad id; no alloc is made for it.
+    if (!valid_id(req.alloc_id()) || !valid_id(req.node_id())) return {};
+    a.set_id(req.alloc_id());
+    a.set_namespace_(ns_or_default(req.namespace_()));
+    a.set_node_id(req.node_id());
+    a.set_state(v1::ALLOC_RUNNING);
+    a.set_created_at_ms(now_ms);
+    a.set_message("claims made with berth volume claim");
+  }
+  auto* v = a.add_volumes();
+  v->set_name(req.volume_id());
+  v->set_volume_id(req.volume_id());
+  v->set_read_only(req.read_only());
+  a.set_modified_at_ms(now_ms);
+  return {std::nullopt, std::move(a)};
+}
+
+std::optional<v1::Change> alloc_after_release(const catalog& c, const std::string& alloc_id,
+                                              const volume_key& volume) {
+  const auto* known = find_alloc(c, alloc_id);
+  if (known == nullptr || !known->command().empty() || known->namespace_() != volume.first)
+    return std::nullopt;
+  const auto* v = find_volume(c, volume);
+  if (v != nullptr && find_claim(*v, alloc_id) != nullptr) return std::nullopt;  // not freed
+  auto a = *known;
+  auto* vs = a.mutable_volumes();
+  auto pos = std::find_if(vs->begin(), vs->end(), [&](const v1::AllocVolume& x) {
+    return x.volume_id() == volume.second;
+  });
+  if (pos == vs->end()) return std::nullopt;
+  vs->erase(pos);
+  if (a.volumes().empty()) return alloc_delete_change(a.id());
+  return upsert_change(std::move(a));
+}
+
+bool alloc_may_become(v1::AllocState from, v1::AllocState to) {
+  switch (from) {
+    case v1::ALLOC_PENDING:
+      return to == v1::ALLOC_RUNNING || to == v1::ALLOC_FAILED || to == v1::ALLOC_LOST;
+    case v1::ALLOC_RUNNING:
+      return to == v1::ALLOC_COMPLETE || to == v1::ALLOC_FAILED || to == v1::ALLOC_LOST;
+    default:
+      return false;
+  }
+}
+
+v1::Alloc alloc_in_state(v1::Alloc a, v1::AllocState state, std::string why, int64_t now_ms,
+                         int32_t exit_code) {
+  a.set_state(state);
+  a.set_message(std::move(why));
+  a.set_exit_code(exit_code);
+  a.set_modified_at_ms(now_ms);
+  return a;
+}
+
+alloc_update_result alloc_after_update(const catalog& c, const v1::AllocUpdate& u,
+                                       int64_t now_ms) {
+  const auto* a = find_alloc(c, u.id());
+  if (a == nullptr) return {failure{errc::not_found, "alloc " + quoted(u.id()) + " does not exist"}, {}};
+  if (!alloc_may_become(a->state(), u.state()) || a->node_id() != u.node_id()) return {};
+  return {std::nullopt, alloc_in_state(*a, u.state(), u.message(), now_ms, u.exit_code())};
+}
+
+std::vector<v1::Change> fail_interrupted_allocs(const catalog& c, int64_t now_ms) {
+  std::vector<v1::Change> out;
+  for (const auto& [id, a] : c.allocs)
+    if (a.state() == v1::ALLOC_PENDING)
+      out.push_back(upsert_change(alloc_in_state(
+          a, v1::ALLOC_FAILED, "the leader changed while the alloc was starting; run it again",
+          now_ms)));
+  return out;
+}
+
+}  // namespace berth

@@ -1,0 +1,103 @@
+#include "control/catalog.hpp"
+
+#include "control/entries.hpp"
+
+namespace berth {
+
+namespace {
+
+template <class Map, class Key, class T>
+v1::Change put(Map& m, const Key& key, const T& x) {
+  v1::Change before;
+  auto it = m.find(key);
+  if (it != m.end()) {
+    before = upsert_change(it->second);
+    it->second = x;
+  } else {
+    m.emplace(key, x);
+  }
+  return before;
+}
+
+template <class Map, class Key>
+v1::Change erase(Map& m, const Key& key) {
+  v1::Change before;
+  auto it = m.find(key);
+  if (it == m.end()) return before;
+  before = upsert_change(it->second);
+  m.erase(it);
+  return before;
+}
+
+}  // namespace
+
+std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry) {
+  std::vector<applied_change> out;
+  if (index <= c.applied_index) return out;
+  c.applied_index = index;
+  for (auto change : entry.changes()) {
+    stamp(change, index);
+    v1::Change before;
+    switch (change.change_case()) {
+      case v1::Change::kVolumeUpsert: {
+        const auto& v = change.volume_upsert();
+        before = put(c.volumes, volume_key{v.namespace_(), v.id()}, v);
+        break;
+      }
+      case v1::Change::kVolumeDelete:
+        before = erase(c.volumes, volume_key{change.volume_delete().namespace_(),
+                                             change.volume_delete().id()});
+        break;
+      case v1::Change::kPluginUpsert:
+        before = put(c.plugins, change.plugin_upsert().id(), change.plugin_upsert());
+        break;
+      case v1::Change::kPluginDelete:
+        before = erase(c.plugins, change.plugin_delete());
+        break;
+      case v1::Change::kNodeUpsert:
+        before = put(c.nodes, change.node_upsert().id(), change.node_upsert());
+        break;
+      case v1::Change::kNodeDelete:
+        before = erase(c.nodes, change.node_delete());
+        break;
+      case v1::Change::kAllocUpsert:
+        before = put(c.allocs, change.alloc_upsert().id(), change.alloc_upsert());
+        break;
+      case v1::Change::kAllocDelete:
+        before = erase(c.allocs, change.alloc_delete());
+        break;
+      case v1::Change::kRestoreState:
+        c.restored = true;
+        change.set_restore_state("");  // the bytes stay in the log, not here
+        break;
+      case v1::Change::CHANGE_NOT_SET:
+        continue;
+    }
+    out.push_back({std::move(change), std::move(before)});
+  }
+  return out;
+}
+
+const v1::Volume* find_volume(const catalog& c, const volume_key& key) {
+  auto it = c.volumes.find(key);
+  return it == c.volumes.end() ? nullptr : &it->second;
+}
+
+const v1::Alloc* find_alloc(const catalog& c, const std::string& id) {
+  auto it = c.allocs.find(id);
+  return it == c.allocs.end() ? nullptr : &it->second;
+}
+
+const v1::Node* find_node(const catalog& c, const std::string& id) {
+  auto it = c.nodes.find(id);
+  return it == c.nodes.end() ? nullptr : &it->second;
+}
+
+const v1::Plugin* find_plugin(const catalog& c, const std::string& id) {
+  auto it = c.plugins.find(id);
+  return it == c.plugins.end() ? nullptr : &it->second;
+}
+
+std::string ns_or_default(const std::string& ns) { return ns.empty() ? "default" : ns; }
+
+}  // namespace berth

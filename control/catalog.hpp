@@ -1,0 +1,52 @@
+// The catalog: volumes (with their claims), plugins, nodes and allocs as of
+// an applied log index.  It changes only in `apply`, with committed entries
+// in index order, so whoever reads it (the leader's answers, the volume
+// watcher, the metrics) sees exactly what the log committed, never a change
+// still in flight.  Plain data, no I/O: the state tables (persistence/
+// state_store) apply the same entries with the same `stamp`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "messages/berth.pb.h"
+
+namespace berth {
+
+using volume_key = std::pair<std::string, std::string>;  // namespace, id
+
+// What applying one change did: the change as stamped, and the object it
+// replaced or deleted (an empty change when there was none).  The leader
+// tells the watcher and the metrics from these.
+struct applied_change {
+  v1::Change change;
+  v1::Change before;
+};
+
+struct catalog {
+  uint64_t applied_index = 0;
+  std::map<volume_key, v1::Volume> volumes;  // with secrets: never shown as is
+  std::map<std::string, v1::Plugin> plugins;
+  std::map<std::string, v1::Node> nodes;
+  std::map<std::string, v1::Alloc> allocs;
+  // A committed operator restore replaced the state wholesale: this copy is
+  // stale until it is loaded again from the state tables.
+  bool restored = false;
+};
+
+// Applies one committed entry at `index` (entries at or below the applied
+// index are skipped: applying is idempotent).  Returns what changed.
+std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry);
+
+const v1::Volume* find_volume(const catalog& c, const volume_key& key);
+const v1::Alloc* find_alloc(const catalog& c, const std::string& id);
+const v1::Node* find_node(const catalog& c, const std::string& id);
+const v1::Plugin* find_plugin(const catalog& c, const std::string& id);
+
+// "default" for an empty namespace.
+std::string ns_or_default(const std::string& ns);
+
+}  // namespace berth

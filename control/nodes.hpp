@@ -1,0 +1,67 @@
+// Nodes: their liveness (heartbeats, down after a silence, back again), the
+// plugins they run, and the garbage collection of plugins no node runs any
+// more.  Pure functions of the committed catalog and the leader's clock
+// readings, which the leader passes in.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "control/catalog.hpp"
+#include "messages/api.pb.h"
+#include "messages/model.hpp"
+
+namespace berth {
+
+// A heartbeat from the node's berth client: the node record to commit
+// (ready, with a client), or nullopt when it is so already.
+std::optional<v1::Node> node_after_heartbeat(const catalog& c, const std::string& node_id,
+                                             int64_t now_ms);
+
+// Nodes with a client that have been silent for longer than `timeout_ms`
+// at `now_ms` (steady clock), with how long.  A node the leader has not
+// heard from since it started gets a full timeout from now (recorded in
+// `last_seen`): a new leader does not declare nodes down for its own
+// absence.
+struct silent_node {
+  std::string id;
+  int64_t silent_ms;
+};
+std::vector<silent_node> silent_nodes(const catalog& c, std::map<std::string, int64_t>& last_seen,
+                                      int64_t now_ms, int64_t timeout_ms);
+
+// Marking a node down, as one entry: the node down and its live allocs
+// lost (the watcher then releases their claims without the node).
+std::vector<v1::Change> mark_down(const catalog& c, const std::string& node_id,
+                                  int64_t silent_ms, int64_t now_ms);
+
+// When a node's client connects again: the complete allocs whose claims
+// are still held (the client must stop their commands before the watcher
+// unpublishes), and the lost allocs (the client stops and unmounts them
+// from its own records).
+std::vector<std::string> allocs_to_stop_on_reconnect(const catalog& c, const std::string& node_id);
+std::vector<std::string> lost_allocs_of(const catalog& c, const std::string& node_id);
+
+// Every problem of a plugin fingerprint at once.
+std::vector<problem> validate_fingerprint(const v1::Fingerprint& f);
+
+// Applies a fingerprint to the plugin's instances (adds, updates or
+// removes the node's instance; stamps the changed instances with `now_ms`).
+// Returns true when anything changed.
+bool apply_fingerprint(v1::Plugin& p, const v1::Fingerprint& f, int64_t now_ms);
+
+// After a plugin's instances changed by a fingerprint: the node record
+// listing (or no longer listing) the plugin, or nullopt when unchanged.
+std::optional<v1::Node> node_after_fingerprint(const catalog& c, const v1::Fingerprint& f,
+                                               const v1::Plugin& p);
+
+// The fingerprints that remove a down node's instances of its plugins.
+std::vector<v1::Fingerprint> instances_of_down_node(const catalog& c, const std::string& node_id);
+
+// Plugins without any instance left (Nomad's zombie plugins): deleted.
+std::vector<std::string> plugins_to_collect(const catalog& c);
+
+}  // namespace berth

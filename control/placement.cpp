@@ -1,0 +1,49 @@
+#include "control/placement.hpp"
+
+#include "messages/model.hpp"
+
+namespace berth {
+
+bool in_required_topology(const v1::Plugin& p, const std::string& node_id,
+                          const v1::TopologyRequest* topology) {
+  if (topology == nullptr || topology->required().empty()) return true;
+  const auto* inst = node_instance(p, node_id);
+  if (inst == nullptr) return false;
+  for (const auto& t : topology->required())
+    if (topology_matches(inst->accessible_topology(), t)) return true;
+  return false;
+}
+
+std::vector<std::string> controller_candidates(
+    const v1::Plugin& p, const std::function<bool(const std::string&)>& connected,
+    const v1::TopologyRequest* topology) {
+  std::vector<std::string> out;
+  for (const auto& c : p.controllers())
+    if (c.healthy() && connected(c.node_id()) && in_required_topology(p, c.node_id(), topology))
+      out.push_back(c.node_id());
+  return out;
+}
+
+std::optional<std::string> next_in_turn(const std::vector<std::string>& candidates,
+                                        size_t& turn) {
+  if (candidates.empty()) return std::nullopt;
+  return candidates[turn++ % candidates.size()];
+}
+
+int64_t node_volume_count(const catalog& c, const std::string& node, const std::string& plugin,
+                          const volume_key& except, const std::set<volume_key>& in_flight) {
+  std::set<volume_key> seen;
+  for (const auto& [key, v] : c.volumes) {
+    if (key == except || v.plugin_id() != plugin) continue;
+    for (const auto& claim : v.claims())
+      if (claim.node_id() == node) {
+        seen.insert(key);
+        break;
+      }
+  }
+  for (const auto& k : in_flight)
+    if (k != except) seen.insert(k);
+  return static_cast<int64_t>(seen.size());
+}
+
+}  // namespace berth

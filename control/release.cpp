@@ -1,0 +1,53 @@
+#include "control/release.hpp"
+
+#include "messages/model.hpp"
+
+namespace berth {
+
+release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
+                               const release_facts& facts) {
+  const auto* c = find_claim(v, alloc_id);
+  if (c == nullptr) return {release_action::done};
+  switch (c->state()) {
+    case v1::CLAIM_TAKEN:
+      return {release_action::commit, v1::CLAIM_UNPUBLISHING};
+    case v1::CLAIM_UNPUBLISHING:
+      if (!facts.node_connected && facts.node_detached)
+        return {release_action::commit, v1::CLAIM_NODE_DETACHED};
+      if (!facts.node_connected) return {release_action::wait_for_node};
+      return {release_action::node_unpublish, v1::CLAIM_NODE_DETACHED,
+              !other_publications_on_node(v, c->node_id(), alloc_id)};
+    case v1::CLAIM_NODE_DETACHED:
+      if (!facts.controller_required || other_publications_on_node(v, c->node_id(), alloc_id))
+        return {release_action::commit, v1::CLAIM_CONTROLLER_DETACHED};
+      if (!facts.controller_available) return {release_action::wait_for_controller};
+      return {release_action::controller_unpublish, v1::CLAIM_CONTROLLER_DETACHED};
+    default:
+      return {release_action::commit, v1::CLAIM_READY_TO_FREE};
+  }
+}
+
+bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
+                          bool operator_detach) {
+  if (connected) return false;
+  const auto* n = find_node(c, claim.node_id());
+  return n == nullptr || !n->has_client() || n->status() == v1::NODE_DOWN || operator_detach;
+}
+
+detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string& node_id) {
+  detach_plan plan;
+  const auto* n = find_node(c, node_id);
+  bool node_down = n != nullptr && n->status() == v1::NODE_DOWN;
+  for (const auto& claim : v.claims()) {
+    if (claim.node_id() != node_id) continue;
+    const auto* a = find_alloc(c, claim.alloc_id());
+    bool live = a != nullptr && !alloc_terminal(a->state());
+    if (live && !node_down && claim.state() == v1::CLAIM_TAKEN)
+      plan.kept.push_back(claim.alloc_id());
+    else
+      plan.release.push_back(claim.alloc_id());
+  }
+  return plan;
+}
+
+}  // namespace berth

@@ -1,0 +1,60 @@
+// The release of a claim, step by step, and which claims an operator's
+// detach releases.  The volume actor asks `next_release_step` what to do,
+// does it (a commit, or a CSI call through a node), and asks again; every
+// step is committed, so a release interrupted anywhere (a failed call, a
+// leader change) resumes where it stopped.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "control/catalog.hpp"
+
+namespace berth {
+
+// What the volume actor knows when it asks for the next step.
+struct release_facts {
+  bool node_connected = false;   // the claim's node has a connected berth client
+  bool node_detached = false;    // the claim's node is down or has no client: nothing to unpublish
+  bool controller_required = false;  // the plugin needs ControllerUnpublishVolume
+  bool controller_available = false; // a healthy controller on a connected node
+};
+
+enum class release_action {
+  done,                  // the claim is freed (or never existed)
+  commit,                // commit the claim in state `to` (freed when ready-to-free)
+  node_unpublish,        // NodeUnpublishVolume (and NodeUnstageVolume when `unstage`), then commit `to`
+  controller_unpublish,  // ControllerUnpublishVolume, then commit `to`
+  wait_for_node,         // the node's client is not connected: retry later
+  wait_for_controller,   // no healthy controller: retry later
+};
+
+struct release_step {
+  release_action action = release_action::done;
+  v1::ClaimState to = v1::CLAIM_STATE_UNKNOWN;
+  bool unstage = false;
+};
+
+// The spec's order: taken -> unpublishing -> NodeUnpublish (+ NodeUnstage
+// when no other claim on the node is published) -> node-detached ->
+// ControllerUnpublish (when the plugin requires it and no other claim on
+// the node remains) -> controller-detached -> freed.
+release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
+                               const release_facts& facts);
+
+// Whether a claim's release goes on without its node: the node is down,
+// unknown or has no berth client (nothing was published there), or the
+// operator detaches it, unless its client is connected.
+bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
+                          bool operator_detach);
+
+// volume detach VOLUME NODE: the claims on that node to release (of allocs
+// that are terminal or vanished, claims already in release, or any claim
+// when the node is down) and the ones kept (taken by running allocs).
+struct detach_plan {
+  std::vector<std::string> release;
+  std::vector<std::string> kept;
+};
+detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string& node_id);
+
+}  // namespace berth

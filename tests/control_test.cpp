@@ -1,0 +1,594 @@
+// The control plane's pure rules (control/): the catalog's apply, the one
+// entry builder, alloc lifecycle, node liveness, controller choice, the
+// release steps and detach selection.
+#include <doctest/doctest.h>
+
+#include "control/allocs.hpp"
+#include "control/catalog.hpp"
+#include "control/entries.hpp"
+#include "control/nodes.hpp"
+#include "control/placement.hpp"
+#include "control/release.hpp"
+#include "control/views.hpp"
+
+using namespace berth;
+
+namespace {
+
+v1::Volume make_volume(const std::string& id, const std::string& plugin = "p") {
+  v1::Volume v;
+  v.set_id(id);
+  v.set_namespace_("default");
+  v.set_plugin_id(plugin);
+  v.set_external_id("ext-" + id);
+  auto* cap = v.add_capabilities();
+  cap->set_access_mode(v1::SINGLE_NODE_WRITER);
+  cap->set_attachment_mode(v1::FILE_SYSTEM);
+  return v;
+}
+
+v1::Claim* add_claim(v1::Volume& v, const std::string& alloc, const std::string& node,
+                     v1::ClaimState state = v1::CLAIM_TAKEN) {
+  auto* c = v.add_claims();
+  c->set_alloc_id(alloc);
+  c->set_node_id(node);
+  c->set_state(state);
+  c->set_mode(v1::CLAIM_WRITE);
+  c->set_access_mode(v1::SINGLE_NODE_WRITER);
+  return c;
+}
+
+v1::Alloc make_alloc(const std::string& id, const std::string& node, v1::AllocState state,
+                     std::vector<std::string> volumes = {}) {
+  v1::Alloc a;
+  a.set_id(id);
+  a.set_namespace_("default");
+  a.set_node_id(node);
+  a.set_state(state);
+  for (const auto& v : volumes) {
+    auto* av = a.add_volumes();
+    av->set_name(v);
+    av->set_volume_id(v);
+  }
+  return a;
+}
+
+v1::Node make_node(const std::string& id, v1::NodeStatus status = v1::NODE_READY,
+                   bool client = true) {
+  v1::Node n;
+  n.set_id(id);
+  n.set_status(status);
+  n.set_has_client(client);
+  return n;
+}
+
+void commit(catalog& c, std::vector<v1::Change> changes) {
+  apply(c, c.applied_index + 1, make_entry(std::move(changes)));
+}
+
+v1::Plugin controller_plugin(std::vector<std::pair<std::string, bool>> controllers) {
+  v1::Plugin p;
+  p.set_id("p");
+  p.set_controller_required(true);
+  for (const auto& [node, healthy] : controllers) {
+    auto* c = p.add_controllers();
+    c->set_node_id(node);
+    c->set_healthy(healthy);
+  }
+  return p;
+}
+
+}  // namespace
+
+// --- entries and the catalog ----------------------------------------------------
+
+TEST_CASE("make_entry_keeps_changes_in_order_with_the_format_version") {
+  auto e = make_entry({upsert_change(make_volume("a")), alloc_delete_change("x"),
+                       plugin_delete_change("p")});
+  CHECK(e.format_version() == entry_format_version);
+  REQUIRE(e.changes_size() == 3);
+  CHECK(e.changes(0).volume_upsert().id() == "a");
+  CHECK(e.changes(1).alloc_delete() == "x");
+  CHECK(e.changes(2).plugin_delete() == "p");
+}
+
+TEST_CASE("stamp_sets_create_index_once_and_modify_index_always") {
+  auto c = upsert_change(make_volume("a"));
+  stamp(c, 7);
+  CHECK(c.volume_upsert().create_index() == 7);
+  CHECK(c.volume_upsert().modify_index() == 7);
+  stamp(c, 9);
+  CHECK(c.volume_upsert().create_index() == 7);
+  CHECK(c.volume_upsert().modify_index() == 9);
+}
+
+TEST_CASE("catalog_apply_stamps_and_reports_what_each_change_replaced") {
+  catalog c;
+  auto first = apply(c, 5, make_entry({upsert_change(make_volume("a")),
+                                       upsert_change(make_alloc("x", "n1", v1::ALLOC_RUNNING))}));
+  REQUIRE(first.size() == 2);
+  CHECK(first[0].before.change_case() == v1::Change::CHANGE_NOT_SET);
+  CHECK(c.applied_index == 5);
+  CHECK(c.volumes.at({"default", "a"}).create_index() == 5);
+  auto v = make_volume("a");
+  v.set_create_index(5);
+  add_claim(v, "x", "n1");
+  auto second = apply(c, 6, make_entry({upsert_change(v)}));
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].before.volume_upsert().claims_size() == 0);
+  CHECK(c.volumes.at({"default", "a"}).claims_size() == 1);
+  CHECK(c.volumes.at({"default", "a"}).modify_index() == 6);
+  auto third = apply(c, 7, make_entry({volume_delete_change("default", "a"), alloc_delete_change("x")}));
+  REQUIRE(third.size() == 2);
+  CHECK(third[0].before.volume_upsert().claims_size() == 1);
+  CHECK(c.volumes.empty());
+  CHECK(c.allocs.empty());
+}
+
+TEST_CASE("catalog_apply_skips_entries_at_or_below_the_applied_index") {
+  catalog c;
+  apply(c, 3, make_entry({upsert_change(make_volume("a"))}));
+  CHECK(apply(c, 3, make_entry({upsert_change(make_volume("b"))})).empty());
+  CHECK(apply(c, 2, make_entry({upsert_change(make_volume("c"))})).empty());
+  CHECK(c.volumes.size() == 1);
+  CHECK(c.applied_index == 3);
+}
+
+TEST_CASE("catalog_marks_a_restore_and_keeps_no_bytes") {
+  catalog c;
+  auto changes = apply(c, 1, make_entry({restore_change("SQLite format 3...")}));
+  CHECK(c.restored);
+  REQUIRE(changes.size() == 1);
+  CHECK(changes[0].change.has_restore_state());
+  CHECK(changes[0].change.restore_state().empty());
+}
+
+TEST_CASE("deleting_what_does_not_exist_changes_nothing_but_the_index") {
+  catalog c;
+  auto out = apply(c, 4, make_entry({alloc_delete_change("nope"), plugin_delete_change("q")}));
+  CHECK(out.size() == 2);
+  CHECK(out[0].before.change_case() == v1::Change::CHANGE_NOT_SET);
+  CHECK(c.applied_index == 4);
+}
+
+// --- allocs -------------------------------------------------------------------------
+
+TEST_CASE("alloc_lifecycle_edges") {
+  CHECK(alloc_may_become(v1::ALLOC_PENDING, v1::ALLOC_RUNNING));
+  CHECK(alloc_may_become(v1::ALLOC_PENDING, v1::ALLOC_FAILED));
+  CHECK(alloc_may_become(v1::ALLOC_PENDING, v1::ALLOC_LOST));
+  CHECK_FALSE(alloc_may_become(v1::ALLOC_PENDING, v1::ALLOC_COMPLETE));
+  CHECK(alloc_may_become(v1::ALLOC_RUNNING, v1::ALLOC_COMPLETE));
+  CHECK(alloc_may_become(v1::ALLOC_RUNNING, v1::ALLOC_LOST));
+  CHECK_FALSE(alloc_may_become(v1::ALLOC_RUNNING, v1::ALLOC_PENDING));
+  for (auto terminal : {v1::ALLOC_COMPLETE, v1::ALLOC_FAILED, v1::ALLOC_LOST})
+    for (auto to : {v1::ALLOC_PENDING, v1::ALLOC_RUNNING, v1::ALLOC_COMPLETE, v1::ALLOC_FAILED,
+                    v1::ALLOC_LOST})
+      CHECK_FALSE(alloc_may_become(terminal, to));
+}
+
+TEST_CASE("admit_alloc_run_checks_in_order_and_names_the_fix") {
+  catalog c;
+  commit(c, {upsert_change(make_volume("db")), upsert_change(make_node("n1")),
+             upsert_change(make_node("n2", v1::NODE_DOWN)), upsert_change(make_node("bare", v1::NODE_READY, false)),
+             upsert_change(make_alloc("taken", "n1", v1::ALLOC_RUNNING))});
+  v1::AllocRunRequest req;
+  req.set_node_id("n1");
+  auto* av = req.add_volumes();
+  av->set_name("data");
+  av->set_volume_id("db");
+  auto a = pending_alloc(req, "a1", 1000);
+  CHECK(a.state() == v1::ALLOC_PENDING);
+  CHECK(a.namespace_() == "default");
+  CHECK_FALSE(admit_alloc_run(c, a, true));
+
+  auto not_connected = admit_alloc_run(c, a, false);
+  REQUIRE(not_connected);
+  CHECK(not_connected->code == errc::unavailable);
+  CHECK(not_connected->retry);
+
+  auto dup = a;
+  dup.set_id("taken");
+  CHECK(admit_alloc_run(c, dup, true)->code == errc::refused);
+
+  auto down = a;
+  down.set_node_id("n2");
+  auto f = admit_alloc_run(c, down, true);
+  REQUIRE(f);
+  CHECK(f->code == errc::refused);
+  CHECK(f->message.find("another node") != std::string::npos);
+
+  auto bare = a;
+  bare.set_node_id("bare");
+  CHECK(admit_alloc_run(c, bare, true)->code == errc::not_found);
+
+  auto missing = a;
+  missing.mutable_volumes(0)->set_volume_id("nope");
+  auto m = admit_alloc_run(c, missing, true);
+  REQUIRE(m);
+  CHECK(m->code == errc::not_found);
+  CHECK(m->message.find("'nope'") != std::string::npos);
+
+  auto bad = a;
+  bad.set_id("-bad");
+  CHECK(admit_alloc_run(c, bad, true)->code == errc::invalid);
+}
+
+TEST_CASE("alloc_of_claim_creates_extends_or_refuses") {
+  catalog c;
+  commit(c, {upsert_change(make_alloc("done", "n1", v1::ALLOC_COMPLETE)),
+             upsert_change(make_alloc("other", "n2", v1::ALLOC_RUNNING)),
+             upsert_change(make_alloc("has", "n1", v1::ALLOC_RUNNING, {"db"}))});
+  v1::ClaimRequest req;
+  req.set_volume_id("db");
+  req.set_node_id("n1");
+
+  req.set_alloc_id("new");
+  auto created = alloc_of_claim(c, req, 5);
+  REQUIRE(created.upsert);
+  CHECK(created.upsert->state() == v1::ALLOC_RUNNING);
+  CHECK(created.upsert->volumes_size() == 1);
+  CHECK(created.upsert->namespace_() == "default");
+
+  req.set_alloc_id("done");
+  CHECK(alloc_of_claim(c, req, 5).error->code == errc::refused);
+  req.set_alloc_id("other");
+  CHECK(alloc_of_claim(c, req, 5).error->message.find("runs on node 'n2'") != std::string::npos);
+  req.set_alloc_id("has");
+  auto same = alloc_of_claim(c, req, 5);
+  CHECK_FALSE(same.error);
+  CHECK_FALSE(same.upsert);
+  req.set_volume_id("logs");
+  auto extended = alloc_of_claim(c, req, 5);
+  REQUIRE(extended.upsert);
+  CHECK(extended.upsert->volumes_size() == 2);
+  req.set_alloc_id("bad id!");
+  auto bad = alloc_of_claim(c, req, 5);
+  CHECK_FALSE(bad.error);
+  CHECK_FALSE(bad.upsert);
+}
+
+TEST_CASE("alloc_after_release_drops_the_volume_and_deletes_an_empty_alloc") {
+  catalog c;
+  auto held = make_volume("held");
+  add_claim(held, "two", "n1");
+  commit(c, {upsert_change(make_volume("db")), upsert_change(held),
+             upsert_change(make_alloc("one", "n1", v1::ALLOC_RUNNING, {"db"})),
+             upsert_change(make_alloc("two", "n1", v1::ALLOC_RUNNING, {"db", "held"}))});
+  auto del = alloc_after_release(c, "one", {"default", "db"});
+  REQUIRE(del);
+  CHECK(del->alloc_delete() == "one");
+  auto shrunk = alloc_after_release(c, "two", {"default", "db"});
+  REQUIRE(shrunk);
+  CHECK(shrunk->alloc_upsert().volumes_size() == 1);
+  // still claimed: nothing changes
+  CHECK_FALSE(alloc_after_release(c, "two", {"default", "held"}));
+  // an alloc with a command keeps its volumes
+  auto cmd = make_alloc("cmd", "n1", v1::ALLOC_RUNNING, {"db"});
+  cmd.add_command("true");
+  commit(c, {upsert_change(cmd)});
+  CHECK_FALSE(alloc_after_release(c, "cmd", {"default", "db"}));
+}
+
+TEST_CASE("alloc_after_update_only_moves_forward_on_its_own_node") {
+  catalog c;
+  commit(c, {upsert_change(make_alloc("r", "n1", v1::ALLOC_RUNNING)),
+             upsert_change(make_alloc("t", "n1", v1::ALLOC_LOST))});
+  v1::AllocUpdate u;
+  u.set_id("r");
+  u.set_node_id("n1");
+  u.set_state(v1::ALLOC_COMPLETE);
+  u.set_exit_code(0);
+  auto ok = alloc_after_update(c, u, 9);
+  REQUIRE(ok.upsert);
+  CHECK(ok.upsert->state() == v1::ALLOC_COMPLETE);
+  CHECK(ok.upsert->modified_at_ms() == 9);
+  u.set_node_id("n2");
+  CHECK_FALSE(alloc_after_update(c, u, 9).upsert);
+  u.set_node_id("n1");
+  u.set_id("t");
+  CHECK_FALSE(alloc_after_update(c, u, 9).upsert);
+  u.set_id("gone");
+  CHECK(alloc_after_update(c, u, 9).error->code == errc::not_found);
+}
+
+TEST_CASE("claims_freed_and_interrupted_allocs") {
+  catalog c;
+  auto v = make_volume("db");
+  add_claim(v, "a", "n1", v1::CLAIM_UNPUBLISHING);
+  commit(c, {upsert_change(v), upsert_change(make_alloc("a", "n1", v1::ALLOC_PENDING, {"db"})),
+             upsert_change(make_alloc("b", "n1", v1::ALLOC_RUNNING, {"db"}))});
+  CHECK_FALSE(claims_freed(c, "a"));
+  CHECK(claims_freed(c, "b"));
+  CHECK(claims_freed(c, "nope"));
+  CHECK(claimed_volumes(c, c.allocs.at("a")) == std::vector<std::string>{"db"});
+  auto failed = fail_interrupted_allocs(c, 3);
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].alloc_upsert().id() == "a");
+  CHECK(failed[0].alloc_upsert().state() == v1::ALLOC_FAILED);
+}
+
+// --- nodes ----------------------------------------------------------------------------
+
+TEST_CASE("heartbeat_makes_a_node_ready_with_a_client_once") {
+  catalog c;
+  auto first = node_after_heartbeat(c, "n1", 100);
+  REQUIRE(first);
+  CHECK(first->has_client());
+  CHECK(first->status() == v1::NODE_READY);
+  commit(c, {upsert_change(*first)});
+  CHECK_FALSE(node_after_heartbeat(c, "n1", 200));
+  auto down = make_node("n1", v1::NODE_DOWN);
+  down.add_plugin_ids("p");
+  commit(c, {upsert_change(down)});
+  auto back = node_after_heartbeat(c, "n1", 300);
+  REQUIRE(back);
+  CHECK(back->status() == v1::NODE_READY);
+  CHECK(back->plugin_ids_size() == 1);
+}
+
+TEST_CASE("silent_nodes_gives_a_new_leader_a_full_timeout") {
+  catalog c;
+  commit(c, {upsert_change(make_node("n1")), upsert_change(make_node("n2")),
+             upsert_change(make_node("down", v1::NODE_DOWN)),
+             upsert_change(make_node("bare", v1::NODE_READY, false))});
+  std::map<std::string, int64_t> seen{{"n1", 0}};
+  auto first = silent_nodes(c, seen, 1000, 500);
+  REQUIRE(first.size() == 1);
+  CHECK(first[0].id == "n1");
+  CHECK(first[0].silent_ms == 1000);
+  CHECK(seen.at("n2") == 1000);  // first sight: a full timeout from now
+  CHECK_FALSE(seen.count("down"));
+  CHECK_FALSE(seen.count("bare"));
+  auto later = silent_nodes(c, seen, 1400, 500);
+  CHECK(later.size() == 1);  // n2 not yet
+  CHECK(silent_nodes(c, seen, 1600, 500).size() == 2);
+}
+
+TEST_CASE("mark_down_loses_live_allocs_in_one_entry") {
+  catalog c;
+  commit(c, {upsert_change(make_node("n1")), upsert_change(make_alloc("r", "n1", v1::ALLOC_RUNNING)),
+             upsert_change(make_alloc("p", "n1", v1::ALLOC_PENDING)),
+             upsert_change(make_alloc("done", "n1", v1::ALLOC_COMPLETE)),
+             upsert_change(make_alloc("else", "n2", v1::ALLOC_RUNNING))});
+  auto changes = mark_down(c, "n1", 21000, 5);
+  REQUIRE(changes.size() == 3);
+  CHECK(changes[0].node_upsert().status() == v1::NODE_DOWN);
+  for (size_t i = 1; i < changes.size(); ++i) {
+    CHECK(changes[i].alloc_upsert().state() == v1::ALLOC_LOST);
+    CHECK(changes[i].alloc_upsert().message().find("21 s") != std::string::npos);
+  }
+  commit(c, changes);
+  CHECK(mark_down(c, "n1", 1, 5).empty());  // down already
+  CHECK(mark_down(c, "unknown", 1, 5).empty());
+  CHECK(lost_allocs_of(c, "n1").size() == 2);
+}
+
+TEST_CASE("reconnect_stops_complete_allocs_that_still_hold_claims") {
+  catalog c;
+  auto v = make_volume("db");
+  add_claim(v, "held", "n1", v1::CLAIM_TAKEN);
+  commit(c, {upsert_change(v), upsert_change(make_alloc("held", "n1", v1::ALLOC_COMPLETE, {"db"})),
+             upsert_change(make_alloc("freed", "n1", v1::ALLOC_COMPLETE, {"db"}))});
+  CHECK(allocs_to_stop_on_reconnect(c, "n1") == std::vector<std::string>{"held"});
+  CHECK(allocs_to_stop_on_reconnect(c, "n2").empty());
+}
+
+TEST_CASE("fingerprints_are_validated_and_list_the_plugin_on_the_node") {
+  v1::Fingerprint f;
+  CHECK(validate_fingerprint(f).size() == 3);
+  f.set_plugin_id("p");
+  f.set_node_id("n1");
+  f.set_type(v1::PLUGIN_NODE);
+  f.mutable_instance()->set_healthy(true);
+  CHECK(validate_fingerprint(f).empty());
+
+  v1::Plugin p;
+  p.set_id("p");
+  CHECK(apply_fingerprint(p, f, 77));
+  CHECK_FALSE(apply_fingerprint(p, f, 78));  // nothing new: nothing to write
+  REQUIRE(p.nodes_size() == 1);
+  CHECK(p.nodes(0).updated_at_ms() == 77);
+
+  catalog c;
+  commit(c, {upsert_change(make_node("n1"))});
+  auto listed = node_after_fingerprint(c, f, p);
+  REQUIRE(listed);
+  CHECK(listed->plugin_ids_size() == 1);
+  commit(c, {upsert_change(*listed)});
+  CHECK_FALSE(node_after_fingerprint(c, f, p));
+  f.set_remove(true);
+  CHECK(apply_fingerprint(p, f, 79));
+  auto unlisted = node_after_fingerprint(c, f, p);
+  REQUIRE(unlisted);
+  CHECK(unlisted->plugin_ids_size() == 0);
+}
+
+TEST_CASE("down_nodes_lose_their_instances_and_empty_plugins_are_collected") {
+  catalog c;
+  auto n = make_node("n1", v1::NODE_DOWN);
+  n.add_plugin_ids("p");
+  n.add_plugin_ids("gone");
+  v1::Plugin empty;
+  empty.set_id("empty");
+  commit(c, {upsert_change(n), upsert_change(controller_plugin({{"n1", true}})), upsert_change(empty)});
+  auto fps = instances_of_down_node(c, "n1");
+  REQUIRE(fps.size() == 1);  // "gone" is not a plugin any more
+  CHECK(fps[0].remove());
+  CHECK(fps[0].type() == v1::PLUGIN_MONOLITH);
+  CHECK(plugins_to_collect(c) == std::vector<std::string>{"empty"});
+}
+
+// --- placement --------------------------------------------------------------------------
+
+TEST_CASE("controller_choice_is_healthy_connected_and_round_robin") {
+  auto p = controller_plugin({{"n1", true}, {"n2", false}, {"n3", true}, {"n4", true}});
+  auto connected = [](const std::string& n) { return n != "n4"; };
+  auto cands = controller_candidates(p, connected);
+  CHECK(cands == std::vector<std::string>{"n1", "n3"});
+  size_t turn = 0;
+  CHECK(*next_in_turn(cands, turn) == "n1");
+  CHECK(*next_in_turn(cands, turn) == "n3");
+  CHECK(*next_in_turn(cands, turn) == "n1");
+  CHECK_FALSE(next_in_turn({}, turn));
+}
+
+TEST_CASE("controller_choice_respects_a_required_topology") {
+  auto p = controller_plugin({{"n1", true}, {"n2", true}});
+  for (auto [node, zone] : {std::pair{"n1", "a"}, std::pair{"n2", "b"}}) {
+    auto* inst = p.add_nodes();
+    inst->set_node_id(node);
+    (*inst->mutable_accessible_topology()->mutable_segments())["zone"] = zone;
+  }
+  v1::TopologyRequest t;
+  (*t.add_required()->mutable_segments())["zone"] = "b";
+  auto all = [](const std::string&) { return true; };
+  CHECK(controller_candidates(p, all, &t) == std::vector<std::string>{"n2"});
+  v1::TopologyRequest none;
+  CHECK(controller_candidates(p, all, &none).size() == 2);
+  CHECK(in_required_topology(p, "n1", nullptr));
+  CHECK_FALSE(in_required_topology(p, "n3", &t));
+}
+
+TEST_CASE("node_volume_count_counts_claimed_and_in_flight_once") {
+  catalog c;
+  auto a = make_volume("a");
+  add_claim(a, "x", "n1");
+  add_claim(a, "y", "n1", v1::CLAIM_NODE_DETACHED);
+  auto b = make_volume("b");
+  add_claim(b, "z", "n2");
+  auto other = make_volume("o", "q");
+  add_claim(other, "w", "n1");
+  commit(c, {upsert_change(a), upsert_change(b), upsert_change(other)});
+  CHECK(node_volume_count(c, "n1", "p", {"default", "new"}, {}) == 1);
+  CHECK(node_volume_count(c, "n1", "p", {"default", "a"}, {}) == 0);
+  CHECK(node_volume_count(c, "n1", "p", {"default", "new"}, {{"default", "c"}, {"default", "a"}}) == 2);
+}
+
+// --- the release steps -------------------------------------------------------------------
+
+TEST_CASE("release_steps_follow_the_specs_order") {
+  auto v = make_volume("db");
+  add_claim(v, "a", "n1");
+  release_facts f;
+  f.node_connected = true;
+  f.controller_required = true;
+  f.controller_available = true;
+  auto s = next_release_step(v, "a", f);
+  CHECK(s.action == release_action::commit);
+  CHECK(s.to == v1::CLAIM_UNPUBLISHING);
+  v.mutable_claims(0)->set_state(v1::CLAIM_UNPUBLISHING);
+  s = next_release_step(v, "a", f);
+  CHECK(s.action == release_action::node_unpublish);
+  CHECK(s.unstage);
+  CHECK(s.to == v1::CLAIM_NODE_DETACHED);
+  v.mutable_claims(0)->set_state(v1::CLAIM_NODE_DETACHED);
+  s = next_release_step(v, "a", f);
+  CHECK(s.action == release_action::controller_unpublish);
+  v.mutable_claims(0)->set_state(v1::CLAIM_CONTROLLER_DETACHED);
+  s = next_release_step(v, "a", f);
+  CHECK(s.action == release_action::commit);
+  CHECK(s.to == v1::CLAIM_READY_TO_FREE);
+  CHECK(next_release_step(v, "nobody", f).action == release_action::done);
+}
+
+TEST_CASE("release_keeps_staging_and_attachment_while_another_claim_is_on_the_node") {
+  auto v = make_volume("db");
+  add_claim(v, "a", "n1", v1::CLAIM_UNPUBLISHING);
+  add_claim(v, "b", "n1", v1::CLAIM_TAKEN);
+  release_facts f;
+  f.node_connected = true;
+  f.controller_required = true;
+  f.controller_available = true;
+  auto s = next_release_step(v, "a", f);
+  CHECK(s.action == release_action::node_unpublish);
+  CHECK_FALSE(s.unstage);
+  v.mutable_claims(0)->set_state(v1::CLAIM_NODE_DETACHED);
+  s = next_release_step(v, "a", f);
+  CHECK(s.action == release_action::commit);  // no ControllerUnpublish: b is still there
+  CHECK(s.to == v1::CLAIM_CONTROLLER_DETACHED);
+  // A claim on another node does not hold this node's staging.
+  v.mutable_claims(1)->set_node_id("n2");
+  v.mutable_claims(0)->set_state(v1::CLAIM_UNPUBLISHING);
+  CHECK(next_release_step(v, "a", f).unstage);
+}
+
+TEST_CASE("release_waits_for_a_missing_node_or_controller_unless_detached") {
+  auto v = make_volume("db");
+  add_claim(v, "a", "n1", v1::CLAIM_UNPUBLISHING);
+  release_facts f;
+  CHECK(next_release_step(v, "a", f).action == release_action::wait_for_node);
+  f.node_detached = true;
+  auto s = next_release_step(v, "a", f);
+  CHECK(s.action == release_action::commit);
+  CHECK(s.to == v1::CLAIM_NODE_DETACHED);
+  v.mutable_claims(0)->set_state(v1::CLAIM_NODE_DETACHED);
+  f.controller_required = true;
+  CHECK(next_release_step(v, "a", f).action == release_action::wait_for_controller);
+  f.controller_required = false;
+  CHECK(next_release_step(v, "a", f).action == release_action::commit);
+}
+
+TEST_CASE("release_without_node_when_down_unknown_clientless_or_detached") {
+  catalog c;
+  commit(c, {upsert_change(make_node("up")), upsert_change(make_node("down", v1::NODE_DOWN)),
+             upsert_change(make_node("bare", v1::NODE_READY, false))});
+  v1::Claim claim;
+  for (auto [node, connected, detach, expect] :
+       std::vector<std::tuple<std::string, bool, bool, bool>>{{"up", true, false, false},
+                                                              {"up", true, true, false},
+                                                              {"up", false, false, false},
+                                                              {"up", false, true, true},
+                                                              {"down", false, false, true},
+                                                              {"bare", false, false, true},
+                                                              {"unknown", false, false, true}}) {
+    claim.set_node_id(node);
+    CAPTURE(node);
+    CHECK(release_without_node(c, claim, connected, detach) == expect);
+  }
+}
+
+TEST_CASE("detach_releases_claims_of_ended_allocs_and_keeps_running_ones") {
+  catalog c;
+  auto v = make_volume("db");
+  add_claim(v, "running", "n1");
+  add_claim(v, "ended", "n1");
+  add_claim(v, "vanished", "n1");
+  add_claim(v, "releasing", "n1", v1::CLAIM_NODE_DETACHED);
+  add_claim(v, "elsewhere", "n2");
+  commit(c, {upsert_change(make_node("n1")), upsert_change(v),
+             upsert_change(make_alloc("running", "n1", v1::ALLOC_RUNNING)),
+             upsert_change(make_alloc("releasing", "n1", v1::ALLOC_RUNNING)),
+             upsert_change(make_alloc("ended", "n1", v1::ALLOC_COMPLETE))});
+  auto plan = plan_detach(c, c.volumes.at({"default", "db"}), "n1");
+  CHECK(plan.kept == std::vector<std::string>{"running"});
+  CHECK(plan.release == std::vector<std::string>{"ended", "vanished", "releasing"});
+  commit(c, {upsert_change(make_node("n1", v1::NODE_DOWN))});
+  auto down = plan_detach(c, c.volumes.at({"default", "db"}), "n1");
+  CHECK(down.kept.empty());
+  CHECK(down.release.size() == 4);
+}
+
+// --- views ---------------------------------------------------------------------------------
+
+TEST_CASE("views_redact_secrets_and_name_the_fix_for_unknown_objects") {
+  catalog c;
+  auto v = make_volume("db");
+  (*v.mutable_secrets())["token"] = "s3cr3t";
+  commit(c, {upsert_change(v), upsert_change(controller_plugin({{"n1", true}}))});
+  v1::Request req;
+  req.mutable_volume_status()->set_id("db");
+  auto none = [](const std::string&) -> int64_t { return 0; };
+  auto r = answer_read(c, req, none);
+  REQUIRE(r);
+  REQUIRE(r->volumes_size() == 1);
+  CHECK(r->volumes(0).secrets().empty());
+  CHECK(r->DebugString().find("s3cr3t") == std::string::npos);
+  CHECK(r->plugins_size() == 1);
+  req.mutable_volume_status()->set_id("nope");
+  auto missing = answer_read(c, req, none);
+  CHECK(missing->error().code() == v1::NOT_FOUND);
+  CHECK(missing->error().message().find("berth volume status") != std::string::npos);
+  req.mutable_alloc_stop()->assign("x");
+  CHECK_FALSE(answer_read(c, req, none));
+}

@@ -169,7 +169,7 @@ struct log_front {
 
 struct world;
 world* current = nullptr;  // the clock hooks read it
-std::map<std::string, int> live_debug;
+std::map<std::string, int> live_debug;  // the test's own actors alive (BERTH_SIM_DEBUG=1)
 
 struct world {
   explicit world(uint64_t seed) : seed(seed), rng(seed) {}
@@ -1305,7 +1305,7 @@ class simulation {
     }
     start_leader();
     world::zombie z{old_leader, old_log, e + static_cast<int>(w.pick(8))};
-    if (w.chance(0.4) || std::getenv("BERTH_SIM_NOZOMBIE"))
+    if (w.chance(0.4))
       kill_zombie(z);
     else
       w.zombies.push_back(z);

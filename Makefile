@@ -11,6 +11,9 @@
 # the unit and integration tests under ASan+UBSan / TSan; `make fuzz` builds
 # the libFuzzer targets with clang (build-fuzz) and runs each for
 # FUZZ_SECONDS.
+# `make sim` builds and runs the claim workflow simulation (tests/sim/,
+# docs/testing.md) for SEEDS seeds (default 100000) from SEED_FIRST
+# (default 1); `make test` runs a short default of it.
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
 TSAN_DIR ?= build-tsan
@@ -23,8 +26,10 @@ CHAOS_SEED ?=
 CHAOS_KINDS ?= all
 CHAOS_OUT ?= $(CURDIR)/.chaos
 BENCH_ARGS ?=
+SEEDS ?= 100000
+SEED_FIRST ?= 1
 
-.PHONY: deps configure build dev test bench chaos clean test-asan test-tsan fuzz
+.PHONY: deps configure build dev test bench chaos clean test-asan test-tsan fuzz sim
 
 deps:
 	@bash scripts/install-deps.sh
@@ -56,6 +61,10 @@ fuzz:
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_FUZZ=ON >/dev/null
 	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
 	bash scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+
+sim: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target claim_sim_test
+	BERTH_SIM_SEEDS=$(SEEDS) BERTH_SIM_FIRST=$(SEED_FIRST) $(BUILD_DIR)/tests/sim/claim_sim_test
 
 bench: build
 	/usr/bin/python3 bench/run.py --build $(BUILD_DIR) $(BENCH_ARGS)

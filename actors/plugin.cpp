@@ -31,8 +31,12 @@ template <class Atom>
 result_promise queue_controller_call(self_ptr self, Atom atom, v1::NodeVolumeRequest req,
                                      node_actor controller) {
   auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
-  self->state.controller_queue.emplace_back([self, atom, req = std::move(req), controller, rp]() mutable {
-    auto done = [self] {
+  auto id = self->state.next_call++;
+  self->state.open_calls->emplace(id, rp);
+  self->state.controller_queue.emplace_back([self, atom, req = std::move(req), controller, rp,
+                                             id]() mutable {
+    auto done = [self, id] {
+      self->state.open_calls->erase(id);
       self->state.controller_busy = false;
       next_controller_call(self);
     };
@@ -81,6 +85,15 @@ plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> 
                                    replicated_log_actor log, v1::Plugin initial) {
   self->state.log = std::move(log);
   self->state.plugin = std::move(initial);
+  self->attach_functor([open = self->state.open_calls, id = self->state.plugin.id()](
+                           const caf::error&) {
+    for (auto& [n, rp] : *open)
+      rp.deliver(make_error(errc::unavailable,
+                            "plugin '" + id +
+                                "' stopped (its leader stepped down, or it was garbage-collected) "
+                                "before this controller call was done; the step is retried"));
+    open->clear();
+  });
   return {
       [self](fingerprint_atom, pb<v1::Fingerprint>& fp) -> caf::result<pb<v1::Plugin>> {
         auto next = self->state.plugin;

@@ -5,6 +5,8 @@
 
 #include <deque>
 #include <functional>
+#include <map>
+#include <memory>
 
 #include "actors/actors.hpp"
 
@@ -16,6 +18,16 @@ struct plugin_state {
   // Controller RPCs of this plugin run one at a time: the next waits here.
   std::deque<std::function<void()>> controller_queue;
   bool controller_busy = false;
+  // Every controller call not answered yet (queued or running), by a
+  // number: answered with an error when this actor stops (its leader
+  // stepped down, or the plugin was garbage-collected), because a volume
+  // actor awaits each one and would otherwise wait forever (an actor in
+  // await takes no exit message either, so it would outlive its leader).
+  // Shared with the exit callback, which runs after the state is gone.
+  std::shared_ptr<std::map<uint64_t, caf::typed_response_promise<pb<v1::NodeVolumeResult>>>>
+      open_calls = std::make_shared<
+          std::map<uint64_t, caf::typed_response_promise<pb<v1::NodeVolumeResult>>>>();
+  uint64_t next_call = 0;
   static inline const char* name = "plugin";
 };
 

@@ -120,6 +120,18 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
     persist(self, std::move(v), false, again);
   };
   const auto* c = find_claim(vol, ctx.alloc);
+  // Whether ControllerUnpublishVolume is needed is the plugin's to say:
+  // with the plugin unknown (not registered now, or its actor did not
+  // answer in time) the step waits instead of taking "not required", which
+  // would leave the volume attached to the node.
+  if (c != nullptr && c->state() == v1::CLAIM_NODE_DETACHED && ctx.plugin.id().empty()) {
+    done(make_error(errc::unavailable,
+                    "volume '" + vol.id() + "': plugin '" + vol.plugin_id() +
+                        "' is not known right now, so whether ControllerUnpublishVolume is "
+                        "needed cannot be told; the release stays at node-detached until it is "
+                        "(the volume watcher retries)"));
+    return;
+  }
   switch (step.action) {
     case release_action::done:
       done(std::nullopt);

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "actors/actors.hpp"
+#include "actors/clock.hpp"
 #include "actors/metrics.hpp"
 
 namespace berth {
@@ -35,7 +36,7 @@ struct watcher_state {
   std::map<std::string, std::set<volume_key>> volumes_of_alloc;
   std::map<claim_key, work> pending;
   bool ticking = false;
-  std::minstd_rand rng{std::random_device{}()};
+  std::minstd_rand rng{static_cast<std::minstd_rand::result_type>(random_seed())};
   static inline const char* name = "watcher";
 };
 

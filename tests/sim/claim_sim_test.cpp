@@ -667,9 +667,9 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
       [self, w, id, inc](ctrl_unpublish_atom, pb<v1::NodeVolumeRequest>& r) {
         return enqueue(self, w, id, inc, call_kind::ctrl_unpublish, std::move(r.msg));
       },
-      [](create_atom, pb<v1::Volume>& v) -> pb<v1::Volume> { return v; },
-      [](validate_atom, pb<v1::Volume>&) -> std::string { return ""; },
-      [](deregister_atom, pb<v1::Volume>&) -> bool { return true; },
+      [](create_atom, pb<v1::Volume>& v, uint64_t) -> pb<v1::Volume> { return v; },
+      [](validate_atom, pb<v1::Volume>&, uint64_t) -> std::string { return ""; },
+      [](deregister_atom, pb<v1::Volume>&, uint64_t) -> bool { return true; },
       [](run_atom, pb<v1::Alloc>&) -> bool { return true; },
       // Stops an alloc; with unmount, unpublishes what this node still has
       // of it (from its own records: the plugin's publications).

@@ -99,8 +99,14 @@ void node_down(const self_ptr& self, const std::string& node_id, int64_t silent_
           if (f) return;
           for (auto& fp : instances_of_down_node(self->state.cat, node_id)) {
             auto actor = ensure_plugin_actor(self, fp.plugin_id());
+            // A client that came back meanwhile reported its instances
+            // before this removal: it reports them again after it.
             self->request(actor, caf::infinite, fingerprint_atom::value, wrap(std::move(fp)))
-                .then([](pb<v1::Plugin>&) {}, [](caf::error&) {});
+                .then(
+                    [self, node_id](pb<v1::Plugin>&) {
+                      if (auto n = node_of(self, node_id)) self->send(n, fingerprint_atom::value);
+                    },
+                    [](caf::error&) {});
           }
         });
 }

@@ -6,19 +6,9 @@
 #include <filesystem>
 
 #include "actors/alloc_process.hpp"
+#include "actors/node_mounts.hpp"
 
 namespace berth {
-
-namespace {
-
-failure store_failure(const client_store& store, const std::string& what, const std::exception& e) {
-  return failure{errc::internal, "the client could not " + what + " in " + store.path() + ": " +
-                                     e.what() +
-                                     " (check the disk; restart the client once "
-                                     "the file is writable)"};
-}
-
-}  // namespace
 
 bool command_running(const alloc_record& a) {
   return a.pid != 0 && !a.exited;

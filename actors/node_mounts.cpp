@@ -18,13 +18,6 @@ std::string describe(const mount_key& k) {
          "') for alloc '" + std::get<0>(k) + "'";
 }
 
-failure store_failure(const client_store& store, const std::string& what, const std::exception& e) {
-  return failure{errc::internal, "the client could not " + what + " in " + store.path() + ": " +
-                                     e.what() +
-                                     " (check the disk; restart the client once "
-                                     "the file is writable)"};
-}
-
 }  // namespace
 
 claim_paths paths_of(const std::string& csi_root, const v1::NodeVolumeRequest& r) {
@@ -124,6 +117,14 @@ std::optional<failure> forget_mount(client_store& store, mount_table& mounts, co
   }
   mounts.erase(k);
   return std::nullopt;
+}
+
+
+failure store_failure(const client_store& store, const std::string& what, const std::exception& e) {
+  return failure{errc::internal, "the client could not " + what + " in " + store.path() + ": " +
+                                     e.what() +
+                                     " (check the disk; restart the client once "
+                                     "the file is writable)"};
 }
 
 }  // namespace berth

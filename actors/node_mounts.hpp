@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <optional>
 #include <string>
@@ -79,5 +80,9 @@ std::optional<failure> save_mount(client_store& store, mount_table& mounts, moun
 
 // Forgets an undone publication (client.db first, then the table).
 std::optional<failure> forget_mount(client_store& store, mount_table& mounts, const mount_key& k);
+
+// A client.db failure as berth's error: the file, what was being done and
+// the fix (used by the node's mount and alloc records alike).
+failure store_failure(const client_store& store, const std::string& what, const std::exception& e);
 
 }  // namespace berth

@@ -1,5 +1,7 @@
 #include "apps/berth/commands.hpp"
 
+#include "persistence/durable_file.hpp"
+
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -586,18 +588,15 @@ void add_raft_transfer_leadership(CLI::App& raft, context& ctx) {
   });
 }
 
-// Written next to the target, then renamed: never a half file.
+// Written next to the target (mode 0600: the state holds the volumes'
+// secrets), fsynced, renamed, and the directory fsynced: never a half file,
+// and the snapshot survives a power loss once the command said it is saved.
 std::optional<failure> write_snapshot(const std::string& file, const std::string& bytes) {
   auto tmp = file + ".partial";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) return failure{errc::invalid, "cannot write " + tmp + ": " + std::strerror(errno)};
-  }
-  if (std::rename(tmp.c_str(), file.c_str()) != 0)
-    return failure{errc::invalid,
-                   "cannot rename " + tmp + " to " + file + ": " + std::strerror(errno)};
-  return std::nullopt;
+  auto f = write_and_fsync(tmp, bytes);
+  if (!f) f = rename_durably(tmp, file);
+  if (f) f->code = errc::invalid;  // the operator's file: exit code 2, as for bad input
+  return f;
 }
 
 void add_snapshot_save(CLI::App& snapshot, context& ctx) {

@@ -160,7 +160,7 @@ class ShellTest(unittest.TestCase):
         target = os.path.join(self.tmp, "no-such-dir", "state.snap")
         plain = berth(self.agent, "operator", "snapshot", "save", target)
         self.assertEqual(plain.code, 2, plain)
-        self.assertIn("Error: cannot write %s.partial: No such file or directory" % target,
+        self.assertIn("Error: cannot create %s.partial: No such file or directory" % target,
                       plain.err)
         self.assertEqual(plain.out, "")
         as_json = berth(self.agent, "--json", "operator", "snapshot", "save", target)

@@ -203,67 +203,6 @@ node_actor pick_controller(const self_ptr& self, const std::string& plugin_id,
   return chosen ? node_of(self, *chosen) : node_actor{};
 }
 
-// Claims one volume through its actor (which has the node publish it).
-void claim_volume(const self_ptr& self, v1::ClaimRequest c,
-                  std::function<void(std::optional<failure>, v1::ClaimResult)> done) {
-  auto& st = self->state;
-  auto found = lookup_volume(st.cat, c.namespace_(), c.volume_id());
-  auto actor = st.volume_actors.find(found.key);
-  if (found.error || actor == st.volume_actors.end()) {
-    done(found.error.value_or(failure{errc::not_found, "volume " + quoted(c.volume_id()) + " vanished"}), {});
-    return;
-  }
-  const auto key = found.key;
-  const auto plugin_id = st.cat.volumes.at(key).plugin_id();
-  std::pair<std::string, std::string> slot{c.node_id(), plugin_id};
-  c.set_node_volume_count(node_volume_count(st.cat, c.node_id(), plugin_id, key, st.claiming[slot]));
-  st.claiming[slot].insert(key);
-  auto start = std::chrono::steady_clock::now();
-  self->request(actor->second, caf::infinite, claim_atom::value, wrap(c),
-                plugin_of(self, plugin_id), node_of(self, c.node_id()),
-                pick_controller(self, plugin_id))
-      .then(
-          [self, done, slot, key, start](pb<v1::ClaimResult>& r) {
-            self->state.claiming[slot].erase(key);
-            std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-            self->state.stats->claim_done(took.count());
-            auto index = r.msg.volume().modify_index();
-            when_applied(self, index, [done, r = std::move(r.msg)] { done(std::nullopt, r); });
-          },
-          [self, done, slot, key](caf::error& e) {
-            self->state.claiming[slot].erase(key);
-            done(to_failure(e), {});
-          });
-}
-
-// Releases one claim through its volume actor (the watcher, detach, volume
-// release and force-deregister all come here).
-void release_claim(const self_ptr& self, v1::ReleaseRequest r,
-                   std::function<void(std::optional<failure>, v1::Volume)> done) {
-  auto& st = self->state;
-  volume_key key{ns_or_default(r.namespace_()), r.volume_id()};
-  auto actor = st.volume_actors.find(key);
-  const auto* vol = find_volume(st.cat, key);
-  if (actor == st.volume_actors.end() || vol == nullptr) {
-    done(failure{errc::not_found, "volume " + quoted(r.volume_id()) + " is not registered"}, {});
-    return;
-  }
-  node_actor target;
-  if (const auto* c = find_claim(*vol, r.alloc_id())) {
-    target = node_of(self, c->node_id());
-    r.set_node_detached(release_without_node(st.cat, *c, static_cast<bool>(target), r.operator_detach()));
-  }
-  const auto plugin_id = vol->plugin_id();
-  self->request(actor->second, caf::infinite, release_atom::value, wrap(std::move(r)),
-                plugin_of(self, plugin_id), target, pick_controller(self, plugin_id))
-      .then(
-          [self, done](pb<v1::Volume>& v) {
-            when_applied(self, v.msg.modify_index(),
-                         [done, v = std::move(v.msg)] { done(std::nullopt, v); });
-          },
-          [done](caf::error& e) { done(to_failure(e), {}); });
-}
-
 // A plugin actor for the plugin, spawned on its committed state when there
 // is none yet.
 plugin_actor ensure_plugin_actor(const self_ptr& self, const std::string& id) {

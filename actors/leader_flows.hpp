@@ -58,6 +58,7 @@ plugin_actor ensure_plugin_actor(const self_ptr& self, const std::string& id);
 // A connected node with a healthy controller of the plugin, round-robin.
 node_actor pick_controller(const self_ptr& self, const std::string& plugin_id,
                            const v1::TopologyRequest* topology = nullptr);
+// --- leader_volumes.cpp ---------------------------------------------------------
 // Claims one volume through its actor (which has the node publish it).
 void claim_volume(const self_ptr& self, v1::ClaimRequest c,
                   std::function<void(std::optional<failure>, v1::ClaimResult)> done);
@@ -87,7 +88,6 @@ void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_pr
 void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp);
 void alloc_update(const self_ptr& self, const v1::AllocUpdate& u, response_promise rp);
 
-// --- leader_volumes.cpp ---------------------------------------------------------
 void register_volume(const self_ptr& self, v1::Volume v, response_promise rp,
                      std::string verb = "registered");
 void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp);

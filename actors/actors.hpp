@@ -113,12 +113,17 @@ using replicated_log_actor = caf::typed_actor<
     // Group commit: persists, sends and applies what Raft made ready.
     caf::reacts_to<flush_atom>>;
 
-// One CSI plugin connection on a node; runs detached because gRPC calls
-// block.  Calls to one plugin are thus serialized.
+// One CSI plugin connection on a node.  Its jobs run on a pool of
+// detached workers (gRPC calls block, CAF's threads never do): up to the
+// plugin's max_controller_calls and max_node_calls at once, never two for
+// one volume (control/call_gate).  A worker has the same interface.
 using csi_plugin_actor = caf::typed_actor<
     // Runs the job's CSI calls (each with a deadline) and replies with what
-    // they produced.
-    caf::replies_to<csi_atom, csi_job>::with<csi_outcome>>;
+    // they produced; one overloaded by the plugin is run again after a
+    // backoff.
+    caf::replies_to<csi_atom, csi_job>::with<csi_outcome>,
+    // Timer: starts the jobs whose backoff ended.
+    caf::reacts_to<tick_atom>>;
 
 // The node actor: one per host running a berth client.  It drives the CSI
 // calls against the plugins on its host and fingerprints them.
@@ -176,11 +181,11 @@ using plugin_actor = caf::typed_actor<
     // ControllerPublishVolume through the given controller node.  The
     // controller RPCs of a plugin run one at a time (queued here), so
     // concurrent attachments never race in the storage provider.
-    caf::replies_to<ctrl_publish_atom, pb<v1::NodeVolumeRequest>, node_actor>::with<
-        pb<v1::NodeVolumeResult>>,
+    caf::replies_to<ctrl_publish_atom, pb<v1::NodeVolumeRequest>,
+                    node_actor>::with<pb<v1::NodeVolumeResult>>,
     // ControllerUnpublishVolume, queued like ControllerPublishVolume.
-    caf::replies_to<ctrl_unpublish_atom, pb<v1::NodeVolumeRequest>, node_actor>::with<
-        pb<v1::NodeVolumeResult>>,
+    caf::replies_to<ctrl_unpublish_atom, pb<v1::NodeVolumeRequest>,
+                    node_actor>::with<pb<v1::NodeVolumeResult>>,
     // Deletes the plugin when it has no instance left (garbage collection),
     // committing the deletion, and then quits; replies whether it did.
     caf::replies_to<remove_atom>::with<bool>>;
@@ -209,8 +214,8 @@ using volume_actor = caf::typed_actor<
     caf::replies_to<release_atom, pb<v1::ReleaseRequest>, plugin_actor, node_actor,
                     node_actor>::with<pb<v1::Volume>>,
     // Deregisters the volume; replies with the volume as it was (its
-    // modify index: the deregistration's) and then quits.  Refused while it has claims; with force, claims whose release
-    // is stuck are dropped (live claims are still refused).
+    // modify index: the deregistration's) and then quits.  Refused while it has claims; with force,
+    // claims whose release is stuck are dropped (live claims are still refused).
     caf::replies_to<deregister_atom, bool>::with<pb<v1::Volume>>,
     // Replies with the volume as committed.
     caf::replies_to<status_atom>::with<pb<v1::Volume>>>;

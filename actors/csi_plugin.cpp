@@ -1,26 +1,113 @@
 #include "actors/csi_plugin.hpp"
 
+#include "actors/clock.hpp"
 #include "csi/client.hpp"
 
 namespace berth {
 
-csi_plugin_actor::behavior_type csi_plugin(csi_plugin_actor::stateful_pointer<csi_plugin_state> self,
-                                           std::string plugin_id, std::string endpoint,
-                                           std::chrono::milliseconds deadline,
-                                           std::shared_ptr<metrics> stats) {
-  self->state.client = std::make_shared<csi::client>(endpoint, deadline);
-  self->state.client->observe([stats, plugin_id](csi::method m, csi::code c, double seconds) {
-    stats->csi_call(plugin_id, std::string(csi::method_name(m)), csi::code_name(c), seconds);
-  });
+namespace {
+
+using self_ptr = csi_plugin_actor::stateful_pointer<csi_plugin_state>;
+
+// A worker: runs one job at a time on its own thread.
+csi_plugin_actor::behavior_type csi_worker(std::shared_ptr<csi::client> client) {
   return {
-      [self](csi_atom, const csi_job& job) -> csi_outcome {
+      [client](csi_atom, const csi_job& job) -> csi_outcome {
         try {
-          return job.run(*self->state.client);
+          return job.run(*client);
         } catch (const std::exception& e) {
           csi_outcome out;
           out.error = failure{errc::internal, std::string("CSI call failed: ") + e.what()};
           return out;
         }
+      },
+      [](tick_atom) {},  // a worker has no timer
+  };
+}
+
+void report(self_ptr self, const std::string& plugin, const std::shared_ptr<metrics>& stats) {
+  auto& g = *self->state.gate;
+  for (auto [kind, name] :
+       {std::pair{call_kind::controller, "controller"}, std::pair{call_kind::node, "node"}})
+    stats->csi_calls_in_flight(plugin, name, static_cast<size_t>(g.running(kind)),
+                               static_cast<size_t>(g.limit(kind)));
+}
+
+void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<metrics>& stats);
+
+void on_done(self_ptr self, const std::string& plugin, const std::shared_ptr<metrics>& stats,
+             uint64_t ticket, csi_plugin_actor worker, csi_outcome out) {
+  auto& st = self->state;
+  st.idle.push_back(std::move(worker));
+  auto it = st.jobs.find(ticket);
+  if (it == st.jobs.end()) return;
+  if (st.gate->finish(ticket, out.overloaded, steady_ms()) == call_gate::verdict::retry) {
+    stats->csi_call_backoff(plugin);
+  } else {
+    it->second.rp.deliver(std::move(out));
+    st.jobs.erase(it);
+  }
+  run_ready(self, plugin, stats);
+}
+
+// Hands every job the gate lets start to a worker; arms the timer for the
+// next backoff that ends.
+void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<metrics>& stats) {
+  auto& st = self->state;
+  for (auto ticket : st.gate->start(steady_ms())) {
+    csi_plugin_actor worker;
+    if (st.idle.empty()) {
+      worker = self->spawn<caf::detached + caf::linked>(csi_worker, st.client);
+      ++st.workers;
+    } else {
+      worker = std::move(st.idle.back());
+      st.idle.pop_back();
+    }
+    self->request(worker, caf::infinite, csi_atom::value, st.jobs.at(ticket).job)
+        .then(
+            [self, plugin, stats, ticket, worker](csi_outcome& out) {
+              on_done(self, plugin, stats, ticket, worker, std::move(out));
+            },
+            [self, plugin, stats, ticket, worker](caf::error& e) {
+              csi_outcome out;
+              out.error = failure{errc::internal, "CSI call failed: " + to_string(e)};
+              on_done(self, plugin, stats, ticket, worker, std::move(out));
+            });
+  }
+  report(self, plugin, stats);
+  auto wake = st.gate->next_wakeup();
+  if (wake && !st.tick_pending) {
+    st.tick_pending = true;
+    self->delayed_send(self, std::chrono::milliseconds(std::max<int64_t>(1, *wake - steady_ms())),
+                       tick_atom::value);
+  }
+}
+
+}  // namespace
+
+csi_plugin_actor::behavior_type csi_plugin(
+    csi_plugin_actor::stateful_pointer<csi_plugin_state> self, node_plugin plugin,
+    std::chrono::milliseconds deadline, std::shared_ptr<metrics> stats) {
+  auto& st = self->state;
+  st.client = std::make_shared<csi::client>(plugin.endpoint, deadline);
+  st.client->observe([stats, id = plugin.id](csi::method m, csi::code c, double seconds) {
+    stats->csi_call(id, std::string(csi::method_name(m)), csi::code_name(c), seconds);
+  });
+  st.gate = std::make_unique<call_gate>(plugin.max_controller_calls, plugin.max_node_calls);
+  report(self, plugin.id, stats);
+  // Idle workers end with the connection (they are linked to it).
+  return {
+      [self, id = plugin.id, stats](csi_atom, csi_job& job) -> caf::result<csi_outcome> {
+        auto& st = self->state;
+        auto rp = self->make_response_promise<csi_outcome>();
+        auto ticket = st.gate->add(job.kind, job.volume, steady_ms());
+        st.jobs.emplace(ticket, csi_plugin_state::waiting_job{std::move(job), rp});
+        run_ready(self, id, stats);
+        return rp;
+      },
+      [self, id = plugin.id, stats](tick_atom) {
+        self->state.tick_pending = false;
+        run_ready(self, id, stats);
       },
   };
 }

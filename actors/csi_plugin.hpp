@@ -1,23 +1,36 @@
-// A CSI plugin connection: owns a csi::client and runs CSI jobs on its own
-// thread (spawned detached), so blocking gRPC calls never stall CAF's
-// scheduler.
+// A CSI plugin connection on a node: one csi::client (gRPC channels are
+// thread-safe), a gate that decides which jobs run (control/call_gate: the
+// plugin's limits, one call per volume, backoff when overloaded), and a
+// pool of detached workers that run them, so blocking gRPC calls never
+// stall CAF's scheduler.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "actors/actors.hpp"
 #include "actors/metrics.hpp"
+#include "actors/node_csi.hpp"
 
 namespace berth {
 
 struct csi_plugin_state {
   std::shared_ptr<csi::client> client;
+  std::unique_ptr<call_gate> gate;
+  struct waiting_job {
+    csi_job job;
+    caf::typed_response_promise<csi_outcome> rp;
+  };
+  std::map<uint64_t, waiting_job> jobs;  // by the gate's ticket
+  std::vector<csi_plugin_actor> idle;    // workers with nothing to run
+  size_t workers = 0;
+  bool tick_pending = false;
   static inline const char* name = "csi_plugin";
 };
 
-csi_plugin_actor::behavior_type csi_plugin(csi_plugin_actor::stateful_pointer<csi_plugin_state> self,
-                                           std::string plugin_id, std::string endpoint,
-                                           std::chrono::milliseconds deadline,
-                                           std::shared_ptr<metrics> stats);
+csi_plugin_actor::behavior_type csi_plugin(
+    csi_plugin_actor::stateful_pointer<csi_plugin_state> self, node_plugin plugin,
+    std::chrono::milliseconds deadline, std::shared_ptr<metrics> stats);
 
 }  // namespace berth

@@ -1,9 +1,8 @@
 #include "actors/leader.hpp"
 
+#include <caf/typed_event_based_actor.hpp>
 #include <chrono>
 #include <random>
-
-#include <caf/typed_event_based_actor.hpp>
 
 #include "actors/clock.hpp"
 #include "actors/leader_flows.hpp"
@@ -34,8 +33,9 @@ void when(const self_ptr& self, std::function<bool()> ready, std::function<void(
 }
 
 void when_applied(const self_ptr& self, uint64_t index, std::function<void()> run) {
-  when(self, [self, index] { return self->state.cat.applied_index >= index; },
-       [run](bool) { run(); });
+  when(
+      self, [self, index] { return self->state.cat.applied_index >= index; },
+      [run](bool) { run(); });
 }
 
 void check_waiters(const self_ptr& self) {
@@ -63,38 +63,57 @@ void commit(const self_ptr& self, std::vector<v1::Change> changes, then_fn then)
     return;
   }
   propose(self, self->state.log, std::move(changes))
-      .then([self, then](uint64_t index) { when_applied(self, index, [then] { then(std::nullopt); }); },
+      .then([self,
+             then](uint64_t index) { when_applied(self, index, [then] { then(std::nullopt); }); },
             [then](caf::error& e) { then(to_failure(e)); });
 }
 
-void next_write(const self_ptr& self) {
-  auto& q = self->state.writes[""];
-  if (q.empty()) return;
-  auto job = q.front();
-  job();
+// Starts every waiting write whose key is free, in order: a key with an
+// earlier write waiting or in flight waits; "*" waits until nothing is in
+// flight and holds everything behind it.
+void next_writes(const self_ptr& self) {
+  auto& st = self->state;
+  std::set<std::string> held;
+  std::vector<std::function<void()>> runs;  // run after the scan: a run may end at once
+  for (auto it = st.writes.begin(); it != st.writes.end();) {
+    bool all = it->key == "*";
+    bool free = all ? st.writing.empty()
+                    : st.writing.count("*") == 0 && st.writing.count(it->key) == 0 &&
+                          held.count(it->key) == 0;
+    if (!free) {
+      if (all) break;
+      held.insert(it->key);
+      ++it;
+      continue;
+    }
+    st.writing.insert(it->key);
+    runs.push_back(std::move(it->run));
+    it = st.writes.erase(it);
+    if (all) break;
+  }
+  for (auto& run : runs) run();
 }
 
-// The leader's own writes (allocs and nodes) run one at a time, each built
-// by `build` from the catalog as committed by the one before, so no write
-// is lost to another built on the same old state.
-void write(const self_ptr& self,
-           std::function<std::variant<failure, std::vector<v1::Change>>(const catalog&)> build,
-           then_fn then) {
-  auto& q = self->state.writes[""];
-  q.push_back([self, build, then] {
-    auto done = [self, then](std::optional<failure> f) {
-      then(std::move(f));
-      self->state.writes[""].pop_front();
-      next_write(self);
-    };
-    auto built = build(self->state.cat);
-    if (auto* f = std::get_if<failure>(&built)) {
-      done(*f);
-      return;
-    }
-    commit(self, std::move(std::get<std::vector<v1::Change>>(built)), done);
-  });
-  if (q.size() == 1) next_write(self);
+// The leader's own writes (allocs and nodes) run one at a time per key,
+// each built by `build` from the catalog as committed by the one before,
+// so no write is lost to another built on the same old state.
+void write(const self_ptr& self, std::string key, build_fn build, then_fn then) {
+  self->state.writes.push_back({key, [self, key, build, then] {
+                                  auto done = [self, key, then](std::optional<failure> f) {
+                                    then(std::move(f));
+                                    auto& w = self->state.writing;
+                                    w.erase(w.find(key));
+                                    next_writes(self);
+                                  };
+                                  auto built = build(self->state.cat);
+                                  if (auto* f = std::get_if<failure>(&built)) {
+                                    done(*f);
+                                    return;
+                                  }
+                                  commit(self, std::move(std::get<std::vector<v1::Change>>(built)),
+                                         done);
+                                }});
+  next_writes(self);
 }
 
 then_fn ignore_result() {
@@ -273,8 +292,9 @@ void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
       fingerprint(self, std::move(*req.mutable_plugin_fingerprint()), rp);
       return;
     case v1::Request::COMMAND_NOT_SET:
-      deliver(rp, failure{errc::invalid, "the request names no command this server knows; is the "
-                                         "shell newer than berthd?"});
+      deliver(rp, failure{errc::invalid,
+                          "the request names no command this server knows; is the "
+                          "shell newer than berthd?"});
       return;
     default:
       // agent status, raft and snapshot requests: the server answers them.
@@ -293,7 +313,8 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, stat
   st.options = options;
   st.watcher = self->spawn<caf::linked>(watcher, caf::actor_cast<leader_actor>(self), st.stats);
   st.stats->clear_state();
-  for (auto s : {v1::ALLOC_PENDING, v1::ALLOC_RUNNING, v1::ALLOC_COMPLETE, v1::ALLOC_FAILED, v1::ALLOC_LOST})
+  for (auto s :
+       {v1::ALLOC_PENDING, v1::ALLOC_RUNNING, v1::ALLOC_COMPLETE, v1::ALLOC_FAILED, v1::ALLOC_LOST})
     st.stats->allocs(std::string(name_of(s)), 0);
   st.stats->nodes("ready", 0);
   st.stats->nodes("down", 0);
@@ -318,11 +339,12 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, stat
   st.stats->actors("plugin", st.plugin_actors.size());
   // An alloc still pending was being started by the previous leader: it
   // failed, and the watcher releases whatever it claimed.
-  write(self,
-        [](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-          return fail_interrupted_allocs(c, wall_ms());
-        },
-        ignore_result());
+  write(
+      self, "*",
+      [](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+        return fail_interrupted_allocs(c, wall_ms());
+      },
+      ignore_result());
   // A node actor that stops (its client went away) publishes nothing more.
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& nodes = self->state.node_actors;
@@ -339,12 +361,13 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, stat
       },
       [self](release_atom, pb<v1::ReleaseRequest>& req) -> caf::result<pb<v1::Volume>> {
         auto rp = self->make_response_promise<pb<v1::Volume>>();
-        release_claim(self, std::move(req.msg), [rp](std::optional<failure> f, v1::Volume v) mutable {
-          if (f)
-            rp.deliver(to_error(*f));
-          else
-            rp.deliver(wrap(std::move(v)));
-        });
+        release_claim(self, std::move(req.msg),
+                      [rp](std::optional<failure> f, v1::Volume v) mutable {
+                        if (f)
+                          rp.deliver(to_error(*f));
+                        else
+                          rp.deliver(wrap(std::move(v)));
+                      });
         return rp;
       },
       [self](apply_atom, const committed_batch& batch) { apply_batch(self, batch); },

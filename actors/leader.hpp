@@ -56,9 +56,15 @@ struct leader_state {
     int64_t deadline_ms = 0;  // 0: none
   };
   std::vector<waiter> waiters;
-  // The leader's writes of one alloc or node run one at a time, each built
-  // on the committed result of the one before (no lost update).
-  std::map<std::string, std::deque<std::function<void()>>> writes;
+  // The leader's own writes (allocs and nodes): one at a time per key
+  // ("alloc/ID", "node/ID"; "*" waits for all and holds all), each built
+  // from the catalog as committed by the one before it of its key.
+  struct pending_write {
+    std::string key;
+    std::function<void()> run;
+  };
+  std::deque<pending_write> writes;
+  std::multiset<std::string> writing;  // keys of the writes in flight
   // The metrics' counts of allocs per state and nodes per status.
   std::map<std::string, int64_t> alloc_counts;
   std::map<std::string, int64_t> node_counts;

@@ -1,8 +1,8 @@
-// The leader actor: the leader's alloc flows: run (claim each volume, then start it), stop, exit reports.
+// The leader actor: the leader's alloc flows: run (claim each volume, then start it), stop, exit
+// reports.
+#include <caf/typed_event_based_actor.hpp>
 #include <chrono>
 #include <random>
-
-#include <caf/typed_event_based_actor.hpp>
 
 #include "actors/clock.hpp"
 #include "actors/leader_flows.hpp"
@@ -31,49 +31,52 @@ std::string new_alloc_id() {
 void set_alloc_state(const self_ptr& self, const std::string& id, v1::AllocState to,
                      std::string why, int32_t exit_code, then_fn then,
                      std::optional<v1::Alloc> fallback = std::nullopt) {
-  write(self,
-        [id, to, why, exit_code, fallback](const catalog& c)
-            -> std::variant<failure, std::vector<v1::Change>> {
-          const auto* a = find_alloc(c, id);
-          if (a == nullptr && !fallback)
-            return failure{errc::not_found, "alloc " + quoted(id) + " does not exist"};
-          const auto& base = a != nullptr ? *a : *fallback;
-          if (a != nullptr && !alloc_may_become(a->state(), to))
-            return failure{errc::refused, "alloc " + quoted(id) + " is " +
-                                              std::string(name_of(a->state())) + " already"};
-          return std::vector<v1::Change>{
-              upsert_change(alloc_in_state(base, to, why, wall_ms(), exit_code))};
-        },
-        std::move(then));
+  write(
+      self, "alloc/" + id,
+      [id, to, why, exit_code,
+       fallback](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+        const auto* a = find_alloc(c, id);
+        if (a == nullptr && !fallback)
+          return failure{errc::not_found, "alloc " + quoted(id) + " does not exist"};
+        const auto& base = a != nullptr ? *a : *fallback;
+        if (a != nullptr && !alloc_may_become(a->state(), to))
+          return failure{errc::refused, "alloc " + quoted(id) + " is " +
+                                            std::string(name_of(a->state())) + " already"};
+        return std::vector<v1::Change>{
+            upsert_change(alloc_in_state(base, to, why, wall_ms(), exit_code))};
+      },
+      std::move(then));
 }
 
 // Calls `done(freed)` once every claim of the alloc is freed, or with false
 // once options.release_wait passed.
 void when_released(const self_ptr& self, const std::string& id, std::function<void(bool)> done) {
-  when(self, [self, id] { return claims_freed(self->state.cat, id); }, std::move(done),
-       steady_ms() + self->state.options.release_wait.count());
+  when(
+      self, [self, id] { return claims_freed(self->state.cat, id); }, std::move(done),
+      steady_ms() + self->state.options.release_wait.count());
 }
 
 void fail_alloc(const self_ptr& self, v1::Alloc a, std::string why, response_promise rp) {
   auto id = a.id();
-  set_alloc_state(self, id, v1::ALLOC_FAILED, why, 0,
-                  [self, id, why, rp](std::optional<failure> f) mutable {
-                    if (f && f->code != errc::refused) {
-                      deliver(rp, *f);
-                      return;
-                    }
-                    when_released(self, id, [self, id, why, rp](bool freed) mutable {
-                      auto r = error_response(failure{
-                          errc::refused,
-                          "alloc " + quoted(id) + " failed: " + why +
-                              (freed ? "; every claim it took was released"
-                                     : "; the claims it took are still being released (see "
-                                       "berth alloc status " + id + ")")});
-                      if (const auto* a = find_alloc(self->state.cat, id)) *r.add_allocs() = *a;
-                      deliver(rp, std::move(r));
-                    });
-                  },
-                  a);
+  set_alloc_state(
+      self, id, v1::ALLOC_FAILED, why, 0,
+      [self, id, why, rp](std::optional<failure> f) mutable {
+        if (f && f->code != errc::refused) {
+          deliver(rp, *f);
+          return;
+        }
+        when_released(self, id, [self, id, why, rp](bool freed) mutable {
+          auto r = error_response(failure{
+              errc::refused, "alloc " + quoted(id) + " failed: " + why +
+                                 (freed ? "; every claim it took was released"
+                                        : "; the claims it took are still being released (see "
+                                          "berth alloc status " +
+                                              id + ")")});
+          if (const auto* a = find_alloc(self->state.cat, id)) *r.add_allocs() = *a;
+          deliver(rp, std::move(r));
+        });
+      },
+      a);
 }
 
 // alloc run, once its volumes are published: commits it running, then has
@@ -86,38 +89,41 @@ void start_alloc(const self_ptr& self, std::shared_ptr<v1::Alloc> a, response_pr
   }
   auto why = a->command().empty() ? "volumes published; no command (stop it with berth alloc stop)"
                                   : "volumes published; command started";
-  write(self,
-        [a, why](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-          const auto* known = find_alloc(c, a->id());
-          if (known == nullptr || !alloc_may_become(known->state(), v1::ALLOC_RUNNING))
-            return failure{errc::refused,
-                           "alloc " + quoted(a->id()) + " is " +
-                               (known ? std::string(name_of(known->state())) : "gone") +
-                               " (it changed while starting)"};
-          auto running = alloc_in_state(*known, v1::ALLOC_RUNNING, why, wall_ms());
-          *running.mutable_volumes() = a->volumes();  // with the published paths
-          return std::vector<v1::Change>{upsert_change(std::move(running))};
-        },
-        [self, a, node, rp](std::optional<failure> f) mutable {
-          if (f) {
-            deliver(rp, *f);
-            return;
-          }
-          auto id = a->id();
-          auto running = self->state.cat.allocs.at(id);
-          self->request(node, std::chrono::seconds(60), run_atom::value, wrap(running))
-              .then(
-                  [self, id, rp](bool) mutable {
-                    const auto& a = self->state.cat.allocs.at(id);
-                    std::string text = "alloc " + quoted(id) + " running on node " + quoted(a.node_id());
-                    for (const auto& v : a.volumes())
-                      text += "\n  " + volume_env_name(v.name()) + "=" + v.published_path();
-                    deliver(rp, alloc_response(a, text));
-                  },
-                  [self, running, rp](caf::error& e) mutable {
-                    fail_alloc(self, running, "the node could not start it: " + to_failure(e).message, rp);
-                  });
-        });
+  write(
+      self, "alloc/" + a->id(),
+      [a, why](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+        const auto* known = find_alloc(c, a->id());
+        if (known == nullptr || !alloc_may_become(known->state(), v1::ALLOC_RUNNING))
+          return failure{errc::refused,
+                         "alloc " + quoted(a->id()) + " is " +
+                             (known ? std::string(name_of(known->state())) : "gone") +
+                             " (it changed while starting)"};
+        auto running = alloc_in_state(*known, v1::ALLOC_RUNNING, why, wall_ms());
+        *running.mutable_volumes() = a->volumes();  // with the published paths
+        return std::vector<v1::Change>{upsert_change(std::move(running))};
+      },
+      [self, a, node, rp](std::optional<failure> f) mutable {
+        if (f) {
+          deliver(rp, *f);
+          return;
+        }
+        auto id = a->id();
+        auto running = self->state.cat.allocs.at(id);
+        self->request(node, std::chrono::seconds(60), run_atom::value, wrap(running))
+            .then(
+                [self, id, rp](bool) mutable {
+                  const auto& a = self->state.cat.allocs.at(id);
+                  std::string text =
+                      "alloc " + quoted(id) + " running on node " + quoted(a.node_id());
+                  for (const auto& v : a.volumes())
+                    text += "\n  " + volume_env_name(v.name()) + "=" + v.published_path();
+                  deliver(rp, alloc_response(a, text));
+                },
+                [self, running, rp](caf::error& e) mutable {
+                  fail_alloc(self, running, "the node could not start it: " + to_failure(e).message,
+                             rp);
+                });
+      });
 }
 
 // alloc run: claims the volumes one after the other (each published on the
@@ -171,8 +177,9 @@ void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_pr
 void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp) {
   const auto* known = find_alloc(self->state.cat, id);
   if (known == nullptr) {
-    deliver(rp, failure{errc::not_found, "alloc " + quoted(id) +
-                                             " does not exist (list allocs with: berth alloc status)"});
+    deliver(rp,
+            failure{errc::not_found, "alloc " + quoted(id) +
+                                         " does not exist (list allocs with: berth alloc status)"});
     return;
   }
   auto answer = [self, id, rp](std::string what) mutable {
@@ -203,22 +210,23 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
     // The client is not connected: the alloc is stopped here; the client
     // stops its command when it reconnects, and the claims are released
     // then, when the node is marked down, or by berth volume detach.
-    set_alloc_state(self, id, v1::ALLOC_COMPLETE,
-                    "stopped by the operator while the client of node " + quoted(node_id) +
-                        " was not connected",
-                    0, [self, id, node_id, rp](std::optional<failure> f) mutable {
-                      if (f) {
-                        deliver(rp, *f);
-                        return;
-                      }
-                      deliver(rp, alloc_response(
-                                      self->state.cat.allocs.at(id),
-                                      "alloc " + quoted(id) + " stopped; the client of node " +
-                                          quoted(node_id) +
-                                          " is not connected, so its claims are released once it "
-                                          "reconnects, once the node is marked down, or now with: "
-                                          "berth volume detach VOLUME " + node_id));
-                    });
+    set_alloc_state(
+        self, id, v1::ALLOC_COMPLETE,
+        "stopped by the operator while the client of node " + quoted(node_id) +
+            " was not connected",
+        0, [self, id, node_id, rp](std::optional<failure> f) mutable {
+          if (f) {
+            deliver(rp, *f);
+            return;
+          }
+          deliver(rp, alloc_response(self->state.cat.allocs.at(id),
+                                     "alloc " + quoted(id) + " stopped; the client of node " +
+                                         quoted(node_id) +
+                                         " is not connected, so its claims are released once it "
+                                         "reconnects, once the node is marked down, or now with: "
+                                         "berth volume detach VOLUME " +
+                                         node_id));
+        });
     return;
   }
   self->request(node, std::chrono::seconds(60), stop_atom::value, id, false)
@@ -235,35 +243,38 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
                             });
           },
           [rp, id](caf::error& e) mutable {
-            deliver(rp, failure{errc::unavailable, "alloc " + quoted(id) + ": the node did not stop it: " +
+            deliver(rp, failure{errc::unavailable, "alloc " + quoted(id) +
+                                                       ": the node did not stop it: " +
                                                        to_failure(e).message + "; retry"});
           });
 }
 
 void alloc_update(const self_ptr& self, const v1::AllocUpdate& u, response_promise rp) {
   auto result = std::make_shared<v1::Response>();
-  write(self,
-        [u, result](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-          auto next = alloc_after_update(c, u, wall_ms());
-          if (next.error) return *next.error;
-          if (!next.upsert) {
-            *result = alloc_response(c.allocs.at(u.id()), "unchanged");
-            return std::vector<v1::Change>{};
-          }
-          return std::vector<v1::Change>{upsert_change(*next.upsert)};
-        },
-        [self, u, result, rp](std::optional<failure> f) mutable {
-          if (f) {
-            deliver(rp, *f);
-            return;
-          }
-          if (result->allocs_size() > 0) {
-            deliver(rp, std::move(*result));
-            return;
-          }
-          const auto& a = self->state.cat.allocs.at(u.id());
-          deliver(rp, alloc_response(a, "alloc " + quoted(a.id()) + " is " + std::string(name_of(a.state()))));
-        });
+  write(
+      self, "alloc/" + u.id(),
+      [u, result](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+        auto next = alloc_after_update(c, u, wall_ms());
+        if (next.error) return *next.error;
+        if (!next.upsert) {
+          *result = alloc_response(c.allocs.at(u.id()), "unchanged");
+          return std::vector<v1::Change>{};
+        }
+        return std::vector<v1::Change>{upsert_change(*next.upsert)};
+      },
+      [self, u, result, rp](std::optional<failure> f) mutable {
+        if (f) {
+          deliver(rp, *f);
+          return;
+        }
+        if (result->allocs_size() > 0) {
+          deliver(rp, std::move(*result));
+          return;
+        }
+        const auto& a = self->state.cat.allocs.at(u.id());
+        deliver(rp, alloc_response(
+                        a, "alloc " + quoted(a.id()) + " is " + std::string(name_of(a.state()))));
+      });
 }
 
 }  // namespace berth::leader_flows

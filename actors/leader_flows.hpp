@@ -22,11 +22,17 @@ using response_promise = caf::typed_response_promise<pb<v1::Response>>;
 using then_fn = std::function<void(std::optional<failure>)>;
 using build_fn = std::function<std::variant<failure, std::vector<v1::Change>>(const catalog&)>;
 
-inline std::string quoted(const std::string& s) { return "'" + s + "'"; }
+inline std::string quoted(const std::string& s) {
+  return "'" + s + "'";
+}
 
-inline void deliver(response_promise& rp, const failure& f) { rp.deliver(wrap(error_response(f))); }
+inline void deliver(response_promise& rp, const failure& f) {
+  rp.deliver(wrap(error_response(f)));
+}
 
-inline void deliver(response_promise& rp, v1::Response r) { rp.deliver(wrap(std::move(r))); }
+inline void deliver(response_promise& rp, v1::Response r) {
+  rp.deliver(wrap(std::move(r)));
+}
 
 // --- leader.cpp: the commit path, the catalog, routing -----------------------
 
@@ -39,9 +45,10 @@ void when_applied(const self_ptr& self, uint64_t index, std::function<void()> ru
 void check_waiters(const self_ptr& self);
 // Commits changes as one entry and continues once the catalog applied it.
 void commit(const self_ptr& self, std::vector<v1::Change> changes, then_fn then);
-// The leader's own writes (allocs and nodes) run one at a time, each built
-// by `build` from the catalog as committed by the one before.
-void write(const self_ptr& self, build_fn build, then_fn then);
+// The leader's own writes (allocs and nodes) run one at a time per key
+// ("alloc/ID", "node/ID"; "*": one that reads or writes several, alone),
+// each built by `build` from the catalog as committed by the one before.
+void write(const self_ptr& self, std::string key, build_fn build, then_fn then);
 then_fn ignore_result();
 // Applies committed entries to the catalog and tells the watcher and the
 // metrics what changed.
@@ -76,9 +83,10 @@ void ask_volume(const self_ptr& self, const volume_actor& actor, response_promis
   self->request(actor, caf::infinite, std::forward<Ts>(xs)...)
       .then(
           [self, rp, message](pb<v1::Volume>& v) mutable {
-            when_applied(self, v.msg.modify_index(), [self, rp, message, v = std::move(v.msg)]() mutable {
-              deliver(rp, volume_response(self->state.cat, v, message));
-            });
+            when_applied(self, v.msg.modify_index(),
+                         [self, rp, message, v = std::move(v.msg)]() mutable {
+                           deliver(rp, volume_response(self->state.cat, v, message));
+                         });
           },
           [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
 }

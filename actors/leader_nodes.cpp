@@ -1,8 +1,8 @@
-// The leader actor: the leader's node and plugin flows: fingerprints, heartbeats, mark-down, plugin GC.
+// The leader actor: the leader's node and plugin flows: fingerprints, heartbeats, mark-down, plugin
+// GC.
+#include <caf/typed_event_based_actor.hpp>
 #include <chrono>
 #include <random>
-
-#include <caf/typed_event_based_actor.hpp>
 
 #include "actors/clock.hpp"
 #include "actors/leader_flows.hpp"
@@ -27,7 +27,8 @@ void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp) {
     deliver(rp, failure{errc::not_found, "plugin " + quoted(f.plugin_id()) + " is not registered"});
     return;
   }
-  self->request(ensure_plugin_actor(self, f.plugin_id()), caf::infinite, fingerprint_atom::value, wrap(f))
+  self->request(ensure_plugin_actor(self, f.plugin_id()), caf::infinite, fingerprint_atom::value,
+                wrap(f))
       .then(
           [self, f, rp](pb<v1::Plugin>& p) mutable {
             v1::Response r;
@@ -35,18 +36,20 @@ void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp) {
             r.set_message("plugin " + quoted(p.msg.id()) +
                           (f.remove() ? " instance removed from" : " instance reported on") +
                           " node " + quoted(f.node_id()));
-            write(self,
-                  [f, p = std::move(p.msg)](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-                    auto next = node_after_fingerprint(c, f, p);
-                    if (!next) return std::vector<v1::Change>{};
-                    return std::vector<v1::Change>{upsert_change(*next)};
-                  },
-                  [rp, r](std::optional<failure> err) mutable {
-                    if (err)
-                      deliver(rp, *err);
-                    else
-                      deliver(rp, r);
-                  });
+            write(
+                self, "node/" + f.node_id(),
+                [f, p = std::move(p.msg)](
+                    const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+                  auto next = node_after_fingerprint(c, f, p);
+                  if (!next) return std::vector<v1::Change>{};
+                  return std::vector<v1::Change>{upsert_change(*next)};
+                },
+                [rp, r](std::optional<failure> err) mutable {
+                  if (err)
+                    deliver(rp, *err);
+                  else
+                    deliver(rp, r);
+                });
           },
           [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
 }
@@ -69,13 +72,14 @@ void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
   st.stats->actors("node", st.node_actors.size());
   const auto* n = find_node(st.cat, node_id);
   bool was_down = n != nullptr && n->status() == v1::NODE_DOWN;
-  write(self,
-        [node_id](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-          auto next = node_after_heartbeat(c, node_id, wall_ms());
-          if (!next) return std::vector<v1::Change>{};
-          return std::vector<v1::Change>{upsert_change(*next)};
-        },
-        ignore_result());
+  write(
+      self, "node/" + node_id,
+      [node_id](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+        auto next = node_after_heartbeat(c, node_id, wall_ms());
+        if (!next) return std::vector<v1::Change>{};
+        return std::vector<v1::Change>{upsert_change(*next)};
+      },
+      ignore_result());
   if (was_down) {
     // Its plugin instances were dropped when it went down: report again.
     // Allocs lost meanwhile were released without it: stop them there and
@@ -91,24 +95,25 @@ void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
 // its plugin instances through the plugin actors.
 void node_down(const self_ptr& self, const std::string& node_id, int64_t silent_ms) {
   self->state.node_actors.erase(node_id);
-  write(self,
-        [node_id, silent_ms](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-          return mark_down(c, node_id, silent_ms, wall_ms());
-        },
-        [self, node_id](std::optional<failure> f) {
-          if (f) return;
-          for (auto& fp : instances_of_down_node(self->state.cat, node_id)) {
-            auto actor = ensure_plugin_actor(self, fp.plugin_id());
-            // A client that came back meanwhile reported its instances
-            // before this removal: it reports them again after it.
-            self->request(actor, caf::infinite, fingerprint_atom::value, wrap(std::move(fp)))
-                .then(
-                    [self, node_id](pb<v1::Plugin>&) {
-                      if (auto n = node_of(self, node_id)) self->send(n, fingerprint_atom::value);
-                    },
-                    [](caf::error&) {});
-          }
-        });
+  write(
+      self, "*",
+      [node_id, silent_ms](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+        return mark_down(c, node_id, silent_ms, wall_ms());
+      },
+      [self, node_id](std::optional<failure> f) {
+        if (f) return;
+        for (auto& fp : instances_of_down_node(self->state.cat, node_id)) {
+          auto actor = ensure_plugin_actor(self, fp.plugin_id());
+          // A client that came back meanwhile reported its instances
+          // before this removal: it reports them again after it.
+          self->request(actor, caf::infinite, fingerprint_atom::value, wrap(std::move(fp)))
+              .then(
+                  [self, node_id](pb<v1::Plugin>&) {
+                    if (auto n = node_of(self, node_id)) self->send(n, fingerprint_atom::value);
+                  },
+                  [](caf::error&) {});
+        }
+      });
 }
 
 // Plugins without any instance left are deleted by their actors (which
@@ -126,7 +131,8 @@ void collect_plugins(const self_ptr& self) {
 
 void leader_tick(const self_ptr& self) {
   auto& st = self->state;
-  for (const auto& n : silent_nodes(st.cat, st.last_seen, steady_ms(), st.options.node_down_timeout.count()))
+  for (const auto& n :
+       silent_nodes(st.cat, st.last_seen, steady_ms(), st.options.node_down_timeout.count()))
     node_down(self, n.id, n.silent_ms);
   check_waiters(self);
   if (++st.ticks % 10 == 0) collect_plugins(self);

@@ -1,8 +1,8 @@
-// The leader actor: the leader's volume flows: register, create, deregister, claim, release, detach, delete.
+// The leader actor: the leader's volume flows: register, create, deregister, claim, release,
+// detach, delete.
+#include <caf/typed_event_based_actor.hpp>
 #include <chrono>
 #include <random>
-
-#include <caf/typed_event_based_actor.hpp>
 
 #include "actors/clock.hpp"
 #include "actors/leader_flows.hpp"
@@ -42,16 +42,19 @@ void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, respo
     return;
   }
   auto results = std::make_shared<std::vector<std::string>>();
-  auto remaining = std::make_shared<std::vector<std::string>>(plan.release.rbegin(), plan.release.rend());
+  auto remaining =
+      std::make_shared<std::vector<std::string>>(plan.release.rbegin(), plan.release.rend());
   auto key = found.key;
   auto kept = plan.kept;
   auto step = std::make_shared<std::function<void()>>();
   std::weak_ptr<std::function<void()>> weak = step;
   *step = [self, key, d, results, remaining, kept, rp, weak]() mutable {
     if (remaining->empty()) {
-      std::string text = "volume " + quoted(d.volume_id()) + " detached from node " + quoted(d.node_id()) + ":";
+      std::string text =
+          "volume " + quoted(d.volume_id()) + " detached from node " + quoted(d.node_id()) + ":";
       for (const auto& r : *results) text += "\n  " + r;
-      for (const auto& k : kept) text += "\n  claim of alloc " + quoted(k) + " kept: the alloc is running";
+      for (const auto& k : kept)
+        text += "\n  claim of alloc " + quoted(k) + " kept: the alloc is running";
       const auto* v = find_volume(self->state.cat, key);
       deliver(rp, volume_response(self->state.cat, v ? *v : v1::Volume{}, text));
       return;
@@ -65,12 +68,13 @@ void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, respo
     r.set_reason("detached by the operator");
     r.set_operator_detach(true);
     auto again = weak.lock();
-    release_claim(self, std::move(r), [results, alloc, again](std::optional<failure> f, v1::Volume) {
-      results->push_back(f ? "claim of alloc " + quoted(alloc) + " not released yet: " + f->message +
-                                 " (the volume watcher retries)"
-                           : "claim of alloc " + quoted(alloc) + " released");
-      (*again)();
-    });
+    release_claim(
+        self, std::move(r), [results, alloc, again](std::optional<failure> f, v1::Volume) {
+          results->push_back(f ? "claim of alloc " + quoted(alloc) + " not released yet: " +
+                                     f->message + " (the volume watcher retries)"
+                               : "claim of alloc " + quoted(alloc) + " released");
+          (*again)();
+        });
   };
   (*step)();
 }
@@ -92,8 +96,8 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
   if (!controller) {
     deliver(rp, failure{errc::unavailable, "plugin " + quoted(vol.plugin_id()) +
                                                " has no healthy controller on a node with a berth "
-                                               "client; volume " + quoted(vol.id()) +
-                                               " cannot be deleted now"});
+                                               "client; volume " +
+                                               quoted(vol.id()) + " cannot be deleted now"});
     return;
   }
   auto key = found.key;
@@ -137,9 +141,10 @@ void force_deregister(const self_ptr& self, volume_key key, std::vector<std::str
   r.set_reason("deregister --force");
   // A release that cannot finish now (plugin or node gone) is dropped by
   // --force; the volume actor still refuses a claim that is taken.
-  release_claim(self, std::move(r), [self, key, allocs, rp](std::optional<failure>, v1::Volume) mutable {
-    force_deregister(self, key, std::move(allocs), rp);
-  });
+  release_claim(self, std::move(r),
+                [self, key, allocs, rp](std::optional<failure>, v1::Volume) mutable {
+                  force_deregister(self, key, std::move(allocs), rp);
+                });
 }
 
 // volume create: CreateVolume through a controller, then registration of
@@ -152,11 +157,13 @@ void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp) {
   auto problems = validate_volume(spec);
   if (placeholder) spec.clear_external_id();
   if (!placeholder)
-    problems.push_back({"external_id", "is chosen by the plugin on create; use volume register "
-                                       "for an existing volume"});
+    problems.push_back({"external_id",
+                        "is chosen by the plugin on create; use volume register "
+                        "for an existing volume"});
   if (!spec.plugin_id().empty() && !find_plugin(st.cat, spec.plugin_id()))
-    problems.push_back({"plugin_id", "plugin " + quoted(spec.plugin_id()) +
-                                         " is not registered by any node (see berth plugin status)"});
+    problems.push_back(
+        {"plugin_id", "plugin " + quoted(spec.plugin_id()) +
+                          " is not registered by any node (see berth plugin status)"});
   if (!problems.empty()) {
     deliver(rp, failure{errc::invalid, describe("volume " + quoted(spec.id()), problems)});
     return;
@@ -180,10 +187,11 @@ void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp) {
   }
   self->request(controller, csi_step_timeout, create_atom::value, wrap(std::move(spec)),
                 self->state.options.term)
-      .then([self, rp](pb<v1::Volume>& created) mutable {
-              register_volume(self, std::move(created.msg), rp, "created");
-            },
-            [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
+      .then(
+          [self, rp](pb<v1::Volume>& created) mutable {
+            register_volume(self, std::move(created.msg), rp, "created");
+          },
+          [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
 }
 
 void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, std::string verb) {
@@ -191,8 +199,9 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
   apply_defaults(v);
   auto problems = validate_volume(v);
   if (!v.plugin_id().empty() && !find_plugin(st.cat, v.plugin_id()))
-    problems.push_back({"plugin_id", "plugin " + quoted(v.plugin_id()) +
-                                         " is not registered by any node (see berth plugin status)"});
+    problems.push_back(
+        {"plugin_id", "plugin " + quoted(v.plugin_id()) +
+                          " is not registered by any node (see berth plugin status)"});
   if (!problems.empty()) {
     deliver(rp, failure{errc::invalid, describe("volume " + quoted(v.id()), problems)});
     return;
@@ -209,9 +218,11 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
           .then(
               [self, v, rp, id, plugin, ext](std::string& why) mutable {
                 if (!why.empty()) {
-                  deliver(rp, failure{errc::invalid, "volume " + quoted(id) + ": plugin " + quoted(plugin) +
+                  deliver(rp, failure{errc::invalid, "volume " + quoted(id) + ": plugin " +
+                                                         quoted(plugin) +
                                                          " does not confirm its capabilities for "
-                                                         "external_id " + quoted(ext) + ": " + why});
+                                                         "external_id " +
+                                                         quoted(ext) + ": " + why});
                   return;
                 }
                 register_volume(self, std::move(v), rp, "registered (validated by the plugin)");
@@ -231,9 +242,11 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
   self->request(actor, caf::infinite, register_atom::value, wrap(std::move(v)))
       .then(
           [self, rp, verb](pb<v1::Volume>& stored) mutable {
-            when_applied(self, stored.msg.modify_index(), [self, rp, verb, v = std::move(stored.msg)]() mutable {
-              deliver(rp, volume_response(self->state.cat, v, "volume " + quoted(v.id()) + " " + verb));
-            });
+            when_applied(self, stored.msg.modify_index(),
+                         [self, rp, verb, v = std::move(stored.msg)]() mutable {
+                           deliver(rp, volume_response(self->state.cat, v,
+                                                       "volume " + quoted(v.id()) + " " + verb));
+                         });
           },
           [self, rp, key, actor](caf::error& e) mutable {
             if (!find_volume(self->state.cat, key)) {
@@ -264,20 +277,21 @@ void volume_claim(const self_ptr& self, v1::ClaimRequest c, response_promise rp)
                     (c.read_only() ? "reading" : "writing") + " by alloc " + quoted(c.alloc_id()) +
                     " on node " + quoted(c.node_id());
   bool client = static_cast<bool>(node_of(self, c.node_id()));
-  claim_volume(self, c, [self, msg, rp, client](std::optional<failure> f, v1::ClaimResult r) mutable {
-    if (f) {
-      deliver(rp, *f);
-      return;
-    }
-    auto text = msg;
-    if (!r.published_path().empty())
-      text += "; published at " + r.published_path();
-    else if (!client)
-      text += "; node has no berth client, so nothing was published";
-    auto resp = volume_response(self->state.cat, r.volume(), text);
-    resp.set_published_path(r.published_path());
-    deliver(rp, std::move(resp));
-  });
+  claim_volume(self, c,
+               [self, msg, rp, client](std::optional<failure> f, v1::ClaimResult r) mutable {
+                 if (f) {
+                   deliver(rp, *f);
+                   return;
+                 }
+                 auto text = msg;
+                 if (!r.published_path().empty())
+                   text += "; published at " + r.published_path();
+                 else if (!client)
+                   text += "; node has no berth client, so nothing was published";
+                 auto resp = volume_response(self->state.cat, r.volume(), text);
+                 resp.set_published_path(r.published_path());
+                 deliver(rp, std::move(resp));
+               });
 }
 
 void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise rp) {
@@ -291,28 +305,31 @@ void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise
     return;
   }
   if (!find_claim(st.cat.volumes.at(found.key), r.alloc_id())) {
-    deliver(rp, failure{errc::not_found, "volume " + quoted(r.volume_id()) + " has no claim of alloc " +
-                                             quoted(r.alloc_id())});
+    deliver(rp, failure{errc::not_found, "volume " + quoted(r.volume_id()) +
+                                             " has no claim of alloc " + quoted(r.alloc_id())});
     return;
   }
   auto key = found.key;
-  auto text = "claim of alloc " + quoted(r.alloc_id()) + " on volume " + quoted(r.volume_id()) + " released";
+  auto text = "claim of alloc " + quoted(r.alloc_id()) + " on volume " + quoted(r.volume_id()) +
+              " released";
   auto alloc = r.alloc_id();
-  release_claim(self, r, [self, key, alloc, text, rp](std::optional<failure> f, v1::Volume v) mutable {
-    if (f) {
-      deliver(rp, *f);
-      return;
-    }
-    // The volume leaves a command-less alloc; an empty one is deleted.
-    write(self,
-          [alloc, key](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-            auto change = alloc_after_release(c, alloc, key);
-            if (!change) return std::vector<v1::Change>{};
-            return std::vector<v1::Change>{*change};
-          },
-          ignore_result());
-    deliver(rp, volume_response(self->state.cat, v, text));
-  });
+  release_claim(
+      self, r, [self, key, alloc, text, rp](std::optional<failure> f, v1::Volume v) mutable {
+        if (f) {
+          deliver(rp, *f);
+          return;
+        }
+        // The volume leaves a command-less alloc; an empty one is deleted.
+        write(
+            self, "alloc/" + alloc,
+            [alloc, key](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+              auto change = alloc_after_release(c, alloc, key);
+              if (!change) return std::vector<v1::Change>{};
+              return std::vector<v1::Change>{*change};
+            },
+            ignore_result());
+        deliver(rp, volume_response(self->state.cat, v, text));
+      });
 }
 
 // volume deregister: refused while claimed; with --force, every claim is
@@ -367,13 +384,16 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
   auto found = lookup_volume(st.cat, c.namespace_(), c.volume_id());
   auto actor = st.volume_actors.find(found.key);
   if (found.error || actor == st.volume_actors.end()) {
-    done(found.error.value_or(failure{errc::not_found, "volume " + quoted(c.volume_id()) + " vanished"}), {});
+    done(found.error.value_or(
+             failure{errc::not_found, "volume " + quoted(c.volume_id()) + " vanished"}),
+         {});
     return;
   }
   const auto key = found.key;
   const auto plugin_id = st.cat.volumes.at(key).plugin_id();
   std::pair<std::string, std::string> slot{c.node_id(), plugin_id};
-  c.set_node_volume_count(node_volume_count(st.cat, c.node_id(), plugin_id, key, st.claiming[slot]));
+  c.set_node_volume_count(
+      node_volume_count(st.cat, c.node_id(), plugin_id, key, st.claiming[slot]));
   st.claiming[slot].insert(key);
   auto start = std::chrono::steady_clock::now();
   self->request(actor->second, caf::infinite, claim_atom::value, wrap(c),
@@ -408,7 +428,8 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
   node_actor target;
   if (const auto* c = find_claim(*vol, r.alloc_id())) {
     target = node_of(self, c->node_id());
-    r.set_node_detached(release_without_node(st.cat, *c, static_cast<bool>(target), r.operator_detach()));
+    r.set_node_detached(
+        release_without_node(st.cat, *c, static_cast<bool>(target), r.operator_detach()));
   }
   const auto plugin_id = vol->plugin_id();
   self->request(actor->second, caf::infinite, release_atom::value, wrap(std::move(r)),

@@ -1,14 +1,14 @@
 #include "actors/metrics.hpp"
 
-#include <algorithm>
-#include <map>
-#include <vector>
-#include <mutex>
-
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <vector>
 
 #include "messages/model.hpp"
 
@@ -51,10 +51,11 @@ class prometheus_metrics final : public metrics {
                      .Name("berth_volumes")
                      .Help("Registered volumes by state (unclaimed, claimed, releasing)")
                      .Register(*registry_)},
-        claims_{prometheus::BuildGauge()
-                    .Name("berth_claims")
-                    .Help("Volume claims by mode (read, write) and state (taken, unpublishing, ...)")
-                    .Register(*registry_)},
+        claims_{
+            prometheus::BuildGauge()
+                .Name("berth_claims")
+                .Help("Volume claims by mode (read, write) and state (taken, unpublishing, ...)")
+                .Register(*registry_)},
         plugin_controllers_healthy_{prometheus::BuildGauge()
                                         .Name("berth_plugin_controllers_healthy")
                                         .Help("Healthy controller instances by plugin")
@@ -90,19 +91,20 @@ class prometheus_metrics final : public metrics {
                          .Help("Entries written durably to the log")
                          .Register(*registry_)
                          .Add({})),
-        log_write_seconds_(prometheus::BuildHistogram()
-                               .Name("berth_log_write_seconds")
-                               .Help("Duration of one durable log write (transaction and fsync)")
-                               .Register(*registry_)
-                               .Add({}, prometheus::Histogram::BucketBoundaries{
-                                            0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                            0.25, 0.5, 1})),
-        log_batch_entries_(prometheus::BuildHistogram()
-                               .Name("berth_log_batch_entries")
-                               .Help("Entries per durable log write (group commit)")
-                               .Register(*registry_)
-                               .Add({}, prometheus::Histogram::BucketBoundaries{
-                                            1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024})),
+        log_write_seconds_(
+            prometheus::BuildHistogram()
+                .Name("berth_log_write_seconds")
+                .Help("Duration of one durable log write (transaction and fsync)")
+                .Register(*registry_)
+                .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.002, 0.005, 0.01,
+                                                                 0.025, 0.05, 0.1, 0.25, 0.5, 1})),
+        log_batch_entries_(
+            prometheus::BuildHistogram()
+                .Name("berth_log_batch_entries")
+                .Help("Entries per durable log write (group commit)")
+                .Register(*registry_)
+                .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256,
+                                                                 512, 1024})),
         snapshots_(prometheus::BuildCounter()
                        .Name("berth_raft_snapshots_total")
                        .Help("Raft snapshots taken or installed by this server")
@@ -141,14 +143,31 @@ class prometheus_metrics final : public metrics {
                               .Name("berth_csi_call_seconds")
                               .Help("Duration of CSI calls by plugin and method")
                               .Register(*registry_)),
-        claim_seconds_(prometheus::BuildHistogram()
-                           .Name("berth_claim_seconds")
-                           .Help("Time to answer a successful claim (commit, controller and node "
-                                 "publish)")
-                           .Register(*registry_)
-                           .Add({}, prometheus::Histogram::BucketBoundaries{
-                                        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                        1, 2.5, 5, 10, 30})),
+        csi_in_flight_{prometheus::BuildGauge()
+                           .Name("berth_csi_calls_in_flight")
+                           .Help("CSI calls in flight on this node's plugin connection, by plugin "
+                                 "and kind (controller, node)")
+                           .Register(*registry_)},
+        csi_call_limit_{prometheus::BuildGauge()
+                            .Name("berth_csi_call_limit")
+                            .Help("CSI calls allowed in flight per plugin and kind: the "
+                                  "configured max_*_calls, halved while the plugin answers "
+                                  "RESOURCE_EXHAUSTED or ABORTED")
+                            .Register(*registry_)},
+        csi_backoffs_(prometheus::BuildCounter()
+                          .Name("berth_csi_call_backoffs_total")
+                          .Help("CSI calls queued again after RESOURCE_EXHAUSTED or ABORTED, by "
+                                "plugin")
+                          .Register(*registry_)),
+        claim_seconds_(
+            prometheus::BuildHistogram()
+                .Name("berth_claim_seconds")
+                .Help("Time to answer a successful claim (commit, controller and node "
+                      "publish)")
+                .Register(*registry_)
+                .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                                 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                                                                 10, 30})),
         requests_(prometheus::BuildCounter()
                       .Name("berth_requests_total")
                       .Help("Shell commands served, by command and outcome")
@@ -183,8 +202,9 @@ class prometheus_metrics final : public metrics {
 
   void clear_state() override {
     std::lock_guard<std::mutex> guard(mtx_);
-    for (auto* g : {&volumes_, &claims_, &plugin_controllers_healthy_, &plugin_controllers_expected_,
-                    &plugin_nodes_healthy_, &plugin_nodes_expected_, &actors_})
+    for (auto* g :
+         {&volumes_, &claims_, &plugin_controllers_healthy_, &plugin_controllers_expected_,
+          &plugin_nodes_healthy_, &plugin_nodes_expected_, &actors_})
       g->zero();
   }
 
@@ -193,9 +213,9 @@ class prometheus_metrics final : public metrics {
     auto count = [&](const v1::Volume& v, double sign) {
       volumes_.add({{"state", volume_state(v)}}, sign);
       for (const auto& c : v.claims())
-        claims_.add({{"mode", std::string(name_of(c.mode()))},
-                     {"state", std::string(name_of(c.state()))}},
-                    sign);
+        claims_.add(
+            {{"mode", std::string(name_of(c.mode()))}, {"state", std::string(name_of(c.state()))}},
+            sign);
     };
     if (before) count(*before, -1);
     if (after) count(*after, +1);
@@ -258,6 +278,17 @@ class prometheus_metrics final : public metrics {
         .Observe(seconds);
   }
 
+  void csi_calls_in_flight(const std::string& plugin, const std::string& kind, size_t in_flight,
+                           size_t limit) override {
+    std::lock_guard<std::mutex> guard(mtx_);
+    csi_in_flight_.set({{"plugin", plugin}, {"kind", kind}}, static_cast<double>(in_flight));
+    csi_call_limit_.set({{"plugin", plugin}, {"kind", kind}}, static_cast<double>(limit));
+  }
+
+  void csi_call_backoff(const std::string& plugin) override {
+    csi_backoffs_.Add({{"plugin", plugin}}).Increment();
+  }
+
   void claim_done(double seconds) override { claim_seconds_.Observe(seconds); }
 
   void actors(const std::string& kind, size_t count) override {
@@ -270,9 +301,7 @@ class prometheus_metrics final : public metrics {
     std::lock_guard<std::mutex> guard(mtx_);
     mailbox_.set({{"kind", kind}}, static_cast<double>(backlog));
   }
-  void watcher_pending(size_t count) override {
-    watcher_pending_.Set(static_cast<double>(count));
-  }
+  void watcher_pending(size_t count) override { watcher_pending_.Set(static_cast<double>(count)); }
   void allocs(const std::string& state, size_t count) override {
     std::lock_guard<std::mutex> guard(mtx_);
     allocs_.set({{"state", state}}, static_cast<double>(count));
@@ -307,6 +336,9 @@ class prometheus_metrics final : public metrics {
   prometheus::Gauge& raft_log_entries_;
   prometheus::Family<prometheus::Counter>& csi_calls_;
   prometheus::Family<prometheus::Histogram>& csi_call_seconds_;
+  gauges csi_in_flight_;
+  gauges csi_call_limit_;
+  prometheus::Family<prometheus::Counter>& csi_backoffs_;
   prometheus::Histogram& claim_seconds_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;
@@ -319,6 +351,8 @@ class prometheus_metrics final : public metrics {
 
 }  // namespace
 
-std::shared_ptr<metrics> make_metrics() { return std::make_shared<prometheus_metrics>(); }
+std::shared_ptr<metrics> make_metrics() {
+  return std::make_shared<prometheus_metrics>();
+}
 
 }  // namespace berth

@@ -46,6 +46,12 @@ class metrics {
   // One CSI call: plugin, the spec's method name, the gRPC code name.
   virtual void csi_call(const std::string& plugin, const std::string& method,
                         const std::string& code, double seconds) = 0;
+  // A plugin connection's CSI calls of `kind` ("controller", "node") in
+  // flight and the limit in effect (lowered while the plugin is overloaded).
+  virtual void csi_calls_in_flight(const std::string& plugin, const std::string& kind,
+                                   size_t in_flight, size_t limit) = 0;
+  // A CSI call answered RESOURCE_EXHAUSTED or ABORTED was queued again.
+  virtual void csi_call_backoff(const std::string& plugin) = 0;
   // A claim answered (committed and, with a client, published).
   virtual void claim_done(double seconds) = 0;
   // How many actors of a kind are running ("volume", "plugin", ...).

@@ -1,11 +1,10 @@
 #include "actors/node.hpp"
 
+#include <caf/io/middleman.hpp>
+#include <caf/io/middleman_actor.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <set>
-
-#include <caf/io/middleman.hpp>
-#include <caf/io/middleman_actor.hpp>
 
 #include "actors/clock.hpp"
 #include "actors/node_plugins.hpp"
@@ -115,7 +114,8 @@ void unmount_lost(self_ptr self, const std::string& alloc_id) {
     claim_paths paths{u.record.staging_path, u.record.target_path};
     auto at = where(st.config.node_id, u.record.plugin_id);
     auto make = [r = u.record.request, paths, unstage = u.unstage, at](bool) {
-      return csi_job{[=](csi::client& c) { return unpublish_claim(c, r, paths, unstage, at); }};
+      return csi_job{[=](csi::client& c) { return unpublish_claim(c, r, paths, unstage, at); },
+                     call_kind::node, r.volume().external_id()};
     };
     run(self, u.record.plugin_id, make, self->make_response_promise<pb<v1::NodeVolumeResult>>(),
         [self, key = u.key](result_promise& rp, csi_outcome&) {
@@ -174,13 +174,15 @@ void start_polling(self_ptr self) {
 }
 
 // Runs a controller call (no paths, nothing recorded) once fenced.
+// `volume`: the CSI volume id (or, before CreateVolume, berth's key of it).
 template <class T, class Call, class OnOk>
 caf::result<T> controller_call(self_ptr self, const std::string& plugin_id, uint64_t term,
-                               Call call, OnOk on_ok) {
+                               std::string volume, Call call, OnOk on_ok) {
   if (auto f = self->state.fence.admit(*self->state.store, term)) return to_error(*f);
   auto rp = self->make_response_promise<T>();
-  auto make = [call, at = where(self->state.config.node_id, plugin_id)](bool) {
-    return csi_job{[call, at](csi::client& c) { return call(c, at); }};
+  auto make = [call, at = where(self->state.config.node_id, plugin_id), volume](bool) {
+    return csi_job{[call, at](csi::client& c) { return call(c, at); }, call_kind::controller,
+                   volume};
   };
   run(self, plugin_id, make, rp, on_ok);
   return rp;
@@ -230,7 +232,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         auto staged = std::make_shared<bool>(false);
         auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), staged](bool stage) {
           *staged = stage;
-          return csi_job{[=](csi::client& c) { return publish_claim(c, r, paths, stage, at); }};
+          return csi_job{[=](csi::client& c) { return publish_claim(c, r, paths, stage, at); },
+                         call_kind::node, r.volume().external_id()};
         };
         run(self, r.plugin_id(), make, rp,
             [self, r, paths, staged](result_promise& rp, csi_outcome& out) {
@@ -253,7 +256,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         bool others = staging_in_use(st.mounts, paths.staging, key);
         auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), others](bool stages) {
           bool unstage = unstage_after_unpublish(stages, r.unstage(), others);
-          return csi_job{[=](csi::client& c) { return unpublish_claim(c, r, paths, unstage, at); }};
+          return csi_job{[=](csi::client& c) { return unpublish_claim(c, r, paths, unstage, at); },
+                         call_kind::node, r.volume().external_id()};
         };
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
         run(self, r.plugin_id(), make, rp, [self, key](result_promise& rp, csi_outcome& out) {
@@ -271,7 +275,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
           return controller_publish(c, r, at);
         };
         return controller_call<pb<v1::NodeVolumeResult>>(
-            self, req.msg.plugin_id(), req.msg.leader_term(), call, deliver_result);
+            self, req.msg.plugin_id(), req.msg.leader_term(), req.msg.volume().external_id(), call,
+            deliver_result);
       },
       [self](ctrl_unpublish_atom,
              pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
@@ -279,14 +284,16 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
           return controller_unpublish(c, r, at);
         };
         return controller_call<pb<v1::NodeVolumeResult>>(
-            self, req.msg.plugin_id(), req.msg.leader_term(), call, deliver_result);
+            self, req.msg.plugin_id(), req.msg.leader_term(), req.msg.volume().external_id(), call,
+            deliver_result);
       },
       [self](create_atom, pb<v1::Volume>& req, uint64_t term) -> caf::result<pb<v1::Volume>> {
         auto call = [v = req.msg](csi::client& c, const std::string& at) {
           return create_volume(c, v, at);
         };
         return controller_call<pb<v1::Volume>>(
-            self, req.msg.plugin_id(), term, call,
+            self, req.msg.plugin_id(), term, "create " + req.msg.namespace_() + "/" + req.msg.id(),
+            call,
             [](promise<pb<v1::Volume>>& rp, csi_outcome& out) { rp.deliver(wrap(out.volume)); });
       },
       [self](validate_atom, pb<v1::Volume>& req, uint64_t term) -> caf::result<std::string> {
@@ -294,14 +301,14 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
           return validate_volume(c, v, at);
         };
         return controller_call<std::string>(
-            self, req.msg.plugin_id(), term, call,
+            self, req.msg.plugin_id(), term, req.msg.external_id(), call,
             [](promise<std::string>& rp, csi_outcome& out) { rp.deliver(out.validation); });
       },
       [self](deregister_atom, pb<v1::Volume>& req, uint64_t term) -> caf::result<bool> {
         auto call = [v = req.msg](csi::client& c, const std::string& at) {
           return delete_volume(c, v, at);
         };
-        return controller_call<bool>(self, req.msg.plugin_id(), term, call,
+        return controller_call<bool>(self, req.msg.plugin_id(), term, req.msg.external_id(), call,
                                      [](promise<bool>& rp, csi_outcome&) { rp.deliver(true); });
       },
       [self](run_atom, pb<v1::Alloc>& req) -> caf::result<bool> {

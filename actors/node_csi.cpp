@@ -13,11 +13,14 @@ std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag
   auto eq = flag.find('=');
   auto colon = flag.find(':', eq == std::string::npos ? 0 : eq);
   if (eq == std::string::npos || colon == std::string::npos)
-    return "--plugin '" + flag + "' is not ID=TYPE:SOCKET (e.g. hostpath=monolith:/run/csi.sock)";
+    return "--plugin '" + flag +
+           "' is not ID=TYPE:SOCKET[,OPTION=N...] (e.g. hostpath=monolith:/run/csi.sock)";
   node_plugin p;
   p.id = flag.substr(0, eq);
   auto type = flag.substr(eq + 1, colon - eq - 1);
-  auto socket = flag.substr(colon + 1);
+  auto rest = flag.substr(colon + 1);
+  auto comma = rest.find(',');
+  auto socket = rest.substr(0, comma);
   if (!valid_id(p.id)) return "--plugin '" + flag + "': '" + p.id + "' is not a valid plugin id";
   auto t = parse_plugin_type(type);
   if (!t) return "--plugin '" + flag + "': type '" + type + "' is not node, controller or monolith";
@@ -26,6 +29,30 @@ std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag
   if (socket.empty() || socket[0] != '/')
     return "--plugin '" + flag + "': the socket must be an absolute path";
   p.endpoint = "unix://" + socket;
+  // Options: max_controller_calls=N, max_node_calls=N (1..1024).
+  while (comma != std::string::npos) {
+    auto next = rest.find(',', comma + 1);
+    auto opt =
+        rest.substr(comma + 1, next == std::string::npos ? std::string::npos : next - comma - 1);
+    comma = next;
+    auto oeq = opt.find('=');
+    auto name = opt.substr(0, oeq);
+    int* target = name == "max_controller_calls" ? &p.max_controller_calls
+                  : name == "max_node_calls"     ? &p.max_node_calls
+                                                 : nullptr;
+    if (target == nullptr)
+      return "--plugin '" + flag + "': unknown option '" + name +
+             "' (known: max_controller_calls=N, max_node_calls=N)";
+    auto value = oeq == std::string::npos ? std::string{} : opt.substr(oeq + 1);
+    int n = 0;
+    bool digits = !value.empty() && value.size() <= 4 &&
+                  value.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) n = std::stoi(value);
+    if (!digits || n < 1 || n > 1024)
+      return "--plugin '" + flag + "': " + name + " must be a number from 1 to 1024 (1: one call " +
+             "at a time, as Nomad does), got '" + value + "'";
+    *target = n;
+  }
   return p;
 }
 
@@ -57,6 +84,16 @@ v1::Request fingerprint_report(const node_plugin& p, const std::string& node_id,
 }
 
 namespace {
+
+// Sets the outcome's error from a call's status; true when the call failed.
+// RESOURCE_EXHAUSTED and ABORTED mark the plugin overloaded (the
+// connection backs off and runs the job again).
+bool failed(csi_outcome& out, const std::string& where, csi::method m, const csi::call_status& s) {
+  out.error = csi::call_failure(where, m, s);
+  out.overloaded =
+      s.grpc_code == csi::code::resource_exhausted || s.grpc_code == csi::code::aborted;
+  return out.error.has_value();
+}
 
 template <class Pred>
 std::vector<waiting_calls::call> take(std::deque<waiting_calls::call>& calls, Pred pred) {
@@ -134,13 +171,11 @@ csi_outcome publish_claim(csi::client& c, const v1::NodeVolumeRequest& r, const 
         failure{errc::internal, where + ": cannot create " + parent.string() + ": " + ec.message()};
     return out;
   }
-  if (stage && (out.error = csi::call_failure(
-                    where, csi::method::node_stage_volume,
-                    c.node_stage_volume(csi::stage_request(r, paths.staging)).status)))
+  if (stage && failed(out, where, csi::method::node_stage_volume,
+                      c.node_stage_volume(csi::stage_request(r, paths.staging)).status))
     return out;
   auto p = csi::publish_request(r, stage ? paths.staging : "", paths.target);
-  if ((out.error = csi::call_failure(where, csi::method::node_publish_volume,
-                                     c.node_publish_volume(p).status)))
+  if (failed(out, where, csi::method::node_publish_volume, c.node_publish_volume(p).status))
     return out;
   out.target_path = paths.target;
   return out;
@@ -150,8 +185,8 @@ csi_outcome unpublish_claim(csi::client& c, const v1::NodeVolumeRequest& r,
                             const claim_paths& paths, bool unstage, const std::string& where) {
   csi_outcome out;
   const auto& id = r.volume().external_id();
-  if ((out.error = csi::call_failure(where, csi::method::node_unpublish_volume,
-                                     c.node_unpublish_volume(id, paths.target).status)))
+  if (failed(out, where, csi::method::node_unpublish_volume,
+             c.node_unpublish_volume(id, paths.target).status))
     return out;
   std::error_code ec;
   // The per-alloc directories are the CO's: remove them once empty.
@@ -159,8 +194,8 @@ csi_outcome unpublish_claim(csi::client& c, const v1::NodeVolumeRequest& r,
        d = d.parent_path())
     if (!fs::remove(d, ec)) break;
   if (unstage) {
-    if ((out.error = csi::call_failure(where, csi::method::node_unstage_volume,
-                                       c.node_unstage_volume(id, paths.staging).status)))
+    if (failed(out, where, csi::method::node_unstage_volume,
+               c.node_unstage_volume(id, paths.staging).status))
       return out;
     fs::remove(paths.staging, ec);
   }
@@ -171,8 +206,7 @@ csi_outcome controller_publish(csi::client& c, const v1::NodeVolumeRequest& r,
                                const std::string& where) {
   csi_outcome out;
   auto res = c.controller_publish_volume(csi::controller_publish_request_of(r));
-  if ((out.error = csi::call_failure(where, csi::method::controller_publish_volume, res.status)))
-    return out;
+  if (failed(out, where, csi::method::controller_publish_volume, res.status)) return out;
   out.publish_context = std::move(res.response);
   return out;
 }
@@ -180,18 +214,17 @@ csi_outcome controller_publish(csi::client& c, const v1::NodeVolumeRequest& r,
 csi_outcome controller_unpublish(csi::client& c, const v1::NodeVolumeRequest& r,
                                  const std::string& where) {
   csi_outcome out;
-  out.error =
-      csi::call_failure(where, csi::method::controller_unpublish_volume,
-                        c.controller_unpublish_volume(r.volume().external_id(), r.csi_node_id(),
-                                                      csi::to_map(r.volume().secrets()))
-                            .status);
+  failed(out, where, csi::method::controller_unpublish_volume,
+         c.controller_unpublish_volume(r.volume().external_id(), r.csi_node_id(),
+                                       csi::to_map(r.volume().secrets()))
+             .status);
   return out;
 }
 
 csi_outcome create_volume(csi::client& c, const v1::Volume& spec, const std::string& where) {
   csi_outcome out;
   auto res = c.create_volume(csi::create_request(spec));
-  if ((out.error = csi::call_failure(where, csi::method::create_volume, res.status))) return out;
+  if (failed(out, where, csi::method::create_volume, res.status)) return out;
   out.volume = csi::created_volume(spec, res.response);
   return out;
 }
@@ -199,16 +232,15 @@ csi_outcome create_volume(csi::client& c, const v1::Volume& spec, const std::str
 csi_outcome validate_volume(csi::client& c, const v1::Volume& v, const std::string& where) {
   csi_outcome out;
   auto res = c.validate_volume_capabilities(csi::validate_request_of(v));
-  if ((out.error = csi::call_failure(where, csi::method::validate_volume_capabilities, res.status)))
-    return out;
+  if (failed(out, where, csi::method::validate_volume_capabilities, res.status)) return out;
   out.validation = csi::validation_reason(res.response);
   return out;
 }
 
 csi_outcome delete_volume(csi::client& c, const v1::Volume& v, const std::string& where) {
   csi_outcome out;
-  out.error = csi::call_failure(where, csi::method::delete_volume,
-                                c.delete_volume(v.external_id(), csi::to_map(v.secrets())).status);
+  failed(out, where, csi::method::delete_volume,
+         c.delete_volume(v.external_id(), csi::to_map(v.secrets())).status);
   return out;
 }
 

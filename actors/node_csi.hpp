@@ -23,12 +23,18 @@ struct node_plugin {
   std::string id;
   v1::PluginType type = v1::PLUGIN_MONOLITH;
   std::string endpoint;  // unix:///path/csi.sock
+  // CSI calls in flight on this connection at most, per kind (calls for one
+  // volume never overlap).  1 is Nomad's one call at a time.
+  int max_controller_calls = default_max_calls;
+  int max_node_calls = default_max_calls;
+  static constexpr int default_max_calls = 16;
 };
 
 // "plugin 'P' on node 'N'": where a CSI call failed, in its messages.
 std::string where(const std::string& node_id, const std::string& plugin);
 
-// Parses "--plugin ID=TYPE:SOCKET" (SOCKET: a path or unix:///path).
+// Parses "--plugin ID=TYPE:SOCKET[,max_controller_calls=N][,max_node_calls=N]"
+// (SOCKET: a path or unix:///path).
 std::variant<node_plugin, std::string> parse_plugin_flag(const std::string& flag);
 
 // The instance to keep after a probe: a failed probe keeps what the plugin

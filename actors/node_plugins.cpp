@@ -14,6 +14,7 @@ void on_probed(node_self self, const node_plugin& p, v1::PluginInstance inst) {
   auto known = st.instances.find(p.id);
   inst = probed_instance(known == st.instances.end() ? nullptr : &known->second, std::move(inst),
                          st.config.node_id);
+  if (p.type != v1::PLUGIN_NODE) inst.set_max_calls(p.max_controller_calls);
   st.instances[p.id] = inst;
   if (inst.healthy() && st.ready_plugins.insert(p.id).second)
     for (auto& w : st.waiting.ready(p.id)) w.go();
@@ -36,13 +37,13 @@ void connect_plugins(node_self self) {
   auto& st = self->state;
   for (const auto& p : st.config.plugins)
     st.connections.emplace(
-        p.id, self->spawn<caf::detached + caf::linked>(csi_plugin, p.id, p.endpoint,
-                                                       st.config.csi_timeout, st.stats));
+        p.id, self->spawn<caf::linked>(csi_plugin, p, st.config.csi_timeout, st.stats));
 }
 
 void fingerprint(node_self self) {
   for (const auto& p : self->state.config.plugins) {
-    csi_job job{[type = p.type](csi::client& c) { return probe_plugin(c, type); }};
+    csi_job job{[type = p.type](csi::client& c) { return probe_plugin(c, type); },
+                call_kind::identity, ""};
     self->request(self->state.connections.at(p.id), caf::infinite, csi_atom::value, std::move(job))
         .then([self, p](csi_outcome& out) { on_probed(self, p, std::move(out.instance)); });
   }

@@ -16,7 +16,8 @@ namespace berth {
 
 using node_self = node_actor::stateful_pointer<node_state>;
 
-// Spawns a connection per configured plugin (detached: gRPC blocks).
+// Spawns a connection per configured plugin (its workers are detached:
+// gRPC blocks).
 void connect_plugins(node_self self);
 
 // Probes every plugin; reports an instance that changed to the leader.

@@ -1,68 +1,70 @@
-#include "actors/clock.hpp"
-#include "actors/node_call.hpp"
 #include "actors/plugin.hpp"
 
+#include <caf/typed_event_based_actor.hpp>
 #include <chrono>
 
-#include <caf/typed_event_based_actor.hpp>
-
+#include "actors/clock.hpp"
+#include "actors/node_call.hpp"
 #include "actors/propose.hpp"
 #include "control/nodes.hpp"
+#include "control/placement.hpp"
 
 namespace berth {
 
 namespace {
-
 
 using self_ptr = plugin_actor::stateful_pointer<plugin_state>;
 using result_promise = caf::typed_response_promise<pb<v1::NodeVolumeResult>>;
 
 void next_controller_call(self_ptr self) {
   auto& st = self->state;
-  if (st.controller_busy || st.controller_queue.empty()) return;
-  st.controller_busy = true;
-  auto job = std::move(st.controller_queue.front());
-  st.controller_queue.pop_front();
-  job();
+  while (!st.controller_queue.empty() && st.controller_running < controller_call_limit(st.plugin)) {
+    ++st.controller_running;
+    auto job = std::move(st.controller_queue.front());
+    st.controller_queue.pop_front();
+    job();
+  }
 }
 
-// Queues a controller RPC; it runs once every earlier one finished.
+// Queues a controller RPC; it runs once fewer than the plugin's limit run
+// (calls for one volume never overlap: its volume actor sends one at a
+// time).  Waiting here, not at the node, keeps the step's timeout for the
+// call itself.
 template <class Atom>
 result_promise queue_controller_call(self_ptr self, Atom atom, v1::NodeVolumeRequest req,
                                      node_actor controller) {
   auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
   auto id = self->state.next_call++;
   self->state.open_calls->emplace(id, rp);
-  self->state.controller_queue.emplace_back([self, atom, req = std::move(req), controller, rp,
-                                             id]() mutable {
-    auto done = [self, id] {
-      self->state.open_calls->erase(id);
-      self->state.controller_busy = false;
-      next_controller_call(self);
-    };
-    if (!controller) {
-      rp.deliver(make_error(errc::unavailable,
-                            "plugin '" + self->state.plugin.id() +
-                                "' has no healthy controller on a node with a berth client"));
-      done();
-      return;
-    }
-    call_node<pb<v1::NodeVolumeResult>>(self, controller, csi_step_timeout, atom,
-                                        wrap(std::move(req)))
-        .then(
-            [rp, done](pb<v1::NodeVolumeResult>& r) mutable {
-              rp.deliver(std::move(r));
-              done();
-            },
-            [rp, done](caf::error& e) mutable {
-              rp.deliver(std::move(e));
-              done();
-            });
-  });
+  self->state.controller_queue.emplace_back(
+      [self, atom, req = std::move(req), controller, rp, id]() mutable {
+        auto done = [self, id] {
+          self->state.open_calls->erase(id);
+          --self->state.controller_running;
+          next_controller_call(self);
+        };
+        if (!controller) {
+          rp.deliver(make_error(errc::unavailable,
+                                "plugin '" + self->state.plugin.id() +
+                                    "' has no healthy controller on a node with a berth client"));
+          done();
+          return;
+        }
+        call_node<pb<v1::NodeVolumeResult>>(self, controller, csi_step_timeout, atom,
+                                            wrap(std::move(req)))
+            .then(
+                [rp, done](pb<v1::NodeVolumeResult>& r) mutable {
+                  rp.deliver(std::move(r));
+                  done();
+                },
+                [rp, done](caf::error& e) mutable {
+                  rp.deliver(std::move(e));
+                  done();
+                });
+      });
   next_controller_call(self);
   return rp;
 }
-
 
 // Commits the plugin's next state (or its deletion) and continues with the
 // committed plugin.  await(): the next fingerprint builds on this one.
@@ -85,8 +87,8 @@ plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> 
                                    replicated_log_actor log, v1::Plugin initial) {
   self->state.log = std::move(log);
   self->state.plugin = std::move(initial);
-  self->attach_functor([open = self->state.open_calls, id = self->state.plugin.id()](
-                           const caf::error&) {
+  self->attach_functor([open = self->state.open_calls,
+                        id = self->state.plugin.id()](const caf::error&) {
     for (auto& [n, rp] : *open)
       rp.deliver(make_error(errc::unavailable,
                             "plugin '" + id +

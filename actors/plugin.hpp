@@ -17,7 +17,7 @@ struct plugin_state {
   replicated_log_actor log;
   // Controller RPCs of this plugin run one at a time: the next waits here.
   std::deque<std::function<void()>> controller_queue;
-  bool controller_busy = false;
+  int controller_running = 0;  // at most controller_call_limit(plugin)
   // Every controller call not answered yet (queued or running), by a
   // number: answered with an error when this actor stops (its leader
   // stepped down, or the plugin was garbage-collected), because a volume

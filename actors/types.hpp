@@ -4,6 +4,19 @@
 // actors as a caf::error.
 #pragma once
 
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+#include <caf/fwd.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/result.hpp>
+#include <caf/sec.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -13,20 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include <caf/allowed_unsafe_message_type.hpp>
-#include <caf/atom.hpp>
-#include <caf/error.hpp>
-#include <caf/fwd.hpp>
-#include <caf/meta/load_callback.hpp>
-#include <caf/meta/type_name.hpp>
-#include <caf/replies_to.hpp>
-#include <caf/sec.hpp>
-#include <caf/result.hpp>
-#include <caf/stateful_actor.hpp>
-#include <caf/typed_actor.hpp>
-#include <caf/typed_event_based_actor.hpp>
-#include <caf/typed_response_promise.hpp>
-
+#include "control/call_gate.hpp"
 #include "messages/api.pb.h"
 #include "messages/berth.pb.h"
 #include "messages/model.hpp"
@@ -100,14 +100,19 @@ struct csi_outcome {
   std::optional<failure> error;
   std::map<std::string, std::string> publish_context;
   std::string target_path;
-  v1::Volume volume;                // CreateVolume
-  std::string validation;           // ValidateVolumeCapabilities: "" = confirmed, else why not
-  v1::PluginInstance instance;      // fingerprint: the instance as probed
+  v1::Volume volume;            // CreateVolume
+  std::string validation;       // ValidateVolumeCapabilities: "" = confirmed, else why not
+  v1::PluginInstance instance;  // fingerprint: the instance as probed
+  // The plugin answered RESOURCE_EXHAUSTED or ABORTED: the connection backs
+  // off and runs the job again (control/call_gate).
+  bool overloaded = false;
 };
 
 // A sequence of CSI calls to run on a plugin connection's own thread.
 struct csi_job {
   std::function<csi_outcome(csi::client&)> run;
+  call_kind kind = call_kind::identity;  // which limit of the connection it counts against
+  std::string volume;                    // the CSI volume id: its calls never overlap
 };
 
 }  // namespace berth

@@ -1,5 +1,7 @@
 #include "control/placement.hpp"
 
+#include <algorithm>
+
 #include "messages/model.hpp"
 
 namespace berth {
@@ -24,8 +26,7 @@ std::vector<std::string> controller_candidates(
   return out;
 }
 
-std::optional<std::string> next_in_turn(const std::vector<std::string>& candidates,
-                                        size_t& turn) {
+std::optional<std::string> next_in_turn(const std::vector<std::string>& candidates, size_t& turn) {
   if (candidates.empty()) return std::nullopt;
   return candidates[turn++ % candidates.size()];
 }
@@ -44,6 +45,13 @@ int64_t node_volume_count(const catalog& c, const std::string& node, const std::
   for (const auto& k : in_flight)
     if (k != except) seen.insert(k);
   return static_cast<int64_t>(seen.size());
+}
+
+int controller_call_limit(const v1::Plugin& p) {
+  int sum = 0;
+  for (const auto& c : p.controllers())
+    if (c.healthy()) sum += c.max_calls() > 0 ? c.max_calls() : 16;
+  return std::max(1, sum);
 }
 
 }  // namespace berth

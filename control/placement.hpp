@@ -30,8 +30,12 @@ std::vector<std::string> controller_candidates(
 
 // Round-robin over the candidates (controller calls are load-balanced):
 // the next one after `turn`, which advances.  nullopt when there is none.
-std::optional<std::string> next_in_turn(const std::vector<std::string>& candidates,
-                                        size_t& turn);
+std::optional<std::string> next_in_turn(const std::vector<std::string>& candidates, size_t& turn);
+
+// How many controller calls of the plugin the leader has in flight at
+// most: what its healthy controller instances take together (each its
+// max_calls, 16 when it reported none), at least 1.
+int controller_call_limit(const v1::Plugin& p);
 
 // The volumes of `plugin` claimed on `node` (taken or in release) other
 // than `except`, together with `in_flight` (volumes being claimed there

@@ -83,8 +83,8 @@ v1::Plugin controller_plugin(std::vector<std::pair<std::string, bool>> controlle
 // --- entries and the catalog ----------------------------------------------------
 
 TEST_CASE("make_entry_keeps_changes_in_order_with_the_format_version") {
-  auto e = make_entry({upsert_change(make_volume("a")), alloc_delete_change("x"),
-                       plugin_delete_change("p")});
+  auto e = make_entry(
+      {upsert_change(make_volume("a")), alloc_delete_change("x"), plugin_delete_change("p")});
   CHECK(e.format_version() == entry_format_version);
   REQUIRE(e.changes_size() == 3);
   CHECK(e.changes(0).volume_upsert().id() == "a");
@@ -104,8 +104,9 @@ TEST_CASE("stamp_sets_create_index_once_and_modify_index_always") {
 
 TEST_CASE("catalog_apply_stamps_and_reports_what_each_change_replaced") {
   catalog c;
-  auto first = apply(c, 5, make_entry({upsert_change(make_volume("a")),
-                                       upsert_change(make_alloc("x", "n1", v1::ALLOC_RUNNING))}));
+  auto first = apply(c, 5,
+                     make_entry({upsert_change(make_volume("a")),
+                                 upsert_change(make_alloc("x", "n1", v1::ALLOC_RUNNING))}));
   REQUIRE(first.size() == 2);
   CHECK(first[0].before.change_case() == v1::Change::CHANGE_NOT_SET);
   CHECK(c.applied_index == 5);
@@ -118,7 +119,8 @@ TEST_CASE("catalog_apply_stamps_and_reports_what_each_change_replaced") {
   CHECK(second[0].before.volume_upsert().claims_size() == 0);
   CHECK(c.volumes.at({"default", "a"}).claims_size() == 1);
   CHECK(c.volumes.at({"default", "a"}).modify_index() == 6);
-  auto third = apply(c, 7, make_entry({volume_delete_change("default", "a"), alloc_delete_change("x")}));
+  auto third =
+      apply(c, 7, make_entry({volume_delete_change("default", "a"), alloc_delete_change("x")}));
   REQUIRE(third.size() == 2);
   CHECK(third[0].before.volume_upsert().claims_size() == 1);
   CHECK(c.volumes.empty());
@@ -170,7 +172,8 @@ TEST_CASE("alloc_lifecycle_edges") {
 TEST_CASE("admit_alloc_run_checks_in_order_and_names_the_fix") {
   catalog c;
   commit(c, {upsert_change(make_volume("db")), upsert_change(make_node("n1")),
-             upsert_change(make_node("n2", v1::NODE_DOWN)), upsert_change(make_node("bare", v1::NODE_READY, false)),
+             upsert_change(make_node("n2", v1::NODE_DOWN)),
+             upsert_change(make_node("bare", v1::NODE_READY, false)),
              upsert_change(make_alloc("taken", "n1", v1::ALLOC_RUNNING))});
   v1::AllocRunRequest req;
   req.set_node_id("n1");
@@ -347,10 +350,11 @@ TEST_CASE("silent_nodes_gives_a_new_leader_a_full_timeout") {
 
 TEST_CASE("mark_down_loses_live_allocs_in_one_entry") {
   catalog c;
-  commit(c, {upsert_change(make_node("n1")), upsert_change(make_alloc("r", "n1", v1::ALLOC_RUNNING)),
-             upsert_change(make_alloc("p", "n1", v1::ALLOC_PENDING)),
-             upsert_change(make_alloc("done", "n1", v1::ALLOC_COMPLETE)),
-             upsert_change(make_alloc("else", "n2", v1::ALLOC_RUNNING))});
+  commit(c,
+         {upsert_change(make_node("n1")), upsert_change(make_alloc("r", "n1", v1::ALLOC_RUNNING)),
+          upsert_change(make_alloc("p", "n1", v1::ALLOC_PENDING)),
+          upsert_change(make_alloc("done", "n1", v1::ALLOC_COMPLETE)),
+          upsert_change(make_alloc("else", "n2", v1::ALLOC_RUNNING))});
   auto changes = mark_down(c, "n1", 21000, 5);
   REQUIRE(changes.size() == 3);
   CHECK(changes[0].node_upsert().status() == v1::NODE_DOWN);
@@ -411,7 +415,8 @@ TEST_CASE("down_nodes_lose_their_instances_and_empty_plugins_are_collected") {
   n.add_plugin_ids("gone");
   v1::Plugin empty;
   empty.set_id("empty");
-  commit(c, {upsert_change(n), upsert_change(controller_plugin({{"n1", true}})), upsert_change(empty)});
+  commit(c, {upsert_change(n), upsert_change(controller_plugin({{"n1", true}})),
+             upsert_change(empty)});
   auto fps = instances_of_down_node(c, "n1");
   REQUIRE(fps.size() == 1);  // "gone" is not a plugin any more
   CHECK(fps[0].remove());
@@ -431,6 +436,18 @@ TEST_CASE("controller_choice_is_healthy_connected_and_round_robin") {
   CHECK(*next_in_turn(cands, turn) == "n3");
   CHECK(*next_in_turn(cands, turn) == "n1");
   CHECK_FALSE(next_in_turn({}, turn));
+}
+
+TEST_CASE("controller_call_limit_sums_the_healthy_controllers_limits") {
+  CHECK(controller_call_limit(v1::Plugin{}) == 1);  // none: still one call may wait for one
+  auto p = controller_plugin({{"n1", true}, {"n2", false}, {"n3", true}});
+  CHECK(controller_call_limit(p) == 32);  // unreported: 16 each, the unhealthy one not counted
+  p.mutable_controllers(0)->set_max_calls(1);
+  CHECK(controller_call_limit(p) == 17);
+  p.mutable_controllers(2)->set_max_calls(4);
+  CHECK(controller_call_limit(p) == 5);
+  p.mutable_controllers(1)->set_max_calls(100);
+  CHECK(controller_call_limit(p) == 5);
 }
 
 TEST_CASE("controller_choice_respects_a_required_topology") {
@@ -462,7 +479,8 @@ TEST_CASE("node_volume_count_counts_claimed_and_in_flight_once") {
   commit(c, {upsert_change(a), upsert_change(b), upsert_change(other)});
   CHECK(node_volume_count(c, "n1", "p", {"default", "new"}, {}) == 1);
   CHECK(node_volume_count(c, "n1", "p", {"default", "a"}, {}) == 0);
-  CHECK(node_volume_count(c, "n1", "p", {"default", "new"}, {{"default", "c"}, {"default", "a"}}) == 2);
+  CHECK(node_volume_count(c, "n1", "p", {"default", "new"}, {{"default", "c"}, {"default", "a"}}) ==
+        2);
 }
 
 // --- the release steps -------------------------------------------------------------------

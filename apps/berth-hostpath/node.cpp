@@ -73,7 +73,8 @@ Status plugin::node_stage(const v1::NodeStageVolumeRequest& req, v1::NodeStageVo
   }
   state next = state_;
   next.stagings[path] = {id, how};
-  return commit(std::move(next));
+  apply(std::move(next));
+  return Status::OK;
 }
 
 Status plugin::node_unstage(const v1::NodeUnstageVolumeRequest& req,
@@ -97,7 +98,8 @@ Status plugin::node_unstage(const v1::NodeUnstageVolumeRequest& req,
   }
   state next = state_;
   next.stagings.erase(path);
-  return commit(std::move(next));
+  apply(std::move(next));
+  return Status::OK;
 }
 
 Status plugin::node_publish(const v1::NodePublishVolumeRequest& req,
@@ -150,7 +152,8 @@ Status plugin::node_publish(const v1::NodePublishVolumeRequest& req,
   }
   state next = state_;
   next.publications[target] = rec;
-  return commit(std::move(next));
+  apply(std::move(next));
+  return Status::OK;
 }
 
 Status plugin::node_unpublish(const v1::NodeUnpublishVolumeRequest& req,
@@ -180,7 +183,8 @@ Status plugin::node_unpublish(const v1::NodeUnpublishVolumeRequest& req,
   }
   state next = state_;
   next.publications.erase(target);
-  return commit(std::move(next));
+  apply(std::move(next));
+  return Status::OK;
 }
 
 Status plugin::node_volume_stats(const v1::NodeGetVolumeStatsRequest& req,

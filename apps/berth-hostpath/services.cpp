@@ -2,8 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <stdexcept>
+#include <thread>
 
 #include "call_log.hpp"
 #include "csi/csi.grpc.pb.h"
@@ -14,33 +17,46 @@ namespace berth::hostpath {
 
 using fields = std::map<std::string, std::string>;
 
-// Shared by the three services: the lock and the log around each call.
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Shared by the three services: the delay, the locking and the log around
+// each call (see services.hpp).
 struct dispatcher {
   plugin& p;
   call_log& log;
-  std::mutex mu;
+  std::map<std::string, std::chrono::milliseconds> delays;
+  std::mutex shared_root_mu;  // --shared-root only: one call at a time
 
   // `what` names the ids and paths of the call: never secrets or contexts.
   template <class Fn>
   grpc::Status run(const char* method, const fields& what, Fn&& fn) {
-    std::lock_guard<std::mutex> lock(mu);
+    int64_t at_ns = now_ns();
+    if (auto d = delays.find(method); d != delays.end())
+      std::this_thread::sleep_for(d->second);
+    std::unique_lock<std::mutex> serial(shared_root_mu, std::defer_lock);
     grpc::Status s;
-    int64_t at_ns = -1;
     try {
-      p.begin_call();  // --shared-root: the lock of ROOT, and the state re-read
-      // Taken under the lock of ROOT: with --shared-root, the call logs of
-      // the processes sharing ROOT merge into one order by this timestamp.
-      at_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  std::chrono::system_clock::now().time_since_epoch())
-                  .count();
-      s = fn();
+      if (p.shared_root()) {
+        serial.lock();
+        p.begin_call();  // the lock of ROOT, and the state re-read
+        // Taken under the lock of ROOT: the call logs of the processes
+        // sharing ROOT merge into one order by this timestamp.
+        at_ns = now_ns();
+      }
+      s = p.serve(fn);
       p.end_call();
     } catch (const std::exception& e) {
       p.end_call();
       s = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
     }
+    int64_t end_ns = now_ns();
     auto c = static_cast<int>(s.error_code());
-    log.append(method, what, c, berth::csi::code_name(static_cast<berth::csi::code>(c)), at_ns);
+    log.append(method, what, c, berth::csi::code_name(static_cast<berth::csi::code>(c)), at_ns,
+               end_ns);
     return s;
   }
 };
@@ -184,7 +200,25 @@ struct services::impl {
   node_service node{d};
 };
 
-services::services(plugin& p, call_log& log) : impl_(new impl{{p, log, {}}}) {}
+const std::vector<std::string>& rpc_names() {
+  static const std::vector<std::string> names = {
+      "GetPluginInfo",           "GetPluginCapabilities",     "Probe",
+      "CreateVolume",            "DeleteVolume",              "ControllerPublishVolume",
+      "ControllerUnpublishVolume", "ValidateVolumeCapabilities", "ListVolumes",
+      "GetCapacity",             "ControllerGetCapabilities", "NodeStageVolume",
+      "NodeUnstageVolume",       "NodePublishVolume",         "NodeUnpublishVolume",
+      "NodeGetVolumeStats",      "NodeGetCapabilities",       "NodeGetInfo"};
+  return names;
+}
+
+services::services(plugin& p, call_log& log,
+                   std::map<std::string, std::chrono::milliseconds> delays) {
+  const auto& names = rpc_names();
+  for (const auto& [name, ms] : delays)
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      throw std::invalid_argument("unknown RPC '" + name + "'");
+  impl_.reset(new impl{{p, log, std::move(delays), {}}});
+}
 
 services::~services() = default;
 

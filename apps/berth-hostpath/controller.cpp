@@ -66,7 +66,7 @@ Status plugin::create_volume(const v1::CreateVolumeRequest& req, v1::CreateVolum
   }
 
   std::error_code ec;
-  fs::create_directories(volume_dir(id), ec);
+  unlocked([&] { fs::create_directories(volume_dir(id), ec); });
   if (ec)
     return {StatusCode::INTERNAL, "cannot create volume directory: " + ec.message()};
   volume_record rec{req.name(), required > 0 ? required : limit, params};
@@ -91,7 +91,7 @@ Status plugin::delete_volume(const v1::DeleteVolumeRequest& req, v1::DeleteVolum
     if (st.volume_id == id)
       return {StatusCode::FAILED_PRECONDITION, "volume " + id + " is still staged at " + path};
   std::error_code ec;
-  fs::remove_all(volume_dir(id), ec);
+  unlocked([&] { fs::remove_all(volume_dir(id), ec); });
   if (ec)
     return {StatusCode::INTERNAL, "cannot remove volume directory: " + ec.message()};
   state next = state_;

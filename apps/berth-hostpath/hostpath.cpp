@@ -122,6 +122,16 @@ void plugin::fill_volume(const std::string& id, const volume_record& rec, v1::Vo
                                                               opts_.topology.end());
 }
 
+void plugin::reserve(const std::string& path, bool stage) {
+  pending_paths_.insert(path);
+  pending_stages_ += stage ? 1 : 0;
+}
+
+void plugin::release(const std::string& path, bool stage) {
+  pending_paths_.erase(path);
+  pending_stages_ -= stage ? 1 : 0;
+}
+
 void plugin::apply(state next) {
   state_ = std::move(next);
   ++version_;

@@ -6,14 +6,19 @@
 //
 // plugin holds the logic, one method per RPC, each taking the request and
 // filling the response. Thread safety: the RPC methods must be called through
-// serve(), which runs them one at a time under the state mutex (their checks,
-// mounts and in-memory changes are atomic with respect to each other) and
-// then, without the mutex, waits until the state the answer rests on is on
-// disk. Saving is a group commit: each change gets a version number; one
-// thread at a time writes ROOT/state.json (temporary file, fsync, rename,
-// fsync of the directory) with every change made so far, and each call
-// answers once a save covering its version is durable. So an answer the CO
-// saw survives a crash, and N concurrent calls share far fewer than N fsyncs.
+// serve(), which runs them under the state mutex: their checks and in-memory
+// changes are atomic with respect to each other. Mounts and volume directory
+// work run with the mutex released (unlocked()); a path being mounted is
+// reserved meanwhile (another volume's call on it gets ABORTED), and the
+// caller must serialize calls per volume id (services.cpp does), so nothing
+// a method checked about its own volume changes while it is unlocked.
+// After the method, serve() waits without the mutex until the state the
+// answer rests on is on disk. Saving is a group commit: each change gets a
+// version number; one thread at a time writes ROOT/state.json (temporary
+// file, fsync, rename, fsync of the directory) with every change made so
+// far, and each call answers once a save covering its version is durable. So
+// an answer the CO saw survives a crash, and N concurrent calls share far
+// fewer than N fsyncs.
 
 #include <grpcpp/support/status.h>
 
@@ -78,7 +83,14 @@ class plugin {
     int64_t needed = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      s = fn();
+      serving_ = this;
+      try {
+        s = fn();
+      } catch (...) {
+        serving_ = nullptr;
+        throw;
+      }
+      serving_ = nullptr;
       needed = version_;
     }
     if (auto saved = wait_durable(needed); !saved.ok())
@@ -122,6 +134,29 @@ class plugin {
   std::filesystem::path volume_dir(const std::string& volume_id) const;
   bool known_node(const std::string& node_id) const;
   void fill_volume(const std::string& id, const volume_record& rec, v1::Volume& out) const;
+  // Runs `fn` (a mount, a directory operation) with the state mutex that
+  // serve() holds released, and takes it back after (also on an exception).
+  // References into state_ do not survive it. Called outside serve() (the
+  // fuzz harness: one thread), runs `fn` as is.
+  template <class Fn>
+  void unlocked(Fn&& fn) {
+    if (serving_ != this) {
+      fn();
+      return;
+    }
+    struct relock {
+      std::mutex& mu;
+      ~relock() { mu.lock(); }
+    };
+    mu_.unlock();
+    relock again{mu_};
+    fn();
+  }
+  // `path` is being staged or published (the mount runs unlocked): other
+  // calls on it get ABORTED, and a stage counts against --max-volumes.
+  void reserve(const std::string& path, bool stage);
+  void release(const std::string& path, bool stage);
+
   // Makes `next` the current state (in memory, under mu_) and gives it the
   // next version; serve() waits for it to be saved before answering.
   void apply(state next);
@@ -148,6 +183,10 @@ class plugin {
   int64_t failed_covers_ = 0;       // the version the last failed save held
   std::string failed_why_;          // and its error
   std::condition_variable saved_;   // a save ended (durable_ or failed_*)
+  std::set<std::string> pending_paths_;  // reserve()d: being mounted
+  int64_t pending_stages_ = 0;
+  // The plugin whose mutex this thread holds through serve(), if any.
+  inline static thread_local const plugin* serving_ = nullptr;
 };
 
 // The stable volume id for a CreateVolume name ("hp-" + 16 hex digits), so a

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -23,12 +25,56 @@ int64_t now_ns() {
       .count();
 }
 
+// One call at a time per volume id: the others on that volume wait.
+class volume_locks {
+ public:
+  class held {
+   public:
+    held(volume_locks& locks, std::string id) : locks_(locks), id_(std::move(id)) {
+      if (id_.empty())
+        return;
+      std::unique_lock<std::mutex> lock(locks_.mu_);
+      locks_.freed_.wait(lock, [&] { return locks_.busy_.count(id_) == 0; });
+      locks_.busy_.insert(id_);
+    }
+    ~held() {
+      if (id_.empty())
+        return;
+      std::lock_guard<std::mutex> lock(locks_.mu_);
+      locks_.busy_.erase(id_);
+      locks_.freed_.notify_all();
+    }
+    held(const held&) = delete;
+    held& operator=(const held&) = delete;
+
+   private:
+    volume_locks& locks_;
+    std::string id_;
+  };
+
+ private:
+  std::mutex mu_;
+  std::condition_variable freed_;
+  std::set<std::string> busy_;
+};
+
+// The volume a call is about, from its logged fields: volume_id, or for
+// CreateVolume the id its name maps to. Empty: none (no per-volume lock).
+std::string volume_of(const fields& what) {
+  if (auto it = what.find("volume_id"); it != what.end())
+    return it->second;
+  if (auto it = what.find("name"); it != what.end() && !it->second.empty())
+    return volume_id_for(it->second);
+  return {};
+}
+
 // Shared by the three services: the delay, the locking and the log around
 // each call (see services.hpp).
 struct dispatcher {
   plugin& p;
   call_log& log;
   std::map<std::string, std::chrono::milliseconds> delays;
+  volume_locks volumes;
   std::mutex shared_root_mu;  // --shared-root only: one call at a time
 
   // `what` names the ids and paths of the call: never secrets or contexts.
@@ -37,6 +83,7 @@ struct dispatcher {
     int64_t at_ns = now_ns();
     if (auto d = delays.find(method); d != delays.end())
       std::this_thread::sleep_for(d->second);
+    volume_locks::held one_per_volume(volumes, volume_of(what));
     std::unique_lock<std::mutex> serial(shared_root_mu, std::defer_lock);
     grpc::Status s;
     try {
@@ -217,7 +264,7 @@ services::services(plugin& p, call_log& log,
   for (const auto& [name, ms] : delays)
     if (std::find(names.begin(), names.end(), name) == names.end())
       throw std::invalid_argument("unknown RPC '" + name + "'");
-  impl_.reset(new impl{{p, log, std::move(delays), {}}});
+  impl_.reset(new impl{{p, log, std::move(delays), {}, {}}});
 }
 
 services::~services() = default;

@@ -5,18 +5,20 @@
 //
 // Concurrency: gRPC's sync server runs handlers on several threads, and they
 // run concurrently here. A handler first sleeps its --delay (holding
-// nothing), then runs the plugin method through plugin::serve: the checks,
-// mounts and state change under the plugin's state mutex (short: no fsync),
-// then the wait for the group commit of the state file without it. There is
-// no lock per volume: every decision and the change it leads to are atomic
-// under the state mutex, so two calls on one volume (a CO's retry while the
-// first attempt waits for its save) see each other's effects in some order,
-// and both answer only once the state they rest on is durable.
+// nothing), then waits for earlier calls on the same volume id to finish
+// (CreateVolume: the id its name maps to): one call per volume at a time,
+// which the spec allows, so a CO's retry never interleaves with its first
+// attempt. Then the plugin method runs through plugin::serve: checks and
+// in-memory changes under the plugin's state mutex, mounts and volume
+// directory work with it released, and the wait for the group commit of the
+// state file without it (hostpath.hpp). Calls on different volumes
+// therefore overlap everywhere but in their short critical sections.
 //
-// With --shared-root, whole calls are serialized (one mutex in this process,
-// ROOT/state.lock across processes): the state is re-read at each call's
-// start and only valid while the lock is held, so each call saves its own
-// change before it releases the lock. Delays still run before, unlocked.
+// With --shared-root, whole calls are also serialized (one mutex in this
+// process, ROOT/state.lock across processes): the state is re-read at each
+// call's start and only valid while the lock is held, so each call saves its
+// own change before it releases the lock (a group of one). Delays still run
+// first, unlocked.
 
 #include <chrono>
 #include <map>

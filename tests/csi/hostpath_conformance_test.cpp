@@ -720,8 +720,8 @@ TEST_CASE("hostpath exits cleanly on SIGTERM and removes its socket") {
 // steps: every call succeeds, and after kill -9 (no chance to flush
 // anything late) the state file and the restarted plugin hold every step
 // that was answered, so the group commit never answered before its save.
-TEST_CASE("hostpath concurrent calls on different volumes all succeed and survive kill -9") {
-  plugin_process p({"--mount-mode", "symlink"});
+void concurrent_attach(bool bind) {
+  plugin_process p(mode_args(bind));
   p.start();
   constexpr int callers = 6, per_caller = 5, n = callers * per_caller;
   auto staging = [&](int i) { return p.dir / "co" / ("staging-" + std::to_string(i)); };
@@ -793,6 +793,20 @@ TEST_CASE("hostpath concurrent calls on different volumes all succeed and surviv
     CHECK(CALL(c, node, NodeUnstageVolume, unstage_req(ids[i], staging(i))).code
           == StatusCode::FAILED_PRECONDITION);
   }
+  if (bind)
+    CHECK(berth::test::mounts_under(p.dir).size() == 2 * n);
+}
+
+TEST_CASE("hostpath concurrent calls on different volumes all succeed and survive kill -9, symlink mode") {
+  concurrent_attach(false);
+}
+
+TEST_CASE("hostpath concurrent calls on different volumes all succeed and survive kill -9, bind mode (root only)") {
+  if (!berth::test::can_bind_mount()) {
+    MESSAGE("not root: bind mode skipped");
+    return;
+  }
+  concurrent_attach(true);
 }
 
 // --delay makes a call slow without holding any lock: 8 slow publishes of 8

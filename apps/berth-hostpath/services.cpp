@@ -83,6 +83,8 @@ struct dispatcher {
     int64_t at_ns = now_ns();
     if (auto d = delays.find(method); d != delays.end())
       std::this_thread::sleep_for(d->second);
+    // Held until the call's log line is written: per volume, the log's
+    // line order is the order the calls were served.
     volume_locks::held one_per_volume(volumes, volume_of(what));
     std::unique_lock<std::mutex> serial(shared_root_mu, std::defer_lock);
     grpc::Status s;

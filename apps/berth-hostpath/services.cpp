@@ -88,6 +88,7 @@ struct dispatcher {
     volume_locks::held one_per_volume(volumes, volume_of(what));
     std::unique_lock<std::mutex> serial(shared_root_mu, std::defer_lock);
     grpc::Status s;
+    int64_t end_ns = -1;
     try {
       if (p.shared_root()) {
         serial.lock();
@@ -97,12 +98,13 @@ struct dispatcher {
         at_ns = now_ns();
       }
       s = p.serve(fn);
+      end_ns = now_ns();  // before ROOT's lock goes: shared-root calls never overlap
       p.end_call();
     } catch (const std::exception& e) {
+      end_ns = now_ns();
       p.end_call();
       s = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
     }
-    int64_t end_ns = now_ns();
     auto c = static_cast<int>(s.error_code());
     log.append(method, what, c, berth::csi::code_name(static_cast<berth::csi::code>(c)), at_ns,
                end_ns);

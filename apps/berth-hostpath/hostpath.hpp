@@ -25,8 +25,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
-#include <mutex>
 #include <map>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 

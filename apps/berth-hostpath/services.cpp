@@ -19,6 +19,8 @@ namespace berth::hostpath {
 
 using fields = std::map<std::string, std::string>;
 
+namespace {
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -67,6 +69,8 @@ std::string volume_of(const fields& what) {
     return volume_id_for(it->second);
   return {};
 }
+
+}  // namespace
 
 // Shared by the three services: the delay, the locking and the log around
 // each call (see services.hpp).

@@ -26,7 +26,8 @@ call_log::~call_log() {
 
 void call_log::append(const std::string& method,
                       const std::map<std::string, std::string>& fields, int code,
-                      const std::string& code_name, int64_t at_ns) {
+                      const std::string& code_name, int64_t at_ns,
+                      int64_t end_ns) {
   if (fd_ < 0)
     return;
   nlohmann::json j{{"method", method}};
@@ -39,9 +40,12 @@ void call_log::append(const std::string& method,
   j["code_name"] = code_name;
   if (at_ns >= 0)
     j["at_ns"] = at_ns;
+  if (end_ns >= 0)
+    j["end_ns"] = end_ns;
   // One write(2) per line with O_APPEND keeps lines whole; a failed log write
   // is not worth failing the RPC for, so errors here are ignored.
   auto line = j.dump() + "\n";
+  std::lock_guard<std::mutex> lock(mu_);
   if (::write(fd_, line.data(), line.size()) == static_cast<ssize_t>(line.size()))
     ::fsync(fd_);
 }

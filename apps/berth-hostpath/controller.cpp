@@ -66,14 +66,13 @@ Status plugin::create_volume(const v1::CreateVolumeRequest& req, v1::CreateVolum
   }
 
   std::error_code ec;
-  fs::create_directories(volume_dir(id), ec);
+  unlocked([&] { fs::create_directories(volume_dir(id), ec); });
   if (ec)
     return {StatusCode::INTERNAL, "cannot create volume directory: " + ec.message()};
   volume_record rec{req.name(), required > 0 ? required : limit, params};
   state next = state_;
   next.volumes[id] = rec;
-  if (auto s = commit(std::move(next)); !s.ok())
-    return s;
+  apply(std::move(next));
   fill_volume(id, rec, *resp.mutable_volume());
   return Status::OK;
 }
@@ -92,13 +91,14 @@ Status plugin::delete_volume(const v1::DeleteVolumeRequest& req, v1::DeleteVolum
     if (st.volume_id == id)
       return {StatusCode::FAILED_PRECONDITION, "volume " + id + " is still staged at " + path};
   std::error_code ec;
-  fs::remove_all(volume_dir(id), ec);
+  unlocked([&] { fs::remove_all(volume_dir(id), ec); });
   if (ec)
     return {StatusCode::INTERNAL, "cannot remove volume directory: " + ec.message()};
   state next = state_;
   next.volumes.erase(id);
   next.controller_publications.erase(id);
-  return commit(std::move(next));
+  apply(std::move(next));
+  return Status::OK;
 }
 
 Status plugin::controller_publish(const v1::ControllerPublishVolumeRequest& req,
@@ -145,10 +145,9 @@ Status plugin::controller_publish(const v1::ControllerPublishVolumeRequest& req,
   }
   state next = state_;
   next.controller_publications[id][node] = how;
-  auto s = commit(std::move(next));
-  if (s.ok())
-    answer();
-  return s;
+  apply(std::move(next));
+  answer();
+  return Status::OK;
 }
 
 Status plugin::controller_unpublish(const v1::ControllerUnpublishVolumeRequest& req,
@@ -167,7 +166,8 @@ Status plugin::controller_unpublish(const v1::ControllerUnpublishVolumeRequest& 
     return Status::OK;
   if (nodes.empty())
     next.controller_publications.erase(id);
-  return commit(std::move(next));
+  apply(std::move(next));
+  return Status::OK;
 }
 
 Status plugin::validate_capabilities(const v1::ValidateVolumeCapabilitiesRequest& req,

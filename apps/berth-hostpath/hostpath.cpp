@@ -84,7 +84,10 @@ void plugin::begin_call() {
     if (errno != EINTR)
       throw std::runtime_error(std::string("cannot lock state.lock: ") + std::strerror(errno));
   try {
-    state_ = load();
+    auto fresh = load();
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = std::move(fresh);
+    durable_ = version_;  // what is in memory is what is on disk
   } catch (...) {
     ::flock(lock_fd_, LOCK_UN);
     throw;
@@ -119,23 +122,72 @@ void plugin::fill_volume(const std::string& id, const volume_record& rec, v1::Vo
                                                               opts_.topology.end());
 }
 
-grpc::Status plugin::commit(state next) {
-  try {
-    if (opts_.shared_root) {
-      state shared = next, mine;
-      mine.stagings = std::move(shared.stagings);
-      mine.publications = std::move(shared.publications);
-      shared.stagings.clear();
-      shared.publications.clear();
-      save_state(state_file_, shared);
-      save_state(node_file_, mine);
-    } else {
-      save_state(state_file_, next);
-    }
-  } catch (const std::exception& e) {
-    return {grpc::StatusCode::INTERNAL, e.what()};
-  }
+void plugin::reserve(const std::string& path, bool stage) {
+  pending_paths_.insert(path);
+  pending_stages_ += stage ? 1 : 0;
+}
+
+void plugin::release(const std::string& path, bool stage) {
+  pending_paths_.erase(path);
+  pending_stages_ -= stage ? 1 : 0;
+}
+
+void plugin::apply(state next) {
   state_ = std::move(next);
+  ++version_;
+}
+
+void plugin::save(const state& s) const {
+  if (opts_.shared_root) {
+    state shared = s, mine;
+    mine.stagings = std::move(shared.stagings);
+    mine.publications = std::move(shared.publications);
+    shared.stagings.clear();
+    shared.publications.clear();
+    save_state(state_file_, shared);
+    save_state(node_file_, mine);
+  } else {
+    save_state(state_file_, s);
+  }
+}
+
+grpc::Status plugin::wait_durable(int64_t v) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t failed_before = failed_saves_;
+  while (durable_ < v) {
+    if (failed_saves_ != failed_before && failed_covers_ >= v)
+      return {grpc::StatusCode::INTERNAL, failed_why_};  // a save with our change failed
+    if (saving_) {
+      saved_.wait(lock);  // the save running may not hold `v`: look again after it
+      continue;
+    }
+    // Become the saver: every change applied so far goes into this save;
+    // changes applied while it runs wait for the next one.
+    saving_ = true;
+    const int64_t covers = version_;
+    state snapshot = state_;
+    lock.unlock();
+    std::string why;
+    try {
+      save(snapshot);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    lock.lock();
+    saving_ = false;
+    if (why.empty()) {
+      durable_ = std::max(durable_, covers);
+    } else {
+      // The changes stay in memory (the next save retries them); the calls
+      // they belong to answer INTERNAL, and the CO retries them.
+      ++failed_saves_;
+      failed_covers_ = covers;
+      failed_why_ = why;
+    }
+    saved_.notify_all();
+    if (!why.empty())
+      return {grpc::StatusCode::INTERNAL, why};
+  }
   return grpc::Status::OK;
 }
 

@@ -5,15 +5,29 @@
 // that berth's CSI workflow can be tested against real plugin behaviour.
 //
 // plugin holds the logic, one method per RPC, each taking the request and
-// filling the response. It is NOT thread-safe: services.hpp serializes calls.
-// Every mutation is saved to ROOT/state.json (atomically, fsync'ed) before
-// the method returns, so an answer the CO saw survives a crash.
+// filling the response. Thread safety: the RPC methods must be called through
+// serve(), which runs them under the state mutex: their checks and in-memory
+// changes are atomic with respect to each other. Mounts and volume directory
+// work run with the mutex released (unlocked()); a path being mounted is
+// reserved meanwhile (another volume's call on it gets ABORTED), and the
+// caller must serialize calls per volume id (services.cpp does), so nothing
+// a method checked about its own volume changes while it is unlocked.
+// After the method, serve() waits without the mutex until the state the
+// answer rests on is on disk. Saving is a group commit: each change gets a
+// version number; one thread at a time writes ROOT/state.json (temporary
+// file, fsync, rename, fsync of the directory) with every change made so
+// far, and each call answers once a save covering its version is durable. So
+// an answer the CO saw survives a crash, and N concurrent calls share far
+// fewer than N fsyncs.
 
 #include <grpcpp/support/status.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,11 +64,40 @@ class plugin {
 
   static constexpr const char* name = "berth-hostpath";
 
+  bool shared_root() const { return opts_.shared_root; }
+
   // With options::shared_root: take the lock of ROOT and re-read the state
   // before a call (begin_call), release it after (end_call). Otherwise no-ops.
   // Throws std::runtime_error when the lock or the state cannot be read.
+  // The caller must serialize whole calls in this mode (services.cpp does):
+  // the state is only valid while ROOT's lock is held, so each call saves
+  // its own changes before end_call, a group of one.
   void begin_call();
   void end_call();
+
+  // Runs `fn` (one RPC method) under the state mutex, then waits without it
+  // until a save covering every change `fn` saw or made is durable; a failed
+  // save answers INTERNAL. Exceptions from `fn` propagate.
+  template <class Fn>
+  grpc::Status serve(Fn&& fn) {
+    grpc::Status s;
+    int64_t needed = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      serving_ = this;
+      try {
+        s = fn();
+      } catch (...) {
+        serving_ = nullptr;
+        throw;
+      }
+      serving_ = nullptr;
+      needed = version_;
+    }
+    if (auto saved = wait_durable(needed); !saved.ok())
+      return saved;
+    return s;
+  }
 
   // Identity.
   grpc::Status get_plugin_info(const v1::GetPluginInfoRequest&, v1::GetPluginInfoResponse&);
@@ -92,8 +135,37 @@ class plugin {
   std::filesystem::path volume_dir(const std::string& volume_id) const;
   bool known_node(const std::string& node_id) const;
   void fill_volume(const std::string& id, const volume_record& rec, v1::Volume& out) const;
-  // Saves `next` durably, then makes it the current state.
-  grpc::Status commit(state next);
+  // Runs `fn` (a mount, a directory operation) with the state mutex that
+  // serve() holds released, and takes it back after (also on an exception).
+  // References into state_ do not survive it. Called outside serve() (the
+  // fuzz harness: one thread), runs `fn` as is.
+  template <class Fn>
+  void unlocked(Fn&& fn) {
+    if (serving_ != this) {
+      fn();
+      return;
+    }
+    struct relock {
+      std::mutex& mu;
+      ~relock() { mu.lock(); }
+    };
+    mu_.unlock();
+    relock again{mu_};
+    fn();
+  }
+  // `path` is being staged or published (the mount runs unlocked): other
+  // calls on it get ABORTED, and a stage counts against --max-volumes.
+  void reserve(const std::string& path, bool stage);
+  void release(const std::string& path, bool stage);
+
+  // Makes `next` the current state (in memory, under mu_) and gives it the
+  // next version; serve() waits for it to be saved before answering.
+  void apply(state next);
+  // Returns once state version `v` (or a later one) is durable, saving it if
+  // no other thread is; INTERNAL if the save that covered `v` failed.
+  grpc::Status wait_durable(int64_t v);
+  // Writes `s` to state.json (and, shared_root, this node's file). Throws.
+  void save(const state& s) const;
 
   state load() const;
 
@@ -102,7 +174,20 @@ class plugin {
   std::filesystem::path state_file_;
   std::filesystem::path node_file_;  // shared_root only
   int lock_fd_ = -1;                 // shared_root only
+
+  std::mutex mu_;  // guards everything below, and the RPC methods' work
   state state_;
+  int64_t version_ = 0;             // of state_: one more per apply()
+  int64_t durable_ = 0;             // the newest version saved durably
+  bool saving_ = false;             // one thread saves at a time
+  uint64_t failed_saves_ = 0;       // count of saves that threw
+  int64_t failed_covers_ = 0;       // the version the last failed save held
+  std::string failed_why_;          // and its error
+  std::condition_variable saved_;   // a save ended (durable_ or failed_*)
+  std::set<std::string> pending_paths_;  // reserve()d: being mounted
+  int64_t pending_stages_ = 0;
+  // The plugin whose mutex this thread holds through serve(), if any.
+  inline static thread_local const plugin* serving_ = nullptr;
 };
 
 // The stable volume id for a CreateVolume name ("hp-" + 16 hex digits), so a

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <iostream>
 
@@ -20,6 +22,7 @@ int main(int argc, char** argv) {
   std::string endpoint;
   std::string log_file;
   std::vector<std::string> topology;
+  std::vector<std::string> delay_args;
   // Real bind mounts need CAP_SYS_ADMIN; without root, symlinks stand in.
   std::string mode = ::geteuid() == 0 ? "bind" : "symlink";
 
@@ -58,9 +61,38 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"bind", "symlink"}))
       ->capture_default_str();
   app.add_option("--call-log", log_file,
-                 "append one JSON line per RPC (method, ids, paths, code), fsync'ed; "
+                 "append one JSON line per RPC (method, ids, paths, code, at_ns and end_ns: "
+                 "when the call started and when its answer was ready), fsync'ed; "
                  "never secrets");
+  app.add_option("--delay", delay_args,
+                 "CALL=MS (repeatable): the RPC named CALL (the spec's name, e.g. "
+                 "ControllerPublishVolume) takes at least MS more milliseconds, slept at its "
+                 "start while holding no lock, so the plugin behaves like a slow cloud plugin. "
+                 "A test aid; off by default");
   CLI11_PARSE(app, argc, argv);
+
+  std::map<std::string, std::chrono::milliseconds> delays;
+  for (const auto& kv : delay_args) {
+    auto eq = kv.find('=');
+    auto name = kv.substr(0, eq);
+    const auto& names = rpc_names();
+    if (eq == std::string::npos || std::find(names.begin(), names.end(), name) == names.end()) {
+      std::cerr << "berth-hostpath: --delay wants CALL=MS with CALL one of";
+      for (const auto& n : names)
+        std::cerr << " " << n;
+      std::cerr << "; got '" << kv << "'\n";
+      return 2;
+    }
+    auto ms = kv.substr(eq + 1);
+    bool digits = !ms.empty() && ms.size() <= 9
+                  && std::all_of(ms.begin(), ms.end(), [](unsigned char c) { return std::isdigit(c); });
+    if (!digits) {
+      std::cerr << "berth-hostpath: --delay " << name
+                << " wants a whole number of milliseconds (0 to 999999999), got '" << ms << "'\n";
+      return 2;
+    }
+    delays[name] = std::chrono::milliseconds(std::stoll(ms));
+  }
 
   for (const auto& kv : topology) {
     auto eq = kv.find('=');
@@ -89,7 +121,7 @@ int main(int argc, char** argv) {
   try {
     plugin p(opts);
     call_log log(log_file);
-    services svc(p, log);
+    services svc(p, log, delays);
 
     std::error_code ec;
     fs::create_directories(socket_path.parent_path(), ec);

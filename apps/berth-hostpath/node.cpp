@@ -29,6 +29,20 @@ bool absolute(const std::string& p) {
   return fs::path(p).is_absolute();
 }
 
+Status in_progress(const std::string& path) {
+  return {StatusCode::ABORTED,
+          "another volume's operation on " + path + " is in progress: retry later"};
+}
+
+// Runs `f` when the scope ends (a reservation's release).
+template <class F>
+struct on_exit {
+  F f;
+  ~on_exit() { f(); }
+};
+template <class F>
+on_exit(F) -> on_exit<F>;
+
 }  // namespace
 
 Status plugin::node_stage(const v1::NodeStageVolumeRequest& req, v1::NodeStageVolumeResponse&) {
@@ -53,27 +67,34 @@ Status plugin::node_stage(const v1::NodeStageVolumeRequest& req, v1::NodeStageVo
               "staging path " + path + " holds volume " + it->second.volume_id
                   + " or another capability"};
     try {
-      mounter_.stage(volume_dir(id), path);  // repairs a mount lost since
+      unlocked([&] { mounter_.stage(volume_dir(id), path); });  // repairs a mount lost since
     } catch (const std::exception& e) {
       return internal(e);
     }
     return Status::OK;
   }
+  if (pending_paths_.count(path) != 0)
+    return in_progress(path);
   for (const auto& [other, st] : state_.stagings)
     if (st.volume_id == id)
       return {StatusCode::FAILED_PRECONDITION, "volume " + id + " is already staged at " + other};
-  if (opts_.max_volumes > 0 && static_cast<int64_t>(state_.stagings.size()) >= opts_.max_volumes)
+  auto staged = static_cast<int64_t>(state_.stagings.size()) + pending_stages_;
+  if (opts_.max_volumes > 0 && staged >= opts_.max_volumes)
     return {StatusCode::RESOURCE_EXHAUSTED,
-            "node " + opts_.node_id + " already has " + std::to_string(state_.stagings.size())
-                + " volumes staged (max " + std::to_string(opts_.max_volumes) + ")"};
+            "node " + opts_.node_id + " already has " + std::to_string(staged)
+                + " volumes staged or being staged (max " + std::to_string(opts_.max_volumes)
+                + ")"};
+  reserve(path, true);
+  on_exit done{[&] { release(path, true); }};
   try {
-    mounter_.stage(volume_dir(id), path);
+    unlocked([&] { mounter_.stage(volume_dir(id), path); });
   } catch (const std::exception& e) {
     return internal(e);
   }
   state next = state_;
   next.stagings[path] = {id, how};
-  return commit(std::move(next));
+  apply(std::move(next));
+  return Status::OK;
 }
 
 Status plugin::node_unstage(const v1::NodeUnstageVolumeRequest& req,
@@ -91,13 +112,14 @@ Status plugin::node_unstage(const v1::NodeUnstageVolumeRequest& req,
       return {StatusCode::FAILED_PRECONDITION,
               "volume " + req.volume_id() + " is still published at " + target};
   try {
-    mounter_.unstage(path);
+    unlocked([&] { mounter_.unstage(path); });
   } catch (const std::exception& e) {
     return internal(e);
   }
   state next = state_;
   next.stagings.erase(path);
-  return commit(std::move(next));
+  apply(std::move(next));
+  return Status::OK;
 }
 
 Status plugin::node_publish(const v1::NodePublishVolumeRequest& req,
@@ -132,7 +154,7 @@ Status plugin::node_publish(const v1::NodePublishVolumeRequest& req,
               "target " + target + " is published with other arguments (volume "
                   + old.volume_id + ")"};
     try {
-      mounter_.publish(volume_dir(id), staging, target, req.readonly());
+      unlocked([&] { mounter_.publish(volume_dir(id), staging, target, req.readonly()); });
     } catch (const std::exception& e) {
       return internal(e);
     }
@@ -143,14 +165,19 @@ Status plugin::node_publish(const v1::NodePublishVolumeRequest& req,
       return {StatusCode::FAILED_PRECONDITION,
               "volume " + id + " is already published at " + other
                   + " and its access mode allows one publication per node"};
+  if (pending_paths_.count(target) != 0)
+    return in_progress(target);
+  reserve(target, false);
+  on_exit done{[&] { release(target, false); }};
   try {
-    mounter_.publish(volume_dir(id), staging, target, req.readonly());
+    unlocked([&] { mounter_.publish(volume_dir(id), staging, target, req.readonly()); });
   } catch (const std::exception& e) {
     return internal(e);
   }
   state next = state_;
   next.publications[target] = rec;
-  return commit(std::move(next));
+  apply(std::move(next));
+  return Status::OK;
 }
 
 Status plugin::node_unpublish(const v1::NodeUnpublishVolumeRequest& req,
@@ -166,21 +193,25 @@ Status plugin::node_unpublish(const v1::NodeUnpublishVolumeRequest& req,
     // Not recorded. A crash between mounting and saving can still have left
     // this volume at the target: undo that, but never touch anything else.
     try {
-      if (state_.volumes.count(id) != 0 && same_inode(target, volume_dir(id)))
-        mounter_.unpublish(target);
+      if (state_.volumes.count(id) != 0)
+        unlocked([&] {
+          if (same_inode(target, volume_dir(id)))
+            mounter_.unpublish(target);
+        });
     } catch (const std::exception& e) {
       return internal(e);
     }
     return Status::OK;
   }
   try {
-    mounter_.unpublish(target);
+    unlocked([&] { mounter_.unpublish(target); });
   } catch (const std::exception& e) {
     return internal(e);
   }
   state next = state_;
   next.publications.erase(target);
-  return commit(std::move(next));
+  apply(std::move(next));
+  return Status::OK;
 }
 
 Status plugin::node_volume_stats(const v1::NodeGetVolumeStatsRequest& req,

@@ -2,8 +2,13 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
 
 #include "call_log.hpp"
 #include "csi/csi.grpc.pb.h"
@@ -14,33 +19,99 @@ namespace berth::hostpath {
 
 using fields = std::map<std::string, std::string>;
 
-// Shared by the three services: the lock and the log around each call.
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// One call at a time per volume id: the others on that volume wait.
+class volume_locks {
+ public:
+  class held {
+   public:
+    held(volume_locks& locks, std::string id) : locks_(locks), id_(std::move(id)) {
+      if (id_.empty())
+        return;
+      std::unique_lock<std::mutex> lock(locks_.mu_);
+      locks_.freed_.wait(lock, [&] { return locks_.busy_.count(id_) == 0; });
+      locks_.busy_.insert(id_);
+    }
+    ~held() {
+      if (id_.empty())
+        return;
+      std::lock_guard<std::mutex> lock(locks_.mu_);
+      locks_.busy_.erase(id_);
+      locks_.freed_.notify_all();
+    }
+    held(const held&) = delete;
+    held& operator=(const held&) = delete;
+
+   private:
+    volume_locks& locks_;
+    std::string id_;
+  };
+
+ private:
+  std::mutex mu_;
+  std::condition_variable freed_;
+  std::set<std::string> busy_;
+};
+
+// The volume a call is about, from its logged fields: volume_id, or for
+// CreateVolume the id its name maps to. Empty: none (no per-volume lock).
+std::string volume_of(const fields& what) {
+  if (auto it = what.find("volume_id"); it != what.end())
+    return it->second;
+  if (auto it = what.find("name"); it != what.end() && !it->second.empty())
+    return volume_id_for(it->second);
+  return {};
+}
+
+}  // namespace
+
+// Shared by the three services: the delay, the locking and the log around
+// each call (see services.hpp).
 struct dispatcher {
   plugin& p;
   call_log& log;
-  std::mutex mu;
+  std::map<std::string, std::chrono::milliseconds> delays;
+  volume_locks volumes;
+  std::mutex shared_root_mu;  // --shared-root only: one call at a time
 
   // `what` names the ids and paths of the call: never secrets or contexts.
   template <class Fn>
   grpc::Status run(const char* method, const fields& what, Fn&& fn) {
-    std::lock_guard<std::mutex> lock(mu);
+    int64_t at_ns = now_ns();
+    if (auto d = delays.find(method); d != delays.end())
+      std::this_thread::sleep_for(d->second);
+    // Held until the call's log line is written: per volume, the log's
+    // line order is the order the calls were served.
+    volume_locks::held one_per_volume(volumes, volume_of(what));
+    std::unique_lock<std::mutex> serial(shared_root_mu, std::defer_lock);
     grpc::Status s;
-    int64_t at_ns = -1;
+    int64_t end_ns = -1;
     try {
-      p.begin_call();  // --shared-root: the lock of ROOT, and the state re-read
-      // Taken under the lock of ROOT: with --shared-root, the call logs of
-      // the processes sharing ROOT merge into one order by this timestamp.
-      at_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  std::chrono::system_clock::now().time_since_epoch())
-                  .count();
-      s = fn();
+      if (p.shared_root()) {
+        serial.lock();
+        p.begin_call();  // the lock of ROOT, and the state re-read
+        // Taken under the lock of ROOT: the call logs of the processes
+        // sharing ROOT merge into one order by this timestamp.
+        at_ns = now_ns();
+      }
+      s = p.serve(fn);
+      end_ns = now_ns();  // before ROOT's lock goes: shared-root calls never overlap
       p.end_call();
     } catch (const std::exception& e) {
+      end_ns = now_ns();
       p.end_call();
       s = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
     }
     auto c = static_cast<int>(s.error_code());
-    log.append(method, what, c, berth::csi::code_name(static_cast<berth::csi::code>(c)), at_ns);
+    log.append(method, what, c, berth::csi::code_name(static_cast<berth::csi::code>(c)), at_ns,
+               end_ns);
     return s;
   }
 };
@@ -184,7 +255,25 @@ struct services::impl {
   node_service node{d};
 };
 
-services::services(plugin& p, call_log& log) : impl_(new impl{{p, log, {}}}) {}
+const std::vector<std::string>& rpc_names() {
+  static const std::vector<std::string> names = {
+      "GetPluginInfo",           "GetPluginCapabilities",     "Probe",
+      "CreateVolume",            "DeleteVolume",              "ControllerPublishVolume",
+      "ControllerUnpublishVolume", "ValidateVolumeCapabilities", "ListVolumes",
+      "GetCapacity",             "ControllerGetCapabilities", "NodeStageVolume",
+      "NodeUnstageVolume",       "NodePublishVolume",         "NodeUnpublishVolume",
+      "NodeGetVolumeStats",      "NodeGetCapabilities",       "NodeGetInfo"};
+  return names;
+}
+
+services::services(plugin& p, call_log& log,
+                   std::map<std::string, std::chrono::milliseconds> delays) {
+  const auto& names = rpc_names();
+  for (const auto& [name, ms] : delays)
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      throw std::invalid_argument("unknown RPC '" + name + "'");
+  impl_.reset(new impl{{p, log, std::move(delays), {}, {}}});
+}
 
 services::~services() = default;
 

@@ -3,13 +3,20 @@
 // repeat answers OK with the same result) and the spec's error codes.
 #include <doctest/doctest.h>
 #include <grpcpp/grpcpp.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "csi/csi.grpc.pb.h"
 #include "plugin_process.hpp"
@@ -681,12 +688,14 @@ TEST_CASE("hostpath call log: calls in order, with codes, without secrets") {
   CHECK(find("NodeStageVolume")["volume_id"] == id);
   CHECK(find("NodeUnstageVolume")["code_name"] == "INVALID_ARGUMENT");
   CHECK(find("NodeUnstageVolume")["code"] == 3);
-  // Every line has the time its call started, in call order; readonly only
-  // when the request was read-only.
+  // Every line has the time its call started, in call order, and the time
+  // its answer was ready; readonly only when the request was read-only.
   int64_t last = 0;
   for (const auto& l : lines) {
     REQUIRE(l.contains("at_ns"));
+    REQUIRE(l.contains("end_ns"));
     CHECK(l["at_ns"].get<int64_t>() >= last);
+    CHECK(l["end_ns"].get<int64_t>() >= l["at_ns"].get<int64_t>());
     last = l["at_ns"].get<int64_t>();
   }
   CHECK_FALSE(find("NodePublishVolume").contains("readonly"));
@@ -705,4 +714,265 @@ TEST_CASE("hostpath exits cleanly on SIGTERM and removes its socket") {
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   CHECK_FALSE(fs::exists(p.socket));
+}
+
+// Many callers at once, each driving its own volumes through the attach
+// steps: every call succeeds, and after kill -9 (no chance to flush
+// anything late) the state file and the restarted plugin hold every step
+// that was answered, so the group commit never answered before its save.
+void concurrent_attach(bool bind) {
+  plugin_process p(mode_args(bind));
+  p.start();
+  constexpr int callers = 6, per_caller = 5, n = callers * per_caller;
+  auto staging = [&](int i) { return p.dir / "co" / ("staging-" + std::to_string(i)); };
+  auto target = [&](int i) { return p.dir / "co" / "pods" / ("pod-" + std::to_string(i)); };
+  for (int i = 0; i < n; ++i)  // the CO's directories, made before the race
+    fs::create_directories(staging(i));
+  fs::create_directories(p.dir / "co" / "pods");
+
+  std::vector<std::string> ids(n);
+  std::mutex mu;
+  std::vector<std::string> errors;  // doctest's checks are not thread-safe
+  auto expect_ok = [&](int i, const char* what, StatusCode code, const std::string& msg) {
+    if (code == StatusCode::OK)
+      return true;
+    std::lock_guard<std::mutex> lock(mu);
+    errors.push_back("volume " + std::to_string(i) + " " + what + ": " + std::to_string(code)
+                     + " " + msg);
+    return false;
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < callers; ++t)
+    threads.emplace_back([&, t] {
+      stubs c(p.endpoint);
+      for (int i = t * per_caller; i < (t + 1) * per_caller; ++i) {
+        auto cr = CALL(c, controller, CreateVolume, create_req("many-" + std::to_string(i)));
+        if (!expect_ok(i, "CreateVolume", cr.code, cr.message))
+          continue;
+        ids[i] = cr.resp.volume().volume_id();
+        auto cp = CALL(c, controller, ControllerPublishVolume, cpub_req(ids[i], "n1"));
+        auto st = CALL(c, node, NodeStageVolume, stage_req(ids[i], staging(i)));
+        auto pb = CALL(c, node, NodePublishVolume, pub_req(ids[i], staging(i), target(i)));
+        expect_ok(i, "ControllerPublishVolume", cp.code, cp.message);
+        expect_ok(i, "NodeStageVolume", st.code, st.message);
+        expect_ok(i, "NodePublishVolume", pb.code, pb.message);
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  CHECK(errors.empty());
+  for (const auto& e : errors)
+    MESSAGE(e);
+
+  p.kill9();
+  std::ifstream in(p.root / "state.json");
+  auto saved = nlohmann::json::parse(in);
+  CHECK(saved["volumes"].size() == n);
+  CHECK(saved["controller_publications"].size() == n);
+  CHECK(saved["stagings"].size() == n);
+  CHECK(saved["publications"].size() == n);
+
+  p.start();
+  stubs c(p.endpoint);
+  auto list = CALL(c, controller, ListVolumes, v1::ListVolumesRequest{});
+  REQUIRE(list.code == StatusCode::OK);
+  std::set<std::string> listed;
+  for (const auto& e : list.resp.entries()) {
+    listed.insert(e.volume().volume_id());
+    CHECK(e.status().published_node_ids_size() == 1);
+  }
+  CHECK(listed == std::set<std::string>(ids.begin(), ids.end()));
+  for (int i = 0; i < n; ++i) {
+    CAPTURE(i);
+    // Remembered: the same publication is OK, a different one is refused,
+    // and unstaging under a publication is refused.
+    CHECK(CALL(c, node, NodePublishVolume, pub_req(ids[i], staging(i), target(i))).code
+          == StatusCode::OK);
+    CHECK(CALL(c, node, NodePublishVolume, pub_req(ids[i], staging(i), target(i), true)).code
+          == StatusCode::ALREADY_EXISTS);
+    CHECK(CALL(c, node, NodeUnstageVolume, unstage_req(ids[i], staging(i))).code
+          == StatusCode::FAILED_PRECONDITION);
+  }
+  if (bind)
+    CHECK(berth::test::mounts_under(p.dir).size() == 2 * n);
+}
+
+TEST_CASE("hostpath concurrent calls on different volumes all succeed and survive kill -9, symlink mode") {
+  concurrent_attach(false);
+}
+
+TEST_CASE("hostpath concurrent calls on different volumes all succeed and survive kill -9, bind mode (root only)") {
+  if (!berth::test::can_bind_mount()) {
+    MESSAGE("not root: bind mode skipped");
+    return;
+  }
+  concurrent_attach(true);
+}
+
+// --shared-root keeps whole calls serialized across the processes sharing
+// ROOT (each saves its own change under ROOT's lock): concurrent callers on
+// two nodes all succeed, everything is recorded, and the merged call logs
+// show no two calls in progress at once.
+TEST_CASE("hostpath --shared-root: concurrent calls through two processes stay serialized") {
+  plugin_process a({"--mount-mode", "symlink", "--shared-root"}, "n1");
+  plugin_process b({"--mount-mode", "symlink", "--shared-root"}, "n2");
+  b.root = a.root;
+  a.start();
+  b.start();
+  constexpr int callers = 4, per_caller = 3, n = callers * per_caller;
+  std::mutex mu;
+  std::vector<std::string> errors;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < callers; ++t)
+    threads.emplace_back([&, t] {
+      plugin_process& on = t % 2 == 0 ? a : b;  // the node that stages
+      stubs ctrl(a.endpoint), node(on.endpoint);
+      for (int i = t * per_caller; i < (t + 1) * per_caller; ++i) {
+        auto staging = on.dir / "co" / ("staging-" + std::to_string(i));
+        auto cr = CALL(ctrl, controller, CreateVolume, create_req("shared-" + std::to_string(i)));
+        auto id = cr.resp.volume().volume_id();
+        auto cp = CALL(ctrl, controller, ControllerPublishVolume, cpub_req(id, on.node_id));
+        auto st = CALL(node, node, NodeStageVolume, stage_req(id, staging));
+        std::lock_guard<std::mutex> lock(mu);
+        for (auto [what, code] : {std::pair{"CreateVolume", cr.code},
+                                  std::pair{"ControllerPublishVolume", cp.code},
+                                  std::pair{"NodeStageVolume", st.code}})
+          if (code != StatusCode::OK)
+            errors.push_back(std::to_string(i) + " " + what + ": " + std::to_string(code));
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  CHECK(errors.empty());
+  for (const auto& e : errors)
+    MESSAGE(e);
+
+  auto json_of = [](const fs::path& f) { return nlohmann::json::parse(std::ifstream(f)); };
+  auto shared = json_of(a.root / "state.json");
+  CHECK(shared["volumes"].size() == n);
+  CHECK(shared["controller_publications"].size() == n);
+  auto n1 = json_of(a.root / "nodes" / "n1.json"), n2 = json_of(a.root / "nodes" / "n2.json");
+  CHECK(n1["stagings"].size() + n2["stagings"].size() == n);
+  CHECK(n1["stagings"].size() > 0);
+  CHECK(n2["stagings"].size() > 0);
+
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const auto* p : {&a, &b})
+    for (const auto& l : read_log(p->call_log))
+      spans.emplace_back(l.at("at_ns").get<int64_t>(), l.at("end_ns").get<int64_t>());
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    CHECK(spans[i - 1].second <= spans[i].first);
+}
+
+// --delay makes a call slow without holding any lock: 8 slow publishes of 8
+// volumes, issued together, run side by side. Only the delay's lower bound
+// is asserted, never an upper bound on time.
+TEST_CASE("hostpath --delay: parallel ControllerPublishVolume calls overlap, each takes the delay") {
+  plugin_process p({"--mount-mode", "symlink", "--delay", "ControllerPublishVolume=300"});
+  p.start();
+  constexpr int n = 8;
+  std::vector<std::string> ids;
+  {
+    stubs c(p.endpoint);
+    for (int i = 0; i < n; ++i)
+      ids.push_back(create(c, "slow-" + std::to_string(i)));
+  }
+  // One connected channel per caller before the start, so the calls leave together.
+  std::vector<std::unique_ptr<stubs>> conns;
+  for (int i = 0; i < n; ++i) {
+    conns.push_back(std::make_unique<stubs>(p.endpoint));
+    REQUIRE(CALL(*conns.back(), identity, Probe, v1::ProbeRequest{}).code == StatusCode::OK);
+  }
+  std::vector<StatusCode> codes(n, StatusCode::UNKNOWN);
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      while (!go.load())
+        std::this_thread::yield();
+      codes[i] = CALL(*conns[i], controller, ControllerPublishVolume, cpub_req(ids[i], "n1")).code;
+    });
+  go = true;
+  for (auto& t : threads)
+    t.join();
+  for (int i = 0; i < n; ++i)
+    CHECK(codes[i] == StatusCode::OK);
+
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const auto& l : read_log(p.call_log))
+    if (l["method"] == "ControllerPublishVolume")
+      spans.emplace_back(l.at("at_ns").get<int64_t>(), l.at("end_ns").get<int64_t>());
+  REQUIRE(spans.size() == n);
+  for (const auto& [at, end] : spans)
+    CHECK(end - at >= int64_t{300'000'000});
+  // The most calls in progress at one instant (a call is in progress on
+  // [at_ns, end_ns)): serialized calls would never exceed 1.
+  std::vector<std::pair<int64_t, int>> edges;
+  for (const auto& [at, end] : spans) {
+    edges.emplace_back(at, +1);
+    edges.emplace_back(end, -1);
+  }
+  std::sort(edges.begin(), edges.end());  // at equal times, ends (-1) first
+  int open = 0, most = 0;
+  for (const auto& [t, d] : edges)
+    most = std::max(most, open += d);
+  MESSAGE("ControllerPublishVolume calls in progress at once: " << most);
+  CHECK(most >= 2);
+}
+
+namespace {
+
+// Runs berth-hostpath with `args` until it exits by itself (it must, within
+// 10 s); returns the waitpid status and its stderr.
+int run_to_exit(const plugin_process& p, std::vector<std::string> args, std::string& err) {
+  std::vector<std::string> all = {BERTH_HOSTPATH_BIN, "--endpoint", p.endpoint, "--root",
+                                  p.root.string(),    "--node-id",  "n1"};
+  all.insert(all.end(), args.begin(), args.end());
+  auto err_file = p.dir / "refused.stderr";
+  fs::remove(err_file);
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0)
+      ::dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : all)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = -1;
+  for (int i = 0; i < 1000; ++i) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      std::stringstream text;
+      text << std::ifstream(err_file).rdbuf();
+      err = text.str();
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("hostpath --delay: an unknown RPC or a bad number is refused with exit 2") {
+  plugin_process p;
+  for (std::string bad : {"Bogus=5", "ControllerPublishVolume=abc", "ControllerPublishVolume",
+                          "ControllerPublishVolume=-1", "ControllerPublishVolume=",
+                          "=300", "controllerpublishvolume=300"}) {
+    CAPTURE(bad);
+    std::string err;
+    int status = run_to_exit(p, {"--delay", bad}, err);
+    REQUIRE(status != -1);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK(err.find("--delay") != std::string::npos);
+    CHECK_FALSE(fs::exists(p.socket));  // it never served
+  }
 }

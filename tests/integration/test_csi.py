@@ -29,19 +29,20 @@ SPEC = {
 class Plugin:
     """A berth-hostpath process the test controls (kill, restart)."""
 
-    def __init__(self, tmp, node_id="csi-n1"):
+    def __init__(self, tmp, node_id="csi-n1", extra_args=()):
         self.dir = os.path.join(tmp, "plugin")
         os.makedirs(self.dir, exist_ok=True)
         self.socket = os.path.join(self.dir, "csi.sock")
         self.root = os.path.join(tmp, "hostpath-root")
         self.call_log = os.path.join(tmp, "calls.log")
         self.node_id = node_id
+        self.extra_args = list(extra_args)
         self.proc = None
 
     def start(self):
         self.proc = subprocess.Popen(
             [HOSTPATH, "--endpoint", "unix://" + self.socket, "--root", self.root,
-             "--node-id", self.node_id, "--call-log", self.call_log],
+             "--node-id", self.node_id, "--call-log", self.call_log] + self.extra_args,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 10
         while not os.path.exists(self.socket):
@@ -54,6 +55,13 @@ class Plugin:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+    def records(self):
+        """Every logged call as the plugin wrote it (method, ids, at_ns, end_ns...)."""
+        if not os.path.exists(self.call_log):
+            return []
+        with open(self.call_log) as f:
+            return [json.loads(line) for line in f]
 
     def calls(self, volume_id=None):
         """(method, code_name) of every logged call, for one volume if given."""

@@ -1,0 +1,145 @@
+"""Many CSI calls in flight per plugin, never two for one volume (issue 16).
+
+A berthd --dev drives a real berth-hostpath that makes its controller and
+node calls slow (--delay), as a cloud plugin is.  The plugin's call log
+records when each call started and ended; from it, on the plugin's side:
+calls for one volume never overlap, calls in flight never exceed the
+limits of --plugin ...,max_controller_calls=N,max_node_calls=M, and under
+load the limits are reached."""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+from concurrent.futures import ThreadPoolExecutor
+
+from harness import Agent, BERTHD, berth
+from test_csi import Plugin
+
+CONTROLLER = {"CreateVolume", "DeleteVolume", "ControllerPublishVolume",
+              "ControllerUnpublishVolume", "ValidateVolumeCapabilities"}
+NODE = {"NodeStageVolume", "NodeUnstageVolume", "NodePublishVolume", "NodeUnpublishVolume"}
+DELAYS = ["--delay", "ControllerPublishVolume=400", "--delay", "ControllerUnpublishVolume=200",
+          "--delay", "NodeStageVolume=300", "--delay", "NodeUnpublishVolume=200"]
+
+
+def most_in_flight(calls):
+    """The most calls whose [at_ns, end_ns] intervals overlap at one instant."""
+    edges = sorted([(c["at_ns"], 1) for c in calls] + [(c["end_ns"], -1) for c in calls],
+                   key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+    most = now = 0
+    for _, d in edges:
+        now += d
+        most = max(most, now)
+    return most
+
+
+class ConcurrencyTest(unittest.TestCase):
+    def start(self, plugin_options):
+        self.tmp = tempfile.mkdtemp(prefix="berth-conc-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.plugin = Plugin(self.tmp, extra_args=DELAYS).start()
+        self.addCleanup(self.plugin.kill)
+        self.agent = Agent(os.path.join(self.tmp, "data"), extra_args=[
+            "--node-name", "n1",
+            "--plugin", "hostpath=monolith:" + self.plugin.socket + plugin_options,
+            "--fingerprint-interval", "0.2", "--csi-root", os.path.join(self.tmp, "csi")]).start()
+        self.addCleanup(self.agent.kill)
+        self.addCleanup(self.unmount_leftovers)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            r = berth(self.agent, "--json", "plugin", "status", "hostpath")
+            if r.code == 0 and r.json()["nodes_healthy"] == 1 \
+                    and r.json()["controllers_healthy"] == 1:
+                return
+            time.sleep(0.1)
+        self.fail("the plugin never turned healthy")
+
+    def unmount_leftovers(self):
+        with open("/proc/self/mounts") as f:
+            mounts = [l.split()[1] for l in f if self.tmp in l.split()[1]]
+        for m in reversed(mounts):
+            subprocess.run(["umount", "-l", m], check=False)
+
+    def ok(self, *args, stdin=None):
+        r = berth(self.agent, *args, stdin=stdin, timeout=120)
+        self.assertEqual(r.code, 0, r)
+        return r
+
+    def create(self, n):
+        for i in range(n):
+            spec = {"id": "v%d" % i, "plugin_id": "hostpath", "capacity_min": "1MiB",
+                    "capabilities": [{"access_mode": "single-node-writer",
+                                      "attachment_mode": "file-system"}]}
+            self.ok("volume", "create", "-", stdin=json.dumps(spec))
+
+    def in_parallel(self, commands):
+        with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+            for r in pool.map(lambda args: berth(self.agent, *args, timeout=120), commands):
+                self.assertEqual(r.code, 0, r)
+
+    def check_calls(self, max_controller, max_node, reached=True):
+        calls = [c for c in self.plugin.records() if c["method"] in CONTROLLER | NODE]
+        for c in calls:
+            self.assertLessEqual(c["at_ns"], c["end_ns"], c)
+        # Never two calls for one volume at once (the CSI spec's rule).
+        by_volume = {}
+        for c in calls:
+            by_volume.setdefault(c.get("volume_id", c.get("name")), []).append(c)
+        for vol, cs in by_volume.items():
+            self.assertEqual(most_in_flight(cs), 1, "calls for volume %s overlap: %r" % (vol, cs))
+        ctrl = most_in_flight([c for c in calls if c["method"] in CONTROLLER])
+        node = most_in_flight([c for c in calls if c["method"] in NODE])
+        self.assertLessEqual(ctrl, max_controller)
+        self.assertLessEqual(node, max_node)
+        if reached:
+            self.assertEqual(ctrl, max_controller, "the controller limit was never reached")
+            self.assertEqual(node, max_node, "the node limit was never reached")
+        print("in flight at most: controller %d, node %d" % (ctrl, node))
+        return ctrl, node
+
+    def test_calls_stay_within_the_limits_reach_them_and_never_overlap_per_volume(self):
+        self.start(",max_controller_calls=3,max_node_calls=2")
+        self.create(8)
+        self.in_parallel([("volume", "claim", "v%d" % i, "--alloc", "a%d" % i, "--node", "n1")
+                          for i in range(8)])
+        self.check_calls(3, 2)
+        status = self.ok("--json", "volume", "status").json()
+        self.assertEqual(sum(len(v["claims"]) for v in status), 8)
+        self.in_parallel([("volume", "release", "v%d" % i, "--alloc", "a%d" % i)
+                          for i in range(8)])
+        self.check_calls(3, 2)
+        ends = [c["method"] for c in self.plugin.records()]
+        self.assertEqual(ends.count("ControllerUnpublishVolume"), 8)
+        # The limits in effect are on the client's metrics.
+        series, _ = self.agent.scrape()
+        self.assertEqual(series['berth_csi_call_limit{kind="controller",plugin="hostpath"}'], 3)
+        self.assertEqual(series['berth_csi_call_limit{kind="node",plugin="hostpath"}'], 2)
+        self.assertEqual(series['berth_csi_calls_in_flight{kind="controller",plugin="hostpath"}'], 0)
+
+    def test_a_limit_of_one_runs_one_call_at_a_time_as_nomad_does(self):
+        self.start(",max_controller_calls=1,max_node_calls=1")
+        self.create(4)
+        self.in_parallel([("volume", "claim", "v%d" % i, "--alloc", "a%d" % i, "--node", "n1")
+                          for i in range(4)])
+        self.check_calls(1, 1)
+
+    def test_a_bad_plugin_option_is_refused_naming_it(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for option, words in ((",max_controller_calls=0", "1 to 1024"),
+                                  (",max_controller_calls=lots", "1 to 1024"),
+                                  (",max_calls=4", "unknown option 'max_calls'")):
+                p = subprocess.run([BERTHD, "--dev", "--data-dir", os.path.join(tmp, "d"),
+                                    "--port", "0", "--metrics-port", "0", "--node-name", "n1",
+                                    "--plugin", "hp=monolith:/run/x.sock" + option],
+                                   capture_output=True, text=True, timeout=30)
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn(words, p.stderr + p.stdout)
+                self.assertIn("--plugin", p.stderr + p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

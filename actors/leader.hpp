@@ -64,6 +64,9 @@ struct leader_state {
     std::function<void()> run;
   };
   std::deque<pending_write> writes;
+  // alloc run requests being started, by alloc id (what each asked for):
+  // the same request sent again waits for the first instead of running twice.
+  std::map<std::string, v1::Alloc> starting_allocs;
   std::multiset<std::string> writing;  // keys of the writes in flight
   // The metrics' counts of allocs per state and nodes per status.
   std::map<std::string, int64_t> alloc_counts;

@@ -155,12 +155,56 @@ void claim_alloc_volumes(const self_ptr& self, std::shared_ptr<v1::Alloc> a, int
                });
 }
 
+// alloc run sent again with the same id, volumes and command (its answer
+// was lost): the answer is the alloc the first request made, once it is
+// no longer pending; nothing runs twice.
+void answer_repeated_run(const self_ptr& self, const std::string& id, response_promise rp) {
+  auto settled = [self, id] {
+    const auto* a = find_alloc(self->state.cat, id);
+    return a != nullptr && a->state() != v1::ALLOC_PENDING;
+  };
+  when(
+      self, settled,
+      [self, id, rp](bool ready) mutable {
+        if (!ready) {
+          deliver(rp, failure{errc::unavailable,
+                              "alloc " + quoted(id) +
+                                  " is still being started by an earlier request; check with: "
+                                  "berth alloc status " + id});
+          return;
+        }
+        self->state.starting_allocs.erase(id);
+        const auto& a = *find_alloc(self->state.cat, id);
+        deliver(rp, alloc_response(a, "alloc " + quoted(id) +
+                                          " exists already: this request was applied before "
+                                          "(nothing was done again); it is " +
+                                          std::string(name_of(a.state()))));
+      },
+      steady_ms() + 60'000);
+}
+
 void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_promise rp) {
   auto a = pending_alloc(req, req.id().empty() ? new_alloc_id() : req.id(), wall_ms());
-  if (auto f = admit_alloc_run(self->state.cat, a, static_cast<bool>(node_of(self, a.node_id())))) {
+  auto& st = self->state;
+  const v1::Alloc* earlier = find_alloc(st.cat, a.id());
+  if (earlier == nullptr)
+    if (auto it = st.starting_allocs.find(a.id()); it != st.starting_allocs.end())
+      earlier = &it->second;
+  if (earlier != nullptr && same_alloc_run(*earlier, a)) {
+    answer_repeated_run(self, a.id(), rp);
+    return;
+  }
+  if (auto f = admit_alloc_run(st.cat, a, static_cast<bool>(node_of(self, a.node_id())))) {
     deliver(rp, *f);
     return;
   }
+  if (auto it = st.starting_allocs.find(a.id()); it != st.starting_allocs.end()) {
+    deliver(rp, failure{errc::refused, "alloc " + quoted(a.id()) +
+                                           " is being started with another node, volumes or "
+                                           "command; run with another id"});
+    return;
+  }
+  st.starting_allocs.emplace(a.id(), a);
   auto shared = std::make_shared<v1::Alloc>(std::move(a));
   if (shared->volumes().empty()) {
     commit(self, {upsert_change(*shared)}, [self, shared, rp](std::optional<failure> f) mutable {

@@ -136,6 +136,12 @@ void leader_tick(const self_ptr& self) {
     node_down(self, n.id, n.silent_ms);
   check_waiters(self);
   if (++st.ticks % 10 == 0) collect_plugins(self);
+  // alloc runs that settled (committed, no longer pending) need no guard.
+  for (auto it = st.starting_allocs.begin(); it != st.starting_allocs.end();) {
+    const auto* a = find_alloc(st.cat, it->first);
+    it = a != nullptr && a->state() != v1::ALLOC_PENDING ? st.starting_allocs.erase(it)
+                                                          : std::next(it);
+  }
 }
 
 }  // namespace berth::leader_flows

@@ -19,6 +19,24 @@ namespace berth::leader_flows {
 
 // volume detach VOLUME NODE: releases, one after the other, the claims that
 // plan_detach picks.
+namespace {
+
+// A destructive command sent again after its answer was lost finds its
+// work done: a volume that is not registered (any more) is success, said
+// so.  Other lookup failures stay failures.
+bool answered_as_done(const failure& f, const std::string& ns, const std::string& id,
+                      response_promise& rp) {
+  if (f.code != errc::not_found) return false;
+  v1::Response r;
+  r.set_message("volume " + quoted(id) + " is not registered in namespace " +
+                quoted(ns.empty() ? "default" : ns) +
+                " (deregistered already, or never registered); nothing to do");
+  deliver(rp, std::move(r));
+  return true;
+}
+
+}  // namespace
+
 void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, response_promise rp) {
   auto& st = self->state;
   auto found = lookup_volume(st.cat, d.namespace_(), d.volume_id());
@@ -84,7 +102,8 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
   auto& st = self->state;
   auto found = lookup_volume(st.cat, d.namespace_(), d.volume_id());
   if (found.error) {
-    deliver(rp, *found.error);
+    if (!answered_as_done(*found.error, d.namespace_(), d.volume_id(), rp))
+      deliver(rp, *found.error);
     return;
   }
   const auto vol = st.cat.volumes.at(found.key);
@@ -305,8 +324,11 @@ void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise
     return;
   }
   if (!find_claim(st.cat.volumes.at(found.key), r.alloc_id())) {
-    deliver(rp, failure{errc::not_found, "volume " + quoted(r.volume_id()) +
-                                             " has no claim of alloc " + quoted(r.alloc_id())});
+    // Sent again after its answer was lost, or the watcher freed it first.
+    deliver(rp, volume_response(st.cat, st.cat.volumes.at(found.key),
+                                "volume " + quoted(r.volume_id()) + " has no claim of alloc " +
+                                    quoted(r.alloc_id()) +
+                                    " (released already, or never claimed); nothing to do"));
     return;
   }
   auto key = found.key;
@@ -338,7 +360,8 @@ void deregister_volume(const self_ptr& self, const v1::DeregisterRequest& d, res
   auto& st = self->state;
   auto found = lookup_volume(st.cat, d.namespace_(), d.volume_id());
   if (found.error) {
-    deliver(rp, *found.error);
+    if (!answered_as_done(*found.error, d.namespace_(), d.volume_id(), rp))
+      deliver(rp, *found.error);
     return;
   }
   if (!d.force()) {

@@ -23,6 +23,13 @@ pb<v1::Response> failure_response(errc code, std::string message) {
   return wrap(std::move(r));
 }
 
+// The leader's answer was lost: the change may or may not have been made.
+pb<v1::Response> maybe_applied_response(std::string message) {
+  auto r = failure_response(errc::unavailable, std::move(message));
+  r.msg.mutable_error()->set_maybe_applied(true);
+  return r;
+}
+
 // A failure before anything was executed: safe to send again.
 pb<v1::Response> retry_response(std::string message) {
   auto r = failure_response(errc::unavailable, std::move(message));
@@ -133,9 +140,9 @@ void forward(self_ptr self, v1::Request req, promise rp) {
             self->state.remote = nullptr;
             auto it = self->state.inflight.find(id);
             if (it == self->state.inflight.end()) return;
-            it->second.deliver(failure_response(errc::unavailable,
-                                                "the leader did not answer (" +
-                                                    to_failure(e).message + "); retry"));
+            it->second.deliver(maybe_applied_response(
+                "the leader did not answer (" + to_failure(e).message +
+                "): the change may or may not have been made; check, then retry"));
             self->state.inflight.erase(it);
           });
 }
@@ -364,15 +371,21 @@ void run_on_leader(self_ptr self, v1::Request req, promise rp) {
     std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     self->state.stats->request_done(command, outcome_name(r), took.count());
   };
+  bool read = is_read(req);
   self->request(st.leader, caf::infinite, api_atom::value, wrap(std::move(req)))
       .then(
           [rp, done](pb<v1::Response>& r) mutable {
             done(r.msg);
             rp.deliver(std::move(r));
           },
-          [rp, done](caf::error& e) mutable {
+          [rp, done, read](caf::error& e) mutable {
+            // The leader actor stopped (it stepped down) before answering:
+            // a change may have been committed.
             auto f = to_failure(e);
-            auto r = failure_response(f.code, f.message);
+            auto r = read ? failure_response(f.code, f.message)
+                          : maybe_applied_response(
+                                "the leader stopped while handling the request (" + f.message +
+                                "): the change may or may not have been made; check, then retry");
             done(r.msg);
             rp.deliver(std::move(r));
           });
@@ -390,9 +403,9 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
     if (!st.remote || st.remote.address() != dm.source) return;
     st.remote = nullptr;
     for (auto& [id, rp] : st.inflight)
-      rp.deliver(failure_response(errc::unavailable,
-                                  "the leader's server stopped while handling the request: the "
-                                  "change may or may not have been made; check, then retry"));
+      rp.deliver(maybe_applied_response(
+          "the leader's server stopped while handling the request: the change may or may not "
+          "have been made; check, then retry"));
     st.inflight.clear();
   });
   return {

@@ -39,12 +39,30 @@ v1::Alloc pending_alloc(const v1::AllocRunRequest& req, std::string id, int64_t 
   return a;
 }
 
+bool same_alloc_run(const v1::Alloc& known, const v1::Alloc& requested) {
+  if (known.namespace_() != requested.namespace_() || known.node_id() != requested.node_id() ||
+      known.volumes_size() != requested.volumes_size() ||
+      known.command_size() != requested.command_size())
+    return false;
+  for (int i = 0; i < known.command_size(); ++i)
+    if (known.command(i) != requested.command(i)) return false;
+  for (int i = 0; i < known.volumes_size(); ++i) {
+    auto k = known.volumes(i);
+    k.clear_published_path();  // filled in as the alloc starts
+    if (k.SerializeAsString() != requested.volumes(i).SerializeAsString()) return false;
+  }
+  return true;
+}
+
 std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, bool connected) {
   auto problems = validate_alloc(a);
   if (!problems.empty())
     return failure{errc::invalid, describe("alloc " + quoted(a.id()), problems)};
   if (find_alloc(c, a.id()) != nullptr)
-    return failure{errc::refused, "alloc " + quoted(a.id()) + " exists already; run with another id"};
+    return failure{errc::refused, "alloc " + quoted(a.id()) +
+                                      " exists already with another node, volumes or command; "
+                                      "run with another id (see berth alloc status " +
+                                      a.id() + ")"};
   const auto* n = find_node(c, a.node_id());
   if (n == nullptr || !n->has_client())
     return failure{errc::not_found, "node " + quoted(a.node_id()) +

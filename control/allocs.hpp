@@ -26,6 +26,12 @@ bool claims_freed(const catalog& c, const std::string& alloc_id);
 // the node's berth client is connected to this leader.
 std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, bool connected);
 
+// alloc run sent again (its answer was lost): whether `known`, the alloc
+// with the requested id, is what `requested` asks for (same namespace,
+// node, volumes and command), so the request was applied before and its
+// answer is the alloc that exists.
+bool same_alloc_run(const v1::Alloc& known, const v1::Alloc& requested);
+
 // The pending alloc of an alloc run request.
 v1::Alloc pending_alloc(const v1::AllocRunRequest& req, std::string id, int64_t now_ms);
 

@@ -23,6 +23,9 @@ struct failure {
   std::string message;
   // Nothing was executed: sending the same request again is safe.
   bool retry = false;
+  // The answer was lost after the request was sent: the change may or may
+  // not have been made (the shell says how to check, exit code 7).
+  bool maybe_applied = false;
 };
 
 }  // namespace berth

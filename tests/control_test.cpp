@@ -217,6 +217,49 @@ TEST_CASE("admit_alloc_run_checks_in_order_and_names_the_fix") {
   CHECK(admit_alloc_run(c, bad, true)->code == errc::invalid);
 }
 
+TEST_CASE("same_alloc_run_knows_a_request_sent_again") {
+  v1::AllocRunRequest req;
+  req.set_node_id("n1");
+  req.add_command("sleep");
+  req.add_command("60");
+  auto* av = req.add_volumes();
+  av->set_name("data");
+  av->set_volume_id("db");
+  av->set_read_only(true);
+  auto requested = pending_alloc(req, "a1", 1000);
+  // What the first request made of it by now: running, published, later.
+  auto known = requested;
+  known.set_state(v1::ALLOC_RUNNING);
+  known.mutable_volumes(0)->set_published_path("/csi/per-alloc/a1/db");
+  known.set_modified_at_ms(5000);
+  known.set_modify_index(42);
+  CHECK(same_alloc_run(known, requested));
+  known.set_state(v1::ALLOC_FAILED);  // its outcome does not matter: it is the same request
+  CHECK(same_alloc_run(known, requested));
+
+  auto other = requested;
+  other.set_node_id("n2");
+  CHECK_FALSE(same_alloc_run(known, other));
+  other = requested;
+  other.set_namespace_("prod");
+  CHECK_FALSE(same_alloc_run(known, other));
+  other = requested;
+  other.mutable_volumes(0)->set_read_only(false);
+  CHECK_FALSE(same_alloc_run(known, other));
+  other = requested;
+  other.mutable_volumes(0)->add_mount_flags("noatime");
+  CHECK_FALSE(same_alloc_run(known, other));
+  other = requested;
+  other.add_volumes()->set_volume_id("logs");
+  CHECK_FALSE(same_alloc_run(known, other));
+  other = requested;
+  other.set_command(1, "61");
+  CHECK_FALSE(same_alloc_run(known, other));
+  other = requested;
+  other.clear_command();
+  CHECK_FALSE(same_alloc_run(known, other));
+}
+
 TEST_CASE("alloc_of_claim_creates_extends_or_refuses") {
   catalog c;
   commit(c, {upsert_change(make_alloc("done", "n1", v1::ALLOC_COMPLETE)),

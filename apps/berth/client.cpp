@@ -1,5 +1,7 @@
 #include "apps/berth/client.hpp"
 
+#include <optional>
+
 #include <thread>
 
 #include <atomic>
@@ -49,18 +51,95 @@ client::client(std::string address, int timeout_seconds)
 
 client::~client() = default;
 
+bool changes_state(const v1::Request& req) {
+  switch (req.command_case()) {
+    case v1::Request::kVolumeStatus:
+    case v1::Request::kVolumeList:
+    case v1::Request::kPluginStatus:
+    case v1::Request::kPluginList:
+    case v1::Request::kNodeStatus:
+    case v1::Request::kNodeList:
+    case v1::Request::kAllocStatus:
+    case v1::Request::kAllocList:
+    case v1::Request::kAgentStatus:
+    case v1::Request::kRaftListPeers:
+    case v1::Request::kSnapshotSave:
+    case v1::Request::COMMAND_NOT_SET:
+      return false;
+    default:
+      return true;
+  }
+}
+
+bool safe_to_repeat(const v1::Request& req) {
+  switch (req.command_case()) {
+    case v1::Request::kAllocRun:
+      return !req.alloc_run().id().empty();  // a second run without an id is a second alloc
+    case v1::Request::kAllocStop:
+    case v1::Request::kVolumeClaim:
+    case v1::Request::kVolumeRelease:
+    case v1::Request::kVolumeDetach:
+    case v1::Request::kVolumeDeregister:
+    case v1::Request::kVolumeDelete:
+      return true;
+    default:
+      return !changes_state(req);
+  }
+}
+
+std::string check_command(const v1::Request& req) {
+  auto volume = [](const std::string& ns, const std::string& id) {
+    return "berth" + (ns.empty() || ns == "default" ? std::string() : " --namespace " + ns) +
+           " volume status " + id;
+  };
+  switch (req.command_case()) {
+    case v1::Request::kAllocRun:
+      return req.alloc_run().id().empty() ? "berth alloc status"
+                                          : "berth alloc status " + req.alloc_run().id();
+    case v1::Request::kAllocStop:
+      return "berth alloc status " + req.alloc_stop();
+    case v1::Request::kVolumeRegister:
+      return volume(req.volume_register().namespace_(), req.volume_register().id());
+    case v1::Request::kVolumeCreate:
+      return volume(req.volume_create().namespace_(), req.volume_create().id());
+    case v1::Request::kVolumeClaim:
+      return volume(req.volume_claim().namespace_(), req.volume_claim().volume_id());
+    case v1::Request::kVolumeRelease:
+      return volume(req.volume_release().namespace_(), req.volume_release().volume_id());
+    case v1::Request::kVolumeDetach:
+      return volume(req.volume_detach().namespace_(), req.volume_detach().volume_id());
+    case v1::Request::kVolumeDeregister:
+      return volume(req.volume_deregister().namespace_(), req.volume_deregister().volume_id());
+    case v1::Request::kVolumeDelete:
+      return volume(req.volume_delete().namespace_(), req.volume_delete().volume_id());
+    case v1::Request::kPluginFingerprint:
+      return "berth plugin status " + req.plugin_fingerprint().plugin_id();
+    default:
+      return "berth operator raft list-peers";
+  }
+}
+
 std::variant<v1::Response, failure> client::call(const v1::Request& req) {
   // A server answers "retry" when it did nothing (no leader elected yet,
   // the leader's server not reachable): send the same request again until
-  // the timeout, so the shell just works through an election.
+  // the timeout, so the shell just works through an election.  A lost
+  // answer (maybe applied) is sent again too when that is safe; once one
+  // was lost, the outcome stays "maybe applied" unless an answer comes.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_);
   auto backoff = std::chrono::milliseconds(50);
+  bool repeat = safe_to_repeat(req);
+  std::optional<v1::Response> lost;
   for (;;) {
     auto out = call_once(req);
     auto* r = std::get_if<v1::Response>(&out);
-    if (r == nullptr || !r->error().retry() ||
-        std::chrono::steady_clock::now() + backoff > deadline)
+    bool maybe = r != nullptr && r->error().maybe_applied();
+    if (maybe) lost = *r;
+    bool again = r == nullptr ? lost.has_value() : r->error().retry() || (maybe && repeat);
+    if (!again || std::chrono::steady_clock::now() + backoff > deadline) {
+      bool answered = r != nullptr && !r->error().retry() && !maybe;
+      if (lost && !answered) return *lost;
       return out;
+    }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
@@ -98,14 +177,24 @@ std::variant<v1::Response, failure> client::call_once(const v1::Request& req) {
   caf::scoped_actor self{impl_->sys};
   v1::Request copy = req;
   copy.set_api_version(1);
+  // Sent: an answer lost from here on may hide a change that was made.
+  auto lost = [&](const std::string& why) -> std::variant<v1::Response, failure> {
+    if (!changes_state(req)) return failure{errc::unavailable, why};
+    v1::Response r;
+    r.mutable_error()->set_code(v1::UNAVAILABLE);
+    r.mutable_error()->set_message(why + ": the change may or may not have been made");
+    r.mutable_error()->set_maybe_applied(true);
+    return r;
+  };
   self->request(impl_->api, std::chrono::seconds(timeout_), api_atom::value, wrap(std::move(copy)))
       .receive([&](pb<v1::Response>& r) { out = std::move(r.msg); },
                [&](caf::error& e) {
                  if (e == caf::sec::request_timeout)
-                   out = failure{errc::unavailable, "berthd at " + address_ + " did not answer within " +
-                                                        std::to_string(timeout_) + "s"};
+                   out = lost("berthd at " + address_ + " did not answer within " +
+                              std::to_string(timeout_) + "s");
                  else
-                   out = unreachable(impl_->sys.render(e));
+                   out = lost("the connection to berthd at " + address_ + " was lost (" +
+                              impl_->sys.render(e) + ")");
                  impl_->disconnect();
                });
   return out;

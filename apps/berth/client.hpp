@@ -13,6 +13,19 @@
 
 namespace berth {
 
+// Whether the request changes anything (everything but status and lists).
+bool changes_state(const v1::Request& req);
+
+// Whether sending the request again after its answer was lost ends in one
+// effect, not two: reads, and the commands berthd answers as done when
+// their work is found done (alloc run with its id, alloc stop, volume
+// claim, release, detach, deregister and delete).
+bool safe_to_repeat(const v1::Request& req);
+
+// The command that shows whether a request whose answer was lost took
+// effect, e.g. "berth alloc status web-1".
+std::string check_command(const v1::Request& req);
+
 class client {
  public:
   // address: HOST:PORT.  timeout: seconds to wait for each response.
@@ -22,7 +35,10 @@ class client {
   // Sends one request.  A failure is unreachable (errc::unavailable) when
   // no berthd answers at the address; errors the server reports come back
   // inside the Response.  A failed call drops the connection, so the next
-  // call connects again (to a restarted berthd, say).
+  // call connects again (to a restarted berthd, say).  An answer lost after
+  // the request was sent comes back as a Response whose error has
+  // maybe_applied set (unless the request is a read); requests that are
+  // safe_to_repeat are sent again until the timeout, so one effect results.
   std::variant<v1::Response, failure> call(const v1::Request& req);
 
   const std::string& address() const { return address_; }

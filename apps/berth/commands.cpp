@@ -14,6 +14,7 @@
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 
 #include "apps/berth/render.hpp"
@@ -228,8 +229,8 @@ void add_volume_status(CLI::App& volume, context& ctx) {
 // deregister and delete answer the same way: the volume is gone.
 std::function<json(const v1::Response&)> gone_json(const context& ctx, const std::string& id,
                                                    const char* what) {
-  return [id, ns = ctx.g.ns, what](const v1::Response&) {
-    return json{{"id", id}, {"namespace", ns}, {what, true}};
+  return [id, ns = ctx.g.ns, what](const v1::Response& r) {
+    return json{{"id", id}, {"namespace", ns}, {what, true}, {"message", r.message()}};
   };
 }
 
@@ -378,6 +379,18 @@ void add_volume_commands(CLI::App& app, context& ctx) {
 
 // --- alloc -------------------------------------------------------------------
 
+// An alloc id made by the shell when --id is not given, so that sending the
+// request again after a lost answer finds the alloc instead of making a
+// second one: 12 hex digits, as berthd makes them.
+std::string generated_alloc_id() {
+  std::random_device rd;
+  uint64_t x = (uint64_t{rd()} << 32) ^ rd();
+  static const char* hex = "0123456789abcdef";
+  std::string id;
+  for (int i = 0; i < 12; ++i, x >>= 4) id += hex[x & 15];
+  return id;
+}
+
 void add_alloc_run(CLI::App& alloc, context& ctx) {
   struct options {
     std::string node, id;
@@ -394,7 +407,9 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
   cmd->add_option("--volume", o->volumes,
                   "NAME=VOLUME[:ro][,mount_flag=FLAG]... (repeatable): claim VOLUME for writing "
                   "(:ro for reading), published at $BERTH_VOLUME_<NAME>");
-  cmd->add_option("--id", o->id, "The alloc's id (default: a generated one)");
+  cmd->add_option("--id", o->id,
+                  "The alloc's id (default: one the shell generates). Sent again with the same "
+                  "id, node, volumes and command, the request answers the alloc that exists");
   cmd->add_option("command", o->command, "The command and its arguments, after --");
   cmd->callback([&ctx, o] {
     ctx.command = &o->command;
@@ -403,7 +418,7 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
       auto* r = req.mutable_alloc_run();
       r->set_namespace_(ctx.g.ns);
       r->set_node_id(o->node);
-      r->set_id(o->id);
+      r->set_id(o->id.empty() ? generated_alloc_id() : o->id);
       for (const auto& arg : o->volumes) {
         auto v = parse_alloc_volume(arg);
         if (auto* err = std::get_if<std::string>(&v)) return failure{errc::invalid, *err};
@@ -728,7 +743,8 @@ struct command_line {
     add_globals(app, ctx.g);
     app.footer(
         "Exit codes: 0 ok, 1 internal error, 2 usage or invalid input, 3 not found,\n"
-        "4 refused by the rules, 5 berthd unreachable or unavailable.");
+        "4 refused by the rules, 5 berthd unreachable or unavailable, 7 the answer was\n"
+        "lost and the change may have been made (the error says how to check).");
     add_shell(app, ctx);
     add_agent_status(app, ctx);
     add_volume_commands(app, ctx);

@@ -67,8 +67,16 @@ std::variant<v1::Response, failure> answer(const globals& g, const v1::Request& 
   auto result = c->call(req);
   if (auto* f = std::get_if<failure>(&result)) return *f;
   auto& resp = std::get<v1::Response>(result);
-  if (resp.error().code() != v1::OK)
-    return failure{static_cast<errc>(resp.error().code()), resp.error().message()};
+  if (resp.error().code() != v1::OK) {
+    failure f{static_cast<errc>(resp.error().code()), resp.error().message()};
+    if (resp.error().maybe_applied()) {
+      f.maybe_applied = true;
+      f.message += "; the request may have been applied: check with `" +
+                   check_command(req) + "`";
+      if (safe_to_repeat(req)) f.message += " (it is safe to send again)";
+    }
+    return f;
+  }
   return std::move(resp);
 }
 
@@ -81,11 +89,13 @@ int64_t now_ms() {
 
 int fail(const globals& g, const failure& f) {
   if (g.json)
-    std::cerr << dump(json{{"error", {{"code", code_name(f.code)}, {"message", f.message}}}})
+    std::cerr << dump(json{{"error",
+                            {{"code", f.maybe_applied ? "maybe_applied" : code_name(f.code)},
+                             {"message", f.message}}}})
               << "\n";
   else
     std::cerr << "Error: " << f.message << "\n";
-  return code_of(f.code);
+  return f.maybe_applied ? exit_maybe_applied : code_of(f.code);
 }
 
 int send(const globals& g, const plan& p) {

@@ -90,8 +90,9 @@ class Server(Process):
 
 
 class Plugin(Process):
-    def __init__(self, tmp, name, node_id, shared_root=None):
-        """shared_root: a ROOT shared with other plugins (--shared-root)."""
+    def __init__(self, tmp, name, node_id, shared_root=None, extra_args=()):
+        """shared_root: a ROOT shared with other plugins (--shared-root);
+        extra_args: more berth-hostpath flags (e.g. --delay CALL=MS)."""
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir, exist_ok=True)
         self.node_id = node_id
@@ -102,6 +103,7 @@ class Plugin(Process):
                 "--node-id", node_id, "--call-log", self.call_log]
         if shared_root:
             argv.append("--shared-root")
+        argv += list(extra_args)
         super().__init__(name, argv, os.path.join(tmp, name + ".log"))
 
     def start(self):

@@ -1,0 +1,174 @@
+"""Commands that are safe to retry (issue 15): a command whose answer was
+lost, sent again, ends in one effect; sent while the leader is killed, the
+shell itself sends it again and it ends in one effect."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+
+from cluster import Client, Cluster, Plugin as ClusterPlugin
+from harness import BERTH, Agent, berth
+from test_csi import Plugin
+
+SPEC = {"plugin_id": "hostpath", "capacity_min": "1MiB",
+        "capabilities": [{"access_mode": "single-node-writer", "attachment_mode": "file-system"}]}
+
+
+class SentTwiceTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="berth-retry-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.plugin = Plugin(self.tmp).start()
+        self.addCleanup(self.plugin.kill)
+        self.agent = Agent(os.path.join(self.tmp, "data"), extra_args=[
+            "--node-name", "n1", "--plugin", "hostpath=monolith:" + self.plugin.socket,
+            "--fingerprint-interval", "0.2", "--csi-root", os.path.join(self.tmp, "csi")]).start()
+        self.addCleanup(self.agent.kill)
+        self.addCleanup(self.unmount_leftovers)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            r = berth(self.agent, "--json", "plugin", "status", "hostpath")
+            if r.code == 0 and r.json()["nodes_healthy"] == 1:
+                break
+            time.sleep(0.1)
+        for vol in ("v0", "v1"):
+            self.run_berth("volume", "create", "-", stdin=json.dumps(dict(SPEC, id=vol)))
+
+    def unmount_leftovers(self):
+        with open("/proc/self/mounts") as f:
+            mounts = [l.split()[1] for l in f if self.tmp in l.split()[1]]
+        for m in reversed(mounts):
+            subprocess.run(["umount", "-l", m], check=False)
+
+    def run_berth(self, *args, stdin=None, expect=0):
+        r = berth(self.agent, *args, stdin=stdin)
+        self.assertEqual(r.code, expect, r)
+        return r
+
+    def twice(self, *args):
+        """Sends a command twice; both succeed; returns the second answer."""
+        first = self.run_berth(*args)
+        return first, self.run_berth(*args)
+
+    def allocs(self):
+        return self.run_berth("--json", "alloc", "status").json()
+
+    def claims(self, vol):
+        return self.run_berth("--json", "volume", "status", vol).json()["claims"]
+
+    def test_alloc_run_with_the_same_id_answers_the_alloc_that_exists(self):
+        run = ("--json", "alloc", "run", "--id", "web", "--node", "n1", "--volume", "data=v0")
+        first, second = self.twice(*run)
+        self.assertEqual(first.json()["id"], "web")
+        self.assertEqual(second.json()["id"], "web")
+        self.assertEqual(second.json()["state"], "running")
+        self.assertIn("exists already", self.run_berth(*run[1:]).out)
+        self.assertEqual([a["id"] for a in self.allocs()], ["web"])
+        self.assertEqual(len(self.claims("v0")), 1)
+        # The same id with other volumes is another request: refused.
+        other = self.run_berth("alloc", "run", "--id", "web", "--node", "n1", "--volume",
+                               "data=v1", expect=4)
+        self.assertIn("another node, volumes or command", other.err)
+        self.assertEqual(self.claims("v1"), [])
+        # Stopped twice: the second says it is done already.
+        _, again = self.twice("alloc", "stop", "web")
+        self.assertIn("already", again.out)
+        self.assertEqual(self.claims("v0"), [])
+
+    def test_the_shell_makes_the_alloc_id(self):
+        r = self.run_berth("--json", "alloc", "run", "--node", "n1", "--volume", "data=v1")
+        self.assertRegex(r.json()["id"], r"^[0-9a-f]{12}$")
+        self.run_berth("alloc", "stop", r.json()["id"])
+
+    def test_release_detach_deregister_and_delete_of_what_is_done_succeed_and_say_so(self):
+        self.twice("volume", "claim", "v1", "--alloc", "a1", "--node", "n1")
+        self.assertEqual(len(self.claims("v1")), 1)
+        _, again = self.twice("volume", "release", "v1", "--alloc", "a1")
+        self.assertIn("nothing to do", again.out)
+        self.assertEqual(self.claims("v1"), [])
+        _, again = self.twice("volume", "detach", "v1", "n1")
+        self.assertIn("nothing to detach", again.out)
+        _, again = self.twice("volume", "deregister", "v1")
+        self.assertIn("not registered", again.out)
+        first, again = self.twice("--json", "volume", "delete", "v0")
+        self.assertTrue(first.json()["deleted"])
+        self.assertIn("not registered", again.json()["message"])
+        self.assertEqual(self.run_berth("--json", "volume", "status").json(), [])
+        # Reading what is not there stays an error.
+        self.run_berth("volume", "status", "v0", expect=3)
+
+
+class LeaderKilledTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="berth-retry-kill-")
+        self.cluster = Cluster(self.tmp)
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.addCleanup(self.cluster.stop)
+        self.cluster.start()
+        # A slow controller: the alloc run is still in flight when the leader dies.
+        self.plugin = ClusterPlugin(self.tmp, "plugin-c1", "csi-c1",
+                                    extra_args=["--delay", "ControllerPublishVolume=3000"])
+        self.client = Client(self.tmp, "c1", [s.address for s in self.cluster.servers],
+                             self.plugin.socket)
+        self.cluster.processes += [self.client, self.plugin]
+        self.plugin.start()
+        self.client.start()
+
+    def ok(self, address, *args, stdin=None):
+        deadline = time.time() + 30
+        while True:
+            r = berth(address, *args, stdin=stdin)
+            if r.code == 0 or time.time() > deadline:
+                self.assertEqual(r.code, 0, r)
+                return r
+            time.sleep(0.2)  # no leader yet, or the client not connected yet
+
+    def test_alloc_run_sent_while_the_leader_dies_ends_in_one_alloc(self):
+        leader = self.cluster.wait_leader()
+        follower = next(s for s in self.cluster.servers if s is not leader)
+        deadline = time.time() + 30
+        while True:
+            r = berth(leader.address, "--json", "plugin", "status", "hostpath")
+            if r.code == 0 and r.json()["controllers_healthy"] == 1:
+                break
+            self.assertLess(time.time(), deadline, r)
+            time.sleep(0.1)
+        self.ok(leader.address, "volume", "create", "-", stdin=json.dumps(dict(SPEC, id="db")))
+        shell = subprocess.Popen(
+            [BERTH, "--address", follower.address, "--json", "--timeout", "60", "alloc", "run",
+             "--id", "job1", "--node", "c1", "--volume", "data=db"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The alloc is being started (its claim is in ControllerPublishVolume).
+        deadline = time.time() + 20
+        while True:
+            r = berth(follower.address, "--json", "alloc", "status", "job1")
+            if r.code == 0 and r.json().get("state") == "pending":
+                break
+            self.assertLess(time.time(), deadline, "the alloc never became pending: %r" % r)
+            time.sleep(0.05)
+        leader.kill()
+        out, err = shell.communicate(timeout=90)
+        # The shell sent it again to the new leader: an answer, not an error.
+        self.assertEqual(shell.returncode, 0, (out, err))
+        answer = json.loads(out)
+        self.assertEqual(answer["id"], "job1")
+        # It was pending when its leader died: the new leader failed it, and
+        # the repeated request answered that alloc instead of starting another.
+        self.assertEqual(answer["state"], "failed", answer)
+        allocs = self.ok(follower.address, "--json", "alloc", "status").json()
+        self.assertEqual([a["id"] for a in allocs], ["job1"])
+        # Whatever the first attempt left (the new leader fails an alloc it
+        # finds pending), the volume ends with at most this alloc's claim.
+        claims = self.ok(follower.address, "--json", "volume", "status", "db").json()["claims"]
+        self.assertLessEqual(len(claims), 1)
+        for c in claims:
+            self.assertEqual(c["alloc_id"], "job1")
+
+
+if __name__ == "__main__":
+    unittest.main()

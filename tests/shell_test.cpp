@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "apps/berth/client.hpp"
 #include "apps/berth/commands.hpp"
 #include "apps/berth/line.hpp"
 #include "apps/berth/render.hpp"
@@ -332,6 +333,52 @@ TEST_CASE("request: alloc run takes its volumes and the words after -- as they a
   CHECK(words(run.command().begin(), run.command().end()) == words{"sh", "-c", "echo --node"});
   // Without a command the alloc runs until stopped.
   CHECK(request_ok({"alloc", "run", "--node", "n1"}).alloc_run().command().empty());
+}
+
+TEST_CASE("request: alloc run carries an id the shell makes when --id is not given") {
+  auto a = request_ok({"alloc", "run", "--node", "n1"}).alloc_run().id();
+  auto b = request_ok({"alloc", "run", "--node", "n1"}).alloc_run().id();
+  CHECK(a.size() == 12);
+  CHECK(a.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(a != b);  // each command line is a new alloc; its own retries keep its id
+}
+
+TEST_CASE("retry: which requests change state, are safe to send again, and how to check them") {
+  struct row {
+    words args;
+    bool changes, safe;
+    std::string check;
+  };
+  std::vector<row> rows = {
+      {{"volume", "status"}, false, true, "berth operator raft list-peers"},
+      {{"alloc", "status", "web"}, false, true, "berth operator raft list-peers"},
+      {{"alloc", "run", "--node", "n1", "--id", "web"}, true, true, "berth alloc status web"},
+      {{"alloc", "stop", "web"}, true, true, "berth alloc status web"},
+      {{"volume", "claim", "db", "--alloc", "a1", "--node", "n1"}, true, true,
+       "berth volume status db"},
+      {{"volume", "release", "db", "--alloc", "a1"}, true, true, "berth volume status db"},
+      {{"--namespace", "prod", "volume", "deregister", "db"}, true, true,
+       "berth --namespace prod volume status db"},
+      {{"volume", "delete", "db"}, true, true, "berth volume status db"},
+      {{"volume", "detach", "db", "n1"}, true, true, "berth volume status db"},
+      {{"operator", "raft", "remove-peer", "s3"}, true, false, "berth operator raft list-peers"},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.args);
+    auto req = request_ok(r.args);
+    CHECK(changes_state(req) == r.changes);
+    CHECK(safe_to_repeat(req) == r.safe);
+    CHECK(check_command(req) == r.check);
+  }
+  // An alloc run without an id would make a second alloc: never sent again.
+  v1::Request bare;
+  bare.mutable_alloc_run()->set_node_id("n1");
+  CHECK_FALSE(safe_to_repeat(bare));
+  v1::Request create;
+  create.mutable_volume_create()->set_id("db");
+  CHECK(changes_state(create));
+  CHECK_FALSE(safe_to_repeat(create));  // a second CreateVolume answer would say "exists"
+  CHECK(check_command(create) == "berth volume status db");
 }
 
 TEST_CASE("request: alloc run refuses a malformed --volume; only alloc run takes a command") {

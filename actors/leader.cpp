@@ -184,7 +184,9 @@ void apply_batch(const self_ptr& self, const committed_batch& batch) {
       st.cat.applied_index = index;  // a configuration change or an empty entry
       continue;
     }
-    for (const auto& a : apply(st.cat, index, entry)) announce(self, a);
+    auto changes = apply(st.cat, index, entry);
+    alloc_upserts_first(changes);
+    for (const auto& a : changes) announce(self, a);
   }
   st.stats->actors("volume", st.volume_actors.size());
   st.stats->actors("plugin", st.plugin_actors.size());

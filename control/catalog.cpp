@@ -1,5 +1,7 @@
 #include "control/catalog.hpp"
 
+#include <algorithm>
+
 #include "control/entries.hpp"
 
 namespace berth {
@@ -99,5 +101,10 @@ const v1::Plugin* find_plugin(const catalog& c, const std::string& id) {
 }
 
 std::string ns_or_default(const std::string& ns) { return ns.empty() ? "default" : ns; }
+
+void alloc_upserts_first(std::vector<applied_change>& changes) {
+  std::stable_partition(changes.begin(), changes.end(),
+                        [](const applied_change& a) { return a.change.has_alloc_upsert(); });
+}
 
 }  // namespace berth

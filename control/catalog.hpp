@@ -41,6 +41,13 @@ struct catalog {
 // index are skipped: applying is idempotent).  Returns what changed.
 std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry);
 
+// The order in which one entry's changes are told to the watcher: alloc
+// upserts first, the rest as they came.  A claim committed together with
+// its alloc (volume claim, alloc run) must never reach the watcher before
+// the alloc does: between the two messages its timer could find the claim's
+// alloc missing and release a claim just acknowledged.
+void alloc_upserts_first(std::vector<applied_change>& changes);
+
 const v1::Volume* find_volume(const catalog& c, const volume_key& key);
 const v1::Alloc* find_alloc(const catalog& c, const std::string& id);
 const v1::Node* find_node(const catalog& c, const std::string& id);

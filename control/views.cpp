@@ -1,10 +1,17 @@
 #include "control/views.hpp"
 
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "control/filter.hpp"
+#include "messages/codec.hpp"
+
 namespace berth {
 
 namespace {
 
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
+std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
 
 v1::Response not_found(std::string message) {
   return error_response(failure{errc::not_found, std::move(message)});
@@ -15,6 +22,36 @@ v1::Node node_view(const v1::Node& n,
   auto out = n;
   if (auto seen = last_seen_ms(n.id())) out.set_last_seen_ms(seen);
   return out;
+}
+
+// One page of a list: the objects in [from, to) (ordered by key) after
+// the page token that the filter matches, at most per_page; the token of
+// the next page when more remain.  Reads from the token on, not the whole
+// range.
+template <class It, class Keep, class Token, class Json, class Add>
+v1::Response page(It from, It to, const v1::ListRequest& q, Keep keep, Token token_of,
+                  Json json_of, Add add) {
+  auto parsed = parse_filter(q.filter());
+  if (auto* f = std::get_if<failure>(&parsed)) return error_response(*f);
+  const auto& flt = std::get<filter>(parsed);
+  v1::Response r;
+  uint32_t taken = 0;
+  for (auto it = from; it != to; ++it) {
+    if (!keep(it->second) || (!flt.empty() && !flt.matches(json_of(it->second)))) continue;
+    if (q.per_page() != 0 && taken == q.per_page()) {
+      r.set_next_page_token(token_of(std::prev(it)->first));
+      break;
+    }
+    add(r, it->second);
+    ++taken;
+  }
+  return r;
+}
+
+volume_key volume_key_of(const std::string& token) {
+  auto slash = token.find('/');
+  if (slash == std::string::npos) return {token, ""};
+  return {token.substr(0, slash), token.substr(slash + 1)};
 }
 
 }  // namespace
@@ -54,8 +91,8 @@ volume_lookup lookup_volume(const catalog& c, const std::string& ns, const std::
   volume_key key{ns_or_default(ns), id};
   if (id.empty()) return {failure{errc::invalid, "a volume id is required"}, key};
   if (find_volume(c, key) == nullptr)
-    return {failure{errc::not_found, "volume " + quoted(id) + " is not registered in namespace " +
-                                         quoted(key.first) +
+    return {failure{errc::not_found, "volume " + in_quotes(id) + " is not registered in namespace " +
+                                         in_quotes(key.first) +
                                          " (list volumes with: berth volume status)"},
             key};
   return {std::nullopt, key};
@@ -71,16 +108,31 @@ std::optional<v1::Response> answer_read(
       return volume_response(c, c.volumes.at(found.key), "");
     }
     case v1::Request::kVolumeList: {
-      v1::Response r;
-      const auto& ns = req.volume_list().namespace_();
-      for (const auto& [key, v] : c.volumes)
-        if (ns.empty() || key.first == ns) add_volume(c, r, v);
-      return r;
+      const auto& q = req.volume_list();
+      const auto& ns = q.namespace_();
+      // One namespace is one range of the map (keys are namespace, id).
+      auto from = ns.empty() ? c.volumes.begin() : c.volumes.lower_bound({ns, ""});
+      auto to = ns.empty() ? c.volumes.end() : c.volumes.lower_bound({ns + '\0', ""});
+      auto& m = c.volumes;
+      auto later = [&m](auto a, auto b) {  // the later of two positions
+        if (a == m.end() || b == m.end()) return m.end();
+        return m.key_comp()(a->first, b->first) ? b : a;
+      };
+      if (!q.page_token().empty()) from = later(from, m.upper_bound(volume_key_of(q.page_token())));
+      if (to != m.end() && later(from, to) != to) from = to;
+      if (to != m.end() && from == m.end()) from = to;
+      return page(
+          from, to, q, [](const v1::Volume&) { return true; },
+          [](const volume_key& k) { return k.first + "/" + k.second; },
+          [&c](const v1::Volume& v) {
+            return volume_json(redacted(v), find_plugin(c, v.plugin_id()));
+          },
+          [&c](v1::Response& r, const v1::Volume& v) { add_volume(c, r, v); });
     }
     case v1::Request::kAllocStatus: {
       const auto* a = find_alloc(c, req.alloc_status());
       if (a == nullptr)
-        return not_found("alloc " + quoted(req.alloc_status()) +
+        return not_found("alloc " + in_quotes(req.alloc_status()) +
                          " does not exist (list allocs with: berth alloc status)");
       v1::Response r;
       *r.add_allocs() = *a;
@@ -89,30 +141,37 @@ std::optional<v1::Response> answer_read(
       return r;
     }
     case v1::Request::kAllocList: {
-      v1::Response r;
-      const auto& ns = req.alloc_list().namespace_();
-      for (const auto& [id, a] : c.allocs)
-        if (ns.empty() || a.namespace_() == ns) *r.add_allocs() = a;
-      return r;
+      const auto& q = req.alloc_list();
+      const auto& ns = q.namespace_();
+      return page(
+          q.page_token().empty() ? c.allocs.begin() : c.allocs.upper_bound(q.page_token()),
+          c.allocs.end(), q,
+          [&ns](const v1::Alloc& a) { return ns.empty() || a.namespace_() == ns; },
+          [](const std::string& id) { return id; }, [](const v1::Alloc& a) { return alloc_json(a); },
+          [](v1::Response& r, const v1::Alloc& a) { *r.add_allocs() = a; });
     }
     case v1::Request::kPluginStatus: {
       const auto* p = find_plugin(c, req.plugin_status());
       if (p == nullptr)
-        return not_found("plugin " + quoted(req.plugin_status()) +
+        return not_found("plugin " + in_quotes(req.plugin_status()) +
                          " is not registered (list plugins with: berth plugin status)");
       v1::Response r;
       *r.add_plugins() = *p;
       return r;
     }
     case v1::Request::kPluginList: {
-      v1::Response r;
-      for (const auto& [id, p] : c.plugins) *r.add_plugins() = p;
-      return r;
+      const auto& q = req.plugin_list();
+      return page(
+          q.page_token().empty() ? c.plugins.begin() : c.plugins.upper_bound(q.page_token()),
+          c.plugins.end(), q, [](const v1::Plugin&) { return true; },
+          [](const std::string& id) { return id; },
+          [](const v1::Plugin& p) { return plugin_json(p); },
+          [](v1::Response& r, const v1::Plugin& p) { *r.add_plugins() = p; });
     }
     case v1::Request::kNodeStatus: {
       const auto* n = find_node(c, req.node_status());
       if (n == nullptr)
-        return not_found("node " + quoted(req.node_status()) +
+        return not_found("node " + in_quotes(req.node_status()) +
                          " is not known (list nodes with: berth node status)");
       v1::Response r;
       *r.add_nodes() = node_view(*n, last_seen_ms);
@@ -127,9 +186,15 @@ std::optional<v1::Response> answer_read(
       return r;
     }
     case v1::Request::kNodeList: {
-      v1::Response r;
-      for (const auto& [id, n] : c.nodes) *r.add_nodes() = node_view(n, last_seen_ms);
-      return r;
+      const auto& q = req.node_list();
+      return page(
+          q.page_token().empty() ? c.nodes.begin() : c.nodes.upper_bound(q.page_token()),
+          c.nodes.end(), q, [](const v1::Node&) { return true; },
+          [](const std::string& id) { return id; },
+          [&last_seen_ms](const v1::Node& n) { return node_json(node_view(n, last_seen_ms)); },
+          [&last_seen_ms](v1::Response& r, const v1::Node& n) {
+            *r.add_nodes() = node_view(n, last_seen_ms);
+          });
     }
     default:
       return std::nullopt;

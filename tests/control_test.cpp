@@ -3,9 +3,12 @@
 // release steps and detach selection.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "control/allocs.hpp"
 #include "control/catalog.hpp"
 #include "control/entries.hpp"
+#include "control/filter.hpp"
 #include "control/nodes.hpp"
 #include "control/placement.hpp"
 #include "control/release.hpp"
@@ -215,6 +218,25 @@ TEST_CASE("admit_alloc_run_checks_in_order_and_names_the_fix") {
   auto bad = a;
   bad.set_id("-bad");
   CHECK(admit_alloc_run(c, bad, true)->code == errc::invalid);
+}
+
+TEST_CASE("an_entrys_alloc_upserts_reach_the_watcher_before_its_claims") {
+  catalog c;
+  auto v = make_volume("db");
+  auto a = make_alloc("a1", "n1", v1::ALLOC_RUNNING);
+  auto b = make_alloc("b1", "n1", v1::ALLOC_RUNNING);
+  v1::LogEntry e;
+  *e.add_changes() = upsert_change(v);
+  *e.add_changes() = upsert_change(a);
+  *e.add_changes() = volume_delete_change("default", "gone");
+  *e.add_changes() = upsert_change(b);
+  auto changes = apply(c, 1, e);
+  REQUIRE(changes.size() == 4);
+  alloc_upserts_first(changes);
+  CHECK(changes[0].change.alloc_upsert().id() == "a1");
+  CHECK(changes[1].change.alloc_upsert().id() == "b1");
+  CHECK(changes[2].change.has_volume_upsert());
+  CHECK(changes[3].change.has_volume_delete());
 }
 
 TEST_CASE("same_alloc_run_knows_a_request_sent_again") {
@@ -690,4 +712,113 @@ TEST_CASE("publish_plan_attaches_read_only_exactly_when_no_writer_is_allowed") {
   CHECK_FALSE(plan_publish(v, *c, p, {}).controller_publish);
   c->set_node_id("n9");  // no instance there: the node id is the CSI node id
   CHECK(plan_publish(v, *c, p, {}).publish.csi_node_id() == "n9");
+}
+
+// --- filters and pages of the list commands --------------------------------------
+
+namespace {
+
+bool matches(const std::string& expr, const nlohmann::json& obj) {
+  auto f = parse_filter(expr);
+  if (auto* e = std::get_if<failure>(&f)) FAIL(e->message);
+  return std::get<filter>(f).matches(obj);
+}
+
+}  // namespace
+
+TEST_CASE("filter_matches_fields_arrays_and_combinations") {
+  auto vol = nlohmann::json::parse(R"({"id":"db","plugin_id":"hostpath","capacity_min":1048576,
+      "claims":[{"alloc_id":"a1","node_id":"n1","state":"taken"},
+                {"alloc_id":"a2","node_id":"n2","state":"unpublishing"}],
+      "parameters":{"tier":"gold"},"command":[],"external_id":""})");
+  CHECK(matches("", vol));
+  CHECK(matches("   ", vol));
+  CHECK(matches("plugin_id == \"hostpath\"", vol));
+  CHECK(matches("plugin_id == hostpath", vol));
+  CHECK_FALSE(matches("plugin_id != hostpath", vol));
+  CHECK(matches("capacity_min == 1048576", vol));
+  CHECK(matches("claims.node_id == \"n2\"", vol));        // any claim
+  CHECK_FALSE(matches("claims.node_id == \"n3\"", vol));
+  CHECK(matches("\"n1\" in claims.node_id", vol));
+  CHECK(matches("\"n3\" not in claims.node_id", vol));
+  CHECK(matches("id contains d", vol));
+  CHECK(matches("id not contains x", vol));
+  CHECK(matches("parameters contains tier", vol));       // a key of an object
+  CHECK(matches("parameters.tier == gold", vol));
+  CHECK(matches("command is empty", vol));
+  CHECK(matches("external_id is empty", vol));
+  CHECK(matches("missing is empty", vol));
+  CHECK(matches("claims is not empty", vol));
+  CHECK(matches("plugin_id == hostpath and (claims.state == taken or id == x)", vol));
+  CHECK_FALSE(matches("plugin_id == hostpath and not claims is not empty", vol));
+  CHECK(matches("id == x or id == y or id == db", vol));
+  CHECK(matches("not (id == x)", vol));
+  CHECK(matches("name == \"a \\\"quoted\\\" word\" or id == db", vol));
+}
+
+TEST_CASE("filter_refuses_bad_expressions_naming_where") {
+  for (const auto& bad : {"plugin_id", "plugin_id ==", "== hostpath", "(id == x", "id == x)",
+                          "id == x and", "id is full", "\"open", "id = x", "and == x",
+                          "a..b == x"}) {
+    CAPTURE(bad);
+    auto f = parse_filter(bad);
+    REQUIRE(std::holds_alternative<failure>(f));
+    CHECK(std::get<failure>(f).code == errc::invalid);
+    CHECK(std::get<failure>(f).message.find("--filter") != std::string::npos);
+    CHECK(std::get<failure>(f).message.find("column") != std::string::npos);
+  }
+}
+
+TEST_CASE("lists_are_paged_in_key_order_with_filters_and_namespaces") {
+  catalog c;
+  std::vector<v1::Change> changes;
+  for (int i = 0; i < 25; ++i) {
+    auto v = make_volume("v" + std::string(i < 10 ? "0" : "") + std::to_string(i));
+    v.set_plugin_id(i % 2 == 0 ? "even" : "odd");
+    changes.push_back(upsert_change(v));
+  }
+  auto other = make_volume("zz");
+  other.set_namespace_("prod");
+  changes.push_back(upsert_change(other));
+  commit(c, changes);
+  auto list = [&](const std::string& ns, const std::string& flt, uint32_t per_page,
+                  const std::string& token) {
+    v1::Request req;
+    auto* q = req.mutable_volume_list();
+    q->set_namespace_(ns);
+    q->set_filter(flt);
+    q->set_per_page(per_page);
+    q->set_page_token(token);
+    return *answer_read(c, req, [](const std::string&) { return int64_t{0}; });
+  };
+  // Every page in order, no duplicate, no gap, across pages of 4.
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    auto r = list("default", "", 4, token);
+    REQUIRE(r.error().code() == v1::OK);
+    for (const auto& v : r.volumes()) seen.push_back(v.id());
+    token = r.next_page_token();
+    ++pages;
+  } while (!token.empty());
+  CHECK(pages == 7);
+  REQUIRE(seen.size() == 25);
+  for (size_t i = 1; i < seen.size(); ++i) CHECK(seen[i - 1] < seen[i]);
+  // The last full page names no next page when nothing follows.
+  CHECK(list("default", "", 25, "").next_page_token().empty());
+  CHECK(list("default", "", 24, "").next_page_token() == "default/v23");
+  // Filters count toward the page, not the objects skipped.
+  auto odd = list("default", "plugin_id == odd", 5, "");
+  REQUIRE(odd.volumes_size() == 5);
+  CHECK(odd.volumes(4).id() == "v09");
+  auto rest = list("default", "plugin_id == odd", 0, odd.next_page_token());
+  CHECK(rest.volumes_size() == 7);
+  // Namespaces: one, or every one ("").
+  CHECK(list("prod", "", 0, "").volumes_size() == 1);
+  CHECK(list("", "", 0, "").volumes_size() == 26);
+  CHECK(list("prod", "", 0, "default/v03").volumes_size() == 1);  // a token of another namespace
+  CHECK(list("default", "", 0, "prod/zz").volumes_size() == 0);
+  // A bad filter is an error naming it.
+  CHECK(list("default", "plugin_id ==", 0, "").error().code() == v1::INVALID);
 }

@@ -130,7 +130,10 @@ std::variant<v1::Response, failure> client::call(const v1::Request& req) {
   bool repeat = safe_to_repeat(req);
   std::optional<v1::Response> lost;
   for (;;) {
-    auto out = call_once(req);
+    // Every attempt ends by the deadline: the command answers within --timeout.
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    auto out = call_once(req, std::max(left, std::chrono::milliseconds(100)));
     auto* r = std::get_if<v1::Response>(&out);
     bool maybe = r != nullptr && r->error().maybe_applied();
     if (maybe) lost = *r;
@@ -145,7 +148,8 @@ std::variant<v1::Response, failure> client::call(const v1::Request& req) {
   }
 }
 
-std::variant<v1::Response, failure> client::call_once(const v1::Request& req) {
+std::variant<v1::Response, failure> client::call_once(const v1::Request& req,
+                                                     std::chrono::milliseconds wait) {
   auto unreachable = [&](const std::string& why) {
     return failure{errc::unavailable, "cannot reach berthd at " + address_ + ": " + why +
                                           " (is berthd running? set --address or BERTH_ADDRESS)"};
@@ -186,7 +190,7 @@ std::variant<v1::Response, failure> client::call_once(const v1::Request& req) {
     r.mutable_error()->set_maybe_applied(true);
     return r;
   };
-  self->request(impl_->api, std::chrono::seconds(timeout_), api_atom::value, wrap(std::move(copy)))
+  self->request(impl_->api, wait, api_atom::value, wrap(std::move(copy)))
       .receive([&](pb<v1::Response>& r) { out = std::move(r.msg); },
                [&](caf::error& e) {
                  if (e == caf::sec::request_timeout)

@@ -4,6 +4,7 @@
 // server.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <variant>
@@ -45,7 +46,8 @@ class client {
   int timeout() const { return timeout_; }
 
  private:
-  std::variant<v1::Response, failure> call_once(const v1::Request& req);
+  std::variant<v1::Response, failure> call_once(const v1::Request& req,
+                                                std::chrono::milliseconds wait);
   struct impl;
   std::string address_;
   int timeout_;

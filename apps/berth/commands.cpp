@@ -202,17 +202,119 @@ void add_volume_create(CLI::App& volume, context& ctx) {
       spec_use::create);
 }
 
+// --- lists: filters and pages --------------------------------------------------
+
+// The options every list takes; the flags become one filter expression
+// (control/filter.hpp) evaluated by the server, with --filter's own.
+struct list_options {
+  std::string plugin, node, state, filter, page_token;
+  uint32_t per_page = 0;
+};
+
+enum class listing { volumes, allocs, nodes, plugins };
+
+void add_list_options(CLI::App* cmd, list_options& o, listing what) {
+  if (what == listing::volumes)
+    cmd->add_option("--plugin", o.plugin, "List only the volumes of this plugin");
+  if (what == listing::nodes)
+    cmd->add_option("--plugin", o.plugin, "List only the nodes that run this plugin");
+  if (what != listing::nodes)
+    cmd->add_option("--node", o.node,
+                    what == listing::volumes  ? "List only the volumes claimed on this node"
+                    : what == listing::allocs ? "List only the allocs on this node"
+                                              : "List only the plugins with an instance on this node");
+  if (what == listing::volumes)
+    cmd->add_option("--state", o.state, "List only unclaimed, claimed or releasing volumes")
+        ->check(CLI::IsMember({"unclaimed", "claimed", "releasing"}));
+  if (what == listing::allocs)
+    cmd->add_option("--state", o.state, "List only the allocs in this state")
+        ->check(CLI::IsMember({"pending", "running", "complete", "failed", "lost"}));
+  if (what == listing::nodes)
+    cmd->add_option("--state", o.state, "List only the nodes with this status")
+        ->check(CLI::IsMember({"ready", "down"}));
+  cmd->add_option("--filter", o.filter,
+                  "Only the objects whose JSON fields (as --json shows them) match EXPR, e.g. "
+                  "'plugin_id == \"hostpath\" and claims is not empty' (==, !=, contains, in, "
+                  "is empty, and, or, not, parentheses)");
+  cmd->add_option("--per-page", o.per_page, "At most N objects; the answer names the next page")
+      ->check(CLI::Range(1u, 100000u));
+  cmd->add_option("--page-token", o.page_token,
+                  "Start after this token (the next page token of the page before)");
+}
+
+std::string literal(const std::string& v) {
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Fills the list request from the options; the flags are clauses of the filter.
+void apply_list(const list_options& o, listing what, v1::ListRequest* q) {
+  std::vector<std::string> clauses;
+  if (!o.plugin.empty())
+    clauses.push_back(what == listing::volumes ? "plugin_id == " + literal(o.plugin)
+                                               : literal(o.plugin) + " in plugin_ids");
+  if (!o.node.empty())
+    clauses.push_back(what == listing::volumes  ? "claims.node_id == " + literal(o.node)
+                      : what == listing::allocs ? "node_id == " + literal(o.node)
+                                                : "(nodes.node_id == " + literal(o.node) +
+                                                      " or controllers.node_id == " +
+                                                      literal(o.node) + ")");
+  if (!o.state.empty()) {
+    if (what == listing::volumes)
+      clauses.push_back(o.state == "unclaimed" ? "claims is empty"
+                        : o.state == "claimed" ? "claims.state == \"taken\""
+                                               : "claims.state != \"taken\"");
+    else
+      clauses.push_back((what == listing::allocs ? "state == " : "status == ") + literal(o.state));
+  }
+  if (!o.filter.empty()) clauses.push_back("(" + o.filter + ")");
+  std::string expr;
+  for (const auto& c : clauses) expr += (expr.empty() ? "" : " and ") + c;
+  q->set_filter(expr);
+  q->set_per_page(o.per_page);
+  q->set_page_token(o.page_token);
+}
+
+// --namespace '*' lists every namespace.
+std::string list_namespace(const globals& g) { return g.ns == "*" ? "" : g.ns; }
+
+// A page's answer: as it is without --per-page; with it, the JSON names the
+// next page ({"KEY": [...], "next_page_token": T}) and the text ends with it.
+to_json paged_json(const list_options& o, const char* key, to_json items) {
+  if (o.per_page == 0) return items;
+  return [key, items](const v1::Response& r) {
+    return json{{key, items(r)}, {"next_page_token", r.next_page_token()}};
+  };
+}
+
+to_text paged_text(const list_options& o, to_text items) {
+  if (o.per_page == 0) return items;
+  return [items](const v1::Response& r) {
+    auto text = items(r);
+    if (!r.next_page_token().empty())
+      text += "Next page: --page-token " + r.next_page_token() + "\n";
+    return text;
+  };
+}
+
 void add_volume_status(CLI::App& volume, context& ctx) {
   struct options {
     std::string id;
     bool stale = false;
+    list_options list;
   };
   auto o = std::make_shared<options>();
-  auto* cmd = volume.add_subcommand("status", "Show one volume, or list every volume");
+  auto* cmd = volume.add_subcommand(
+      "status", "Show one volume, or list the volumes (of --namespace; '*' for every one)");
   cmd->add_option("id", o->id, "The volume's id (omit to list all)");
   cmd->add_flag("--stale", o->stale,
                 "Answer from the server's own state tables, even if it does not lead "
                 "(may lag; default: ask the leader)");
+  add_list_options(cmd, o->list, listing::volumes);
   sends(cmd, ctx, [&ctx, o] {
     v1::Request req;
     req.set_stale(o->stale);
@@ -221,8 +323,10 @@ void add_volume_status(CLI::App& volume, context& ctx) {
       req.mutable_volume_status()->set_id(o->id);
       return shows(req, single_volume_json, single_volume_text);
     }
-    req.mutable_volume_list()->set_namespace_(ctx.g.ns);
-    return shows(req, volumes_json, at_now(render_volume_list));
+    req.mutable_volume_list()->set_namespace_(list_namespace(ctx.g));
+    apply_list(o->list, listing::volumes, req.mutable_volume_list());
+    return shows(req, paged_json(o->list, "volumes", volumes_json),
+                 paged_text(o->list, at_now(render_volume_list)));
   });
 }
 
@@ -463,10 +567,12 @@ json alloc_with_claims_json(const v1::Response& r, const std::string& id) {
 
 void add_alloc_status(CLI::App& alloc, context& ctx) {
   auto id = std::make_shared<std::string>();
+  auto list = std::make_shared<list_options>();
   auto* cmd = alloc.add_subcommand(
-      "status", "Show one alloc (state, message, volumes and their claims), or list every alloc");
+      "status", "Show one alloc (state, message, volumes and their claims), or list the allocs");
   cmd->add_option("id", *id, "The alloc's id (omit to list all)");
-  sends(cmd, ctx, [&ctx, id] {
+  add_list_options(cmd, *list, listing::allocs);
+  sends(cmd, ctx, [&ctx, id, list] {
     v1::Request req;
     if (!id->empty()) {
       req.set_alloc_status(*id);
@@ -474,10 +580,12 @@ void add_alloc_status(CLI::App& alloc, context& ctx) {
           req, [id](const v1::Response& r) { return alloc_with_claims_json(r, *id); },
           at_now(render_alloc));
     }
-    req.mutable_alloc_list()->set_namespace_(ctx.g.ns);
-    return shows(
-        req, [](const v1::Response& r) { return array_of(r.allocs(), alloc_json); },
-        at_now(render_alloc_list));
+    req.mutable_alloc_list()->set_namespace_(list_namespace(ctx.g));
+    apply_list(*list, listing::allocs, req.mutable_alloc_list());
+    return shows(req,
+                 paged_json(*list, "allocs",
+                            [](const v1::Response& r) { return array_of(r.allocs(), alloc_json); }),
+                 paged_text(*list, at_now(render_alloc_list)));
   });
 }
 
@@ -492,9 +600,11 @@ void add_alloc_commands(CLI::App& app, context& ctx) {
 
 void add_plugin_status(CLI::App& plugin, context& ctx) {
   auto id = std::make_shared<std::string>();
-  auto* cmd = plugin.add_subcommand("status", "Show one plugin, or list every plugin");
+  auto list = std::make_shared<list_options>();
+  auto* cmd = plugin.add_subcommand("status", "Show one plugin, or list the plugins");
   cmd->add_option("id", *id, "The plugin's id (omit to list all)");
-  sends(cmd, ctx, [id] {
+  add_list_options(cmd, *list, listing::plugins);
+  sends(cmd, ctx, [id, list] {
     v1::Request req;
     if (!id->empty()) {
       req.set_plugin_status(*id);
@@ -502,10 +612,12 @@ void add_plugin_status(CLI::App& plugin, context& ctx) {
           req, [](const v1::Response& r) { return array_of(r.plugins(), plugin_json).at(0); },
           [](const v1::Response& r) { return render_plugin(r.plugins(0), now_ms()); });
     }
-    req.mutable_plugin_list();
+    apply_list(*list, listing::plugins, req.mutable_plugin_list());
     return shows(
-        req, [](const v1::Response& r) { return array_of(r.plugins(), plugin_json); },
-        render_plugin_list);
+        req,
+        paged_json(*list, "plugins",
+                   [](const v1::Response& r) { return array_of(r.plugins(), plugin_json); }),
+        paged_text(*list, render_plugin_list));
   });
 }
 
@@ -681,18 +793,21 @@ json node_with_volumes_json(const v1::Response& r) {
 
 void add_node_status(CLI::App& node, context& ctx) {
   auto id = std::make_shared<std::string>();
-  auto* cmd = node.add_subcommand("status", "Show one node and its volumes, or list every node");
+  auto list = std::make_shared<list_options>();
+  auto* cmd = node.add_subcommand("status", "Show one node and its volumes, or list the nodes");
   cmd->add_option("id", *id, "The node's id (omit to list all)");
-  sends(cmd, ctx, [id] {
+  add_list_options(cmd, *list, listing::nodes);
+  sends(cmd, ctx, [id, list] {
     v1::Request req;
     if (!id->empty()) {
       req.set_node_status(*id);
       return shows(req, node_with_volumes_json, at_now(render_node));
     }
-    req.mutable_node_list();
-    return shows(
-        req, [](const v1::Response& r) { return array_of(r.nodes(), node_json); },
-        at_now(render_node_list));
+    apply_list(*list, listing::nodes, req.mutable_node_list());
+    return shows(req,
+                 paged_json(*list, "nodes",
+                            [](const v1::Response& r) { return array_of(r.nodes(), node_json); }),
+                 paged_text(*list, at_now(render_node_list)));
   });
 }
 

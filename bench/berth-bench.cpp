@@ -14,7 +14,7 @@
 //           entry each, no CSI call; the plugin must be known, e.g. a log
 //           workload's bench-p0), N in flight: the scale workload.
 //   storm   an attach storm: one claim for writing of every volume
-//           PREFIX0..N-1 (alloc storm-a-<i>), all N sent at once (one slot
+//           PREFIX0..N-1 (alloc storm-PREFIX<i>-TAG), all N sent at once (one slot
 //           per volume), none released; `seconds` is the time from sending
 //           them to the last acknowledgement (claim committed and published:
 //           ControllerPublish, NodeStage, NodePublish).
@@ -69,6 +69,7 @@ struct options {
   std::string prefix = "bench-v";  // claims/setup/storm: volume ids PREFIX0..N-1
   std::string only_node;  // claims: only the volumes of this node
   std::string latency_log;  // file: "start_ms end_ms" (wall clock) of every measured operation
+  std::string alloc_tag = "0";  // storm/unstorm: allocs storm-PREFIX<i>-TAG
 };
 
 // One operation = one request (log, setup) or one claim+release cycle.
@@ -237,7 +238,8 @@ struct storm_worker : worker {
     ends_op = true;
     v1::Request r;
     auto id = o.prefix + std::to_string(v);
-    auto alloc = "storm-a-" + std::to_string(v);
+    // berth keeps an alloc's node: each storm's allocs are its own.
+    auto alloc = "storm-" + o.prefix + std::to_string(v) + "-" + o.alloc_tag;
     if (!release) {
       auto* c = r.mutable_volume_claim();
       c->set_volume_id(id);
@@ -402,6 +404,8 @@ int main(int argc, char** argv) {
                  "(0: never; not for claims, which would leave a claim)");
   app.add_option("--first", o.first, "register: first volume number (scale-vFIRST..VOLUMES-1)");
   app.add_option("--prefix", o.prefix, "claims/setup/storm/unstorm: volume ids PREFIX0..N-1");
+  app.add_option("--alloc-tag", o.alloc_tag,
+                 "storm/unstorm: the claims' allocs are storm-PREFIX<i>-TAG (unstorm: the storm's TAG)");
   app.add_option("--only-node", o.only_node, "claims: only the volumes of this node (see --node)");
   app.add_option("--latency-log", o.latency_log,
                  "write \"start_ms end_ms\" (wall clock) of every measured operation here");

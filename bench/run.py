@@ -296,10 +296,14 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
     bench = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     bench_peak = 0
     bench_cpu = 0
-    while bench.poll() is None:
-        bench_peak = max(bench_peak, peak_rss_mib(bench.pid) or 0)
-        bench_cpu = cpu_seconds(bench.pid) or bench_cpu
-        time.sleep(0.2)
+    try:
+        while bench.poll() is None:
+            bench_peak = max(bench_peak, peak_rss_mib(bench.pid) or 0)
+            bench_cpu = cpu_seconds(bench.pid) or bench_cpu
+            time.sleep(0.2)
+    except BaseException:  # interrupted: do not leave berth-bench behind
+        bench.kill()
+        raise
     out, err = bench.communicate()
     wall = time.time() - t0
     if bench.returncode != 0 or not out.strip():
@@ -437,7 +441,7 @@ def storm_setup(c, tmp, leader, plugin_id, node, limit, prefix):
 
 def storm_once(c, leader, client, plugin_id, args, limit):
     """All ARGS.storm claims at once, then (timed separately) their release."""
-    extra = args + ["--timeout", "1800"]
+    extra = args + ["--timeout", "1800", "--alloc-tag", "first"]
     with GaugeWatcher(client, plugin_id) as w:
         r = run_bench(leader.address, "storm", ARGS.storm, 0, c.processes, leader, extra, warmup=0)
     r["leader"] = leader.name
@@ -463,8 +467,8 @@ def storm_part(c, tmp, leader, report):
     r, u = storm_once(c, leader, client, "storm", args, ARGS.storm_limit)
     out["run"], out["release"] = r, u
     out["seconds"] = r["seconds"]
-    print("storm: %d claims at max_controller_calls=%d acknowledged after %.2f s (ideal %d x %.1f s / %d = "
-          "%.2f s); largest controller calls in flight seen: %s (limit %s; %d scrapes); released in %.2f s"
+    print("storm: %d claims at max_controller_calls=%d acknowledged after %.2f s (ideal %d x %g s / %d = "
+          "%.3f s); largest controller calls in flight seen: %s (limit %s; %d scrapes); released in %.2f s"
           % (ARGS.storm, ARGS.storm_limit, r["seconds"], ARGS.storm, ARGS.storm_delay_ms / 1000,
              ARGS.storm_limit, ARGS.storm * ARGS.storm_delay_ms / 1000 / ARGS.storm_limit,
              r["gauges"]["max_controller_in_flight"], r["gauges"]["controller_limit"], r["gauges"]["scrapes"],
@@ -493,11 +497,12 @@ def storm_part(c, tmp, leader, report):
         windows, rounds = [], []
         for i in range(ARGS.storm_rounds):
             t0 = time.time() * 1000
-            sr = subprocess.run([BENCH, "--address", leader.address, "--workload", "storm", "--timeout", "1800"]
-                                + args, capture_output=True, text=True)
+            tag = ["--timeout", "1800", "--alloc-tag", "round%d" % i]
+            sr = subprocess.run([BENCH, "--address", leader.address, "--workload", "storm"] + tag + args,
+                                capture_output=True, text=True)
             t1 = time.time() * 1000
-            ur = subprocess.run([BENCH, "--address", leader.address, "--workload", "unstorm", "--timeout", "1800"]
-                                + args, capture_output=True, text=True)
+            ur = subprocess.run([BENCH, "--address", leader.address, "--workload", "unstorm"] + tag + args,
+                                capture_output=True, text=True)
             windows.append((t0, t1))
             try:
                 rounds.append({"storm": json.loads(sr.stdout.strip().splitlines()[-1]),
@@ -1029,7 +1034,8 @@ def main():
             print("created %d volumes in %.1f s (%d errors)" % (setup["ops"], time.time() - t0,
                                                              setup["errors"]), flush=True)
             report["setup"] = setup
-            print(HEADER, flush=True)
+            if claim_levels:
+                print(HEADER, flush=True)
             for n in claim_levels:
                 r = run_bench(leader.address, "claims", n, ARGS.duration, c.processes, leader,
                               ["--volumes", str(ARGS.volumes)] + node_args)

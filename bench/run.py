@@ -1047,9 +1047,11 @@ def main():
                 # perf takes CPU), recording the leader and client c1.
                 n = claim_levels[-1]
                 c1 = next(p for p in c.processes if p.name == "c1")
-                data = {who: os.path.join(tmp, "perf-%s.data" % who) for who in ("leader", "c1")}
+                p1 = next(p for p in c.processes if p.name == "plugin-c1")
+                data = {who: os.path.join(tmp, "perf-%s.data" % who) for who in ("leader", "c1", "plugin-c1")}
                 perfs = {"leader": perf_start(leader.proc.pid, data["leader"]),
-                         "c1": perf_start(c1.proc.pid, data["c1"])}
+                         "c1": perf_start(c1.proc.pid, data["c1"]),
+                         "plugin-c1": perf_start(p1.proc.pid, data["plugin-c1"])}
                 r = run_bench(leader.address, "claims", n, ARGS.duration, c.processes, leader,
                               ["--volumes", str(ARGS.volumes)] + node_args)
                 for who, perf in perfs.items():
@@ -1059,8 +1061,8 @@ def main():
                 r["perf"] = True
                 report["perf_claims_run"] = r
                 print_row(r, leader.name)
-                print("(that run under perf: bench/perf-leader-claims.txt, bench/perf-c1-claims.txt)",
-                      flush=True)
+                print("(that run under perf: bench/perf-leader-claims.txt, bench/perf-c1-claims.txt, "
+                      "bench/perf-plugin-c1-claims.txt)", flush=True)
             if storm:
                 storm_part(c, tmp, leader, report)
             for p in list(c.processes):  # clients and plugins are not needed any more

@@ -76,6 +76,8 @@ def parse_args():
                    help="the storm plugin's ControllerPublishVolume delay (berth-hostpath --delay)")
     p.add_argument("--storm-limit", type=int, default=64,
                    help="the storm client's max_controller_calls")
+    p.add_argument("--storm-node-limit", type=int, default=0,
+                   help="the storm clients' max_node_calls (0: berthd's default, 16)")
     p.add_argument("--storm-slow-limit", type=int, default=1,
                    help="a second storm on a fresh plugin, client and volumes at this "
                         "max_controller_calls (1: one call at a time, Nomad's design; 0: none)")
@@ -229,6 +231,24 @@ def csi_gauges(text, plugin):
         labels = dict(re.findall(r'(\w+)="([^"]*)"', series))
         if labels.get("plugin") == plugin:
             out[(series.split("{")[0], labels.get("kind"))] = float(value)
+    return out
+
+
+def csi_call_seconds(text, plugin):
+    """{method: (seconds sum, count)} of berth_csi_call_seconds for `plugin`."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(("berth_csi_call_seconds_sum{", "berth_csi_call_seconds_count{")):
+            series, value = line.rsplit(" ", 1)
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', series))
+            if labels.get("plugin") != plugin:
+                continue
+            s, n = out.get(labels.get("method"), (0.0, 0.0))
+            if series.startswith("berth_csi_call_seconds_sum"):
+                s = float(value)
+            else:
+                n = float(value)
+            out[labels.get("method")] = (s, n)
     return out
 
 
@@ -425,15 +445,17 @@ def storm_setup(c, tmp, leader, plugin_id, node, limit, prefix):
     volumes PREFIX0..N-1 created on it (not timed)."""
     servers = [s.address for s in c.servers]
     plugin = StormPlugin(tmp, "plugin-" + node, "csi-" + node).start()
-    client = Client(tmp, node, servers, plugin_id, plugin.socket,
-                    ",max_controller_calls=%d" % limit).start()
+    options = ",max_controller_calls=%d" % limit
+    if ARGS.storm_node_limit:
+        options += ",max_node_calls=%d" % ARGS.storm_node_limit
+    client = Client(tmp, node, servers, plugin_id, plugin.socket, options).start()
     c.processes += [plugin, client]
     wait_plugin(leader.address, plugin_id)
     args = ["--volumes", str(ARGS.storm), "--prefix", prefix, "--node", "%s=%s" % (node, plugin_id)]
     t0 = time.time()
     setup = run_bench(leader.address, "setup", 8, 0, c.processes, leader, args, warmup=0)
-    print("storm: plugin %s on client %s (max_controller_calls=%d, ControllerPublishVolume +%d ms): "
-          "created %d volumes in %.1f s (%d errors)" % (plugin_id, node, limit, ARGS.storm_delay_ms,
+    print("storm: plugin %s on client %s (%s, ControllerPublishVolume +%d ms): "
+          "created %d volumes in %.1f s (%d errors)" % (plugin_id, node, options.lstrip(","), ARGS.storm_delay_ms,
                                                        setup["ops"], time.time() - t0, setup["errors"]),
           flush=True)
     return client, args
@@ -442,11 +464,19 @@ def storm_setup(c, tmp, leader, plugin_id, node, limit, prefix):
 def storm_once(c, leader, client, plugin_id, args, limit):
     """All ARGS.storm claims at once, then (timed separately) their release."""
     extra = args + ["--timeout", "1800", "--alloc-tag", "first"]
+    t0 = csi_call_seconds(scrape_text(client), plugin_id)
     with GaugeWatcher(client, plugin_id) as w:
         r = run_bench(leader.address, "storm", ARGS.storm, 0, c.processes, leader, extra, warmup=0)
+    t1 = csi_call_seconds(scrape_text(client), plugin_id)
     r["leader"] = leader.name
     r["limit"] = limit
     r["gauges"] = w.result()
+    # The storm client's mean time per CSI call during the storm (the RPC
+    # itself, as berth_csi_call_seconds measures it).
+    r["csi_call_ms_mean"] = {m: round(1000 * (t1[m][0] - t0.get(m, (0, 0))[0]) / (t1[m][1] - t0.get(m, (0, 0))[1]), 1)
+                             for m in t1 if t1[m][1] > t0.get(m, (0, 0))[1]}
+    print("storm: mean CSI call ms on %s during the storm: %s" % (
+        plugin_id, ", ".join("%s %s" % kv for kv in sorted(r["csi_call_ms_mean"].items()))), flush=True)
     print_row(r, leader.name)
     u = run_bench(leader.address, "unstorm", ARGS.storm, 0, c.processes, leader, extra, warmup=0)
     u["leader"] = leader.name
@@ -460,7 +490,8 @@ def storm_part(c, tmp, leader, report):
     calls in flight the storm client's /metrics showed), one claim at a time
     on hostpath-c1 idle and during storms, then a storm at
     ARGS.storm_slow_limit on a fresh plugin, client and volumes."""
-    out = {"claims": ARGS.storm, "delay_ms": ARGS.storm_delay_ms, "limit": ARGS.storm_limit}
+    out = {"claims": ARGS.storm, "delay_ms": ARGS.storm_delay_ms, "limit": ARGS.storm_limit,
+           "node_limit": ARGS.storm_node_limit or None}
     report["storm"] = out
     print(HEADER, flush=True)
     client, args = storm_setup(c, tmp, leader, "storm", "c3", ARGS.storm_limit, "storm-v")

@@ -76,6 +76,9 @@ def parse_args():
                    help="the storm plugin's ControllerPublishVolume delay (berth-hostpath --delay)")
     p.add_argument("--storm-limit", type=int, default=64,
                    help="the storm client's max_controller_calls")
+    p.add_argument("--fingerprint-interval", default="0.2",
+                   help="the bench clients' berthd --fingerprint-interval (cluster.py's 0.2 s; "
+                        "berthd's default is 5 s): every fingerprint makes 5 identity CSI calls")
     p.add_argument("--storm-node-limit", type=int, default=0,
                    help="the storm clients' max_node_calls (0: berthd's default, 16)")
     p.add_argument("--storm-slow-limit", type=int, default=1,
@@ -140,6 +143,8 @@ class Client(cluster.Client):
         super().__init__(tmp, name, servers, plugin_socket)
         i = self.argv.index("--plugin")
         self.argv[i + 1] = "%s=monolith:%s%s" % (plugin_id, plugin_socket, options)
+        i = self.argv.index("--fingerprint-interval")
+        self.argv[i + 1] = str(ARGS.fingerprint_interval)
 
 
 def bench_cluster(tmp):
@@ -996,7 +1001,8 @@ def main():
     report = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": os.uname().nodename,
               "cpus": os.cpu_count(), "raft_tick": float(ARGS.raft_tick),
               "duration_per_run_s": ARGS.duration, "snapshot_threshold": int(ARGS.snapshot_threshold),
-              "loadavg_at_start": loadavg(), "runs": [], "failover": None}
+              "loadavg_at_start": loadavg(), "runs": [], "failover": None,
+              "fingerprint_interval": float(ARGS.fingerprint_interval), "argv": sys.argv[1:]}
     c = bench_cluster(tmp)
     try:
         c.start()

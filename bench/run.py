@@ -11,7 +11,8 @@ Numbers only: nothing here passes or fails on timing.
                [--failover-restarted 5] [--etcd l | --etcd none]
                [--scale 1000000] [--scale-budget 1200] [--raft-tick 0.1]
                [--storm 1000] [--storm-delay-ms 200] [--storm-limit 64]
-               [--storm-slow-limit 1] [--storm-rounds 3]
+               [--storm-slow-limit 1] [--storm-rounds 3] [--storm-node-limit N]
+               [--fingerprint-interval 0.2]
                [--only log,etcd,claims,storm,failover,scale]
 
 At the end: a table of the targets, berth's figures, etcd's measured in the

@@ -13,6 +13,12 @@
 //   register registers volumes scale-v0..N-1 (volume register: one log
 //           entry each, no CSI call; the plugin must be known, e.g. a log
 //           workload's bench-p0), N in flight: the scale workload.
+//   storm   an attach storm: one claim for writing of every volume
+//           PREFIX0..N-1 (alloc storm-PREFIX<i>-TAG), all N sent at once (one slot
+//           per volume), none released; `seconds` is the time from sending
+//           them to the last acknowledgement (claim committed and published:
+//           ControllerPublish, NodeStage, NodePublish).
+//   unstorm releases the claims a storm made, all at once.
 //
 // Numbers only: it never judges them.
 #include <algorithm>
@@ -23,6 +29,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -58,6 +66,10 @@ struct options {
   std::string plugin = "bench-p0";  // register: the volumes' plugin
   size_t first = 0;       // register: first volume number
   double give_up = 0;     // abandon unfinished operations this long after the end (0: never)
+  std::string prefix = "bench-v";  // claims/setup/storm: volume ids PREFIX0..N-1
+  std::string only_node;  // claims: only the volumes of this node
+  std::string latency_log;  // file: "start_ms end_ms" (wall clock) of every measured operation
+  std::string alloc_tag = "0";  // storm/unstorm: allocs storm-PREFIX<i>-TAG
 };
 
 // One operation = one request (log, setup) or one claim+release cycle.
@@ -70,6 +82,11 @@ struct worker {
   virtual void done() {}
   // Nothing left to do for this slot.
   virtual bool finished() const { return false; }
+  // Whether the request just answered with an error is a release whose
+  // claim is already gone (NOT_FOUND: freed by someone else, e.g. the
+  // volume watcher after a release the bench saw fail): its goal is
+  // reached, so the operation ends instead of repeating it forever.
+  virtual bool release_gone(const v1::Response&) const { return false; }
 };
 
 std::string pad(std::string s, size_t n) {
@@ -137,7 +154,7 @@ struct setup_worker : worker {
     ends_op = true;
     v1::Request r;
     auto* v = r.mutable_volume_create();
-    v->set_id("bench-v" + std::to_string(next_volume));
+    v->set_id(o.prefix + std::to_string(next_volume));
     v->set_plugin_id(node_plugin(o, next_volume).second);
     auto* c = v->add_capabilities();
     c->set_access_mode(v1::SINGLE_NODE_WRITER);
@@ -178,13 +195,18 @@ struct claims_worker : worker {
   size_t pos = 0;
   uint64_t cycle = 0;
   bool claimed = false;
-  claims_worker(const options& o, size_t slot, size_t slots) : o(o) {
-    for (size_t v = slot; v < o.volumes; v += slots) mine.push_back(v);
+  std::string tag;  // per process: alloc ids never repeat across runs
+  claims_worker(const options& o, size_t slot, size_t slots, std::string tag) : o(o), tag(std::move(tag)) {
+    // With --only-node: the slot's share of that node's volumes.
+    std::vector<size_t> vols;
+    for (size_t v = 0; v < o.volumes; ++v)
+      if (o.only_node.empty() || node_plugin(o, v).first == o.only_node) vols.push_back(v);
+    for (size_t k = slot; k < vols.size(); k += slots) mine.push_back(vols[k]);
   }
   v1::Request next(bool& ends_op) override {
     auto v = mine[pos];
-    auto id = "bench-v" + std::to_string(v);
-    auto alloc = "a-" + std::to_string(v) + "-" + std::to_string(cycle);
+    auto id = o.prefix + std::to_string(v);
+    auto alloc = "a-" + tag + "-" + std::to_string(v) + "-" + std::to_string(cycle);
     v1::Request r;
     if (!claimed) {
       auto* c = r.mutable_volume_claim();
@@ -207,6 +229,42 @@ struct claims_worker : worker {
     }
     claimed = !claimed;
   }
+  bool release_gone(const v1::Response& r) const override {
+    return claimed && r.error().code() == v1::NOT_FOUND;
+  }
+};
+
+// storm: one claim of one volume (alloc storm-a-<i>), never released;
+// unstorm: its release.
+struct storm_worker : worker {
+  const options& o;
+  size_t v;
+  bool release;
+  bool did = false;
+  storm_worker(const options& o, size_t v, bool release) : o(o), v(v), release(release) {}
+  v1::Request next(bool& ends_op) override {
+    ends_op = true;
+    v1::Request r;
+    auto id = o.prefix + std::to_string(v);
+    // berth keeps an alloc's node: each storm's allocs are its own.
+    auto alloc = "storm-" + o.prefix + std::to_string(v) + "-" + o.alloc_tag;
+    if (!release) {
+      auto* c = r.mutable_volume_claim();
+      c->set_volume_id(id);
+      c->set_alloc_id(alloc);
+      c->set_node_id(node_plugin(o, v).first);
+    } else {
+      auto* c = r.mutable_volume_release();
+      c->set_volume_id(id);
+      c->set_alloc_id(alloc);
+    }
+    return r;
+  }
+  void done() override { did = true; }
+  bool finished() const override { return did; }
+  bool release_gone(const v1::Response& r) const override {
+    return release && r.error().code() == v1::NOT_FOUND;
+  }
 };
 
 struct slot_state {
@@ -214,13 +272,18 @@ struct slot_state {
   v1::Request req;
   bool ends_op = false;
   clk::time_point op_start;
+  int64_t op_start_wall_ms = 0;
   bool op_started = false;
 };
 
 struct results {
   std::vector<double> latencies;  // seconds, of measured operations
   std::vector<int64_t> acks;      // wall-clock ms of every completed op
+  std::vector<std::pair<int64_t, int64_t>> spans;  // wall-clock ms: start, end of measured ops
   uint64_t ok = 0, errors = 0, abandoned = 0;
+  uint64_t all_ok = 0;            // completed operations, warm-up included
+  uint64_t release_gone = 0;      // releases answered NOT_FOUND, counted as done
+  std::vector<std::string> gone_samples;
   std::vector<std::string> error_samples;
   double seconds = 0;
 };
@@ -240,6 +303,7 @@ struct run_ctx {
   clk::time_point give_up;  // abandon unfinished operations from then on (duration runs)
   bool may_give_up = false;
   bool record_acks = false;
+  bool record_spans = false;
   int timeout = 30;
   results out;
 };
@@ -274,6 +338,7 @@ caf::behavior runner(caf::stateful_actor<runner_state>* self, std::shared_ptr<ru
       }
       s.op_started = true;
       s.op_start = now;
+      s.op_start_wall_ms = wall_ms();
     }
     s.req = s.w->next(s.ends_op);
     s.req.set_api_version(1);
@@ -292,13 +357,19 @@ caf::behavior runner(caf::stateful_actor<runner_state>* self, std::shared_ptr<ru
               auto& c = *st.ctx;
               auto& s = c.slots[i];
               if (r.msg.error().code() != v1::OK) {
-                failed(r.msg.error().message());
-                return;
+                if (!s.w->release_gone(r.msg)) {
+                  failed(r.msg.error().message());
+                  return;
+                }
+                ++c.out.release_gone;
+                if (c.out.gone_samples.size() < 3) c.out.gone_samples.push_back(r.msg.error().message());
               }
               s.w->done();
               if (s.ends_op) {
                 s.op_started = false;
+                ++c.out.all_ok;
                 if (s.op_start >= c.measure_from) {
+                  if (c.record_spans) c.out.spans.emplace_back(s.op_start_wall_ms, wall_ms());
                   ++c.out.ok;
                   ++st.measured;
                   c.out.latencies.push_back(
@@ -332,8 +403,8 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"berth-bench: load generator for a berthd's shell endpoint; prints one JSON line"};
   app.add_option("--address", o.address, "HOST:PORT of a berthd (any server; followers forward)");
-  app.add_option("--workload", o.workload, "log, claims, setup or register")
-      ->check(CLI::IsMember({"log", "claims", "setup", "register"}));
+  app.add_option("--workload", o.workload, "log, claims, setup, register, storm or unstorm")
+      ->check(CLI::IsMember({"log", "claims", "setup", "register", "storm", "unstorm"}));
   app.add_option("--concurrency,-c", o.concurrency, "requests (operations) in flight")
       ->check(CLI::PositiveNumber);
   app.add_option("--duration", o.duration, "seconds to measure");
@@ -349,7 +420,18 @@ int main(int argc, char** argv) {
                  "abandon operations still unfinished (failing) this many seconds after the end "
                  "(0: never; not for claims, which would leave a claim)");
   app.add_option("--first", o.first, "register: first volume number (scale-vFIRST..VOLUMES-1)");
+  app.add_option("--prefix", o.prefix, "claims/setup/storm/unstorm: volume ids PREFIX0..N-1");
+  app.add_option("--alloc-tag", o.alloc_tag,
+                 "storm/unstorm: the claims' allocs are storm-PREFIX<i>-TAG (unstorm: the storm's TAG)");
+  app.add_option("--only-node", o.only_node, "claims: only the volumes of this node (see --node)");
+  app.add_option("--latency-log", o.latency_log,
+                 "write \"start_ms end_ms\" (wall clock) of every measured operation here");
   CLI11_PARSE(app, argc, argv);
+  if (o.workload == "storm" || o.workload == "unstorm") {
+    o.concurrency = o.volumes;  // every volume's request at once
+    o.count = o.volumes;
+    o.warmup = 0;
+  }
   if (o.workload == "setup" || o.workload == "register") {
     o.count = o.workload == "setup" ? o.volumes : o.volumes - std::min(o.first, o.volumes);
     o.warmup = 0;
@@ -357,6 +439,14 @@ int main(int argc, char** argv) {
   if (o.workload == "claims" && o.concurrency > o.volumes) {
     std::cerr << "berth-bench: --concurrency exceeds --volumes\n";
     return 2;
+  }
+  if (o.workload == "claims" && !o.only_node.empty()) {
+    size_t mine = 0;
+    for (size_t v = 0; v < o.volumes; ++v) mine += node_plugin(o, v).first == o.only_node;
+    if (o.concurrency > mine) {
+      std::cerr << "berth-bench: --concurrency exceeds the volumes of node " << o.only_node << "\n";
+      return 2;
+    }
   }
 
   caf::actor_system_config cfg;
@@ -379,6 +469,8 @@ int main(int argc, char** argv) {
   ctx->api = *api;
   ctx->timeout = o.timeout;
   ctx->record_acks = !o.acks.empty();
+  ctx->record_spans = !o.latency_log.empty();
+  auto tag = std::to_string(::getpid()) + "." + std::to_string(wall_ms() % 100000);
   ctx->count = o.count;
   for (size_t i = 0; i < o.concurrency; ++i) {
     slot_state s;
@@ -388,8 +480,10 @@ int main(int argc, char** argv) {
       s.w = std::make_unique<setup_worker>(o, i, o.concurrency);
     else if (o.workload == "register")
       s.w = std::make_unique<register_worker>(o, i, o.concurrency);
+    else if (o.workload == "storm" || o.workload == "unstorm")
+      s.w = std::make_unique<storm_worker>(o, i, o.workload == "unstorm");
     else
-      s.w = std::make_unique<claims_worker>(o, i, o.concurrency);
+      s.w = std::make_unique<claims_worker>(o, i, o.concurrency, tag);
     ctx->slots.push_back(std::move(s));
   }
   auto now = clk::now();
@@ -404,6 +498,10 @@ int main(int argc, char** argv) {
   if (!o.acks.empty()) {
     std::ofstream f(o.acks);
     for (auto ms : out.acks) f << ms << "\n";
+  }
+  if (!o.latency_log.empty()) {
+    std::ofstream f(o.latency_log);
+    for (auto& [a, b] : out.spans) f << a << " " << b << "\n";
   }
   auto lat = out.latencies;
   auto ms = [](double s) { return s * 1000; };
@@ -420,13 +518,20 @@ int main(int argc, char** argv) {
   std::cout << buf;
   if (o.workload == "log") std::cout << ", \"entry_bytes\": " << log_entry_bytes(o.payload);
   std::cout << ", \"abandoned\": " << out.abandoned;
-  std::cout << ", \"error_samples\": [";
-  for (size_t i = 0; i < out.error_samples.size(); ++i) {
-    std::string s;
-    for (char c : out.error_samples[i])
-      if (c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20) s += c;
-    std::cout << (i ? ", " : "") << "\"" << s << "\"";
-  }
-  std::cout << "]}" << std::endl;
+  std::cout << ", \"ops_all\": " << out.all_ok;
+  std::cout << ", \"release_gone\": " << out.release_gone;
+  auto samples = [](const char* name, const std::vector<std::string>& v) {
+    std::cout << ", \"" << name << "\": [";
+    for (size_t i = 0; i < v.size(); ++i) {
+      std::string s;
+      for (char c : v[i])
+        if (c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20) s += c;
+      std::cout << (i ? ", " : "") << "\"" << s << "\"";
+    }
+    std::cout << "]";
+  };
+  samples("error_samples", out.error_samples);
+  samples("release_gone_samples", out.gone_samples);
+  std::cout << "}" << std::endl;
   return 0;
 }

@@ -7,9 +7,13 @@ and leader failover under load.  Prints a table and writes bench/report.json.
 Numbers only: nothing here passes or fails on timing.
 
   bench/run.py [--build build] [--duration 10] [--log 1,16,64,256,1024]
-               [--claims 1,8,32] [--volumes 1000] [--failover 10]
+               [--claims 1,8,32,128] [--volumes 1000] [--failover 10]
                [--failover-restarted 5] [--etcd l | --etcd none]
                [--scale 1000000] [--scale-budget 1200] [--raft-tick 0.1]
+               [--storm 1000] [--storm-delay-ms 200] [--storm-limit 64]
+               [--storm-slow-limit 1] [--storm-rounds 3] [--storm-node-limit N]
+               [--fingerprint-interval 0.2]
+               [--only log,etcd,claims,storm,failover,scale]
 
 At the end: a table of the targets, berth's figures, etcd's measured in the
 same run (bench/etcd_bench.py) and the peers' figures quoted in issue 7.
@@ -37,7 +41,7 @@ def parse_args():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--duration", type=float, default=10, help="seconds measured per run")
     p.add_argument("--log", default="1,16,64,256,1024", help="concurrency levels of the log workload")
-    p.add_argument("--claims", default="1,8,32", help="concurrency levels of the claims workload")
+    p.add_argument("--claims", default="1,8,32,128", help="concurrency levels of the claims workload")
     p.add_argument("--volumes", type=int, default=1000, help="volumes for the claims workload")
     p.add_argument("--failover", type=int, default=10,
                    help="leader-kill trials, each on a fresh cluster (0: none)")
@@ -65,8 +69,34 @@ def parse_args():
     p.add_argument("--report", default=os.path.join(HERE, "report.json"))
     p.add_argument("--keep", action="store_true", help="keep the cluster's directory and logs")
     p.add_argument("--perf", action="store_true",
-                   help="perf record the leader during the largest log run (bench/perf-*.txt)")
-    return p.parse_args()
+                   help="perf record the leader during the largest log run, and the leader and "
+                        "client c1 during an extra run of the largest claims level (bench/perf-*.txt)")
+    p.add_argument("--storm", type=int, default=1000,
+                   help="attach storm: claims submitted at once on a plugin of its own (0: none)")
+    p.add_argument("--storm-delay-ms", type=int, default=200,
+                   help="the storm plugin's ControllerPublishVolume delay (berth-hostpath --delay)")
+    p.add_argument("--storm-limit", type=int, default=64,
+                   help="the storm client's max_controller_calls")
+    p.add_argument("--fingerprint-interval", default="0.2",
+                   help="the bench clients' berthd --fingerprint-interval (cluster.py's 0.2 s; "
+                        "berthd's default is 5 s): every fingerprint makes 5 identity CSI calls")
+    p.add_argument("--storm-node-limit", type=int, default=0,
+                   help="the storm clients' max_node_calls (0: berthd's default, 16)")
+    p.add_argument("--storm-slow-limit", type=int, default=1,
+                   help="a second storm on a fresh plugin, client and volumes at this "
+                        "max_controller_calls (1: one call at a time, Nomad's design; 0: none)")
+    p.add_argument("--storm-rounds", type=int, default=3,
+                   help="storms (claim all, release all) at --storm-limit while one claim at a time "
+                        "runs on hostpath-c1, for its p99 under a storm (0: none)")
+    p.add_argument("--only", default="log,etcd,claims,storm,failover,scale",
+                   help="the parts to run, comma-separated (default: all): log, etcd, claims, "
+                        "storm, failover, scale")
+    a = p.parse_args()
+    a.parts = {x.strip() for x in a.only.split(",") if x.strip()}
+    unknown = a.parts - {"log", "etcd", "claims", "storm", "failover", "scale"}
+    if unknown:
+        p.error("--only: unknown part(s) %s" % ", ".join(sorted(unknown)))
+    return a
 
 
 ARGS = parse_args()
@@ -96,14 +126,26 @@ class Plugin(cluster.Plugin):
         del self.argv[i:i + 2]
 
 
+class StormPlugin(Plugin):
+    """berth-hostpath whose ControllerPublishVolume takes ARGS.storm_delay_ms
+    longer: a slow cloud attach."""
+
+    def __init__(self, tmp, name, node_id):
+        super().__init__(tmp, name, node_id)
+        self.argv += ["--delay", "ControllerPublishVolume=%d" % ARGS.storm_delay_ms]
+
+
 class Client(cluster.Client):
     """A berth client whose plugin has its own id, so that each volume lives
-    on exactly one client's berth-hostpath."""
+    on exactly one client's berth-hostpath; `options`: the plugin's
+    ,max_controller_calls=N,max_node_calls=N suffix."""
 
-    def __init__(self, tmp, name, servers, plugin_id, plugin_socket):
+    def __init__(self, tmp, name, servers, plugin_id, plugin_socket, options=""):
         super().__init__(tmp, name, servers, plugin_socket)
         i = self.argv.index("--plugin")
-        self.argv[i + 1] = "%s=monolith:%s" % (plugin_id, plugin_socket)
+        self.argv[i + 1] = "%s=monolith:%s%s" % (plugin_id, plugin_socket, options)
+        i = self.argv.index("--fingerprint-interval")
+        self.argv[i + 1] = str(ARGS.fingerprint_interval)
 
 
 def bench_cluster(tmp):
@@ -175,6 +217,83 @@ def scrape(process):
     return out
 
 
+def scrape_text(process):
+    port = metrics_port(process)
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+            return r.read().decode()
+    except (OSError, TypeError):
+        return ""
+
+
+def csi_gauges(text, plugin):
+    """{(metric, kind): value} of berth_csi_calls_in_flight and
+    berth_csi_call_limit for `plugin` in a client's /metrics text."""
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith(("berth_csi_calls_in_flight{", "berth_csi_call_limit{")):
+            continue
+        series, value = line.rsplit(" ", 1)
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', series))
+        if labels.get("plugin") == plugin:
+            out[(series.split("{")[0], labels.get("kind"))] = float(value)
+    return out
+
+
+def csi_call_seconds(text, plugin):
+    """{method: (seconds sum, count)} of berth_csi_call_seconds for `plugin`."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(("berth_csi_call_seconds_sum{", "berth_csi_call_seconds_count{")):
+            series, value = line.rsplit(" ", 1)
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', series))
+            if labels.get("plugin") != plugin:
+                continue
+            s, n = out.get(labels.get("method"), (0.0, 0.0))
+            if series.startswith("berth_csi_call_seconds_sum"):
+                s = float(value)
+            else:
+                n = float(value)
+            out[labels.get("method")] = (s, n)
+    return out
+
+
+class GaugeWatcher:
+    """Scrapes a client's /metrics every 50 ms in a thread and keeps the
+    largest CSI calls in flight (and the limit) seen for one plugin."""
+
+    def __init__(self, client, plugin):
+        import threading
+        self.client, self.plugin = client, plugin
+        self.max = {}
+        self.samples = 0
+        self.stop_flag = False
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def loop(self):
+        while not self.stop_flag:
+            for k, v in csi_gauges(scrape_text(self.client), self.plugin).items():
+                self.max[k] = max(self.max.get(k, v), v)
+            self.samples += 1
+            time.sleep(0.05)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_flag = True
+        self.thread.join()
+
+    def result(self):
+        g = lambda m, k: self.max.get((m, k))  # noqa: E731
+        return {"max_controller_in_flight": g("berth_csi_calls_in_flight", "controller"),
+                "max_node_in_flight": g("berth_csi_calls_in_flight", "node"),
+                "controller_limit": g("berth_csi_call_limit", "controller"),
+                "node_limit": g("berth_csi_call_limit", "node"),
+                "scrapes": self.samples}
+
+
 def delta(m0, m1, series):
     return m1.get(series, 0) - m0.get(series, 0)
 
@@ -203,10 +322,14 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
     bench = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     bench_peak = 0
     bench_cpu = 0
-    while bench.poll() is None:
-        bench_peak = max(bench_peak, peak_rss_mib(bench.pid) or 0)
-        bench_cpu = cpu_seconds(bench.pid) or bench_cpu
-        time.sleep(0.2)
+    try:
+        while bench.poll() is None:
+            bench_peak = max(bench_peak, peak_rss_mib(bench.pid) or 0)
+            bench_cpu = cpu_seconds(bench.pid) or bench_cpu
+            time.sleep(0.2)
+    except BaseException:  # interrupted: do not leave berth-bench behind
+        bench.kill()
+        raise
     out, err = bench.communicate()
     wall = time.time() - t0
     if bench.returncode != 0 or not out.strip():
@@ -244,6 +367,10 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
             "write_ms_mean": round(1000 * wsec / writes, 3) if writes else None,
             "write_busy_fraction": round(wsec / wall, 3)}
     r["leader_log"] = r["log_writes"][leader.name]
+    # Log entries the leader wrote per completed operation (warm-up
+    # included on both sides; a claims cycle: its commits).
+    if r.get("ops_all"):
+        r["leader_entries_per_op"] = round(r["leader_log"]["entries"] / r["ops_all"], 2)
     r["leader_request_ms_mean"] = {}
     for series in m1[leader.name]:
         if series.startswith("berth_request_seconds_sum"):
@@ -266,8 +393,10 @@ def print_row(r, leader_name):
     srv = r["leader_request_ms_mean"]
     srv_ms = srv.get("plugin_fingerprint", 0) if r["workload"] == "log" else \
         srv.get("volume_claim", 0) + srv.get("volume_release", 0)
+    if r["workload"] in ("storm", "unstorm"):
+        srv_ms = srv.get("volume_claim" if r["workload"] == "storm" else "volume_release", 0)
     wall = r["wall_seconds"]
-    print("%-6s %5d %8.1f %7.2f %7.2f %7.1f %5d %7.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6s %6.3f %5.1f" % (
+    print("%-7s %5d %8.1f %7.2f %7.2f %7.1f %5d %7.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6s %6.3f %5.1f" % (
         r["workload"], r["concurrency"], r["ops_per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"],
         r["errors"], srv_ms, (procs[leader_name]["cpu_seconds"] or 0) / wall, max(followers or [0]) / wall,
         (procs["berth-bench"]["cpu_seconds"] or 0) / wall, max(plugins or [0]) / wall,
@@ -283,9 +412,177 @@ def print_row(r, leader_name):
 # wr ms, ent/wr: the leader's mean log write (fsync included) and entries per
 # write (group commit); fwr ms: the slower follower's mean log write.
 # load: 1-minute load average before the run (2 cores).
-HEADER = ("%-6s %5s %8s %7s %7s %7s %5s %7s %6s %6s %6s %6s %6s %6s %6s %5s" % (
+HEADER = ("%-7s %5s %8s %7s %7s %7s %5s %7s %6s %6s %6s %6s %6s %6s %6s %5s" % (
     "work", "conc", "ops/s", "p50 ms", "p99 ms", "max ms", "errs", "srv ms", "leadC", "follC",
     "benchC", "plugC", "wr ms", "ent/wr", "fwr ms", "load"))
+
+
+# --- claims and attach storms ---------------------------------------------------
+
+def wait_plugin(address, plugin, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = berth(address, "--json", "plugin", "status", plugin)
+        if r.code == 0 and r.json().get("nodes_healthy") == 1 and r.json().get("controllers_healthy", 1) >= 1:
+            return True
+        time.sleep(0.1)
+    raise RuntimeError("plugin %s not healthy within %d s" % (plugin, timeout))
+
+
+def perf_start(pid, path):
+    return subprocess.Popen(["perf", "record", "-g", "-F", "499", "-o", path, "-p", str(pid)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def perf_stop(perf, data, out_path, title):
+    perf.send_signal(signal.SIGINT)
+    perf.wait()
+    with open(out_path, "w") as f:
+        f.write("# %s\n" % title)
+        for sort in ("dso", "dso,sym"):
+            f.flush()
+            subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none",
+                            "--sort", sort, "--percent-limit", "0.5"], stdout=f, stderr=subprocess.DEVNULL)
+
+
+def storm_setup(c, tmp, leader, plugin_id, node, limit, prefix):
+    """A storm plugin (berth-hostpath with the ControllerPublishVolume delay)
+    on a client of its own with max_controller_calls=limit, and ARGS.storm
+    volumes PREFIX0..N-1 created on it (not timed)."""
+    servers = [s.address for s in c.servers]
+    plugin = StormPlugin(tmp, "plugin-" + node, "csi-" + node).start()
+    options = ",max_controller_calls=%d" % limit
+    if ARGS.storm_node_limit:
+        options += ",max_node_calls=%d" % ARGS.storm_node_limit
+    client = Client(tmp, node, servers, plugin_id, plugin.socket, options).start()
+    c.processes += [plugin, client]
+    wait_plugin(leader.address, plugin_id)
+    args = ["--volumes", str(ARGS.storm), "--prefix", prefix, "--node", "%s=%s" % (node, plugin_id)]
+    t0 = time.time()
+    setup = run_bench(leader.address, "setup", 8, 0, c.processes, leader, args, warmup=0)
+    print("storm: plugin %s on client %s (%s, ControllerPublishVolume +%d ms): "
+          "created %d volumes in %.1f s (%d errors)" % (plugin_id, node, options.lstrip(","), ARGS.storm_delay_ms,
+                                                       setup["ops"], time.time() - t0, setup["errors"]),
+          flush=True)
+    return client, args
+
+
+def storm_once(c, leader, client, plugin_id, args, limit):
+    """All ARGS.storm claims at once, then (timed separately) their release."""
+    extra = args + ["--timeout", "1800", "--alloc-tag", "first"]
+    t0 = csi_call_seconds(scrape_text(client), plugin_id)
+    with GaugeWatcher(client, plugin_id) as w:
+        r = run_bench(leader.address, "storm", ARGS.storm, 0, c.processes, leader, extra, warmup=0)
+    t1 = csi_call_seconds(scrape_text(client), plugin_id)
+    r["leader"] = leader.name
+    r["limit"] = limit
+    r["gauges"] = w.result()
+    # The storm client's mean time per CSI call during the storm (the RPC
+    # itself, as berth_csi_call_seconds measures it).
+    r["csi_call_ms_mean"] = {m: round(1000 * (t1[m][0] - t0.get(m, (0, 0))[0]) / (t1[m][1] - t0.get(m, (0, 0))[1]), 1)
+                             for m in t1 if t1[m][1] > t0.get(m, (0, 0))[1]}
+    print("storm: mean CSI call ms on %s during the storm: %s" % (
+        plugin_id, ", ".join("%s %s" % kv for kv in sorted(r["csi_call_ms_mean"].items()))), flush=True)
+    print_row(r, leader.name)
+    u = run_bench(leader.address, "unstorm", ARGS.storm, 0, c.processes, leader, extra, warmup=0)
+    u["leader"] = leader.name
+    u["limit"] = limit
+    print_row(u, leader.name)
+    return r, u
+
+
+def storm_part(c, tmp, leader, report):
+    """The attach storm at ARGS.storm_limit (with the largest controller
+    calls in flight the storm client's /metrics showed), one claim at a time
+    on hostpath-c1 idle and during storms, then a storm at
+    ARGS.storm_slow_limit on a fresh plugin, client and volumes."""
+    out = {"claims": ARGS.storm, "delay_ms": ARGS.storm_delay_ms, "limit": ARGS.storm_limit,
+           "node_limit": ARGS.storm_node_limit or None}
+    report["storm"] = out
+    print(HEADER, flush=True)
+    client, args = storm_setup(c, tmp, leader, "storm", "c3", ARGS.storm_limit, "storm-v")
+    r, u = storm_once(c, leader, client, "storm", args, ARGS.storm_limit)
+    out["run"], out["release"] = r, u
+    out["seconds"] = r["seconds"]
+    print("storm: %d claims at max_controller_calls=%d acknowledged after %.2f s (ideal %d x %g s / %d = "
+          "%.3f s); largest controller calls in flight seen: %s (limit %s; %d scrapes); released in %.2f s"
+          % (ARGS.storm, ARGS.storm_limit, r["seconds"], ARGS.storm, ARGS.storm_delay_ms / 1000,
+             ARGS.storm_limit, ARGS.storm * ARGS.storm_delay_ms / 1000 / ARGS.storm_limit,
+             r["gauges"]["max_controller_in_flight"], r["gauges"]["controller_limit"], r["gauges"]["scrapes"],
+             u["seconds"]), flush=True)
+
+    # One claim at a time on hostpath-c1 (no delay): idle, then while storms
+    # run on the storm plugin.
+    c1args = ["--volumes", str(ARGS.volumes), "--node", "c1=hostpath-c1", "--node", "c2=hostpath-c2",
+              "--only-node", "c1"]
+    p99 = {}
+    out["p99"] = p99
+    if ARGS.storm_rounds:
+        idle = run_bench(leader.address, "claims", 1, ARGS.duration, c.processes, leader, c1args)
+        idle["leader"] = leader.name
+        idle["note"] = "hostpath-c1 only, idle"
+        print_row(idle, leader.name)
+        p99["idle"] = {"p50_ms": idle["p50_ms"], "p99_ms": idle["p99_ms"], "max_ms": idle["max_ms"],
+                       "ops": idle["ops"]}
+        spans_path = os.path.join(tmp, "c1-spans.txt")
+        window_s = (r["seconds"] + u["seconds"] + 1.5) * ARGS.storm_rounds + 3
+        load0 = loadavg()
+        bg = subprocess.Popen([BENCH, "--address", leader.address, "--workload", "claims", "-c", "1",
+                               "--duration", "%.1f" % window_s, "--warmup", "1", "--latency-log", spans_path]
+                              + c1args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2)
+        windows, rounds = [], []
+        for i in range(ARGS.storm_rounds):
+            t0 = time.time() * 1000
+            tag = ["--timeout", "1800", "--alloc-tag", "round%d" % i]
+            sr = subprocess.run([BENCH, "--address", leader.address, "--workload", "storm"] + tag + args,
+                                capture_output=True, text=True)
+            t1 = time.time() * 1000
+            ur = subprocess.run([BENCH, "--address", leader.address, "--workload", "unstorm"] + tag + args,
+                                capture_output=True, text=True)
+            windows.append((t0, t1))
+            try:
+                rounds.append({"storm": json.loads(sr.stdout.strip().splitlines()[-1]),
+                               "release": json.loads(ur.stdout.strip().splitlines()[-1])})
+            except (IndexError, ValueError):
+                rounds.append({"error": sr.stderr[-500:] + ur.stderr[-500:]})
+            if time.time() * 1000 - t0 > 120000:
+                break
+        bgout, bgerr = bg.communicate()
+        try:
+            bgr = json.loads(bgout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            bgr = {"error": bgerr[-500:]}
+        with open(spans_path) as f:
+            spans = [tuple(int(x) for x in l.split()) for l in f if l.strip()]
+        # An operation counts as under the storm when it overlaps a storm's
+        # claim phase (from submitting to the last acknowledgement).
+        under = sorted((b - a) for a, b in spans if any(a < w1 and b > w0 for w0, w1 in windows))
+
+        def pct(v, q):
+            return v[min(len(v) - 1, int(q * len(v)))] if v else None
+        p99["under_storm"] = {"p50_ms": pct(under, 0.5), "p99_ms": pct(under, 0.99),
+                              "max_ms": under[-1] if under else None, "ops": len(under),
+                              "storm_seconds": [round((w1 - w0) / 1000, 2) for w0, w1 in windows],
+                              "loadavg_before": load0, "loadavg_after": loadavg(),
+                              "background_run": bgr, "rounds": rounds}
+        ratio = p99["under_storm"]["p99_ms"] / idle["p99_ms"] if under and idle["p99_ms"] else None
+        p99["ratio"] = ratio and round(ratio, 2)
+        print("claims 1 at a time on hostpath-c1: idle p50 %.1f / p99 %.1f ms (%d ops); during %d storm(s) "
+              "of %s s: p50 %s / p99 %s ms (%d ops, ms resolution); p99 ratio %s" % (
+                  idle["p50_ms"], idle["p99_ms"], idle["ops"], len(windows),
+                  p99["under_storm"]["storm_seconds"], pct(under, 0.5), pct(under, 0.99), len(under),
+                  "-" if ratio is None else "%.2fx" % ratio), flush=True)
+
+    if ARGS.storm_slow_limit:
+        client1, args1 = storm_setup(c, tmp, leader, "storm1", "c4", ARGS.storm_slow_limit, "storm1-v")
+        r1, u1 = storm_once(c, leader, client1, "storm1", args1, ARGS.storm_slow_limit)
+        out["slow"] = {"limit": ARGS.storm_slow_limit, "run": r1, "release": u1, "seconds": r1["seconds"]}
+        out["slow_over_limit_ratio"] = round(r1["seconds"] / r["seconds"], 2) if r["seconds"] else None
+        print("storm: %d claims at max_controller_calls=%d acknowledged after %.2f s; at %d: %.2f s; "
+              "ratio %.1fx; largest controller calls in flight seen: %s" % (
+                  ARGS.storm, ARGS.storm_slow_limit, r1["seconds"], ARGS.storm_limit, r["seconds"],
+                  out["slow_over_limit_ratio"] or 0, r1["gauges"]["max_controller_in_flight"]), flush=True)
 
 
 # --- failover ----------------------------------------------------------------
@@ -625,8 +922,25 @@ def summary(report):
                      side and f(side["ops_per_s"], "%.0f", "/s"),
                      cp.get("ops_per_s") and "%d/s (check perf)" % cp["ops_per_s"], "", ""))
     bc = max(claims, key=lambda r: r["ops_per_s"]) if claims else None
-    rows.append(("claim cycles (best)", ">= 5,000/s", bc and "%s/s (%d)" % (f(bc["ops_per_s"], "%.1f"),
+    rows.append(("claim cycles (best)", ">= 2,000/s", bc and "%s/s (%d)" % (f(bc["ops_per_s"], "%.1f"),
                                                                            bc["concurrency"]), "", "", ""))
+    st = report.get("storm") or {}
+    if st.get("run"):
+        g = st["run"].get("gauges") or {}
+        rows.append(("storm: %d claims, limit %d" % (st["claims"], st["limit"]), "<= 5 s",
+                     "%s (max %s in flight)" % (f(st.get("seconds"), "%.2f", " s"),
+                                                f(g.get("max_controller_in_flight"))), "", "", ""))
+    if st.get("slow"):
+        rows.append(("storm: limit %d" % st["slow"]["limit"], "", f(st["slow"].get("seconds"), "%.1f", " s"),
+                     "", "", ""))
+        rows.append(("storm: limit %d / limit %d" % (st["slow"]["limit"], st["limit"]), "",
+                     f(st.get("slow_over_limit_ratio"), "%.1f", "x"), "", "", ""))
+    p99 = st.get("p99") or {}
+    if p99.get("idle"):
+        rows.append(("claim p99 (1 at a time), idle", "", f(p99["idle"]["p99_ms"], "%.1f", " ms"), "", "", ""))
+    if p99.get("under_storm"):
+        rows.append(("claim p99 during storm / idle", "<= 2x", "%s (%s)" % (
+            f(p99["under_storm"]["p99_ms"], "%.0f", " ms"), f(p99.get("ratio"), "%.2f", "x")), "", "", ""))
     fr = (fo.get("fresh") or {}).get("median_first_ack_after_kill_s")
     fl = (fo.get("restarted") or {}).get("median_first_ack_after_kill_s")
     rows.append(("failover, fresh (median)", "<= 1.5 s", f(fr, "%.2f", " s"), "", "", ""))
@@ -688,7 +1002,8 @@ def main():
     report = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": os.uname().nodename,
               "cpus": os.cpu_count(), "raft_tick": float(ARGS.raft_tick),
               "duration_per_run_s": ARGS.duration, "snapshot_threshold": int(ARGS.snapshot_threshold),
-              "loadavg_at_start": loadavg(), "runs": [], "failover": None}
+              "loadavg_at_start": loadavg(), "runs": [], "failover": None,
+              "fingerprint_interval": float(ARGS.fingerprint_interval), "argv": sys.argv[1:]}
     c = bench_cluster(tmp)
     try:
         c.start()
@@ -696,7 +1011,7 @@ def main():
         print("cluster in %s; leader %s; load average %.1f (2 cores: >2 means others are busy "
               "and numbers are noisy)" % (tmp, leader.name, loadavg()), flush=True)
         print(HEADER, flush=True)
-        levels = [int(x) for x in ARGS.log.split(",") if x]
+        levels = [int(x) for x in ARGS.log.split(",") if x] if "log" in ARGS.parts else []
         for n in levels:
             perf = None
             if ARGS.perf and n == levels[-1]:
@@ -717,7 +1032,7 @@ def main():
             report["runs"].append(r)
             print_row(r, leader.name)
 
-        if ARGS.etcd != "none":
+        if ARGS.etcd != "none" and "etcd" in ARGS.parts:
             # berth at check perf's concurrency for check perf's 60 s, right
             # before etcd (the machine's load drifts), then etcd.
             clients = {"s": 50, "m": 200, "l": 500, "xl": 1000}[ARGS.etcd]
@@ -733,7 +1048,9 @@ def main():
                 report["etcd"] = {"error": str(e)}
                 print("etcd side by side failed: %s" % e, flush=True)
 
-        if ARGS.claims:
+        claim_levels = [int(x) for x in ARGS.claims.split(",") if x] if "claims" in ARGS.parts else []
+        storm = ARGS.storm and "storm" in ARGS.parts
+        if claim_levels or storm:
             servers = [s.address for s in c.servers]
             nodes = []
             for name in ("c1", "c2"):
@@ -755,19 +1072,43 @@ def main():
             print("created %d volumes in %.1f s (%d errors)" % (setup["ops"], time.time() - t0,
                                                              setup["errors"]), flush=True)
             report["setup"] = setup
-            print(HEADER, flush=True)
-            for n in [int(x) for x in ARGS.claims.split(",") if x]:
+            if claim_levels:
+                print(HEADER, flush=True)
+            for n in claim_levels:
                 r = run_bench(leader.address, "claims", n, ARGS.duration, c.processes, leader,
                               ["--volumes", str(ARGS.volumes)] + node_args)
                 r["leader"] = leader.name
                 report["runs"].append(r)
                 print_row(r, leader.name)
+            if claim_levels and ARGS.perf:
+                # The largest level again under perf (not counted in the best:
+                # perf takes CPU), recording the leader and client c1.
+                n = claim_levels[-1]
+                c1 = next(p for p in c.processes if p.name == "c1")
+                p1 = next(p for p in c.processes if p.name == "plugin-c1")
+                data = {who: os.path.join(tmp, "perf-%s.data" % who) for who in ("leader", "c1", "plugin-c1")}
+                perfs = {"leader": perf_start(leader.proc.pid, data["leader"]),
+                         "c1": perf_start(c1.proc.pid, data["c1"]),
+                         "plugin-c1": perf_start(p1.proc.pid, data["plugin-c1"])}
+                r = run_bench(leader.address, "claims", n, ARGS.duration, c.processes, leader,
+                              ["--volumes", str(ARGS.volumes)] + node_args)
+                for who, perf in perfs.items():
+                    perf_stop(perf, data[who], os.path.join(HERE, "perf-%s-claims.txt" % who),
+                              "perf record -g -F 499 of %s during claims %d in flight" % (who, n))
+                r["leader"] = leader.name
+                r["perf"] = True
+                report["perf_claims_run"] = r
+                print_row(r, leader.name)
+                print("(that run under perf: bench/perf-leader-claims.txt, bench/perf-c1-claims.txt, "
+                      "bench/perf-plugin-c1-claims.txt)", flush=True)
+            if storm:
+                storm_part(c, tmp, leader, report)
             for p in list(c.processes):  # clients and plugins are not needed any more
                 if not p.name.startswith("s"):
                     p.kill()
                     c.processes.remove(p)
 
-        if ARGS.failover or ARGS.failover_restarted:
+        if (ARGS.failover or ARGS.failover_restarted) and "failover" in ARGS.parts:
             report["failover"] = {"raft_tick": float(ARGS.raft_tick)}
             # (a) One long-lived cluster: kill the leader, restart it, repeat.
             # (b) A fresh cluster per trial, where every server has already
@@ -801,7 +1142,7 @@ def main():
                     print("failover (%s cluster) median over %d trials: %.3f s" % (kind, len(firsts), med),
                           flush=True)
 
-        if ARGS.scale:
+        if ARGS.scale and "scale" in ARGS.parts:
             c.stop()  # the scale workload has its own cluster; free the cores
             scale_run(tmp, report)
     finally:

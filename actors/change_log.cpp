@@ -135,19 +135,25 @@ void log_node(const v1::Node* before, const v1::Node& after, uint64_t index) {
 }
 
 void log_alloc(const v1::Alloc* before, const v1::Alloc& after, uint64_t index) {
-  if (before != nullptr && before->state() == after.state()) {
+  auto l = after.state() == v1::ALLOC_FAILED || after.state() == v1::ALLOC_LOST
+               ? logging::level::warn
+               : logging::level::info;
+  if (before == nullptr) {
+    logging::write(l, component, "alloc created",
+                   {{"namespace", after.namespace_()}, {"alloc", after.id()},
+                    {"node", after.node_id()}, {"state", str(name_of(after.state()))},
+                    {"why", after.message()}, {"index", index}});
+    return;
+  }
+  if (before->state() == after.state()) {
     logging::debug(component, "alloc updated",
                    {{"namespace", after.namespace_()}, {"alloc", after.id()},
                     {"node", after.node_id()}, {"index", index}});
     return;
   }
-  auto l = after.state() == v1::ALLOC_FAILED || after.state() == v1::ALLOC_LOST
-               ? logging::level::warn
-               : logging::level::info;
-  logging::write(l, component, before ? "alloc state changed" : "alloc created",
+  logging::write(l, component, "alloc state changed",
                  {{"namespace", after.namespace_()}, {"alloc", after.id()},
-                  {"node", after.node_id()},
-                  {"from", before ? str(name_of(before->state())) : std::string()},
+                  {"node", after.node_id()}, {"from", str(name_of(before->state()))},
                   {"to", str(name_of(after.state()))}, {"exit_code", after.exit_code()},
                   {"why", after.message()}, {"index", index}});
 }

@@ -108,15 +108,21 @@ csi_plugin_actor::behavior_type csi_plugin(
     stats->csi_call(id, method, csi::code_name(s.grpc_code), seconds);
     // Never the request: it may carry secrets, parameters, contexts and
     // mount flags.  The plugin's own code and message only.
+    // The job's key: the CSI volume id, or "create NS/ID" for CreateVolume.
+    std::string_view key = "external_id";
     auto volume = current_volume ? *current_volume : std::string();
+    if (volume.rfind("create ", 0) == 0) {
+      key = "volume";
+      volume = volume.substr(7);
+    }
     if (!s.ok())
       logging::warn("csi", "CSI call failed",
                     {{"plugin", id}, {"method", method}, {"code", csi::code_name(s.grpc_code)},
-                     {"message", s.message}, {"external_id", volume},
+                     {"message", s.message}, {key, volume},
                      {"outcome", std::string(csi::outcome_name(s.kind))}});
     else if (logging::enabled(logging::level::trace))
       logging::trace("csi", "CSI call done",
-                     {{"plugin", id}, {"method", method}, {"external_id", volume},
+                     {{"plugin", id}, {"method", method}, {key, volume},
                       {"ms", static_cast<int64_t>(seconds * 1000)}});
   });
   st.gate = std::make_unique<call_gate>(plugin.max_controller_calls, plugin.max_node_calls);

@@ -9,6 +9,7 @@
 #include "actors/leader.hpp"
 #include "actors/log_monitor.hpp"
 #include "actors/propose.hpp"
+#include "log/log.hpp"
 
 namespace berth {
 
@@ -390,6 +391,9 @@ void run_on_leader(self_ptr self, v1::Request req, promise rp) {
   auto done = [self, start, command](const v1::Response& r) {
     std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     self->state.stats->request_done(command, outcome_name(r), took.count());
+    logging::debug("server", "request done",
+                   {{"command", command}, {"outcome", outcome_name(r)},
+                    {"ms", static_cast<int64_t>(took.count() * 1000)}});
   };
   self->request(st.leader, caf::infinite, api_atom::value, wrap(std::move(req)))
       .then(

@@ -90,6 +90,8 @@ class Monitor:
                 return line
 
     def stop(self):
+        if self.proc.stderr.closed:
+            return "\n".join(self.seen)
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=10)
@@ -102,7 +104,10 @@ class Monitor:
             if line is None:
                 break
             self.seen.append(line)
-        return "\n".join(self.seen) + self.proc.stderr.read()
+        err = self.proc.stderr.read()
+        self.proc.stderr.close()
+        self.proc.stdout.close()
+        return "\n".join(self.seen) + err
 
 
 class DevAgentLogs(unittest.TestCase):

@@ -749,7 +749,16 @@ void add_monitor(CLI::App& app, context& ctx) {
   cmd->add_option("--lines", o->lines, "How many recent lines to show first")
       ->capture_default_str()
       ->check(CLI::Range(0, 2048));
-  cmd->callback([&ctx, o] { ctx.local = [&ctx, o] { return run_monitor(ctx.g, *o); }; });
+  cmd->callback([&ctx, o] {
+    ctx.local = [&ctx, o] {
+      // Ctrl-C ends the monitor by ending the process: not the shell's.
+      if (ctx.g.shared)
+        return fail(ctx.g, failure{errc::invalid,
+                                   "berth monitor runs until Ctrl-C, which would end this shell "
+                                   "too; run it from another terminal"});
+      return run_monitor(ctx.g, *o);
+    };
+  });
 }
 
 // --- the command line --------------------------------------------------------

@@ -31,7 +31,7 @@ void fatal(const std::string& what) {
   // Nothing after this point could be made durable: stop at once rather
   // than acknowledge anything (fail-stop).  A restart recovers from disk.
   if (logging::enabled(logging::level::error))
-    logging::error("raft", "stopping: the log cannot be kept durable", {{"error", what}});
+    logging::error("raft", "stopping: cannot go on safely", {{"error", what}});
   else
     std::fprintf(stderr, "berthd: fatal: %s\n", what.c_str());
   std::_Exit(70);

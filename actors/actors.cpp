@@ -46,6 +46,8 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<pb<v1::NodeVolumeRequest>>("berth.v1.NodeVolumeRequest");
   cfg.add_message_type<pb<v1::NodeVolumeResult>>("berth.v1.NodeVolumeResult");
   cfg.add_message_type<pb<v1::Alloc>>("berth.v1.Alloc");
+  cfg.add_message_type<pb<v1::MonitorRequest>>("berth.v1.MonitorRequest");
+  cfg.add_message_type<pb<v1::MonitorResult>>("berth.v1.MonitorResult");
   cfg.add_message_type<pb<raft::v1::Message>>("berth.raft.v1.Message");
   cfg.add_message_type<node_actor>("berth.node_actor");
 }

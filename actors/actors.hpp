@@ -45,6 +45,7 @@ using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using install_atom = caf::atom_constant<caf::atom("install")>;
 using leading_atom = caf::atom_constant<caf::atom("leading")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
+using monitor_atom = caf::atom_constant<caf::atom("monitor")>;
 using node_atom = caf::atom_constant<caf::atom("node")>;
 using propose_atom = caf::atom_constant<caf::atom("propose")>;
 using raft_atom = caf::atom_constant<caf::atom("raft")>;
@@ -168,7 +169,10 @@ using node_actor = caf::typed_actor<
     // Timer: fingerprints every plugin and reports changes to the leader.
     caf::reacts_to<tick_atom>,
     // Timer: checks whether alloc commands exited and reports them.
-    caf::reacts_to<run_atom>>;
+    caf::reacts_to<run_atom>,
+    // berth monitor --node: this process's recent log lines (its
+    // log_monitor answers).
+    caf::replies_to<monitor_atom, pb<v1::MonitorRequest>>::with<pb<v1::MonitorResult>>>;
 
 // Owns one plugin's instances and thus its health counts: every change of
 // them is serialized here (no write skew between concurrent updates).
@@ -255,6 +259,16 @@ using watcher_actor = caf::typed_actor<
     caf::reacts_to<tick_atom>,
     // Replies with the releases in progress, their attempts and last error.
     caf::replies_to<status_atom>::with<pb<v1::WatcherStatus>>>;
+
+// One per berthd process (actors/log_monitor.hpp), registered under
+// monitor_atom: serves berth monitor from the process's ring of recent log
+// lines (log/log.hpp).
+using log_monitor_actor = caf::typed_actor<
+    // Replies with the lines after the request's number at its level or
+    // above; with none yet, once one is written or wait_ms passed.
+    caf::replies_to<monitor_atom, pb<v1::MonitorRequest>>::with<pb<v1::MonitorResult>>,
+    // A line was written (or a wait may have ended): answers the waiting.
+    caf::reacts_to<tick_atom>>;
 
 // What a server publishes on its port for the shell and for clients.
 using api_actor = caf::typed_actor<

@@ -2,6 +2,7 @@
 
 #include "actors/clock.hpp"
 #include "csi/client.hpp"
+#include "log/log.hpp"
 
 namespace berth {
 
@@ -9,10 +10,18 @@ namespace {
 
 using self_ptr = csi_plugin_actor::stateful_pointer<csi_plugin_state>;
 
+// The CSI volume of the job a worker runs, for the log lines of its calls
+// (each worker is a thread of its own).
+thread_local const std::string* current_volume = nullptr;
+
 // A worker: runs one job at a time on its own thread.
 csi_plugin_actor::behavior_type csi_worker(std::shared_ptr<csi::client> client) {
   return {
       [client](csi_atom, const csi_job& job) -> csi_outcome {
+        current_volume = &job.volume;
+        struct reset {
+          ~reset() { current_volume = nullptr; }
+        } on_return;
         try {
           return job.run(*client);
         } catch (const std::exception& e) {
@@ -43,6 +52,9 @@ void on_done(self_ptr self, const std::string& plugin, const std::shared_ptr<met
   if (it == st.jobs.end()) return;
   if (st.gate->finish(ticket, out.overloaded, steady_ms()) == call_gate::verdict::retry) {
     stats->csi_call_backoff(plugin);
+    logging::warn("csi", "plugin overloaded: CSI call retried after a backoff",
+                  {{"plugin", plugin}, {"external_id", it->second.job.volume},
+                   {"calls_limit", st.gate->limit(it->second.job.kind)}});
   } else {
     it->second.rp.deliver(std::move(out));
     st.jobs.erase(it);
@@ -90,8 +102,28 @@ csi_plugin_actor::behavior_type csi_plugin(
     std::chrono::milliseconds deadline, std::shared_ptr<metrics> stats) {
   auto& st = self->state;
   st.client = std::make_shared<csi::client>(plugin.endpoint, deadline);
-  st.client->observe([stats, id = plugin.id](csi::method m, csi::code c, double seconds) {
-    stats->csi_call(id, std::string(csi::method_name(m)), csi::code_name(c), seconds);
+  st.client->observe([stats, id = plugin.id](csi::method m, const csi::call_status& s,
+                                             double seconds) {
+    auto method = std::string(csi::method_name(m));
+    stats->csi_call(id, method, csi::code_name(s.grpc_code), seconds);
+    // Never the request: it may carry secrets, parameters, contexts and
+    // mount flags.  The plugin's own code and message only.
+    // The job's key: the CSI volume id, or "create NS/ID" for CreateVolume.
+    std::string_view key = "external_id";
+    auto volume = current_volume ? *current_volume : std::string();
+    if (volume.rfind("create ", 0) == 0) {
+      key = "volume";
+      volume = volume.substr(7);
+    }
+    if (!s.ok())
+      logging::warn("csi", "CSI call failed",
+                    {{"plugin", id}, {"method", method}, {"code", csi::code_name(s.grpc_code)},
+                     {"message", s.message}, {key, volume},
+                     {"outcome", std::string(csi::outcome_name(s.kind))}});
+    else if (logging::enabled(logging::level::trace))
+      logging::trace("csi", "CSI call done",
+                     {{"plugin", id}, {"method", method}, {key, volume},
+                      {"ms", static_cast<int64_t>(seconds * 1000)}});
   });
   st.gate = std::make_unique<call_gate>(plugin.max_controller_calls, plugin.max_node_calls);
   report(self, plugin.id, stats);

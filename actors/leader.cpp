@@ -4,7 +4,9 @@
 #include <chrono>
 #include <random>
 
+#include "actors/change_log.hpp"
 #include "actors/clock.hpp"
+#include "log/log.hpp"
 #include "actors/leader_flows.hpp"
 #include "actors/plugin.hpp"
 #include "actors/propose.hpp"
@@ -186,7 +188,10 @@ void apply_batch(const self_ptr& self, const committed_batch& batch) {
     }
     auto changes = apply(st.cat, index, entry);
     alloc_upserts_first(changes);
-    for (const auto& a : changes) announce(self, a);
+    for (const auto& a : changes) {
+      announce(self, a);
+      log_change(a, index);
+    }
   }
   st.stats->actors("volume", st.volume_actors.size());
   st.stats->actors("plugin", st.plugin_actors.size());
@@ -243,6 +248,27 @@ namespace {
 
 using namespace leader_flows;
 
+// berth monitor --node: the log lines of the process running that node's
+// client, asked of its node actor.
+void monitor_node(const self_ptr& self, const v1::MonitorRequest& m, response_promise rp) {
+  auto node = node_of(self, m.node_id());
+  if (!node) {
+    deliver(rp, failure{errc::not_found, "node '" + m.node_id() +
+                                             "' has no connected berth client (berth node status "
+                                             "lists the nodes)"});
+    return;
+  }
+  self->request(node, std::chrono::milliseconds(m.wait_ms()) + std::chrono::seconds(10),
+                monitor_atom::value, wrap(m))
+      .then(
+          [rp](pb<v1::MonitorResult>& r) mutable {
+            v1::Response resp;
+            *resp.mutable_monitor() = std::move(r.msg);
+            rp.deliver(wrap(std::move(resp)));
+          },
+          [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
+}
+
 void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
   auto& st = self->state;
   // An operator restore replaced the state: the server starts this leader
@@ -292,6 +318,9 @@ void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
       return;
     case v1::Request::kPluginFingerprint:
       fingerprint(self, std::move(*req.mutable_plugin_fingerprint()), rp);
+      return;
+    case v1::Request::kMonitor:
+      monitor_node(self, req.monitor(), rp);
       return;
     case v1::Request::COMMAND_NOT_SET:
       deliver(rp, failure{errc::invalid,
@@ -350,8 +379,14 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, stat
   // A node actor that stops (its client went away) publishes nothing more.
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& nodes = self->state.node_actors;
-    for (auto it = nodes.begin(); it != nodes.end();)
-      it = it->second.address() == dm.source ? nodes.erase(it) : std::next(it);
+    for (auto it = nodes.begin(); it != nodes.end();) {
+      if (it->second.address() != dm.source) {
+        ++it;
+        continue;
+      }
+      logging::info("leader", "node's client disconnected", {{"node", it->first}});
+      it = nodes.erase(it);
+    }
     self->state.stats->actors("node", nodes.size());
   });
   self->send(self, tick_atom::value);

@@ -6,6 +6,7 @@
 
 #include "actors/clock.hpp"
 #include "actors/leader_flows.hpp"
+#include "log/log.hpp"
 #include "control/allocs.hpp"
 #include "control/entries.hpp"
 #include "control/nodes.hpp"
@@ -60,6 +61,7 @@ void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
   auto known = st.node_actors.find(node_id);
   bool fresh = known == st.node_actors.end() || known->second.address() != node.address();
   if (fresh) {
+    logging::info("leader", "node's client connected", {{"node", node_id}});
     self->monitor(node);
     // A client that (re)connects stops what the servers stopped while it
     // was away, before the watcher unpublishes its volumes.

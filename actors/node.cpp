@@ -1,5 +1,7 @@
 #include "actors/node.hpp"
 
+#include "actors/log_monitor.hpp"
+
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
 #include <cstdio>
@@ -346,6 +348,16 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         heartbeat(self);
         fingerprint(self);
         self->delayed_send(self, st.config.fingerprint_interval, tick_atom::value);
+      },
+      [self](monitor_atom, pb<v1::MonitorRequest>& req) -> caf::result<pb<v1::MonitorResult>> {
+        auto lm = log_monitor_of(self->system());
+        if (!lm) return make_error(errc::unavailable, "this client keeps no log lines");
+        auto rp = self->make_response_promise<pb<v1::MonitorResult>>();
+        auto wait = std::chrono::milliseconds(req.msg.wait_ms()) + std::chrono::seconds(5);
+        self->request(lm, wait, monitor_atom::value, std::move(req))
+            .then([rp](pb<v1::MonitorResult>& r) mutable { rp.deliver(std::move(r)); },
+                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
       },
   };
 }

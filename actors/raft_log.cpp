@@ -1,5 +1,7 @@
 #include "actors/raft_log.hpp"
 
+#include "log/log.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,10 +25,15 @@ namespace {
 
 using self_ptr = replicated_log_actor::stateful_pointer<raft_log_state>;
 
+std::string role_name(raft::role r);
+
 void fatal(const std::string& what) {
   // Nothing after this point could be made durable: stop at once rather
   // than acknowledge anything (fail-stop).  A restart recovers from disk.
-  std::fprintf(stderr, "berthd: fatal: %s\n", what.c_str());
+  if (logging::enabled(logging::level::error))
+    logging::error("raft", "stopping: cannot go on safely", {{"error", what}});
+  else
+    std::fprintf(stderr, "berthd: fatal: %s\n", what.c_str());
   std::_Exit(70);
 }
 
@@ -154,6 +161,8 @@ void maybe_snapshot(self_ptr self) {
           crashpoint("snapshot.after_compact");
         }
         st.stats->snapshot_taken(index);
+        logging::info("raft", "snapshot taken, log compacted",
+                      {{"index", index}, {"first_index", st.storage.first_index()}});
       });
 }
 
@@ -186,8 +195,24 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
     if (e.type() == pbr::ENTRY_CONF_CHANGE) {
       pbr::ConfChange cc;
       if (cc.ParseFromString(e.data())) {
-        if (cc.type() == pbr::ADD_NODE) learn_member(self, cc.context());
-        if (cc.type() == pbr::REMOVE_NODE) st.members.erase(cc.node_id());
+        if (cc.type() == pbr::ADD_NODE) {
+          learn_member(self, cc.context());
+          auto it = st.members.find(cc.node_id());
+          logging::info("raft", "server added to the cluster",
+                        {{"server", it == st.members.end() ? std::to_string(cc.node_id())
+                                                           : it->second.name()},
+                         {"raft_address",
+                          it == st.members.end() ? std::string() : it->second.raft_address()},
+                         {"index", e.index()}});
+        }
+        if (cc.type() == pbr::REMOVE_NODE) {
+          auto it = st.members.find(cc.node_id());
+          logging::info("raft", "server removed from the cluster",
+                        {{"server", it == st.members.end() ? std::to_string(cc.node_id())
+                                                           : it->second.name()},
+                         {"index", e.index()}});
+          st.members.erase(cc.node_id());
+        }
       }
       batch.entries.emplace_back(e.index(), std::string());
     } else {
@@ -266,6 +291,25 @@ void fail_proposals(const self_ptr& self, const std::string& why) {
 void on_soft_state(self_ptr self, const raft::soft_state& soft) {
   auto& st = self->state;
   bool was_leader = st.soft.role == raft::role::leader;
+  if (soft.role != st.soft.role || soft.leader != st.soft.leader) {
+    auto term = st.node->term();
+    auto name_of_member = [&](uint64_t id) {
+      auto it = st.members.find(id);
+      return it == st.members.end() ? std::to_string(id) : it->second.name();
+    };
+    if (soft.role == raft::role::leader)
+      logging::info("raft", "this server leads", {{"server", st.opts.self.name()}, {"term", term}});
+    else if (was_leader)
+      logging::warn("raft", "this server lost the leadership",
+                    {{"server", st.opts.self.name()}, {"leader", soft.leader ? name_of_member(soft.leader) : std::string()},
+                     {"term", term}});
+    else if (soft.leader != 0)
+      logging::info("raft", "following a new leader",
+                    {{"leader", name_of_member(soft.leader)}, {"term", term}});
+    else
+      logging::debug("raft", "no leader known",
+                     {{"role", role_name(soft.role)}, {"term", term}});
+  }
   st.soft = soft;
   if (was_leader && soft.role != raft::role::leader)
     fail_proposals(self, "this server lost the leadership; retry");
@@ -335,6 +379,7 @@ void flush(self_ptr self) {
       self->send(st.machine, install_atom::value, data.state_db());
       st.applied = st.snapshot_index = rd.snapshot->metadata().index();
       st.stats->snapshot_taken(st.snapshot_index);
+      logging::info("raft", "installed the leader's snapshot", {{"index", st.snapshot_index}});
     }
     st.storage.append(rd.entries);
     if (rd.hard_state) st.storage.set_hard_state(*rd.hard_state);

@@ -7,7 +7,9 @@
 #include <caf/io/middleman_actor.hpp>
 
 #include "actors/leader.hpp"
+#include "actors/log_monitor.hpp"
 #include "actors/propose.hpp"
+#include "log/log.hpp"
 
 namespace berth {
 
@@ -259,8 +261,34 @@ void agent_status(self_ptr self, promise rp) {
           });
 }
 
+// berth monitor: this process's recent log lines (a node's are asked of
+// its client through the leader).
+void monitor(self_ptr self, const v1::MonitorRequest& m, promise rp) {
+  auto lm = log_monitor_of(self->system());
+  if (!lm) {
+    rp.deliver(failure_response(errc::unavailable, "this berthd keeps no log lines"));
+    return;
+  }
+  self->request(lm, std::chrono::milliseconds(m.wait_ms()) + std::chrono::seconds(10),
+                monitor_atom::value, wrap(m))
+      .then(
+          [rp](pb<v1::MonitorResult>& r) mutable {
+            v1::Response resp;
+            *resp.mutable_monitor() = std::move(r.msg);
+            rp.deliver(wrap(std::move(resp)));
+          },
+          [rp](caf::error& e) mutable {
+            auto f = to_failure(e);
+            rp.deliver(failure_response(f.code, f.message));
+          });
+}
+
 void execute(self_ptr self, v1::Request req, promise rp) {
   auto& st = self->state;
+  if (req.has_monitor() && req.monitor().node_id().empty()) {
+    monitor(self, req.monitor(), rp);
+    return;
+  }
   if (req.has_agent_status()) {
     agent_status(self, rp);
     return;
@@ -370,6 +398,9 @@ void run_on_leader(self_ptr self, v1::Request req, promise rp) {
   auto done = [self, start, command](const v1::Response& r) {
     std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     self->state.stats->request_done(command, outcome_name(r), took.count());
+    logging::debug("server", "request done",
+                   {{"command", command}, {"outcome", outcome_name(r)},
+                    {"ms", static_cast<int64_t>(took.count() * 1000)}});
   };
   bool read = is_read(req);
   self->request(st.leader, caf::infinite, api_atom::value, wrap(std::move(req)))

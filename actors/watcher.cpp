@@ -1,6 +1,8 @@
 #include "actors/clock.hpp"
 #include "actors/watcher.hpp"
 
+#include "log/log.hpp"
+
 #include <chrono>
 
 namespace berth {
@@ -86,6 +88,10 @@ void start_release(self_ptr self, const claim_key& key) {
             w.due_ms = steady_ms() + delay;
             w.next_retry_ms = wall_ms() + delay;
             st.stats->watcher_retry();
+            logging::warn("watcher", "claim release failed, retrying",
+                          {{"namespace", std::get<0>(key)}, {"volume", std::get<1>(key)},
+                           {"alloc", std::get<2>(key)}, {"attempts", w.attempts},
+                           {"retry_in_ms", delay}, {"error", f.message}});
             schedule(self);
           });
 }

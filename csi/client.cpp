@@ -64,7 +64,7 @@ struct client::impl {
     auto status = make_status(m, static_cast<code>(s.error_code()), s.error_message());
     if (observer) {
       std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-      observer(m, status.grpc_code, took.count());
+      observer(m, status, took.count());
     }
     return status;
   }

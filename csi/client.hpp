@@ -170,8 +170,9 @@ struct result {
   bool ok() const { return status.ok(); }
 };
 
-// Told about every call (for metrics): method, gRPC code, seconds.
-using call_observer = std::function<void(method, code, double)>;
+// Told about every call (for metrics and the log): method, its status (the
+// plugin's code and message), seconds.
+using call_observer = std::function<void(method, const call_status&, double)>;
 
 class client {
  public:

@@ -12,6 +12,7 @@ PACKAGES=(
   doctest-dev libcli11-dev
   nlohmann-json3-dev libyaml-cpp-dev
   prometheus-cpp-dev
+  libspdlog-dev
   libreadline-dev tmux
   python3
   prometheus

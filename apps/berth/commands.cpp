@@ -12,11 +12,13 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
+#include "apps/berth/client.hpp"
 #include "apps/berth/render.hpp"
 #include "apps/berth/send.hpp"
 #include "apps/berth/shell.hpp"
@@ -816,6 +818,79 @@ void add_node_commands(CLI::App& app, context& ctx) {
   add_node_status(node, ctx);
 }
 
+// --- monitor -----------------------------------------------------------------
+
+struct monitor_options {
+  std::string level = "info";
+  std::string node;
+  std::string server;
+  int lines = 20;
+};
+
+// Streams a berthd's log lines until interrupted (Ctrl-C): asks for the
+// lines after the last one it printed, and berthd answers as soon as there
+// is one (or after wait_ms with none: then it asks again).
+int run_monitor(const globals& g, const monitor_options& o) {
+  constexpr uint32_t wait_ms = 10000;
+  client c(o.server.empty() ? g.address : o.server, std::max(g.timeout, 30));
+  uint64_t after = 0;
+  bool first = true;
+  for (;;) {
+    v1::Request req;
+    auto* m = req.mutable_monitor();
+    m->set_after(after);
+    m->set_level(o.level);
+    m->set_node_id(o.node);
+    m->set_wait_ms(first ? 0 : wait_ms);
+    m->set_tail(first ? static_cast<uint32_t>(o.lines) : std::numeric_limits<uint32_t>::max());
+    auto result = c.call(req);
+    if (auto* f = std::get_if<failure>(&result)) return fail(g, *f);
+    const auto& resp = std::get<v1::Response>(result);
+    if (resp.error().code() != v1::OK)
+      return fail(g, failure{static_cast<errc>(resp.error().code()), resp.error().message()});
+    const auto& r = resp.monitor();
+    if (r.dropped() > 0)
+      std::cerr << "(" << r.dropped() << " lines were written faster than read and are not "
+                << "shown)\n";
+    for (const auto& line : r.lines()) std::cout << line << "\n";
+    std::cout.flush();
+    // A restarted berthd numbers its lines from 1 again.
+    after = r.last() < after ? 0 : r.last();
+    first = false;
+  }
+}
+
+void add_monitor(CLI::App& app, context& ctx) {
+  auto o = std::make_shared<monitor_options>();
+  auto* cmd = app.add_subcommand(
+      "monitor",
+      "Stream a berthd's log lines (the recent ones first) until interrupted (Ctrl-C)");
+  cmd->add_option("--log-level", o->level,
+                  "Lines at this level and above: trace, debug, info, warn, error (berthd "
+                  "produces lower levels than its own --log-level while a monitor asks)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  auto* node = cmd->add_option("--node", o->node,
+                               "The lines of the berthd running this node's client (asked "
+                               "through the leader)");
+  cmd->add_option("--server", o->server,
+                  "The lines of the berthd at this address HOST:PORT (default: --address)")
+      ->excludes(node);
+  cmd->add_option("--lines", o->lines, "How many recent lines to show first")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 2048));
+  cmd->callback([&ctx, o] {
+    ctx.local = [&ctx, o] {
+      // Ctrl-C ends the monitor by ending the process: not the shell's.
+      if (ctx.g.shared)
+        return fail(ctx.g, failure{errc::invalid,
+                                   "berth monitor runs until Ctrl-C, which would end this shell "
+                                   "too; run it from another terminal"});
+      return run_monitor(ctx.g, *o);
+    };
+  });
+}
+
 // --- the command line --------------------------------------------------------
 
 // The global options take the last value given: in the shell a line's own
@@ -867,6 +942,7 @@ struct command_line {
     add_plugin_commands(app, ctx);
     add_operator_commands(app, ctx);
     add_node_commands(app, ctx);
+    add_monitor(app, ctx);
   }
 };
 

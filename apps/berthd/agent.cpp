@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/log_monitor.hpp"
 #include "actors/metrics.hpp"
 #include "messages/codec.hpp"
 #include "actors/node.hpp"
@@ -183,6 +184,7 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
   if (ec)
     throw std::runtime_error("cannot create the data directory " + opts.data_dir + ": " +
                              ec.message() + " (pass a writable --data-dir)");
+  start_log_monitor(sys);
   agent_started started;
   started.name = opts.name.empty() ? host_name() : opts.name;
   if (!valid_id(started.name))

@@ -13,6 +13,8 @@
 
 #include "actors/actors.hpp"
 #include "apps/berthd/agent.hpp"
+#include "log/log.hpp"
+#include "persistence/integrity.hpp"
 
 namespace {
 
@@ -119,7 +121,23 @@ int main(int argc, char** argv) {
                  "Worker threads of the actor scheduler")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  std::string log_level = "info";
+  bool log_json = false;
+  app.add_option("--log-level", log_level,
+                 "Log lines at this level and above to stderr: trace, debug, info, warn, error "
+                 "(berth monitor can ask a running berthd for more)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  app.add_flag("--log-json", log_json,
+               "Log JSON lines (time, level, component, message and the ids as keys) instead "
+               "of text");
+  app.footer(
+      "Logs go to stderr (journald under systemd), one line per event: time (UTC), level, "
+      "component, what happened and the ids involved (volume, namespace, alloc, node, plugin). "
+      "Secrets, parameters, contexts and mount flags are never logged. `berth monitor` "
+      "streams a running berthd's lines.");
   CLI11_PARSE(app, argc, argv);
+  berth::logging::setup(*berth::logging::parse_level(log_level), log_json);
   split_commas(opts.join);
   split_commas(opts.servers);
 
@@ -172,14 +190,19 @@ int main(int argc, char** argv) {
       for (const auto& id : s.plugin_ids) std::cout << " " << id;
     }
     std::cout << std::endl;
+    berth::logging::info("berthd", "started", {{"name", s.name}, {"mode", what}});
+  } catch (const berth::damaged_file& e) {
+    berth::logging::error("berthd", "refusing to start on damaged data", {{"error", e.what()}});
+    std::_Exit(1);
   } catch (const std::exception& e) {
-    std::cerr << "berthd: cannot start: " << e.what() << std::endl;
+    berth::logging::error("berthd", "cannot start", {{"error", e.what()}});
     std::_Exit(1);
   }
 
   int sig = 0;
   sigwait(&stop, &sig);
   std::cout << "berthd: stopping on signal " << sig << std::endl;
+  berth::logging::info("berthd", "stopping", {{"signal", sig}});
   // Every acknowledged change is already durable in the log, so stopping
   // needs no flush; the state tables catch up from the log at the next
   // start.

@@ -91,6 +91,9 @@ class DamageTest(unittest.TestCase):
         self.assertIn("damaged", err)
         self.assertIn("berth operator snapshot restore", err)
         self.assertIn("rejoins the cluster", err)
+        # One log line at error says so (docs/user-guide.md, Logs and monitoring).
+        self.assertRegex(err, r"(?m)^\d{4}-\d\d-\d\dT\S+Z error (berthd refusing to start on "
+                              r"damaged data|raft stopping: cannot go on safely) error=")
         return err
 
     def test_intact_copy_starts_with_everything(self):

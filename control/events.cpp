@@ -5,8 +5,6 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
-#include "messages/codec.hpp"
-
 namespace berth {
 
 namespace {

@@ -1,5 +1,6 @@
 #include "apps/berth/event_stream.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -60,11 +61,13 @@ int stream_events(const event_stream_options& o, bool json_errors, std::ostream&
         continue;
       }
       why = failure{static_cast<errc>(r.error().code()), r.error().message()};
-      bool older_than_journal = r.error().code() == v1::NOT_FOUND && r.journal_first_index() != 0;
-      // Another server may have kept more (this one restarted, say).
-      if (!older_than_journal || ++compacted >= o.addresses.size()) return fail(g, why);
+      if (r.error().code() == v1::NOT_FOUND && r.journal_first_index() != 0) {
+        // Another server may have kept more (this one restarted, say).
+        if (++compacted >= o.addresses.size()) return fail(g, why);
+      } else if (why.code != errc::unavailable) {
+        return fail(g, why);
+      }
     }
-    if (why.code != errc::unavailable && why.code != errc::not_found) return fail(g, why);
     if (std::chrono::steady_clock::now() - last_answer > std::chrono::seconds(o.timeout))
       return fail(g, why);
     at = (at + 1) % o.addresses.size();

@@ -334,8 +334,9 @@ TEST_CASE("journal_with_a_filter_moves_on_past_what_does_not_match") {
 }
 
 TEST_CASE("journal_over_capacity_drops_whole_old_indexes_and_refuses_older_requests") {
-  event_journal j(3, 0);
+  event_journal j(2, 0);
   j.append(2, {event_at(1, 0), event_at(1, 1), event_at(2, 0)});
+  CHECK(j.first_index() == 2);
   j.append(3, {event_at(3, 0), event_at(3, 1)});
   CHECK(j.first_index() == 3);  // index 1 and then 2 dropped whole
   CHECK(j.size() == 2);

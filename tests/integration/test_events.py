@@ -84,7 +84,7 @@ class EventStreamTest(unittest.TestCase):
     def changes(self, via, names):
         """Registers, claims and releases volumes; returns the newest modify index."""
         for vid in names:
-            self.shell(via, "volume", "register", "-", stdin=volume_spec(vid))
+            self.shell(via, "volume", "create", "-", stdin=volume_spec(vid))
         self.shell(via, "volume", "claim", names[0], "--alloc", "a-" + names[0], "--node", "c1")
         self.shell(via, "volume", "release", names[0], "--alloc", "a-" + names[0])
         return max(v["modify_index"] for v in self.shell(via, "--json", "volume", "status").json())
@@ -216,7 +216,7 @@ class EventStreamTest(unittest.TestCase):
     def test_stream_from_now_shows_only_later_changes(self):
         self.wait_plugin()
         via = self.cluster.servers[0].address
-        self.shell(via, "volume", "register", "-", stdin=volume_spec("early"))
+        self.shell(via, "volume", "create", "-", stdin=volume_spec("early"))
         out_path = os.path.join(self.tmp, "now.out")
         with open(out_path, "w") as out:
             proc = subprocess.Popen([BERTH, "--address", via, "event", "stream", "--topic",
@@ -228,7 +228,7 @@ class EventStreamTest(unittest.TestCase):
         n = 0
         while time.time() < deadline:
             n += 1
-            self.shell(via, "volume", "register", "-", stdin=volume_spec("late%d" % n))
+            self.shell(via, "volume", "create", "-", stdin=volume_spec("late%d" % n))
             time.sleep(0.2)
             with open(out_path) as f:
                 if f.read().strip():

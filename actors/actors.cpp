@@ -38,6 +38,7 @@ std::pair<std::string, uint16_t> split_address(const std::string& address) {
 void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<pb<v1::Request>>("berth.v1.Request");
   cfg.add_message_type<pb<v1::Response>>("berth.v1.Response");
+  cfg.add_message_type<pb<v1::EventStreamRequest>>("berth.v1.EventStreamRequest");
   cfg.add_message_type<pb<v1::ServerList>>("berth.v1.ServerList");
   cfg.add_message_type<pb<v1::ServerInfo>>("berth.v1.ServerInfo");
   cfg.add_message_type<pb<v1::RaftStatus>>("berth.v1.RaftStatus");

@@ -60,15 +60,30 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using removed_atom = caf::atom_constant<caf::atom("removed")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
+using stream_atom = caf::atom_constant<caf::atom("stream")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using unpublish_atom = caf::atom_constant<caf::atom("unpublish")>;
 using validate_atom = caf::atom_constant<caf::atom("validate")>;
 
 // --- interfaces ---------------------------------------------------------------
 
+// The event journal (actors/event_journal.hpp): the recent events of the
+// entries this server applied, and the event stream's waiting requests.
+using event_journal_actor = caf::typed_actor<
+    // The events of the entries applied up to an index (from the state
+    // machine), in order; or, after a snapshot was installed, a new start.
+    caf::reacts_to<apply_atom, event_batch>,
+    // event stream (long poll): replies with the matching events from an
+    // index, at once when there are some, else when some arrive or the
+    // request's wait ends.
+    caf::replies_to<stream_atom, pb<v1::EventStreamRequest>>::with<pb<v1::Response>>,
+    // Timer: the wait of the request with this id ended.
+    caf::reacts_to<tick_atom, uint64_t>>;
+
 // Owns the state tables; runs detached.
 using state_machine_actor = caf::typed_actor<
-    // Applies committed entries with the applied index in one transaction.
+    // Applies committed entries with the applied index in one transaction,
+    // then tells the event journal their events.
     caf::reacts_to<apply_atom, committed_batch>,
     // Replies with the applied index.
     caf::replies_to<applied_atom>::with<uint64_t>,

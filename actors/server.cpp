@@ -283,6 +283,24 @@ void monitor(self_ptr self, const v1::MonitorRequest& m, promise rp) {
           });
 }
 
+// event stream: a long poll on this server's event journal.
+void stream_events(self_ptr self, v1::EventStreamRequest req, promise rp) {
+  for (auto t : req.topics())
+    if (t == v1::EVENT_TOPIC_UNKNOWN || !v1::EventTopic_IsValid(t)) {
+      rp.deliver(failure_response(errc::invalid, "unknown event topic; the topics are volume, "
+                                                 "claim, alloc, node, plugin"));
+      return;
+    }
+  std::chrono::milliseconds wait{req.wait_ms()};
+  self->request(self->state.journal, wait + std::chrono::seconds(10), stream_atom::value,
+                wrap(std::move(req)))
+      .then([rp](pb<v1::Response>& r) mutable { rp.deliver(std::move(r)); },
+            [rp](caf::error& e) mutable {
+              auto f = to_failure(e);
+              rp.deliver(failure_response(f.code, f.message));
+            });
+}
+
 void execute(self_ptr self, v1::Request req, promise rp) {
   auto& st = self->state;
   if (req.has_monitor() && req.monitor().node_id().empty()) {
@@ -295,6 +313,13 @@ void execute(self_ptr self, v1::Request req, promise rp) {
   }
   if (req.has_raft_list_peers()) {
     list_peers(self, rp);
+    return;
+  }
+  // Events come from this server's own journal, leader or not: every server
+  // applies the same entries, so a consumer streams on through a leader
+  // change.
+  if (req.has_event_stream()) {
+    stream_events(self, std::move(*req.mutable_event_stream()), rp);
     return;
   }
   if (req.stale() && (req.has_volume_status() || req.has_volume_list())) {
@@ -425,9 +450,11 @@ void run_on_leader(self_ptr self, v1::Request req, promise rp) {
 }  // namespace
 
 server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
-                                   std::shared_ptr<metrics> stats, leader_options options) {
+                                   event_journal_actor journal, std::shared_ptr<metrics> stats,
+                                   leader_options options) {
   self->state.options = options;
   self->state.machine = std::move(machine);
+  self->state.journal = std::move(journal);
   self->state.stats = std::move(stats);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;

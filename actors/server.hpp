@@ -21,6 +21,7 @@ struct server_state {
   replicated_log_actor log;
   v1::ServerInfo self;
   state_machine_actor machine;
+  event_journal_actor journal;  // answers event stream requests
   std::shared_ptr<metrics> stats;
   leader_actor leader;                     // valid while this server leads
   uint64_t leader_id = 0;
@@ -44,7 +45,8 @@ struct server_state {
 };
 
 server_actor::behavior_type server(server_actor::stateful_pointer<server_state> self,
-                                   state_machine_actor machine, std::shared_ptr<metrics> stats,
+                                   state_machine_actor machine, event_journal_actor journal,
+                                   std::shared_ptr<metrics> stats,
                                    leader_options options);
 
 }  // namespace berth

@@ -3,19 +3,67 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "control/events.hpp"
+
 namespace berth {
+
+namespace {
+
+using self_ptr = state_machine_actor::stateful_pointer<state_machine_state>;
+
+catalog catalog_of(state_contents c) {
+  catalog out;
+  out.applied_index = c.applied_index;
+  for (auto& v : c.volumes) out.volumes.emplace(volume_key{v.namespace_(), v.id()}, std::move(v));
+  for (auto& p : c.plugins) out.plugins.emplace(p.id(), std::move(p));
+  for (auto& n : c.nodes) out.nodes.emplace(n.id(), std::move(n));
+  for (auto& a : c.allocs) out.allocs.emplace(a.id(), std::move(a));
+  return out;
+}
+
+// Applies the batch to the state tables and to the catalog, collecting the
+// events.  A restore replaces the tables at its index: the catalog is read
+// again from them there, before the entries after it.
+std::vector<v1::Event> apply_entries(self_ptr self, const committed_batch& batch) {
+  auto& st = self->state;
+  std::vector<v1::Event> events;
+  auto& entries = batch.entries;
+  size_t start = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    v1::LogEntry entry;
+    // (One that cannot be decoded stops the store's apply below.)
+    if (entries[i].first <= st.cat.applied_index || !entry.ParseFromString(entries[i].second))
+      continue;
+    for (auto& e : events_of(entries[i].first, apply(st.cat, entries[i].first, entry)))
+      events.push_back(std::move(e));
+    if (!st.cat.restored) continue;
+    st.store->apply({entries.begin() + static_cast<long>(start),
+                     entries.begin() + static_cast<long>(i) + 1});
+    start = i + 1;
+    st.cat = catalog_of(st.store->load());
+  }
+  st.store->apply({entries.begin() + static_cast<long>(start), entries.end()});
+  return events;
+}
+
+}  // namespace
 
 state_machine_actor::behavior_type state_machine(
     state_machine_actor::stateful_pointer<state_machine_state> self,
-    std::shared_ptr<state_store> store, std::shared_ptr<metrics> stats) {
+    std::shared_ptr<state_store> store, std::shared_ptr<metrics> stats,
+    event_journal_actor journal) {
   self->state.store = std::move(store);
   self->state.stats = std::move(stats);
+  self->state.journal = std::move(journal);
+  self->state.cat = catalog_of(self->state.store->load());
   return {
       [self](apply_atom, const committed_batch& batch) {
         self->state.stats->mailbox("state_machine", self->mailbox().size());
         try {
-          self->state.store->apply(batch.entries);
+          auto events = apply_entries(self, batch);
           if (!batch.entries.empty()) self->state.stats->applied(batch.entries.back().first);
+          self->send(self->state.journal, apply_atom::value,
+                     event_batch{std::move(events), self->state.cat.applied_index, false});
         } catch (const std::exception& e) {
           // The log still holds these entries; a restart applies them again.
           std::fprintf(stderr, "berthd: fatal: cannot apply committed entries: %s\n", e.what());
@@ -36,6 +84,10 @@ state_machine_actor::behavior_type state_machine(
         try {
           self->state.store->install(bytes);
           self->state.stats->applied(self->state.store->applied_index());
+          // The events up to the snapshot's index were never applied here.
+          self->state.cat = catalog_of(self->state.store->load());
+          self->send(self->state.journal, apply_atom::value,
+                     event_batch{{}, self->state.cat.applied_index, true});
         } catch (const std::exception& e) {
           std::fprintf(stderr, "berthd: fatal: cannot install a snapshot: %s\n", e.what());
           std::_Exit(70);

@@ -94,6 +94,16 @@ struct committed_batch {
   std::vector<std::pair<uint64_t, std::string>> entries;  // index, LogEntry bytes
 };
 
+// The events of applied entries, for the event journal: every event of
+// the entries after the journal's applied index up to `applied`.  `reset`:
+// a snapshot replaced the state tables at `applied`, the journal starts
+// over there.
+struct event_batch {
+  std::vector<v1::Event> events;
+  uint64_t applied = 0;
+  bool reset = false;
+};
+
 // What CSI calls produced: an error for the operator, or the values the
 // caller asked for.
 struct csi_outcome {
@@ -119,6 +129,7 @@ struct csi_job {
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::state_contents)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::committed_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::event_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_outcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_job)
 

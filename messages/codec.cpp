@@ -471,4 +471,47 @@ json raft_json(const v1::RaftStatus& s) {
               {"error", s.error()}};
 }
 
+std::string_view name_of(v1::EventTopic t) {
+  switch (t) {
+    case v1::EVENT_VOLUME: return "volume";
+    case v1::EVENT_CLAIM: return "claim";
+    case v1::EVENT_ALLOC: return "alloc";
+    case v1::EVENT_NODE: return "node";
+    case v1::EVENT_PLUGIN: return "plugin";
+    case v1::EVENT_STATE: return "state";
+    default: return "unknown";
+  }
+}
+
+std::optional<v1::EventTopic> parse_event_topic(std::string_view name) {
+  for (auto t : {v1::EVENT_VOLUME, v1::EVENT_CLAIM, v1::EVENT_ALLOC, v1::EVENT_NODE,
+                 v1::EVENT_PLUGIN, v1::EVENT_STATE})
+    if (name_of(t) == name) return t;
+  return std::nullopt;
+}
+
+nlohmann::json event_json(const v1::Event& e) {
+  json object;
+  switch (e.object_case()) {
+    case v1::Event::kVolume:
+      object = volume_json(e.volume(), nullptr);
+      object.erase("healthy");
+      object.erase("health_description");
+      break;
+    case v1::Event::kClaim:
+      object = claim_json(e.claim());
+      object["volume_id"] = e.volume_id();
+      object["namespace"] = e.namespace_();
+      break;
+    case v1::Event::kAlloc: object = alloc_json(e.alloc()); break;
+    case v1::Event::kNode: object = node_json(e.node()); break;
+    case v1::Event::kPlugin: object = plugin_json(e.plugin()); break;
+    case v1::Event::OBJECT_NOT_SET: break;
+  }
+  return json{{"index", e.index()},          {"seq", e.seq()},
+              {"topic", name_of(e.topic())}, {"type", e.type()},
+              {"namespace", e.namespace_()}, {"key", e.key()},
+              {"object", object}};
+}
+
 }  // namespace berth

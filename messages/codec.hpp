@@ -2,6 +2,7 @@
 // the JSON views the shell prints with --json.  Pure: strings in, values out.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -34,5 +35,16 @@ nlohmann::json plugin_json(const v1::Plugin& p);
 nlohmann::json node_json(const v1::Node& n);
 nlohmann::json agent_json(const v1::AgentStatus& a);
 nlohmann::json raft_json(const v1::RaftStatus& s);
+
+// An event of the event stream (one line of `berth event stream` and of
+// /v1/event/stream): index, seq, topic, type, namespace, key and the object
+// ("object": a volume without its health, which derives from the plugin; a
+// claim with its volume_id).
+nlohmann::json event_json(const v1::Event& e);
+
+// "volume", "claim", "alloc", "node", "plugin", "state".
+std::string_view name_of(v1::EventTopic t);
+// The topic a name names (as --topic takes it), or nullopt.
+std::optional<v1::EventTopic> parse_event_topic(std::string_view name);
 
 }  // namespace berth

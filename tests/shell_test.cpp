@@ -479,6 +479,14 @@ TEST_CASE("parse_command: what run_command would run or refuse, without running 
   CHECK(parse_command({"volume", "status", "--", "db"}) == exit_usage);
 }
 
+TEST_CASE("parse_command: event stream takes topics, an index and an until index") {
+  CHECK(parse_command({"event", "stream"}) == exit_ok);
+  CHECK(parse_command({"event", "stream", "--topic", "volume,claim", "--index", "5",
+                       "--until-index", "9"}) == exit_ok);
+  CHECK(parse_command({"event", "stream", "--index", "five"}) == exit_usage);
+  CHECK(parse_command({"event", "stream", "extra"}) == exit_usage);
+}
+
 // --- human output -------------------------------------------------------------
 
 TEST_CASE("render: lists inside a cell are joined, '-' when empty") {

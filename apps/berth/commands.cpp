@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "apps/berth/client.hpp"
+#include "apps/berth/event_stream.hpp"
 #include "apps/berth/render.hpp"
 #include "apps/berth/send.hpp"
 #include "apps/berth/shell.hpp"
@@ -891,6 +892,61 @@ void add_monitor(CLI::App& app, context& ctx) {
   });
 }
 
+// --- event ---------------------------------------------------------------------
+
+void add_event_stream(CLI::App& event, context& ctx) {
+  struct options {
+    std::vector<std::string> topics;
+    uint64_t index = 0;
+    uint64_t until_index = 0;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = event.add_subcommand(
+      "stream",
+      "Print every committed change as one JSON line (index, seq, topic, type, namespace, key, "
+      "object), from --index or from now, until Ctrl-C. --address may list several servers "
+      "(comma-separated): when one stops answering, the stream goes on at the next");
+  cmd->add_option("--topic", o->topics, "Only these topics: volume, claim, alloc, node, plugin")
+      ->delimiter(',');
+  cmd->add_option("--index", o->index,
+                  "From this log index (resume with the last index seen + 1); default: from now");
+  cmd->add_option("--until-index", o->until_index,
+                  "Stop after the events of this index (default: never)");
+  cmd->callback([&ctx, o] {
+    ctx.local = [&ctx, o] {
+      event_stream_options so;
+      size_t start = 0;
+      const auto& a = ctx.g.address;
+      while (start <= a.size()) {
+        auto comma = a.find(',', start);
+        auto part = a.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (!part.empty()) so.addresses.push_back(part);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      for (const auto& t : o->topics) {
+        auto topic = parse_event_topic(t);
+        if (!topic || *topic == v1::EVENT_STATE)
+          return fail(ctx.g, failure{errc::invalid, "--topic '" + t +
+                                                        "' is not a topic; the topics are volume, "
+                                                        "claim, alloc, node, plugin"});
+        so.topics.push_back(*topic);
+      }
+      // Every namespace unless --namespace is given.
+      if (ctx.root.get_option("--namespace")->count() > 0) so.ns = ctx.g.ns;
+      so.index = o->index;
+      so.until_index = o->until_index;
+      so.timeout = ctx.g.timeout;
+      return stream_events(so, ctx.g.json, std::cout, std::cerr);
+    };
+  });
+}
+
+void add_event_commands(CLI::App& app, context& ctx) {
+  auto& event = group(app, "event", "Follow the cluster's committed changes");
+  add_event_stream(event, ctx);
+}
+
 // --- the command line --------------------------------------------------------
 
 // The global options take the last value given: in the shell a line's own
@@ -943,6 +999,7 @@ struct command_line {
     add_operator_commands(app, ctx);
     add_node_commands(app, ctx);
     add_monitor(app, ctx);
+    add_event_commands(app, ctx);
   }
 };
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/log_monitor.hpp"
+#include "actors/event_journal.hpp"
 #include "actors/metrics.hpp"
 #include "messages/codec.hpp"
 #include "actors/node.hpp"
@@ -176,6 +177,90 @@ std::optional<json_view> view(caf::actor_system& sys, const api_actor& api,
   return out;
 }
 
+// GET /v1/event/stream?index=N&topic=T,...&namespace=NS&until_index=M: the
+// event stream as newline-delimited JSON (the lines of `berth event
+// stream`), chunked and held open; a `{}` line every 10 s without events
+// (a heartbeat: the stream notices a client that went away).  Answered by
+// this server from its own journal, like the shell's.
+void event_stream_view(caf::actor_system& sys, const api_actor& api,
+                       const std::map<std::string, std::string>& query, http_stream& out) {
+  auto refuse = [&](int status, nlohmann::json body) {
+    out.start(status, "application/json");
+    out.write(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  };
+  auto number = [](const std::string& s) -> std::optional<uint64_t> {
+    if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    return std::stoull(s);
+  };
+  v1::EventStreamRequest req;
+  uint64_t until = 0;
+  for (const auto& [key, value] : query) {
+    if (key == "index" || key == "until_index") {
+      auto n = number(value);
+      if (!n) return refuse(400, {{"error", key + " must be a log index (a number)"}});
+      if (key == "index")
+        req.set_index(*n);
+      else
+        until = *n;
+    } else if (key == "namespace") {
+      req.set_namespace_(value);
+    } else if (key == "topic") {
+      size_t start = 0;
+      while (start <= value.size()) {
+        auto comma = value.find(',', start);
+        auto t = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        start = comma == std::string::npos ? value.size() + 1 : comma + 1;
+        if (t.empty()) continue;
+        auto topic = parse_event_topic(t);
+        if (!topic || *topic == v1::EVENT_STATE)
+          return refuse(400, {{"error", "topic '" + t + "' is not a topic; the topics are volume, "
+                                                        "claim, alloc, node, plugin"}});
+        req.add_topics(*topic);
+      }
+    } else {
+      return refuse(400, {{"error", "unknown parameter '" + key +
+                                        "'; the parameters are index, topic, namespace, until_index"}});
+    }
+  }
+  caf::scoped_actor self{sys};
+  bool started = false;
+  for (;;) {
+    if (until != 0 && req.index() > until) {
+      if (!started) out.start(200, "application/x-ndjson");
+      return;
+    }
+    // The first poll does not wait: the status line goes out at once.
+    req.set_wait_ms(started ? 10'000 : 0);
+    v1::Request r;
+    *r.mutable_event_stream() = req;
+    std::optional<v1::Response> resp;
+    std::string why = "no answer";
+    self->request(api, std::chrono::seconds(30), api_atom::value, wrap(std::move(r)))
+        .receive([&](pb<v1::Response>& x) { resp = std::move(x.msg); },
+                 [&](caf::error& e) { why = to_failure(e).message; });
+    if (resp && resp->error().code() != v1::OK) why = resp->error().message();
+    if (!resp || resp->error().code() != v1::OK) {
+      nlohmann::json body{{"error", why}};
+      if (resp && resp->journal_first_index() != 0) body["first_index"] = resp->journal_first_index();
+      if (!started)
+        return refuse(resp && resp->journal_first_index() != 0 ? 410 : 503, body);
+      out.write(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      return;
+    }
+    if (!started) out.start(200, "application/x-ndjson");
+    std::string lines;
+    for (const auto& e : resp->events()) {
+      if (until != 0 && e.index() > until) break;
+      lines += event_json(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    }
+    if (lines.empty() && started) lines = "{}\n";
+    started = true;
+    if (!out.write(lines)) return;
+    req.set_index(std::max(req.index(), resp->next_index()));
+  }
+}
+
 }  // namespace
 
 agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
@@ -198,11 +283,12 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
     started.volumes = s.volumes;
     started.plugins = s.plugins;
     stats->restored(s.log->last_index(), s.applied);
-    auto machine = sys.spawn<caf::detached>(state_machine, s.state, stats);
+    auto journal = sys.spawn(event_journal_server, opts.event_journal_size, s.applied);
+    auto machine = sys.spawn<caf::detached>(state_machine, s.state, stats, journal);
     leader_options lo;
     lo.node_down_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(opts.node_down_timeout * 1000));
-    auto front = sys.spawn(server, machine, stats, lo);
+    auto front = sys.spawn(server, machine, journal, stats, lo);
     started.port = publish(sys, front, opts.bind,
                            opts.port, "shell endpoint", "--port");
     raft_options ro;
@@ -251,7 +337,12 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
   started.metrics_port = serve_metrics(opts.metrics_bind, opts.metrics_port, stats->registry(),
                                        [&sys, api, name = started.name](const std::string& path) {
                                          return view(sys, api, name, path);
-                                       });
+                                       },
+                                       !api ? stream_view{}
+                                            : stream_view([&sys, api](const std::map<std::string, std::string>& q,
+                                                                      http_stream& out) {
+                                                event_stream_view(sys, api, q, out);
+                                              }));
   return started;
 }
 

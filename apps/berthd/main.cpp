@@ -82,6 +82,11 @@ int main(int argc, char** argv) {
                      "compacted; lagging or new servers catch up by installing it)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{4}, uint64_t{1} << 40));
+  server->add_option("--event-journal-size", opts.event_journal_size,
+                     "Recent events each server keeps for `berth event stream` and "
+                     "/v1/event/stream (older ones answer with the oldest index still kept)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{100}, size_t{10'000'000}));
   server->add_option("--node-down-timeout", opts.node_down_timeout,
                      "Seconds without a heartbeat from a node's client before the node is "
                      "marked down and its allocs lost (their claims are then released)")

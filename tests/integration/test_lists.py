@@ -78,7 +78,7 @@ class ListsTest(unittest.TestCase):
         self.assertEqual(seen, sorted(seen))
         # The text names the next page.
         text = self.ok("volume", "status", "--per-page", "3").out
-        self.assertIn("Next page: --page-token default/scale-v100", text)
+        self.assertIn("Next page: --page-token default/scale-v10\n", text)
 
     def test_flags_and_filters_select_what_they_say(self):
         self.assertEqual(self.ids("--node", "n9"), ["scale-v42", "scale-v4242", "scale-v7"])

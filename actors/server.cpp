@@ -9,6 +9,7 @@
 #include "actors/leader.hpp"
 #include "actors/log_monitor.hpp"
 #include "actors/propose.hpp"
+#include "control/views.hpp"
 #include "log/log.hpp"
 
 namespace berth {
@@ -71,22 +72,6 @@ void connect(const self_ptr& self, const std::string& address, Then then) {
 
 void forward(self_ptr self, v1::Request req, promise rp);
 void run_on_leader(self_ptr self, v1::Request req, promise rp);
-
-bool is_read(const v1::Request& r) {
-  switch (r.command_case()) {
-    case v1::Request::kVolumeStatus:
-    case v1::Request::kVolumeList:
-    case v1::Request::kPluginStatus:
-    case v1::Request::kPluginList:
-    case v1::Request::kNodeStatus:
-    case v1::Request::kNodeList:
-    case v1::Request::kAllocStatus:
-    case v1::Request::kAllocList:
-      return true;
-    default:
-      return false;
-  }
-}
 
 void flush_waiting(self_ptr self) {
   auto waiting = std::move(self->state.waiting);

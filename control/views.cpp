@@ -98,6 +98,22 @@ volume_lookup lookup_volume(const catalog& c, const std::string& ns, const std::
   return {std::nullopt, key};
 }
 
+bool is_read(const v1::Request& r) {
+  switch (r.command_case()) {
+    case v1::Request::kVolumeStatus:
+    case v1::Request::kVolumeList:
+    case v1::Request::kPluginStatus:
+    case v1::Request::kPluginList:
+    case v1::Request::kNodeStatus:
+    case v1::Request::kNodeList:
+    case v1::Request::kAllocStatus:
+    case v1::Request::kAllocList:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::optional<v1::Response> answer_read(
     const catalog& c, const v1::Request& req,
     const std::function<int64_t(const std::string&)>& last_seen_ms) {

@@ -28,6 +28,10 @@ struct volume_lookup {
 };
 volume_lookup lookup_volume(const catalog& c, const std::string& ns, const std::string& id);
 
+// Whether the request only reads the catalog (status and lists): the
+// leader answers it after confirming it leads; nothing changes.
+bool is_read(const v1::Request& r);
+
 // Answers a read request (volume, alloc, plugin and node status and
 // lists); nullopt when the request is not a read.  `last_seen_ms` gives a
 // node's last heartbeat in wall-clock ms (0: not seen by this leader).

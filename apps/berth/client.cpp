@@ -12,6 +12,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/actors.hpp"
+#include "control/views.hpp"
 
 namespace berth {
 
@@ -53,21 +54,15 @@ client::~client() = default;
 
 bool changes_state(const v1::Request& req) {
   switch (req.command_case()) {
-    case v1::Request::kVolumeStatus:
-    case v1::Request::kVolumeList:
-    case v1::Request::kPluginStatus:
-    case v1::Request::kPluginList:
-    case v1::Request::kNodeStatus:
-    case v1::Request::kNodeList:
-    case v1::Request::kAllocStatus:
-    case v1::Request::kAllocList:
     case v1::Request::kAgentStatus:
     case v1::Request::kRaftListPeers:
     case v1::Request::kSnapshotSave:
+    case v1::Request::kMonitor:
+    case v1::Request::kEventStream:
     case v1::Request::COMMAND_NOT_SET:
       return false;
     default:
-      return true;
+      return !is_read(req);
   }
 }
 

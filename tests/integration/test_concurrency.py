@@ -16,8 +16,8 @@ import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import Agent, BERTHD, berth
-from test_csi import Plugin
+from harness import BERTHD, berth
+from test_csi import Plugin, agent_with_plugin, unmount_under
 
 CONTROLLER = {"CreateVolume", "DeleteVolume", "ControllerPublishVolume",
               "ControllerUnpublishVolume", "ValidateVolumeCapabilities"}
@@ -43,26 +43,9 @@ class ConcurrencyTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.plugin = Plugin(self.tmp, extra_args=DELAYS).start()
         self.addCleanup(self.plugin.kill)
-        self.agent = Agent(os.path.join(self.tmp, "data"), extra_args=[
-            "--node-name", "n1",
-            "--plugin", "hostpath=monolith:" + self.plugin.socket + plugin_options,
-            "--fingerprint-interval", "0.2", "--csi-root", os.path.join(self.tmp, "csi")]).start()
+        self.agent = agent_with_plugin(self.tmp, self.plugin, plugin_options)
         self.addCleanup(self.agent.kill)
-        self.addCleanup(self.unmount_leftovers)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            r = berth(self.agent, "--json", "plugin", "status", "hostpath")
-            if r.code == 0 and r.json()["nodes_healthy"] == 1 \
-                    and r.json()["controllers_healthy"] == 1:
-                return
-            time.sleep(0.1)
-        self.fail("the plugin never turned healthy")
-
-    def unmount_leftovers(self):
-        with open("/proc/self/mounts") as f:
-            mounts = [l.split()[1] for l in f if self.tmp in l.split()[1]]
-        for m in reversed(mounts):
-            subprocess.run(["umount", "-l", m], check=False)
+        self.addCleanup(unmount_under, self.tmp)
 
     def ok(self, *args, stdin=None):
         r = berth(self.agent, *args, stdin=stdin, timeout=120)

@@ -79,6 +79,33 @@ class Plugin:
         return [m for m, code in self.calls(volume_id) if code == "OK" and m not in skip]
 
 
+def agent_with_plugin(tmp, plugin, plugin_options="", timeout=30):
+    """A berthd --dev (node n1) driving `plugin` (a started Plugin) as
+    plugin "hostpath" (`plugin_options`: ",max_controller_calls=N" ...),
+    returned once the plugin is healthy."""
+    agent = Agent(os.path.join(tmp, "data"), extra_args=[
+        "--node-name", "n1", "--plugin", "hostpath=monolith:" + plugin.socket + plugin_options,
+        "--fingerprint-interval", "0.2", "--csi-root", os.path.join(tmp, "csi")]).start()
+    deadline = time.time() + timeout
+    while True:
+        r = berth(agent, "--json", "plugin", "status", "hostpath")
+        if r.code == 0 and r.json()["nodes_healthy"] == 1 and r.json()["controllers_healthy"] == 1:
+            return agent
+        if time.time() > deadline:
+            agent.kill()
+            raise RuntimeError("the plugin never turned healthy: %r" % r)
+        time.sleep(0.1)
+
+
+def unmount_under(path):
+    """Lazily unmounts whatever a test left mounted under `path`."""
+    with open("/proc/self/mounts") as f:
+        mounts = [l.split()[1] for l in f if path in l.split()[1]]
+    for m in reversed(mounts):
+        subprocess.run(["umount", "-l", m], check=False)
+    return mounts
+
+
 class CsiTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="berth-csi-")

@@ -9,8 +9,8 @@ import tempfile
 import time
 import unittest
 
-from harness import Agent, berth
-from test_csi import Plugin
+from harness import berth
+from test_csi import Plugin, agent_with_plugin
 
 BENCH = os.environ.get("BERTH_BENCH_BIN", "berth-bench")
 COUNT = 10000
@@ -21,15 +21,7 @@ class ListsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="berth-lists-")
         cls.plugin = Plugin(cls.tmp).start()
-        cls.agent = Agent(os.path.join(cls.tmp, "data"), extra_args=[
-            "--node-name", "n1", "--plugin", "hostpath=monolith:" + cls.plugin.socket,
-            "--fingerprint-interval", "0.2", "--csi-root", os.path.join(cls.tmp, "csi")]).start()
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            r = berth(cls.agent, "--json", "plugin", "status", "hostpath")
-            if r.code == 0 and r.json()["nodes_healthy"] == 1:
-                break
-            time.sleep(0.1)
+        cls.agent = agent_with_plugin(cls.tmp, cls.plugin)
         # A node plugin reported by hand on node n9 (no berth client there):
         # volumes of it register and claim without CSI calls.
         r = berth(cls.agent, "plugin", "fingerprint", "bulk", "--node", "n9", "--type", "node")

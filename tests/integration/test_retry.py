@@ -4,7 +4,6 @@ shell itself sends it again and it ends in one effect."""
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -12,8 +11,8 @@ import time
 import unittest
 
 from cluster import Client, Cluster, Plugin as ClusterPlugin
-from harness import BERTH, Agent, berth
-from test_csi import Plugin
+from harness import BERTH, berth
+from test_csi import Plugin, agent_with_plugin, unmount_under
 
 SPEC = {"plugin_id": "hostpath", "capacity_min": "1MiB",
         "capabilities": [{"access_mode": "single-node-writer", "attachment_mode": "file-system"}]}
@@ -25,25 +24,11 @@ class SentTwiceTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.plugin = Plugin(self.tmp).start()
         self.addCleanup(self.plugin.kill)
-        self.agent = Agent(os.path.join(self.tmp, "data"), extra_args=[
-            "--node-name", "n1", "--plugin", "hostpath=monolith:" + self.plugin.socket,
-            "--fingerprint-interval", "0.2", "--csi-root", os.path.join(self.tmp, "csi")]).start()
+        self.agent = agent_with_plugin(self.tmp, self.plugin)
         self.addCleanup(self.agent.kill)
-        self.addCleanup(self.unmount_leftovers)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            r = berth(self.agent, "--json", "plugin", "status", "hostpath")
-            if r.code == 0 and r.json()["nodes_healthy"] == 1:
-                break
-            time.sleep(0.1)
+        self.addCleanup(unmount_under, self.tmp)
         for vol in ("v0", "v1"):
             self.run_berth("volume", "create", "-", stdin=json.dumps(dict(SPEC, id=vol)))
-
-    def unmount_leftovers(self):
-        with open("/proc/self/mounts") as f:
-            mounts = [l.split()[1] for l in f if self.tmp in l.split()[1]]
-        for m in reversed(mounts):
-            subprocess.run(["umount", "-l", m], check=False)
 
     def run_berth(self, *args, stdin=None, expect=0):
         r = berth(self.agent, *args, stdin=stdin)

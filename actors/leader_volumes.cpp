@@ -21,18 +21,21 @@ namespace berth::leader_flows {
 // plan_detach picks.
 namespace {
 
-// A destructive command sent again after its answer was lost finds its
-// work done: a volume that is not registered (any more) is success, said
-// so.  Other lookup failures stay failures.
-bool answered_as_done(const failure& f, const std::string& ns, const std::string& id,
-                      response_promise& rp) {
-  if (f.code != errc::not_found) return false;
+// The answer of deregister or delete when the volume's lookup failed: a
+// command sent again after its answer was lost finds its work done, so a
+// volume that is not registered (any more) is success, said so.  Other
+// lookup failures stay failures.
+void answer_missing_volume(const failure& f, const std::string& ns, const std::string& id,
+                           response_promise& rp) {
+  if (f.code != errc::not_found) {
+    deliver(rp, f);
+    return;
+  }
   v1::Response r;
   r.set_message("volume " + quoted(id) + " is not registered in namespace " +
                 quoted(ns.empty() ? "default" : ns) +
                 " (deregistered already, or never registered); nothing to do");
   deliver(rp, std::move(r));
-  return true;
 }
 
 }  // namespace
@@ -102,8 +105,7 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
   auto& st = self->state;
   auto found = lookup_volume(st.cat, d.namespace_(), d.volume_id());
   if (found.error) {
-    if (!answered_as_done(*found.error, d.namespace_(), d.volume_id(), rp))
-      deliver(rp, *found.error);
+    answer_missing_volume(*found.error, d.namespace_(), d.volume_id(), rp);
     return;
   }
   const auto vol = st.cat.volumes.at(found.key);
@@ -360,8 +362,7 @@ void deregister_volume(const self_ptr& self, const v1::DeregisterRequest& d, res
   auto& st = self->state;
   auto found = lookup_volume(st.cat, d.namespace_(), d.volume_id());
   if (found.error) {
-    if (!answered_as_done(*found.error, d.namespace_(), d.volume_id(), rp))
-      deliver(rp, *found.error);
+    answer_missing_volume(*found.error, d.namespace_(), d.volume_id(), rp);
     return;
   }
   if (!d.force()) {

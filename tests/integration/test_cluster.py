@@ -14,7 +14,7 @@ import threading
 import time
 import unittest
 
-from cluster import Client, Cluster, Plugin
+from cluster import Cluster
 from harness import berth
 
 VOLUME = {"plugin_id": "hostpath", "capabilities": [
@@ -28,12 +28,7 @@ class ClusterTest(unittest.TestCase):
         # Cleanups run even when setUp fails (tearDown would not).
         self.addCleanup(self.cluster.stop)
         self.cluster.start()
-        self.plugin = Plugin(self.tmp, "plugin-c1", "csi-c1")
-        self.client = Client(self.tmp, "c1", [s.address for s in self.cluster.servers],
-                             self.plugin.socket)
-        self.cluster.processes += [self.client, self.plugin]
-        self.plugin.start()
-        self.client.start()
+        self.plugin, self.client = self.cluster.add_client("c1")
 
     def tearDown(self):
         self.cluster.stop()

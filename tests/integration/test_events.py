@@ -16,7 +16,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from cluster import Client, Cluster, Plugin
+from cluster import Cluster
 from harness import BERTH, berth
 
 SCALE = float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
@@ -42,12 +42,7 @@ class EventStreamTest(unittest.TestCase):
         self.cluster = Cluster(self.tmp, snapshot_threshold=100000)
         self.addCleanup(self.cluster.stop)
         self.cluster.start()
-        self.plugin = Plugin(self.tmp, "plugin-c1", "csi-c1")
-        self.client = Client(self.tmp, "c1", [s.address for s in self.cluster.servers],
-                             self.plugin.socket)
-        self.cluster.processes += [self.client, self.plugin]
-        self.plugin.start()
-        self.client.start()
+        self.plugin, self.client = self.cluster.add_client("c1")
         self.streams = []
 
     def tearDown(self):

@@ -14,7 +14,7 @@ import tempfile
 import time
 import unittest
 
-from cluster import Client, Cluster, Plugin
+from cluster import Cluster
 from harness import berth
 
 SCALE = float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
@@ -29,12 +29,7 @@ class FenceTest(unittest.TestCase):
         self.cluster = Cluster(self.tmp)
         self.addCleanup(self.cleanup)
         self.cluster.start()
-        self.plugin = Plugin(self.tmp, "plugin-c1", "csi-c1")
-        self.client = Client(self.tmp, "c1", [s.address for s in self.cluster.servers],
-                             self.plugin.socket)
-        self.cluster.processes += [self.client, self.plugin]
-        self.plugin.start()
-        self.client.start()
+        self.plugin, self.client = self.cluster.add_client("c1")
 
     def cleanup(self):
         self.cluster.stop()

@@ -10,7 +10,7 @@ import tempfile
 import time
 import unittest
 
-from cluster import Client, Cluster, Plugin as ClusterPlugin
+from cluster import Cluster
 from harness import BERTH, berth
 from test_csi import Plugin, agent_with_plugin, unmount_under
 
@@ -96,13 +96,8 @@ class LeaderKilledTest(unittest.TestCase):
         self.addCleanup(self.cluster.stop)
         self.cluster.start()
         # A slow controller: the alloc run is still in flight when the leader dies.
-        self.plugin = ClusterPlugin(self.tmp, "plugin-c1", "csi-c1",
-                                    extra_args=["--delay", "ControllerPublishVolume=3000"])
-        self.client = Client(self.tmp, "c1", [s.address for s in self.cluster.servers],
-                             self.plugin.socket)
-        self.cluster.processes += [self.client, self.plugin]
-        self.plugin.start()
-        self.client.start()
+        self.plugin, self.client = self.cluster.add_client(
+            "c1", plugin_args=["--delay", "ControllerPublishVolume=3000"])
 
     def ok(self, address, *args, stdin=None):
         deadline = time.time() + 30

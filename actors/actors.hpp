@@ -92,6 +92,9 @@ using state_machine_actor = caf::typed_actor<
     // Replies with everything in the state tables (after every apply sent
     // before this request).
     caf::replies_to<load_atom>::with<state_contents>,
+    // A --stale read (any status or list, with its filter and page):
+    // answered from this server's catalog as of its applied index.
+    caf::replies_to<read_atom, pb<v1::Request>>::with<pb<v1::Response>>,
     // Replies with the applied index and a consistent copy of the state
     // database (after every apply sent before this request).
     caf::replies_to<snapshot_atom>::with<uint64_t, std::string>,

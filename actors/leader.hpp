@@ -68,6 +68,9 @@ struct leader_state {
   // the same request sent again waits for the first instead of running twice.
   std::map<std::string, v1::Alloc> starting_allocs;
   std::multiset<std::string> writing;  // keys of the writes in flight
+  // Drains: allocs asked to stop, nodes whose force or finish is being written.
+  std::set<std::string> drain_stops;
+  std::set<std::string> drain_writes;
   // The metrics' counts of allocs per state and nodes per status.
   std::map<std::string, int64_t> alloc_counts;
   std::map<std::string, int64_t> node_counts;

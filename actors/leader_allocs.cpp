@@ -26,11 +26,9 @@ std::string new_alloc_id() {
   return id;
 }
 
-// Commits an alloc in a new state, if its lifecycle allows it from the
-// committed one (`fallback` when it was never committed).
 void set_alloc_state(const self_ptr& self, const std::string& id, v1::AllocState to,
                      std::string why, int32_t exit_code, then_fn then,
-                     std::optional<v1::Alloc> fallback = std::nullopt) {
+                     std::optional<v1::Alloc> fallback) {
   write(
       self, "alloc/" + id,
       [id, to, why, exit_code,

@@ -95,6 +95,11 @@ void ask_volume(const self_ptr& self, const volume_actor& actor, response_promis
 void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_promise rp);
 void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp);
 void alloc_update(const self_ptr& self, const v1::AllocUpdate& u, response_promise rp);
+// Commits an alloc in a new state, if its lifecycle allows it from the
+// committed one (`fallback` when it was never committed).
+void set_alloc_state(const self_ptr& self, const std::string& id, v1::AllocState to,
+                     std::string why, int32_t exit_code, then_fn then,
+                     std::optional<v1::Alloc> fallback = std::nullopt);
 
 void register_volume(const self_ptr& self, v1::Volume v, response_promise rp,
                      std::string verb = "registered");
@@ -109,7 +114,12 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
 void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp);
 // A client's heartbeat (its node actor registering again).
 void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node);
-// Timer: marks silent nodes down, expires waits, collects empty plugins.
+// berth node drain and berth node eligibility.
+void node_drain(const self_ptr& self, const v1::NodeDrainRequest& r, response_promise rp);
+void node_eligibility(const self_ptr& self, const v1::NodeEligibilityRequest& r,
+                      response_promise rp);
+// Timer: drives drains, marks silent nodes down, expires waits, collects
+// empty plugins.
 void leader_tick(const self_ptr& self);
 
 }  // namespace berth::leader_flows

@@ -8,6 +8,7 @@
 #include "actors/leader_flows.hpp"
 #include "log/log.hpp"
 #include "control/allocs.hpp"
+#include "control/drain.hpp"
 #include "control/entries.hpp"
 #include "control/nodes.hpp"
 #include "control/placement.hpp"
@@ -22,6 +23,16 @@ void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp) {
   auto problems = validate_fingerprint(f);
   if (!problems.empty()) {
     deliver(rp, failure{errc::invalid, describe("plugin fingerprint", problems)});
+    return;
+  }
+  if (fingerprint_withheld(self->state.cat, f)) {
+    // A drained node's instances stay withdrawn until it is enabled.
+    v1::Response r;
+    r.set_message("node " + quoted(f.node_id()) +
+                  " is drained and its plugin instances withdrawn; not applied until: berth "
+                  "node eligibility " +
+                  f.node_id() + " --enable");
+    deliver(rp, std::move(r));
     return;
   }
   if (f.remove() && !self->state.plugin_actors.count(f.plugin_id())) {
@@ -131,7 +142,147 @@ void collect_plugins(const self_ptr& self) {
   }
 }
 
+// --- drain and eligibility ----------------------------------------------------------
+
+namespace {
+
+// Commits what `decide` returns for a node request and answers with the
+// node (and its drain progress) as committed.
+void commit_node_request(const self_ptr& self, const std::string& node_id,
+                  std::function<node_update(const catalog&)> decide, response_promise rp,
+                  std::function<void()> after = {}) {
+  auto message = std::make_shared<std::string>();
+  write(
+      self, "node/" + node_id,
+      [decide, message](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+        auto u = decide(c);
+        if (u.error) return *u.error;
+        *message = u.message;
+        if (!u.upsert) return std::vector<v1::Change>{};
+        return std::vector<v1::Change>{upsert_change(std::move(*u.upsert))};
+      },
+      [self, node_id, message, rp, after](std::optional<failure> f) mutable {
+        if (f) {
+          deliver(rp, *f);
+          return;
+        }
+        v1::Request read;
+        read.set_node_status(node_id);
+        auto r = answer_read(self->state.cat, read, [](const std::string&) { return int64_t{0}; });
+        if (!r) r = v1::Response{};
+        r->set_message(*message);
+        deliver(rp, std::move(*r));
+        if (after) after();
+      });
+}
+
+// Stops one running alloc of a draining node through its client, then
+// commits it complete; the watcher releases its claims through the node.
+void stop_for_drain(const self_ptr& self, const std::string& node_id, const std::string& alloc) {
+  auto& st = self->state;
+  if (!st.drain_stops.insert(alloc).second) return;  // asked already
+  auto done = [self, alloc](std::optional<failure>) { self->state.drain_stops.erase(alloc); };
+  auto why = "stopped by the drain of node " + quoted(node_id);
+  auto node = node_of(self, node_id);
+  if (!node) {
+    const auto* n = find_node(st.cat, node_id);
+    if (n != nullptr && !n->has_client()) {
+      // Nothing runs there: no client ever ran a command on it.
+      set_alloc_state(self, alloc, v1::ALLOC_COMPLETE, why, 0, done);
+      return;
+    }
+    // Its client is away: the drain waits for it (or for the node to be
+    // marked down, or for the deadline).
+    st.drain_stops.erase(alloc);
+    return;
+  }
+  logging::info("leader", "drain stops alloc", {{"node", node_id}, {"alloc", alloc}});
+  self->request(node, std::chrono::seconds(60), stop_atom::value, alloc, false)
+      .then([self, alloc, why, done](
+                int32_t code) { set_alloc_state(self, alloc, v1::ALLOC_COMPLETE, why, code, done); },
+            [self, node_id, alloc](caf::error& e) {
+              self->state.drain_stops.erase(alloc);
+              logging::warn("leader", "drain could not stop alloc; retrying",
+                            {{"node", node_id}, {"alloc", alloc}, {"error", to_failure(e).message}});
+            });
+}
+
+// Withdraws a drained node's plugin instances through the plugin actors.
+void withdraw_plugins(const self_ptr& self, const std::string& node_id) {
+  for (auto& fp : instances_to_withdraw(self->state.cat, node_id)) {
+    logging::info("leader", "drain withdraws plugin instance",
+                  {{"node", node_id}, {"plugin", fp.plugin_id()}});
+    self->request(ensure_plugin_actor(self, fp.plugin_id()), caf::infinite,
+                  fingerprint_atom::value, wrap(std::move(fp)))
+        .then([](pb<v1::Plugin>&) {}, [](caf::error&) {});
+  }
+}
+
+// One step of every drain in progress: stop the running allocs, force at the
+// deadline, finish (and withdraw the plugins) once nothing is left.
+void drive_drains(const self_ptr& self) {
+  auto& st = self->state;
+  for (const auto& id : draining_nodes(st.cat)) {
+    if (st.drain_writes.count(id)) continue;
+    auto plan = plan_drain(st.cat, id, wall_ms());
+    if (plan.force || plan.done) {
+      st.drain_writes.insert(id);
+      bool force = plan.force;
+      write(
+          self, force ? "*" : "node/" + id,
+          [id, force](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+            return force ? force_drain(c, id, wall_ms()) : finish_drain(c, id, wall_ms());
+          },
+          [self, id, force](std::optional<failure> f) {
+            self->state.drain_writes.erase(id);
+            if (f) return;
+            if (force) {
+              logging::warn("leader",
+                            "drain deadline passed: remaining allocs stopped, claims released "
+                            "without the node",
+                            {{"node", id}});
+              // Best effort: the client stops their commands too.
+              if (auto node = node_of(self, id))
+                for (const auto& [alloc_id, a] : self->state.cat.allocs)
+                  if (a.node_id() == id && a.state() == v1::ALLOC_COMPLETE)
+                    self->request(node, std::chrono::seconds(60), stop_atom::value, alloc_id,
+                                  false)
+                        .then([](int32_t) {}, [](caf::error&) {});
+              return;
+            }
+            const auto* n = find_node(self->state.cat, id);
+            if (n == nullptr || n->has_drain()) return;
+            logging::info("leader", "node drained", {{"node", id}});
+            withdraw_plugins(self, id);
+          });
+      continue;
+    }
+    for (const auto& alloc : plan.stop) stop_for_drain(self, id, alloc);
+  }
+}
+
+}  // namespace
+
+void node_drain(const self_ptr& self, const v1::NodeDrainRequest& r, response_promise rp) {
+  commit_node_request(
+      self, r.node_id(), [r](const catalog& c) { return drain_request(c, r, wall_ms()); }, rp,
+      [self] { drive_drains(self); });
+}
+
+void node_eligibility(const self_ptr& self, const v1::NodeEligibilityRequest& r,
+                      response_promise rp) {
+  auto id = r.node_id();
+  commit_node_request(
+      self, id, [r](const catalog& c) { return eligibility_request(c, r); }, rp, [self, id] {
+        // Enabled again: its client reports the instances the drain withdrew.
+        const auto* n = find_node(self->state.cat, id);
+        if (n != nullptr && !n->ineligible())
+          if (auto node = node_of(self, id)) self->send(node, fingerprint_atom::value);
+      });
+}
+
 void leader_tick(const self_ptr& self) {
+  drive_drains(self);
   auto& st = self->state;
   for (const auto& n :
        silent_nodes(st.cat, st.last_seen, steady_ms(), st.options.node_down_timeout.count()))

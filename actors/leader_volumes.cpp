@@ -454,6 +454,7 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
     target = node_of(self, c->node_id());
     r.set_node_detached(
         release_without_node(st.cat, *c, static_cast<bool>(target), r.operator_detach()));
+    if (r.node_detached()) target = node_actor{};  // a forced drain: not through the node
   }
   const auto plugin_id = vol->plugin_id();
   self->request(actor->second, caf::infinite, release_atom::value, wrap(std::move(r)),

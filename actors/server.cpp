@@ -197,33 +197,16 @@ void raft_command(self_ptr self, Atom atom, std::string name, promise rp) {
           });
 }
 
-// --stale: volume reads from this server's own state tables.
+// --stale: any read, answered from this server's own catalog (as of what
+// it applied), with filters and pages, without asking the leader.
 void stale_read(self_ptr self, v1::Request req, promise rp) {
-  self->request(self->state.machine, std::chrono::seconds(30), load_atom::value)
-      .then([req, rp](state_contents& c) mutable {
-        v1::Response r;
-        std::map<std::string, const v1::Plugin*> plugins;
-        for (const auto& p : c.plugins) plugins[p.id()] = &p;
-        auto add = [&](const v1::Volume& v) {
-          *r.add_volumes() = redacted(v);
-          if (auto it = plugins.find(v.plugin_id()); it != plugins.end()) *r.add_plugins() = *it->second;
-        };
-        for (const auto& v : c.volumes) {
-          if (req.has_volume_status()) {
-            auto ns = req.volume_status().namespace_().empty() ? "default" : req.volume_status().namespace_();
-            if (v.id() == req.volume_status().id() && v.namespace_() == ns) add(v);
-          } else if (req.volume_list().namespace_().empty() ||
-                     v.namespace_() == req.volume_list().namespace_()) {
-            add(v);
-          }
-        }
-        if (req.has_volume_status() && r.volumes().empty()) {
-          rp.deliver(failure_response(errc::not_found, "volume '" + req.volume_status().id() +
-                                                           "' is not registered (stale read)"));
-          return;
-        }
-        rp.deliver(wrap(std::move(r)));
-      });
+  self->request(self->state.machine, std::chrono::seconds(30), read_atom::value,
+                wrap(std::move(req)))
+      .then([rp](pb<v1::Response>& r) mutable { rp.deliver(std::move(r)); },
+            [rp](caf::error& e) mutable {
+              auto f = to_failure(e);
+              rp.deliver(failure_response(f.code, f.message));
+            });
 }
 
 // berth status: who this server is and who leads.
@@ -307,7 +290,7 @@ void execute(self_ptr self, v1::Request req, promise rp) {
     stream_events(self, std::move(*req.mutable_event_stream()), rp);
     return;
   }
-  if (req.stale() && (req.has_volume_status() || req.has_volume_list())) {
+  if (req.stale() && is_read(req)) {
     stale_read(self, std::move(req), rp);
     return;
   }

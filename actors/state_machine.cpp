@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "control/events.hpp"
+#include "control/views.hpp"
 
 namespace berth {
 
@@ -72,6 +73,12 @@ state_machine_actor::behavior_type state_machine(
       },
       [self](applied_atom) -> uint64_t { return self->state.store->applied_index(); },
       [self](load_atom) -> state_contents { return self->state.store->load(); },
+      [self](read_atom, const pb<v1::Request>& req) -> pb<v1::Response> {
+        auto r = answer_read(self->state.cat, req.msg,
+                             [](const std::string&) { return int64_t{0}; });
+        if (!r) return wrap(error_response(failure{errc::invalid, "not a read"}));
+        return wrap(std::move(*r));
+      },
       [self](snapshot_atom) -> std::tuple<uint64_t, std::string> {
         try {
           return {self->state.store->applied_index(), self->state.store->snapshot()};

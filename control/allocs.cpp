@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "control/drain.hpp"
 #include "control/entries.hpp"
 
 namespace berth {
@@ -71,6 +72,7 @@ std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, boo
     return failure{errc::refused, "node " + quoted(a.node_id()) +
                                       " is down (its client stopped heartbeating); run the alloc "
                                       "on another node"};
+  if (auto refused = refuse_ineligible(c, a.node_id())) return refused;
   if (!connected)
     return failure{errc::unavailable,
                    "the berth client of node " + quoted(a.node_id()) +
@@ -110,6 +112,7 @@ alloc_for_claim alloc_of_claim(const catalog& c, const v1::ClaimRequest& req, in
     a.set_created_at_ms(now_ms);
     a.set_message("claims made with berth volume claim");
   }
+  if (auto refused = refuse_ineligible(c, req.node_id())) return {refused, std::nullopt};
   auto* v = a.add_volumes();
   v->set_name(req.volume_id());
   v->set_volume_id(req.volume_id());

@@ -29,8 +29,10 @@ release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
 
 bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
                           bool operator_detach) {
-  if (connected) return false;
   const auto* n = find_node(c, claim.node_id());
+  // A drain past its deadline releases what is left without the node.
+  if (n != nullptr && n->has_drain() && n->drain().forced()) return true;
+  if (connected) return false;
   return n == nullptr || !n->has_client() || n->status() == v1::NODE_DOWN || operator_detach;
 }
 

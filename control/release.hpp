@@ -43,9 +43,10 @@ struct release_step {
 release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
                                const release_facts& facts);
 
-// Whether a claim's release goes on without its node: the node is down,
-// unknown or has no berth client (nothing was published there), or the
-// operator detaches it, unless its client is connected.
+// Whether a claim's release goes on without its node: the node's drain
+// passed its deadline; or, unless its client is connected, the node is
+// down, unknown or has no berth client (nothing was published there), or
+// the operator detaches it.
 bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
                           bool operator_detach);
 

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "control/drain.hpp"
 #include "control/filter.hpp"
 #include "messages/codec.hpp"
 
@@ -17,10 +18,11 @@ v1::Response not_found(std::string message) {
   return error_response(failure{errc::not_found, std::move(message)});
 }
 
-v1::Node node_view(const v1::Node& n,
+v1::Node node_view(const catalog& c, const v1::Node& n,
                    const std::function<int64_t(const std::string&)>& last_seen_ms) {
   auto out = n;
   if (auto seen = last_seen_ms(n.id())) out.set_last_seen_ms(seen);
+  if (n.has_drain()) *out.mutable_drain_progress() = drain_progress(c, n.id());
   return out;
 }
 
@@ -190,7 +192,7 @@ std::optional<v1::Response> answer_read(
         return not_found("node " + in_quotes(req.node_status()) +
                          " is not known (list nodes with: berth node status)");
       v1::Response r;
-      *r.add_nodes() = node_view(*n, last_seen_ms);
+      *r.add_nodes() = node_view(c, *n, last_seen_ms);
       for (const auto& [id, a] : c.allocs)
         if (a.node_id() == n->id()) *r.add_allocs() = a;
       for (const auto& [key, v] : c.volumes)
@@ -207,9 +209,9 @@ std::optional<v1::Response> answer_read(
           q.page_token().empty() ? c.nodes.begin() : c.nodes.upper_bound(q.page_token()),
           c.nodes.end(), q, [](const v1::Node&) { return true; },
           [](const std::string& id) { return id; },
-          [&last_seen_ms](const v1::Node& n) { return node_json(node_view(n, last_seen_ms)); },
-          [&last_seen_ms](v1::Response& r, const v1::Node& n) {
-            *r.add_nodes() = node_view(n, last_seen_ms);
+          [&c, &last_seen_ms](const v1::Node& n) { return node_json(node_view(c, n, last_seen_ms)); },
+          [&c, &last_seen_ms](v1::Response& r, const v1::Node& n) {
+            *r.add_nodes() = node_view(c, n, last_seen_ms);
           });
     }
     default:

@@ -438,6 +438,14 @@ json plugin_json(const v1::Plugin& p) {
 json node_json(const v1::Node& n) {
   json plugins = json::array();
   for (const auto& p : n.plugin_ids()) plugins.push_back(p);
+  json drain = nullptr;
+  if (n.has_drain())
+    drain = json{{"started_at_ms", n.drain().started_at_ms()},
+                 {"deadline_ms", n.drain().deadline_ms()},
+                 {"keep_plugins", n.drain().keep_plugins()},
+                 {"forced", n.drain().forced()},
+                 {"allocs_left", n.drain_progress().allocs_left()},
+                 {"claims_left", n.drain_progress().claims_left()}};
   return json{{"id", n.id()},
               {"status", name_of(n.status())},
               {"address", n.address()},
@@ -445,6 +453,10 @@ json node_json(const v1::Node& n) {
               {"last_seen_ms", n.last_seen_ms()},
               {"has_client", n.has_client()},
               {"plugin_ids", plugins},
+              {"eligible", !n.ineligible()},
+              {"drain", drain},
+              {"drained_at_ms", n.drained_at_ms()},
+              {"plugins_withdrawn", n.plugins_withdrawn()},
               {"create_index", n.create_index()},
               {"modify_index", n.modify_index()}};
 }
@@ -488,6 +500,31 @@ std::optional<v1::EventTopic> parse_event_topic(std::string_view name) {
                  v1::EVENT_PLUGIN, v1::EVENT_STATE})
     if (name_of(t) == name) return t;
   return std::nullopt;
+}
+
+std::optional<int64_t> parse_duration_ms(std::string_view text) {
+  constexpr int64_t year_ms = 366LL * 24 * 3600 * 1000;
+  if (text.empty()) return std::nullopt;
+  int64_t total = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t digits = i;
+    int64_t n = 0;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+      n = n * 10 + (text[i] - '0');
+      if (n > year_ms) return std::nullopt;
+      ++i;
+    }
+    if (i == digits) return std::nullopt;  // a unit without a number
+    size_t unit = i;
+    while (i < text.size() && (text[i] < '0' || text[i] > '9')) ++i;
+    auto u = text.substr(unit, i - unit);
+    int64_t scale = u == "ms" ? 1 : u == "s" ? 1000 : u == "m" ? 60'000 : u == "h" ? 3'600'000 : 0;
+    if (scale == 0) return std::nullopt;  // no unit, or an unknown one
+    total += n * scale;
+    if (total > year_ms) return std::nullopt;
+  }
+  return total;
 }
 
 nlohmann::json event_json(const v1::Event& e) {

@@ -47,4 +47,9 @@ std::string_view name_of(v1::EventTopic t);
 // The topic a name names (as --topic takes it), or nullopt.
 std::optional<v1::EventTopic> parse_event_topic(std::string_view name);
 
+// A duration as operators write it ("90s", "30m", "1h30m", "500ms", "0s"):
+// milliseconds, or nullopt for anything else (a bare number, a negative or
+// unknown unit, more than a year).
+std::optional<int64_t> parse_duration_ms(std::string_view text);
+
 }  // namespace berth

@@ -216,3 +216,18 @@ TEST_CASE("a_yaml_spec_whose_aliases_expand_without_bound_is_refused") {
   REQUIRE(ps.size() == 1);
   CHECK(ps[0].message.find("too large") != std::string::npos);
 }
+
+TEST_CASE("durations_as_operators_write_them") {
+  CHECK(parse_duration_ms("90s") == 90'000);
+  CHECK(parse_duration_ms("30m") == 1'800'000);
+  CHECK(parse_duration_ms("1h") == 3'600'000);
+  CHECK(parse_duration_ms("1h30m") == 5'400'000);
+  CHECK(parse_duration_ms("500ms") == 500);
+  CHECK(parse_duration_ms("0s") == 0);
+  CHECK(parse_duration_ms("2m5s250ms") == 125'250);
+  for (const char* bad : {"", "10", "s", "1x", "-5s", "1.5h", "1h ", " 1h", "9999999h",
+                          "99999999999999999999s", "1hh", "m1"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_duration_ms(bad).has_value());
+  }
+}

@@ -362,6 +362,9 @@ TEST_CASE("retry: which requests change state, are safe to send again, and how t
       {{"volume", "delete", "db"}, true, true, "berth volume status db"},
       {{"volume", "detach", "db", "n1"}, true, true, "berth volume status db"},
       {{"operator", "raft", "remove-peer", "s3"}, true, false, "berth operator raft list-peers"},
+      {{"node", "drain", "n1"}, true, true, "berth node status n1"},
+      {{"node", "eligibility", "n1", "--enable"}, true, true, "berth node status n1"},
+      {{"node", "status", "n1", "--stale"}, false, true, "berth operator raft list-peers"},
   };
   for (const auto& r : rows) {
     CAPTURE(r.args);
@@ -409,6 +412,58 @@ TEST_CASE("request: plugin and node status, one or all") {
   auto node = request_ok({"node", "status", "n1"});
   REQUIRE(node.command_case() == v1::Request::kNodeStatus);
   CHECK(node.node_status() == "n1");
+}
+
+TEST_CASE("request: node drain takes a deadline, none, now, or cancels") {
+  auto d = request_ok({"node", "drain", "n1"});
+  REQUIRE(d.command_case() == v1::Request::kNodeDrain);
+  CHECK(d.node_drain().node_id() == "n1");
+  CHECK(d.node_drain().deadline_ms() == 3'600'000);  // Nomad's default: 1h
+  CHECK_FALSE(d.node_drain().no_deadline());
+  CHECK_FALSE(d.node_drain().keep_plugins());
+  auto timed = request_ok({"node", "drain", "n1", "--deadline", "1m30s", "--keep-plugins"});
+  CHECK(timed.node_drain().deadline_ms() == 90'000);
+  CHECK(timed.node_drain().keep_plugins());
+  CHECK(request_ok({"node", "drain", "n1", "--no-deadline"}).node_drain().no_deadline());
+  auto now = request_ok({"node", "drain", "n1", "--force"});
+  CHECK(now.node_drain().deadline_ms() == 0);
+  CHECK_FALSE(now.node_drain().no_deadline());
+  auto cancel = request_ok({"node", "drain", "n1", "--disable", "--keep-ineligible"});
+  CHECK(cancel.node_drain().disable());
+  CHECK(cancel.node_drain().keep_ineligible());
+  auto bad = request_error({"node", "drain", "n1", "--deadline", "soon"});
+  CHECK(bad.code == errc::invalid);
+  CHECK(contains(bad.message, "--deadline soon"));
+  CHECK(request_error({"node", "drain", "n1", "--deadline", "0s"}).code == errc::invalid);
+  // Options that contradict each other, or no node: usage errors.
+  CHECK(parse_command({"node", "drain", "n1", "--force", "--no-deadline"}) == exit_usage);
+  CHECK(parse_command({"node", "drain", "n1", "--disable", "--force"}) == exit_usage);
+  CHECK(parse_command({"node", "drain", "n1", "--keep-ineligible"}) == exit_usage);
+  CHECK(parse_command({"node", "drain"}) == exit_usage);
+}
+
+TEST_CASE("request: node eligibility needs exactly one of --enable and --disable") {
+  auto on = request_ok({"node", "eligibility", "n1", "--enable"});
+  REQUIRE(on.command_case() == v1::Request::kNodeEligibility);
+  CHECK(on.node_eligibility().node_id() == "n1");
+  CHECK(on.node_eligibility().eligible());
+  CHECK_FALSE(request_ok({"node", "eligibility", "n1", "--disable"}).node_eligibility().eligible());
+  CHECK(request_error({"node", "eligibility", "n1"}).code == errc::invalid);
+  CHECK(parse_command({"node", "eligibility", "n1", "--enable", "--disable"}) == exit_usage);
+}
+
+TEST_CASE("request: every status command can be answered --stale by the server asked") {
+  for (const words& args :
+       std::vector<words>{{"volume", "status", "--stale"},
+                          {"volume", "status", "db", "--stale"},
+                          {"alloc", "status", "--stale", "--state", "running"},
+                          {"plugin", "status", "--stale"},
+                          {"node", "status", "n1", "--stale"},
+                          {"node", "status", "--stale", "--per-page", "2"}}) {
+    CAPTURE(args);
+    CHECK(request_ok(args).stale());
+  }
+  CHECK_FALSE(request_ok({"node", "status"}).stale());
 }
 
 TEST_CASE("request: plugin fingerprint reports a healthy monolith unless told otherwise") {
@@ -489,6 +544,34 @@ TEST_CASE("parse_command: event stream takes topics, an index and an until index
 
 // --- human output -------------------------------------------------------------
 
+TEST_CASE("render: a node's eligibility and drain progress") {
+  v1::Response r;
+  auto* n = r.add_nodes();
+  n->set_id("n1");
+  n->add_plugin_ids("hp");
+  n->set_ineligible(true);
+  n->mutable_drain()->set_started_at_ms(1000);
+  n->mutable_drain()->set_deadline_ms(1000 + 3'600'000);
+  n->mutable_drain_progress()->set_allocs_left(2);
+  n->mutable_drain_progress()->set_claims_left(3);
+  auto text = render_node(r, 61'000);
+  CHECK(contains(text, "Eligibility = draining\n"));
+  CHECK(contains(text, "Drain       = 2 alloc(s) to stop, 3 claim(s) to release; deadline in 59m0s; "
+                       "started 1m ago\n"));
+  CHECK(contains(render_node_list(r, 61'000), "n1  unknown  draining"));
+  n->mutable_drain()->set_forced(true);
+  CHECK(contains(render_node(r, 61'000), "deadline passed: releasing without the node"));
+  n->clear_drain();
+  n->set_drained_at_ms(1000);
+  n->set_plugins_withdrawn(true);
+  text = render_node(r, 61'000);
+  CHECK(contains(text, "Eligibility = drained\n"));
+  CHECK(contains(text, "Drained     = 1m ago\n"));
+  CHECK(contains(text, "Plugins     = hp (withdrawn by the drain)\n"));
+  n->set_drained_at_ms(0);
+  CHECK(contains(render_node(r, 61'000), "Eligibility = ineligible\n"));
+}
+
 TEST_CASE("render: lists inside a cell are joined, '-' when empty") {
   v1::Response r;
   auto* n1 = r.add_nodes();
@@ -498,8 +581,8 @@ TEST_CASE("render: lists inside a cell are joined, '-' when empty") {
   r.add_nodes()->set_id("n2");
   auto nodes = render_node_list(r, 0);
   CHECK(contains(nodes, "hp,nfs"));
-  CHECK(contains(nodes, "n2  unknown  no      -"));
-  CHECK(contains(render_node(r, 0), "Plugins   = hp, nfs\n"));
+  CHECK(contains(nodes, "n2  unknown  eligible     no      -"));
+  CHECK(contains(render_node(r, 0), "Plugins     = hp, nfs\n"));
 
   auto* a = r.add_allocs();
   a->set_id("a1");

@@ -76,6 +76,8 @@ bool safe_to_repeat(const v1::Request& req) {
     case v1::Request::kVolumeDetach:
     case v1::Request::kVolumeDeregister:
     case v1::Request::kVolumeDelete:
+    case v1::Request::kNodeDrain:
+    case v1::Request::kNodeEligibility:
       return true;
     default:
       return !changes_state(req);
@@ -109,6 +111,10 @@ std::string check_command(const v1::Request& req) {
       return volume(req.volume_delete().namespace_(), req.volume_delete().volume_id());
     case v1::Request::kPluginFingerprint:
       return "berth plugin status " + req.plugin_fingerprint().plugin_id();
+    case v1::Request::kNodeDrain:
+      return "berth node status " + req.node_drain().node_id();
+    case v1::Request::kNodeEligibility:
+      return "berth node status " + req.node_eligibility().node_id();
     default:
       return "berth operator raft list-peers";
   }

@@ -212,6 +212,7 @@ void add_volume_create(CLI::App& volume, context& ctx) {
 struct list_options {
   std::string plugin, node, state, filter, page_token;
   uint32_t per_page = 0;
+  bool stale = false;
 };
 
 enum class listing { volumes, allocs, nodes, plugins };
@@ -243,6 +244,9 @@ void add_list_options(CLI::App* cmd, list_options& o, listing what) {
       ->check(CLI::Range(1u, 100000u));
   cmd->add_option("--page-token", o.page_token,
                   "Start after this token (the next page token of the page before)");
+  cmd->add_flag("--stale", o.stale,
+                "Answer from the server asked, even if it does not lead (what it applied: may "
+                "lag; default: ask the leader)");
 }
 
 std::string literal(const std::string& v) {
@@ -307,20 +311,16 @@ to_text paged_text(const list_options& o, to_text items) {
 void add_volume_status(CLI::App& volume, context& ctx) {
   struct options {
     std::string id;
-    bool stale = false;
     list_options list;
   };
   auto o = std::make_shared<options>();
   auto* cmd = volume.add_subcommand(
       "status", "Show one volume, or list the volumes (of --namespace; '*' for every one)");
   cmd->add_option("id", o->id, "The volume's id (omit to list all)");
-  cmd->add_flag("--stale", o->stale,
-                "Answer from the server's own state tables, even if it does not lead "
-                "(may lag; default: ask the leader)");
   add_list_options(cmd, o->list, listing::volumes);
   sends(cmd, ctx, [&ctx, o] {
     v1::Request req;
-    req.set_stale(o->stale);
+    req.set_stale(o->list.stale);
     if (!o->id.empty()) {
       req.mutable_volume_status()->set_namespace_(ctx.g.ns);
       req.mutable_volume_status()->set_id(o->id);
@@ -577,6 +577,7 @@ void add_alloc_status(CLI::App& alloc, context& ctx) {
   add_list_options(cmd, *list, listing::allocs);
   sends(cmd, ctx, [&ctx, id, list] {
     v1::Request req;
+    req.set_stale(list->stale);
     if (!id->empty()) {
       req.set_alloc_status(*id);
       return shows(
@@ -609,6 +610,7 @@ void add_plugin_status(CLI::App& plugin, context& ctx) {
   add_list_options(cmd, *list, listing::plugins);
   sends(cmd, ctx, [id, list] {
     v1::Request req;
+    req.set_stale(list->stale);
     if (!id->empty()) {
       req.set_plugin_status(*id);
       return shows(
@@ -802,6 +804,7 @@ void add_node_status(CLI::App& node, context& ctx) {
   add_list_options(cmd, *list, listing::nodes);
   sends(cmd, ctx, [id, list] {
     v1::Request req;
+    req.set_stale(list->stale);
     if (!id->empty()) {
       req.set_node_status(*id);
       return shows(req, node_with_volumes_json, at_now(render_node));
@@ -814,9 +817,103 @@ void add_node_status(CLI::App& node, context& ctx) {
   });
 }
 
+// The node a drain or eligibility answer names, with what was done.
+json node_message_json(const v1::Response& r) {
+  json j = r.nodes().empty() ? json::object() : node_json(r.nodes(0));
+  j["message"] = r.message();
+  return j;
+}
+
+void add_node_drain(CLI::App& node, context& ctx) {
+  struct options {
+    std::string id, deadline = "1h";
+    bool no_deadline = false, force = false, keep_plugins = false, disable = false,
+         keep_ineligible = false;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = node.add_subcommand(
+      "drain",
+      "Drain a node: it takes no new allocs or claims, its allocs are stopped and their claims "
+      "released through the node's own plugins (its plugin instances are withdrawn last); after "
+      "the deadline the rest are stopped anyway and released without the node. The node stays "
+      "ineligible until `berth node eligibility NODE --enable`. Follow with `berth node status "
+      "NODE`");
+  cmd->add_option("id", o->id, "The node's id")->required();
+  auto* deadline = cmd->add_option(
+      "--deadline", o->deadline,
+      "How long the allocs may take to stop before the rest is released without the node "
+      "(e.g. 30m, 1h, 90s; default 1h)");
+  auto* none = cmd->add_flag("--no-deadline", o->no_deadline, "Wait for the allocs however long");
+  auto* force = cmd->add_flag(
+      "--force", o->force,
+      "Deadline now: stop every alloc at once and release its claims without the node");
+  auto* keep = cmd->add_flag(
+      "--keep-plugins", o->keep_plugins,
+      "Keep the node's plugin instances registered when the drain is done");
+  auto* disable = cmd->add_flag("--disable", o->disable,
+                                "Cancel the drain in progress (the node is eligible again)");
+  auto* keep_ineligible = cmd->add_flag("--keep-ineligible", o->keep_ineligible,
+                                        "With --disable: the node stays ineligible");
+  none->excludes(deadline);
+  force->excludes(deadline)->excludes(none);
+  disable->excludes(deadline)->excludes(none)->excludes(force)->excludes(keep);
+  keep_ineligible->needs(disable);
+  sends(cmd, ctx, [o]() -> plan {
+    v1::Request req;
+    auto* d = req.mutable_node_drain();
+    d->set_node_id(o->id);
+    if (o->disable) {
+      d->set_disable(true);
+      d->set_keep_ineligible(o->keep_ineligible);
+      return shows(req, node_message_json, message_text,
+                   "Cancelling the drain of node '" + o->id + "'...");
+    }
+    d->set_keep_plugins(o->keep_plugins);
+    if (o->no_deadline) {
+      d->set_no_deadline(true);
+    } else if (!o->force) {
+      auto ms = parse_duration_ms(o->deadline);
+      if (!ms || *ms == 0)
+        return failure{errc::invalid, "--deadline " + o->deadline +
+                                          " is not a duration such as 30m, 1h or 90s (for no "
+                                          "deadline: --no-deadline; for now: --force)"};
+      d->set_deadline_ms(*ms);
+    }
+    return shows(req, node_message_json, message_text,
+                 "Starting the drain of node '" + o->id + "'...");
+  });
+}
+
+void add_node_eligibility(CLI::App& node, context& ctx) {
+  struct options {
+    std::string id;
+    bool enable = false, disable = false;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = node.add_subcommand(
+      "eligibility",
+      "Let a node take new allocs and claims (--enable), or stop it from taking them while what "
+      "runs there keeps running (--disable)");
+  cmd->add_option("id", o->id, "The node's id")->required();
+  auto* enable = cmd->add_flag("--enable", o->enable, "The node takes new allocs and claims");
+  auto* disable =
+      cmd->add_flag("--disable", o->disable, "The node takes no new allocs or claims");
+  enable->excludes(disable);
+  sends(cmd, ctx, [o]() -> plan {
+    if (!o->enable && !o->disable)
+      return failure{errc::invalid, "say --enable or --disable"};
+    v1::Request req;
+    req.mutable_node_eligibility()->set_node_id(o->id);
+    req.mutable_node_eligibility()->set_eligible(o->enable);
+    return shows(req, node_message_json, message_text);
+  });
+}
+
 void add_node_commands(CLI::App& app, context& ctx) {
-  auto& node = group(app, "node", "Inspect the nodes (hosts) of the cluster");
+  auto& node = group(app, "node", "Inspect, drain and enable the nodes (hosts) of the cluster");
   add_node_status(node, ctx);
+  add_node_drain(node, ctx);
+  add_node_eligibility(node, ctx);
 }
 
 // --- monitor -----------------------------------------------------------------

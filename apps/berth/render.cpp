@@ -219,13 +219,46 @@ std::string render_plugin(const v1::Plugin& p, int64_t now_ms) {
   return out;
 }
 
+// A node's eligibility, with its drain: "eligible", "ineligible",
+// "draining", "drained".
+std::string eligibility_of(const v1::Node& n) {
+  if (n.has_drain()) return "draining";
+  if (!n.ineligible()) return "eligible";
+  return n.drained_at_ms() > 0 ? "drained" : "ineligible";
+}
+
+std::string in_time(int64_t then_ms, int64_t now_ms) {
+  int64_t s = std::max<int64_t>(0, (then_ms - now_ms + 999) / 1000);
+  if (s < 60) return "in " + std::to_string(s) + "s";
+  if (s < 3600) return "in " + std::to_string(s / 60) + "m" + std::to_string(s % 60) + "s";
+  return "in " + std::to_string(s / 3600) + "h" + std::to_string(s % 3600 / 60) + "m";
+}
+
+// What a draining node waits for, and until when.
+std::string drain_text(const v1::Node& n, int64_t now_ms) {
+  const auto& d = n.drain();
+  const auto& p = n.drain_progress();
+  std::string out = std::to_string(p.allocs_left()) + " alloc(s) to stop, " +
+                    std::to_string(p.claims_left()) + " claim(s) to release; ";
+  if (d.forced())
+    out += "deadline passed: releasing without the node";
+  else if (d.deadline_ms() == 0)
+    out += "no deadline";
+  else
+    out += "deadline " + in_time(d.deadline_ms(), now_ms);
+  out += "; started " + relative_time(d.started_at_ms(), now_ms);
+  if (d.keep_plugins()) out += "; keeps its plugins";
+  return out;
+}
+
 std::string render_node_list(const v1::Response& r, int64_t now_ms) {
   if (r.nodes().empty()) return "No nodes known.\n";
-  table t{{"ID", "STATUS", "CLIENT", "PLUGINS", "LAST SEEN"}, {}};
+  table t{{"ID", "STATUS", "ELIGIBILITY", "CLIENT", "PLUGINS", "LAST SEEN"}, {}};
   for (const auto& n : r.nodes()) {
     auto plugins = join(n.plugin_ids(), ",");
-    t.rows.push_back({n.id(), std::string(name_of(n.status())), n.has_client() ? "yes" : "no",
-                      plugins.empty() ? "-" : plugins, relative_time(last_seen(n), now_ms)});
+    t.rows.push_back({n.id(), std::string(name_of(n.status())), eligibility_of(n),
+                      n.has_client() ? "yes" : "no", plugins.empty() ? "-" : plugins,
+                      relative_time(last_seen(n), now_ms)});
   }
   return render_table(t);
 }
@@ -234,11 +267,19 @@ std::string render_node(const v1::Response& r, int64_t now_ms) {
   if (r.nodes().empty()) return "";
   const auto& n = r.nodes(0);
   auto plugins = join(n.plugin_ids(), ", ");
-  std::string out = details({{"ID", n.id()},
-                             {"Status", std::string(name_of(n.status()))},
-                             {"Plugins", plugins.empty() ? "-" : plugins},
-                             {"Client", n.has_client() ? "yes" : "no"},
-                             {"Last Seen", relative_time(last_seen(n), now_ms)}});
+  std::vector<std::pair<std::string, std::string>> rows{
+      {"ID", n.id()},
+      {"Status", std::string(name_of(n.status()))},
+      {"Eligibility", eligibility_of(n)},
+      {"Plugins", plugins.empty()           ? "-"
+                  : n.plugins_withdrawn() ? plugins + " (withdrawn by the drain)"
+                                          : plugins},
+      {"Client", n.has_client() ? "yes" : "no"},
+      {"Last Seen", relative_time(last_seen(n), now_ms)}};
+  if (n.has_drain()) rows.insert(rows.begin() + 3, {"Drain", drain_text(n, now_ms)});
+  if (!n.has_drain() && n.drained_at_ms() > 0)
+    rows.insert(rows.begin() + 3, {"Drained", relative_time(n.drained_at_ms(), now_ms)});
+  std::string out = details(rows);
   if (!r.allocs().empty()) {
     table a{{"ALLOC", "STATE", "VOLUMES", "MODIFIED"}, {}};
     for (const auto& x : r.allocs()) {

@@ -212,9 +212,13 @@ void withdraw_plugins(const self_ptr& self, const std::string& node_id) {
   for (auto& fp : instances_to_withdraw(self->state.cat, node_id)) {
     logging::info("leader", "drain withdraws plugin instance",
                   {{"node", node_id}, {"plugin", fp.plugin_id()}});
-    self->request(ensure_plugin_actor(self, fp.plugin_id()), caf::infinite,
-                  fingerprint_atom::value, wrap(std::move(fp)))
-        .then([](pb<v1::Plugin>&) {}, [](caf::error&) {});
+    auto actor = ensure_plugin_actor(self, fp.plugin_id());
+    self->request(actor, caf::infinite, fingerprint_atom::value, wrap(std::move(fp)))
+        .then([](pb<v1::Plugin>&) {},
+              [node_id](caf::error& e) {
+                logging::warn("leader", "drain could not withdraw a plugin instance",
+                              {{"node", node_id}, {"error", to_failure(e).message}});
+              });
   }
 }
 

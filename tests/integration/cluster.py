@@ -145,11 +145,13 @@ class Cluster:
         self.wait_leader()
         return self
 
-    def add_client(self, name="c1", plugin_args=()):
+    def add_client(self, name="c1", plugin_args=(), shared_root=None):
         """Starts a berth-hostpath (node id csi-NAME, more flags in
-        plugin_args) and a berthd --client NAME driving it; both stop with
-        the cluster.  Returns (plugin, client)."""
-        plugin = Plugin(self.tmp, "plugin-" + name, "csi-" + name, extra_args=plugin_args)
+        plugin_args; shared_root: storage shared with the other clients'
+        plugins, see Plugin) and a berthd --client NAME driving it; both stop
+        with the cluster.  Returns (plugin, client)."""
+        plugin = Plugin(self.tmp, "plugin-" + name, "csi-" + name, shared_root=shared_root,
+                        extra_args=plugin_args)
         client = Client(self.tmp, name, [s.address for s in self.servers], plugin.socket)
         self.processes += [client, plugin]
         plugin.start()

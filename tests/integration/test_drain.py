@@ -1,0 +1,217 @@
+"""Node drain and eligibility (issue 15) on a 3-server cluster with two
+clients, as real processes on 127.0.0.1, through the shell as an operator
+types it.  What the plugins were asked is read from their own call logs; the
+order of commits from the event stream."""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+
+from cluster import Cluster
+from harness import berth
+
+SCALE = float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
+
+
+def volume_spec(vid):
+    return json.dumps({"id": vid, "plugin_id": "hostpath",
+                       "capabilities": [{"access_mode": "single-node-writer",
+                                         "attachment_mode": "file-system"}]})
+
+
+class DrainTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="berth-drain-")
+        self.cluster = Cluster(self.tmp, snapshot_threshold=100000)
+        self.addCleanup(self.cleanup)
+        self.cluster.start()
+        # Shared storage: either node's controller publishes to either node.
+        shared = os.path.join(self.tmp, "shared-root")
+        self.plugin1, _ = self.cluster.add_client("c1", ("--peer-node", "csi-c2"), shared)
+        self.plugin2, _ = self.cluster.add_client("c2", ("--peer-node", "csi-c1"), shared)
+        self.via = self.cluster.any_address()
+        self.wait(lambda: self.plugin_counts() == (2, 2), "both plugin instances healthy")
+
+    def cleanup(self):
+        self.cluster.stop()
+        with open("/proc/self/mounts") as f:
+            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
+                subprocess.run(["umount", "-l", m], check=False)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def b(self, *args, expect=0, stdin=None):
+        r = berth(self.via, "--timeout", "30", *args, stdin=stdin, timeout=90)
+        self.assertEqual(r.code, expect, r)
+        return r
+
+    def wait(self, cond, what, timeout=60):
+        deadline = time.time() + timeout * SCALE
+        while time.time() < deadline:
+            if cond():
+                return
+            time.sleep(0.1)
+        self.fail("never: " + what)
+
+    def plugin_counts(self):
+        r = berth(self.via, "--json", "plugin", "status", "hostpath")
+        if r.code != 0:
+            return None
+        return r.json()["nodes_healthy"], r.json()["nodes_expected"]
+
+    def node(self, name):
+        return self.b("--json", "node", "status", name).json()
+
+    def calls(self, plugin):
+        if not os.path.exists(plugin.call_log):
+            return []
+        with open(plugin.call_log) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    def external_id(self, vid):
+        return self.b("--json", "volume", "status", vid).json()["external_id"]
+
+    def events(self):
+        return [json.loads(l) for l in
+                self.b("event", "stream", "--index", "1", "--until-index",
+                       str(self.last_index())).out.splitlines() if l]
+
+    def last_index(self):
+        r = self.b("--json", "operator", "raft", "list-peers").json()
+        return max(p.get("commit_index", 0) for p in r)
+
+    def start_work(self):
+        """Two volumes on c1: v1 by an alloc with a command, v2 by a claim from
+        the shell; v3 on c2 stays untouched."""
+        for vid in ("v1", "v2", "v3"):
+            self.b("volume", "create", "-", stdin=volume_spec(vid))
+        self.b("alloc", "run", "--node", "c1", "--id", "web", "--volume", "data=v1", "--",
+               "sleep", "600")
+        self.b("volume", "claim", "v2", "--alloc", "db", "--node", "c1")
+        self.b("alloc", "run", "--node", "c2", "--id", "other", "--volume", "data=v3", "--",
+               "sleep", "600")
+
+    def test_drain_releases_in_the_specs_order_and_withdraws_the_plugin_last(self):
+        self.start_work()
+        ext = {vid: self.external_id(vid) for vid in ("v1", "v2")}
+
+        r = self.b("node", "drain", "c1", "--deadline", "10m")
+        self.assertIn("is draining", r.out)
+        self.assertIn("2 alloc(s) to stop, 2 claim(s) to release", r.out)
+        # Ineligible at once: no new alloc or claim there, with the fix named.
+        refused = self.b("alloc", "run", "--node", "c1", "--id", "late", "--", "true", expect=4)
+        self.assertIn("draining", refused.err)
+        self.assertIn("berth node drain c1 --disable", refused.err)
+        late = self.b("volume", "claim", "v1", "--alloc", "late2", "--node", "c1", expect=4)
+        self.assertIn("draining", late.err)
+        self.b("node", "eligibility", "c1", "--enable", expect=4)
+
+        self.wait(lambda: self.node("c1")["drain"] is None, "the drain of c1 ends")
+        node = self.node("c1")
+        self.assertFalse(node["eligible"])
+        self.assertTrue(node["plugins_withdrawn"])
+        self.assertGreater(node["drained_at_ms"], 0)
+        text = self.b("node", "status", "c1").out
+        self.assertIn("Eligibility = drained", text)
+        self.assertIn("(withdrawn by the drain)", text)
+        for alloc in ("web", "db"):
+            a = self.b("--json", "alloc", "status", alloc).json()
+            self.assertEqual(a["state"], "complete", a)
+            self.assertIn("drain of node 'c1'", a["message"])
+        self.assertEqual(self.b("--json", "alloc", "status", "other").json()["state"], "running")
+        for vid in ("v1", "v2"):
+            self.assertEqual(self.b("--json", "volume", "status", vid).json()["claims"], [])
+
+        # The spec's order for each volume: NodeUnpublish, NodeUnstage (on
+        # c1's own plugin), then ControllerUnpublish (on any controller).
+        calls = sorted(self.calls(self.plugin1) + self.calls(self.plugin2),
+                       key=lambda c: c["at_ns"])
+        for vid, external in ext.items():
+            seq = [c["method"] for c in calls if c.get("volume_id") == external and
+                   c["method"] in ("NodeUnpublishVolume", "NodeUnstageVolume",
+                                   "ControllerUnpublishVolume") and c["code"] == 0]
+            self.assertEqual(seq[:3], ["NodeUnpublishVolume", "NodeUnstageVolume",
+                                       "ControllerUnpublishVolume"], (vid, seq))
+            node_calls = [c for c in self.calls(self.plugin1) if c.get("volume_id") == external
+                          and c["method"].startswith("NodeUn")]
+            self.assertEqual(len(node_calls), 2, node_calls)
+
+        # Plugins last: c1's instance leaves the plugin in a commit after
+        # every claim on c1 was freed.
+        self.wait(lambda: self.plugin_counts() == (1, 1), "c1's instance withdrawn")
+        events = self.events()
+        freed = [e["index"] for e in events if e["type"] == "ClaimFreed" and
+                 e["key"] in ("v1/web", "v2/db")]
+        self.assertEqual(len(freed), 2, freed)
+        withdrawn = [e["index"] for e in events if e["topic"] == "plugin" and
+                     e["type"] == "PluginUpdated" and
+                     "c1" not in [n["node_id"] for n in e["object"].get("nodes", [])]]
+        self.assertTrue(withdrawn, [e for e in events if e["topic"] == "plugin"])
+        self.assertGreater(min(i for i in withdrawn if i > min(freed)), max(freed))
+        drain_started = min(e["index"] for e in events if e["topic"] == "node" and
+                            e["key"] == "c1" and (e["object"].get("drain") or {}))
+        self.assertLess(drain_started, min(freed))
+
+        # Drained stays ineligible (a client's fingerprint does not bring the
+        # instance back) until enabled; then it takes work again.
+        time.sleep(1)  # several fingerprint intervals (0.2 s) of c1's client
+        self.assertEqual(self.plugin_counts(), (1, 1))
+        self.b("alloc", "run", "--node", "c1", "--id", "late", "--", "true", expect=4)
+        r = self.b("node", "eligibility", "c1", "--enable")
+        self.assertIn("reported again", r.out)
+        self.wait(lambda: self.plugin_counts() == (2, 2), "c1's instance reported again")
+        self.assertTrue(self.node("c1")["eligible"])
+        self.b("volume", "claim", "v1", "--alloc", "again", "--node", "c1")
+        # Sent again, the same: retry-safe.
+        self.assertIn("eligible already", self.b("node", "eligibility", "c1", "--enable").out)
+
+    def test_forced_drain_releases_without_the_node_and_cancel_restores_eligibility(self):
+        self.start_work()
+        r = self.b("node", "drain", "c1", "--force", "--keep-plugins")
+        self.assertIn("deadline now", r.out)
+        self.wait(lambda: self.node("c1")["drain"] is None, "the forced drain of c1 ends")
+        for alloc in ("web", "db"):
+            a = self.b("--json", "alloc", "status", alloc).json()
+            self.assertEqual(a["state"], "complete", a)
+            self.assertIn("at its deadline", a["message"])
+        for vid in ("v1", "v2"):
+            ext = self.external_id(vid)
+            self.assertEqual(self.b("--json", "volume", "status", vid).json()["claims"], [])
+            # Released without the node: c1's plugin was not asked to unpublish.
+            self.assertFalse([c for c in self.calls(self.plugin1) if c.get("volume_id") == ext
+                              and c["method"].startswith("NodeUn")])
+            self.assertTrue([c for c in self.calls(self.plugin1) + self.calls(self.plugin2)
+                             if c.get("volume_id") == ext and
+                             c["method"] == "ControllerUnpublishVolume"])
+        # --keep-plugins: c1's instance stays.
+        self.assertEqual(self.plugin_counts(), (2, 2))
+        self.assertFalse(self.node("c1")["plugins_withdrawn"])
+
+        # A drain cancelled midway: eligible again unless --keep-ineligible.
+        self.assertIn("ineligible", self.b("volume", "claim", "v1", "--alloc", "x", "--node", "c1",
+                                           expect=4).err)
+        self.b("node", "drain", "c2", "--no-deadline")
+        self.assertIsNotNone(self.node("c2")["drain"])
+        r = self.b("node", "drain", "c2", "--disable", "--keep-ineligible")
+        self.assertIn("stays ineligible", r.out)
+        c2 = self.node("c2")
+        self.assertIsNone(c2["drain"])
+        self.assertFalse(c2["eligible"])
+        self.assertIn("not draining", self.b("node", "drain", "c2", "--disable").out)
+        self.b("node", "eligibility", "c2", "--enable")
+        self.assertTrue(self.node("c2")["eligible"])
+        # Bad input changes nothing and names the fix.
+        bad = self.b("node", "drain", "c2", "--deadline", "soon", expect=2)
+        self.assertIn("--deadline soon", bad.err)
+        self.b("node", "drain", "nope", expect=3)
+        self.assertTrue(self.node("c2")["eligible"])
+        # The stale lists filter on the server asked.
+        stale = self.b("--json", "node", "status", "--stale", "--filter", "eligible == false").json()
+        self.assertEqual([n["id"] for n in stale], ["c1"])
+
+
+if __name__ == "__main__":
+    unittest.main()

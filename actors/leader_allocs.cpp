@@ -173,6 +173,13 @@ void answer_repeated_run(const self_ptr& self, const std::string& id, response_p
         }
         self->state.starting_allocs.erase(id);
         const auto& a = *find_alloc(self->state.cat, id);
+        // A run that failed answers its failure again, never success.
+        if (auto failed = repeated_run_failure(a)) {
+          auto r = error_response(*failed);
+          *r.add_allocs() = a;
+          deliver(rp, std::move(r));
+          return;
+        }
         deliver(rp, alloc_response(a, "alloc " + quoted(id) +
                                           " exists already: this request was applied before "
                                           "(nothing was done again); it is " +

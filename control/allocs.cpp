@@ -87,6 +87,16 @@ std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, boo
   return std::nullopt;
 }
 
+std::optional<failure> repeated_run_failure(const v1::Alloc& settled) {
+  if (settled.state() != v1::ALLOC_FAILED) return std::nullopt;
+  return failure{errc::refused, "alloc " + quoted(settled.id()) + " failed: " +
+                                    settled.message() +
+                                    " (this request was applied before and is not run "
+                                    "again: to run it, give a new --id; see berth alloc "
+                                    "status " +
+                                    settled.id() + ")"};
+}
+
 alloc_for_claim alloc_of_claim(const catalog& c, const v1::ClaimRequest& req, int64_t now_ms) {
   v1::Alloc a;
   if (const auto* known = find_alloc(c, req.alloc_id())) {

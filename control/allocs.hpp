@@ -32,6 +32,11 @@ std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, boo
 // answer is the alloc that exists.
 bool same_alloc_run(const v1::Alloc& known, const v1::Alloc& requested);
 
+// The answer to an alloc run sent again, once the alloc it names settled:
+// the failure the first request answered (or would have) when the alloc
+// failed, nullopt when it runs or ran (the alloc that exists is the answer).
+std::optional<failure> repeated_run_failure(const v1::Alloc& settled);
+
 // The pending alloc of an alloc run request.
 v1::Alloc pending_alloc(const v1::AllocRunRequest& req, std::string id, int64_t now_ms);
 

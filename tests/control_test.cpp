@@ -284,6 +284,18 @@ TEST_CASE("same_alloc_run_knows_a_request_sent_again") {
   CHECK_FALSE(same_alloc_run(known, other));
 }
 
+TEST_CASE("a_repeated_run_of_a_failed_alloc_answers_its_failure_not_success") {
+  for (auto state : {v1::ALLOC_RUNNING, v1::ALLOC_COMPLETE, v1::ALLOC_LOST})
+    CHECK_FALSE(repeated_run_failure(make_alloc("a", "n1", state)));
+  auto failed = alloc_in_state(make_alloc("a", "n1", v1::ALLOC_PENDING), v1::ALLOC_FAILED,
+                               "claim of volume 'sw' refused", 5);
+  auto f = repeated_run_failure(failed);
+  REQUIRE(f);
+  CHECK(f->code == errc::refused);
+  CHECK(f->message.find("claim of volume 'sw' refused") != std::string::npos);
+  CHECK(f->message.find("berth alloc status a") != std::string::npos);
+}
+
 TEST_CASE("alloc_of_claim_creates_extends_or_refuses") {
   catalog c;
   commit(c, {upsert_change(make_alloc("done", "n1", v1::ALLOC_COMPLETE)),

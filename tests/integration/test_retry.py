@@ -133,13 +133,17 @@ class LeaderKilledTest(unittest.TestCase):
             time.sleep(0.05)
         leader.kill()
         out, err = shell.communicate(timeout=90)
-        # The shell sent it again to the new leader: an answer, not an error.
-        self.assertEqual(shell.returncode, 0, (out, err))
-        answer = json.loads(out)
-        self.assertEqual(answer["id"], "job1")
-        # It was pending when its leader died: the new leader failed it, and
-        # the repeated request answered that alloc instead of starting another.
-        self.assertEqual(answer["state"], "failed", answer)
+        # The shell sent it again to the new leader.  It was pending when its
+        # leader died: the new leader failed it, and the repeated request
+        # answers that failure (exit 4, never success for an alloc that
+        # failed) instead of starting another alloc.
+        self.assertEqual(shell.returncode, 4, (out, err))
+        error = json.loads(err)["error"]
+        self.assertEqual(error["code"], "refused", error)
+        self.assertIn("alloc 'job1' failed", error["message"])
+        self.assertIn("applied before", error["message"])
+        self.assertEqual(self.ok(follower.address, "--json", "alloc", "status", "job1")
+                         .json()["state"], "failed")
         allocs = self.ok(follower.address, "--json", "alloc", "status").json()
         self.assertEqual([a["id"] for a in allocs], ["job1"])
         # Whatever the first attempt left (the new leader fails an alloc it

@@ -70,9 +70,7 @@ Status plugin::create_volume(const v1::CreateVolumeRequest& req, v1::CreateVolum
   if (ec)
     return {StatusCode::INTERNAL, "cannot create volume directory: " + ec.message()};
   volume_record rec{req.name(), required > 0 ? required : limit, params};
-  state next = state_;
-  next.volumes[id] = rec;
-  apply(std::move(next));
+  apply({put_volume{id, rec}});
   fill_volume(id, rec, *resp.mutable_volume());
   return Status::OK;
 }
@@ -94,10 +92,7 @@ Status plugin::delete_volume(const v1::DeleteVolumeRequest& req, v1::DeleteVolum
   unlocked([&] { fs::remove_all(volume_dir(id), ec); });
   if (ec)
     return {StatusCode::INTERNAL, "cannot remove volume directory: " + ec.message()};
-  state next = state_;
-  next.volumes.erase(id);
-  next.controller_publications.erase(id);
-  apply(std::move(next));
+  apply({erase_volume{id}});  // it has no controller publications (checked above)
   return Status::OK;
 }
 
@@ -143,9 +138,7 @@ Status plugin::controller_publish(const v1::ControllerPublishVolumeRequest& req,
       return {StatusCode::RESOURCE_EXHAUSTED,
               "node " + node + " already has " + std::to_string(on_node) + " volumes published"};
   }
-  state next = state_;
-  next.controller_publications[id][node] = how;
-  apply(std::move(next));
+  apply({put_controller_publication{id, node, how}});
   answer();
   return Status::OK;
 }
@@ -158,15 +151,13 @@ Status plugin::controller_unpublish(const v1::ControllerUnpublishVolumeRequest& 
   auto it = state_.controller_publications.find(id);
   if (it == state_.controller_publications.end())
     return Status::OK;  // not published (or unknown volume): nothing to undo
-  state next = state_;
-  auto& nodes = next.controller_publications[id];
-  if (req.node_id().empty())
-    nodes.clear();  // the spec: no node id means every node
-  else if (nodes.erase(req.node_id()) == 0)
+  std::vector<record> change;
+  for (const auto& [node, how] : it->second)  // the spec: no node id means every node
+    if (req.node_id().empty() || node == req.node_id())
+      change.push_back(erase_controller_publication{id, node});
+  if (change.empty())
     return Status::OK;
-  if (nodes.empty())
-    next.controller_publications.erase(id);
-  apply(std::move(next));
+  apply(std::move(change));
   return Status::OK;
 }
 

@@ -49,29 +49,38 @@ bool multi_publish(int access_mode) {
          || access_mode == v1::VolumeCapability::AccessMode::SINGLE_NODE_MULTI_WRITER;
 }
 
-plugin::plugin(options opts)
-    : opts_(std::move(opts)), mounter_(opts_.mode), state_file_(opts_.root / "state.json") {
+plugin::plugin(options opts) : opts_(std::move(opts)), mounter_(opts_.mode) {
   fs::create_directories(opts_.root / "volumes");
+  // Every call re-reads the journal with --shared-root: keep it short.
+  const int64_t floor = opts_.shared_root ? int64_t{64} << 10 : int64_t{4} << 20;
+  store_ = std::make_unique<store>(opts_.root / "state.json", opts_.root / "state.journal",
+                                   opts_.journal_limit, floor);
   if (opts_.shared_root) {
     fs::create_directories(opts_.root / "nodes");
-    node_file_ = opts_.root / "nodes" / (opts_.node_id + ".json");
+    auto node = opts_.root / "nodes" / opts_.node_id;
+    node_store_ = std::make_unique<store>(node.string() + ".json", node.string() + ".journal",
+                                          opts_.journal_limit, floor);
     auto lock = opts_.root / "state.lock";
     lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lock_fd_ < 0)
       throw std::runtime_error("cannot open " + lock.string() + ": " + std::strerror(errno));
     begin_call();
     // Announce this node to the controllers of the other processes.
-    if (!fs::exists(node_file_))
-      save_state(node_file_, state{});
+    try {
+      node_store_->create_snapshot_if_missing();
+    } catch (...) {
+      end_call();
+      throw;
+    }
     end_call();
   } else {
-    state_ = load_state(state_file_);
+    state_ = store_->load();
   }
 }
 
-state plugin::load() const {
-  auto shared = load_state(state_file_);
-  auto mine = load_state(node_file_);
+state plugin::load() {
+  auto shared = store_->load();
+  auto mine = node_store_->load();
   shared.stagings = std::move(mine.stagings);
   shared.publications = std::move(mine.publications);
   return shared;
@@ -87,6 +96,7 @@ void plugin::begin_call() {
     auto fresh = load();
     std::lock_guard<std::mutex> lock(mu_);
     state_ = std::move(fresh);
+    unsaved_.clear();
     durable_ = version_;  // what is in memory is what is on disk
   } catch (...) {
     ::flock(lock_fd_, LOCK_UN);
@@ -132,22 +142,43 @@ void plugin::release(const std::string& path, bool stage) {
   pending_stages_ -= stage ? 1 : 0;
 }
 
-void plugin::apply(state next) {
-  state_ = std::move(next);
+void plugin::apply(std::vector<record> change) {
+  apply_change(state_, change);
+  unsaved_.insert(unsaved_.end(), std::make_move_iterator(change.begin()),
+                  std::make_move_iterator(change.end()));
   ++version_;
 }
 
-void plugin::save(const state& s) const {
-  if (opts_.shared_root) {
-    state shared = s, mine;
-    mine.stagings = std::move(shared.stagings);
-    mine.publications = std::move(shared.publications);
-    shared.stagings.clear();
-    shared.publications.clear();
-    save_state(state_file_, shared);
-    save_state(node_file_, mine);
-  } else {
-    save_state(state_file_, s);
+bool plugin::must_compact() const {
+  return store_->must_compact() || (node_store_ && node_store_->must_compact());
+}
+
+void plugin::save(const std::vector<record>& change, const state* whole) {
+  if (!opts_.shared_root) {
+    if (whole)
+      store_->compact(*whole);
+    else
+      store_->append(change);
+    return;
+  }
+  std::vector<record> shared, mine;
+  for (const auto& r : change)
+    (node_local(r) ? mine : shared).push_back(r);
+  try {
+    if (whole && store_->must_compact())
+      store_->compact(shared_part(*whole));
+    else
+      store_->append(shared);
+    if (whole && node_store_->must_compact())
+      node_store_->compact(node_part(*whole));
+    else
+      node_store_->append(mine);
+  } catch (...) {
+    // Part of this change may be on disk and part not: the next save
+    // writes both whole.
+    store_->mark_broken();
+    node_store_->mark_broken();
+    throw;
   }
 }
 
@@ -165,11 +196,17 @@ grpc::Status plugin::wait_durable(int64_t v) {
     // changes applied while it runs wait for the next one.
     saving_ = true;
     const int64_t covers = version_;
-    state snapshot = state_;
+    std::vector<record> change = std::move(unsaved_);
+    unsaved_.clear();
+    // A compaction writes the whole state as of `covers` (the stores are
+    // only touched by the saver, so asking them here is safe).
+    std::unique_ptr<state> whole;
+    if (must_compact())
+      whole = std::make_unique<state>(state_);
     lock.unlock();
     std::string why;
     try {
-      save(snapshot);
+      save(change, whole.get());
     } catch (const std::exception& e) {
       why = e.what();
     }
@@ -178,8 +215,9 @@ grpc::Status plugin::wait_durable(int64_t v) {
     if (why.empty()) {
       durable_ = std::max(durable_, covers);
     } else {
-      // The changes stay in memory (the next save retries them); the calls
-      // they belong to answer INTERNAL, and the CO retries them.
+      // The changes stay in memory and the store now wants a compaction,
+      // so the next save writes them whole; the calls they belong to
+      // answer INTERNAL, and the CO retries them.
       ++failed_saves_;
       failed_covers_ = covers;
       failed_why_ = why;

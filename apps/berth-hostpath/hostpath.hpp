@@ -13,12 +13,14 @@
 // caller must serialize calls per volume id (services.cpp does), so nothing
 // a method checked about its own volume changes while it is unlocked.
 // After the method, serve() waits without the mutex until the state the
-// answer rests on is on disk. Saving is a group commit: each change gets a
-// version number; one thread at a time writes ROOT/state.json (temporary
-// file, fsync, rename, fsync of the directory) with every change made so
-// far, and each call answers once a save covering its version is durable. So
-// an answer the CO saw survives a crash, and N concurrent calls share far
-// fewer than N fsyncs.
+// answer rests on is on disk. Saving is a group commit: each change (a list
+// of records, state.hpp) gets a version number; one thread at a time
+// appends every change made so far as one line to ROOT/state.journal and
+// fdatasyncs it (now and then compacting into ROOT/state.json instead:
+// journal.hpp), and each call answers once a save covering its version is
+// durable. So an answer the CO saw survives a crash, N concurrent calls
+// share far fewer than N fsyncs, and a save costs what changed, not what is
+// stored.
 
 #include <grpcpp/support/status.h>
 
@@ -26,12 +28,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "csi/csi.pb.h"
+#include "journal.hpp"
 #include "mounter.hpp"
 #include "state.hpp"
 
@@ -55,11 +59,18 @@ struct options {
   // ROOT/state.lock and re-reads both files first. Every node with a file in
   // ROOT/nodes/ is known to the controller (no --peer-node needed).
   bool shared_root = false;
+  // When a save compacts the journal into the snapshot (store's `limit`):
+  // -1 (the default) when the journal reaches max(4 MiB, 2x the snapshot),
+  // or with shared_root max(64 KiB, 2x the snapshot) since every call
+  // re-reads it; N >= 0 once it holds N bytes (0: every save rewrites the
+  // whole snapshot). A test and benchmark aid.
+  int64_t journal_limit = -1;
 };
 
 class plugin {
  public:
-  // Creates ROOT/volumes and loads ROOT/state.json. Throws on a corrupt state.
+  // Creates ROOT/volumes and loads ROOT/state.json and ROOT/state.journal.
+  // Throws on a corrupt state.
   explicit plugin(options opts);
 
   static constexpr const char* name = "berth-hostpath";
@@ -158,26 +169,36 @@ class plugin {
   void reserve(const std::string& path, bool stage);
   void release(const std::string& path, bool stage);
 
-  // Makes `next` the current state (in memory, under mu_) and gives it the
-  // next version; serve() waits for it to be saved before answering.
-  void apply(state next);
+  // Applies `change` to the current state (in memory, under mu_), queues it
+  // for the next save and gives it the next version; serve() waits for it
+  // to be saved before answering.
+  void apply(std::vector<record> change);
   // Returns once state version `v` (or a later one) is durable, saving it if
   // no other thread is; INTERNAL if the save that covered `v` failed.
   grpc::Status wait_durable(int64_t v);
-  // Writes `s` to state.json (and, shared_root, this node's file). Throws.
-  void save(const state& s) const;
+  // Appends `change` to the journal (shared_root: the shared records to
+  // ROOT's, the node's own to the node's); with `whole`, compacts instead
+  // (each store whose turn it is). Throws.
+  void save(const std::vector<record>& change, const state* whole);
+  // True when the next save must have the whole state (a compaction).
+  bool must_compact() const;
 
-  state load() const;
+  state load();
 
   options opts_;
   mounter mounter_;
-  std::filesystem::path state_file_;
-  std::filesystem::path node_file_;  // shared_root only
+  // ROOT/state.json + state.journal: everything, or with shared_root the
+  // volumes and controller publications.
+  std::unique_ptr<store> store_;
+  // shared_root only: ROOT/nodes/NODE-ID.json + .journal, this node's
+  // stagings and publications.
+  std::unique_ptr<store> node_store_;
   int lock_fd_ = -1;                 // shared_root only
 
   std::mutex mu_;  // guards everything below, and the RPC methods' work
   state state_;
   int64_t version_ = 0;             // of state_: one more per apply()
+  std::vector<record> unsaved_;     // changes no save has taken yet
   int64_t durable_ = 0;             // the newest version saved durably
   bool saving_ = false;             // one thread saves at a time
   uint64_t failed_saves_ = 0;       // count of saves that threw

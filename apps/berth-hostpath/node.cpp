@@ -91,9 +91,7 @@ Status plugin::node_stage(const v1::NodeStageVolumeRequest& req, v1::NodeStageVo
   } catch (const std::exception& e) {
     return internal(e);
   }
-  state next = state_;
-  next.stagings[path] = {id, how};
-  apply(std::move(next));
+  apply({put_staging{path, {id, how}}});
   return Status::OK;
 }
 
@@ -116,9 +114,7 @@ Status plugin::node_unstage(const v1::NodeUnstageVolumeRequest& req,
   } catch (const std::exception& e) {
     return internal(e);
   }
-  state next = state_;
-  next.stagings.erase(path);
-  apply(std::move(next));
+  apply({erase_staging{path}});
   return Status::OK;
 }
 
@@ -174,9 +170,7 @@ Status plugin::node_publish(const v1::NodePublishVolumeRequest& req,
   } catch (const std::exception& e) {
     return internal(e);
   }
-  state next = state_;
-  next.publications[target] = rec;
-  apply(std::move(next));
+  apply({put_publication{target, rec}});
   return Status::OK;
 }
 
@@ -208,9 +202,7 @@ Status plugin::node_unpublish(const v1::NodeUnpublishVolumeRequest& req,
   } catch (const std::exception& e) {
     return internal(e);
   }
-  state next = state_;
-  next.publications.erase(target);
-  apply(std::move(next));
+  apply({erase_publication{target}});
   return Status::OK;
 }
 

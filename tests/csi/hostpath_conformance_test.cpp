@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "csi/csi.grpc.pb.h"
+#include "hostpath_disk.hpp"
 #include "plugin_process.hpp"
 
 namespace fs = std::filesystem;
@@ -611,14 +612,16 @@ TEST_CASE("hostpath state survives kill -9 and restart, bind mode (root only)") 
 }
 
 // The crash points of the state file's replacement (docs/testing.md#crash-points):
-// stopped at each step of its second write, the plugin restarts with the
-// volume it acknowledged, and with the one in flight exactly when the rename
-// had happened.
+// with --journal-limit 0 every save is a compaction (state.json rewritten
+// whole, the journal emptied). Stopped at each step of its second write, the
+// plugin restarts with the volume it acknowledged, and with the one in
+// flight exactly when the rename had happened.
 TEST_CASE("hostpath state file: a crash at each step of its replacement loses nothing answered") {
-  for (std::string step : {"after_temp_fsync", "after_rename", "after_dir_fsync"}) {
+  for (std::string step : {"state.after_temp_fsync", "state.after_rename",
+                           "state.after_dir_fsync", "journal.after_truncate"}) {
     CAPTURE(step);
-    plugin_process p({"--mount-mode", "symlink"});
-    ::setenv("BERTH_CRASHPOINT", ("hostpath.state." + step + "@2").c_str(), 1);
+    plugin_process p({"--mount-mode", "symlink", "--journal-limit", "0"});
+    ::setenv("BERTH_CRASHPOINT", ("hostpath." + step + "@2").c_str(), 1);
     try {
       p.start();
     } catch (...) {
@@ -643,8 +646,88 @@ TEST_CASE("hostpath state file: a crash at each step of its replacement loses no
     std::set<std::string> ids;
     for (const auto& e : list.resp.entries()) ids.insert(e.volume().volume_id());
     CHECK(ids.count(kept) == 1);
-    CHECK(ids.size() == (step == "after_temp_fsync" ? 1u : 2u));
+    CHECK(ids.size() == (step == "state.after_temp_fsync" ? 1u : 2u));
     CHECK(create(c, "kept") == kept);  // and it is the same volume
+  }
+}
+
+// The crash points of the journal's append (the default: saves append to
+// state.journal). A process crash keeps what was written even before its
+// fdatasync (the page cache outlives the process), so the volume in flight
+// is there after the restart in both cases, next to the acknowledged one.
+TEST_CASE("hostpath journal: a crash after an append's write or sync loses nothing answered") {
+  for (std::string step : {"after_write", "after_sync"}) {
+    CAPTURE(step);
+    plugin_process p({"--mount-mode", "symlink"});
+    ::setenv("BERTH_CRASHPOINT", ("hostpath.journal." + step + "@2").c_str(), 1);
+    try {
+      p.start();
+    } catch (...) {
+      ::unsetenv("BERTH_CRASHPOINT");
+      throw;
+    }
+    ::unsetenv("BERTH_CRASHPOINT");
+    std::string kept;
+    {
+      stubs c(p.endpoint);
+      kept = create(c, "kept");
+      CHECK(CALL(c, controller, CreateVolume, create_req("in-flight")).code != StatusCode::OK);
+    }
+    int status = p.wait_exit(std::chrono::seconds(10));
+    REQUIRE(status != -1);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 137);
+    CHECK_FALSE(fs::exists(p.root / "state.json"));  // never compacted: all in the journal
+    p.start();
+    stubs c(p.endpoint);
+    auto list = CALL(c, controller, ListVolumes, v1::ListVolumesRequest{});
+    REQUIRE(list.code == StatusCode::OK);
+    CHECK(list.resp.entries_size() == 2);
+    CHECK(create(c, "kept") == kept);
+  }
+}
+
+// A journal that compacts often (--journal-limit 1: every second save) keeps
+// everything across restarts; an old state.json without a journal (what
+// earlier versions wrote) loads, and its volumes stay.
+TEST_CASE("hostpath journal: compactions and an old state.json keep everything across restarts") {
+  plugin_process p({"--mount-mode", "symlink", "--journal-limit", "1"});
+  fs::create_directories(p.root);
+  {
+    std::ofstream old(p.root / "state.json");
+    old << R"({"volumes": {"hp-old": {"name": "old", "capacity_bytes": 5,
+               "parameters": {"a": "b"}}}, "controller_publications": {},
+               "stagings": {}, "publications": {}})";
+  }
+  p.start();
+  std::vector<std::string> ids;
+  {
+    stubs c(p.endpoint);
+    for (int i = 0; i < 7; ++i)
+      ids.push_back(create(c, "compacted-" + std::to_string(i)));
+    v1::DeleteVolumeRequest del;
+    del.set_volume_id(ids[3]);
+    REQUIRE(CALL(c, controller, DeleteVolume, del).code == StatusCode::OK);
+    REQUIRE(CALL(c, controller, ControllerPublishVolume, cpub_req(ids[0], "n1")).code
+            == StatusCode::OK);
+  }
+  for (int restart = 0; restart < 2; ++restart) {
+    p.kill9();
+    p.start();
+    stubs c(p.endpoint);
+    auto list = CALL(c, controller, ListVolumes, v1::ListVolumesRequest{});
+    REQUIRE(list.code == StatusCode::OK);
+    std::map<std::string, int> published;
+    for (const auto& e : list.resp.entries())
+      published[e.volume().volume_id()] = e.status().published_node_ids_size();
+    CHECK(published.size() == 7);  // hp-old and 6 of the 7
+    CHECK(published.count("hp-old") == 1);
+    CHECK(published.count(ids[3]) == 0);
+    CHECK(published[ids[0]] == 1);
+    // A change after the restart lands after what was loaded.
+    v1::DeleteVolumeRequest del;
+    del.set_volume_id(create(c, "after-restart-" + std::to_string(restart)));
+    REQUIRE(CALL(c, controller, DeleteVolume, del).code == StatusCode::OK);
   }
 }
 
@@ -765,12 +848,11 @@ void concurrent_attach(bool bind) {
     MESSAGE(e);
 
   p.kill9();
-  std::ifstream in(p.root / "state.json");
-  auto saved = nlohmann::json::parse(in);
-  CHECK(saved["volumes"].size() == n);
-  CHECK(saved["controller_publications"].size() == n);
-  CHECK(saved["stagings"].size() == n);
-  CHECK(saved["publications"].size() == n);
+  auto saved = berth::test::hostpath_state_on_disk(p.root / "state");
+  CHECK(saved.volumes.size() == n);
+  CHECK(saved.controller_publications.size() == n);
+  CHECK(saved.stagings.size() == n);
+  CHECK(saved.publications.size() == n);
 
   p.start();
   stubs c(p.endpoint);
@@ -847,14 +929,17 @@ TEST_CASE("hostpath --shared-root: concurrent calls through two processes stay s
   for (const auto& e : errors)
     MESSAGE(e);
 
-  auto json_of = [](const fs::path& f) { return nlohmann::json::parse(std::ifstream(f)); };
-  auto shared = json_of(a.root / "state.json");
-  CHECK(shared["volumes"].size() == n);
-  CHECK(shared["controller_publications"].size() == n);
-  auto n1 = json_of(a.root / "nodes" / "n1.json"), n2 = json_of(a.root / "nodes" / "n2.json");
-  CHECK(n1["stagings"].size() + n2["stagings"].size() == n);
-  CHECK(n1["stagings"].size() > 0);
-  CHECK(n2["stagings"].size() > 0);
+  using berth::test::hostpath_state_on_disk;
+  auto shared = hostpath_state_on_disk(a.root / "state");
+  CHECK(shared.volumes.size() == n);
+  CHECK(shared.controller_publications.size() == n);
+  CHECK(shared.stagings.empty());
+  auto n1 = hostpath_state_on_disk(a.root / "nodes" / "n1"),
+       n2 = hostpath_state_on_disk(a.root / "nodes" / "n2");
+  CHECK(n1.stagings.size() + n2.stagings.size() == n);
+  CHECK(n1.stagings.size() > 0);
+  CHECK(n2.stagings.size() > 0);
+  CHECK(n1.volumes.empty());
 
   std::vector<std::pair<int64_t, int64_t>> spans;
   for (const auto* p : {&a, &b})

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -14,8 +15,11 @@ namespace berth::hostpath {
 
 namespace fs = std::filesystem;
 
-std::string volume_id_for(const std::string& name) {
-  // FNV-1a: stable across runs and builds (std::hash is not guaranteed to be).
+namespace {
+
+// FNV-1a of `name` in 16 hex digits: stable across runs and builds
+// (std::hash is not guaranteed to be).
+std::string stable_hash(const std::string& name) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : name) {
     h ^= c;
@@ -23,7 +27,29 @@ std::string volume_id_for(const std::string& name) {
   }
   char buf[20];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return std::string("hp-") + buf;
+  return buf;
+}
+
+}  // namespace
+
+std::string volume_id_for(const std::string& name) {
+  return "hp-" + stable_hash(name);
+}
+
+std::string snapshot_id_for(const std::string& name) {
+  return "snap-" + stable_hash(name);
+}
+
+std::string bad_mutable_parameters(const google::protobuf::Map<std::string, std::string>& params) {
+  for (const auto& [key, value] : params) {
+    bool ok = !key.empty() && key.size() <= 63;
+    for (unsigned char c : key)
+      ok &= std::isalnum(c) || c == '.' || c == '_' || c == '/' || c == '-';
+    if (!ok)
+      return "mutable parameter key '" + key
+             + "' is not supported: keys are 1 to 63 characters of [A-Za-z0-9._/-]";
+  }
+  return {};
 }
 
 std::string unsupported(const v1::VolumeCapability& cap) {
@@ -113,6 +139,32 @@ fs::path plugin::volume_dir(const std::string& volume_id) const {
   return opts_.root / "volumes" / volume_id;
 }
 
+fs::path plugin::snapshot_dir(const std::string& snapshot_id) const {
+  return opts_.root / "snapshots" / snapshot_id;
+}
+
+void plugin::copy_tree(const fs::path& from, const fs::path& to) const {
+  auto tmp = to.parent_path() / (".incoming-" + to.filename().string());
+  fs::create_directories(to.parent_path());
+  fs::remove_all(tmp);  // left by a crash during an earlier copy
+  fs::copy(from, tmp, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  fs::remove_all(to);
+  fs::rename(tmp, to);
+}
+
+v1::VolumeCondition plugin::condition_of(const std::string& volume_id) const {
+  v1::VolumeCondition c;
+  std::error_code ec;
+  if (!fs::is_directory(volume_dir(volume_id), ec)) {
+    c.set_abnormal(true);
+    c.set_message("volume directory " + volume_dir(volume_id).string()
+                  + " is missing: its data is gone");
+  } else {
+    c.set_message("volume directory present");
+  }
+  return c;
+}
+
 bool plugin::known_node(const std::string& node_id) const {
   std::error_code ec;
   if (opts_.shared_root && !node_id.empty() && node_id.find('/') == std::string::npos &&
@@ -127,9 +179,23 @@ bool plugin::known_node(const std::string& node_id) const {
 void plugin::fill_volume(const std::string& id, const volume_record& rec, v1::Volume& out) const {
   out.set_volume_id(id);
   out.set_capacity_bytes(rec.capacity_bytes);
+  if (!rec.source_snapshot_id.empty())
+    out.mutable_content_source()->mutable_snapshot()->set_snapshot_id(rec.source_snapshot_id);
+  else if (!rec.source_volume_id.empty())
+    out.mutable_content_source()->mutable_volume()->set_volume_id(rec.source_volume_id);
   if (!opts_.topology.empty())
     out.add_accessible_topology()->mutable_segments()->insert(opts_.topology.begin(),
                                                               opts_.topology.end());
+}
+
+void plugin::fill_snapshot(const std::string& id, const snapshot_record& rec,
+                           v1::Snapshot& out) const {
+  out.set_snapshot_id(id);
+  out.set_source_volume_id(rec.source_volume_id);
+  out.set_size_bytes(rec.size_bytes);
+  out.mutable_creation_time()->set_seconds(rec.creation_time_ns / 1000000000);
+  out.mutable_creation_time()->set_nanos(static_cast<int32_t>(rec.creation_time_ns % 1000000000));
+  out.set_ready_to_use(true);  // the copy is whole before CreateSnapshot answers
 }
 
 void plugin::reserve(const std::string& path, bool stage) {
@@ -242,6 +308,9 @@ grpc::Status plugin::get_plugin_capabilities(const v1::GetPluginCapabilitiesRequ
   resp.add_capabilities()->mutable_service()->set_type(svc::CONTROLLER_SERVICE);
   if (!opts_.topology.empty())
     resp.add_capabilities()->mutable_service()->set_type(svc::VOLUME_ACCESSIBILITY_CONSTRAINTS);
+  // Capacity is bookkeeping: a volume grows while published.
+  resp.add_capabilities()->mutable_volume_expansion()->set_type(
+      v1::PluginCapability::VolumeExpansion::ONLINE);
   return grpc::Status::OK;
 }
 

@@ -129,6 +129,18 @@ class plugin {
   grpc::Status get_capacity(const v1::GetCapacityRequest&, v1::GetCapacityResponse&);
   grpc::Status controller_capabilities(const v1::ControllerGetCapabilitiesRequest&,
                                        v1::ControllerGetCapabilitiesResponse&);
+  grpc::Status controller_expand(const v1::ControllerExpandVolumeRequest&,
+                                 v1::ControllerExpandVolumeResponse&);
+  grpc::Status controller_get_volume(const v1::ControllerGetVolumeRequest&,
+                                     v1::ControllerGetVolumeResponse&);
+  grpc::Status controller_modify(const v1::ControllerModifyVolumeRequest&,
+                                 v1::ControllerModifyVolumeResponse&);
+
+  // Snapshots (snapshot.cpp): copies of a volume's directory.
+  grpc::Status create_snapshot(const v1::CreateSnapshotRequest&, v1::CreateSnapshotResponse&);
+  grpc::Status delete_snapshot(const v1::DeleteSnapshotRequest&, v1::DeleteSnapshotResponse&);
+  grpc::Status list_snapshots(const v1::ListSnapshotsRequest&, v1::ListSnapshotsResponse&);
+  grpc::Status get_snapshot(const v1::GetSnapshotRequest&, v1::GetSnapshotResponse&);
 
   // Node (node.cpp).
   grpc::Status node_stage(const v1::NodeStageVolumeRequest&, v1::NodeStageVolumeResponse&);
@@ -138,14 +150,22 @@ class plugin {
                               v1::NodeUnpublishVolumeResponse&);
   grpc::Status node_volume_stats(const v1::NodeGetVolumeStatsRequest&,
                                  v1::NodeGetVolumeStatsResponse&);
+  grpc::Status node_expand(const v1::NodeExpandVolumeRequest&, v1::NodeExpandVolumeResponse&);
   grpc::Status node_capabilities(const v1::NodeGetCapabilitiesRequest&,
                                  v1::NodeGetCapabilitiesResponse&);
   grpc::Status node_info(const v1::NodeGetInfoRequest&, v1::NodeGetInfoResponse&);
 
  private:
   std::filesystem::path volume_dir(const std::string& volume_id) const;
+  std::filesystem::path snapshot_dir(const std::string& snapshot_id) const;
   bool known_node(const std::string& node_id) const;
   void fill_volume(const std::string& id, const volume_record& rec, v1::Volume& out) const;
+  void fill_snapshot(const std::string& id, const snapshot_record& rec, v1::Snapshot& out) const;
+  // The volume's condition: abnormal when its directory is missing.
+  v1::VolumeCondition condition_of(const std::string& volume_id) const;
+  // Copies directory `from` to `to` through a temporary directory beside
+  // it (a half-made copy never has the final name). Throws.
+  void copy_tree(const std::filesystem::path& from, const std::filesystem::path& to) const;
   // Runs `fn` (a mount, a directory operation) with the state mutex that
   // serve() holds released, and takes it back after (also on an exception).
   // References into state_ do not survive it. Called outside serve() (the
@@ -214,6 +234,13 @@ class plugin {
 // The stable volume id for a CreateVolume name ("hp-" + 16 hex digits), so a
 // retried CreateVolume finds the volume an earlier attempt made.
 std::string volume_id_for(const std::string& name);
+
+// The same for a CreateSnapshot name ("snap-" + 16 hex digits).
+std::string snapshot_id_for(const std::string& name);
+
+// Empty when `params` are mutable parameters berth-hostpath accepts (keys
+// of 1 to 63 characters out of [A-Za-z0-9._/-]; any value), else why not.
+std::string bad_mutable_parameters(const google::protobuf::Map<std::string, std::string>& params);
 
 // Empty when `cap` is a capability berth-hostpath serves, else the reason
 // (for an INVALID_ARGUMENT answer).

@@ -18,13 +18,41 @@ void from_json(const json& j, attachment& a) {
   j.at("access_mode").get_to(a.access_mode);
   j.at("readonly").get_to(a.readonly);
 }
+// The fields added after the first version are written only when set and
+// read when present, so the files of either version load in the other.
 void to_json(json& j, const volume_record& v) {
   j = json{{"name", v.name}, {"capacity_bytes", v.capacity_bytes}, {"parameters", v.parameters}};
+  if (!v.mutable_parameters.empty())
+    j["mutable_parameters"] = v.mutable_parameters;
+  if (!v.source_snapshot_id.empty())
+    j["source_snapshot_id"] = v.source_snapshot_id;
+  if (!v.source_volume_id.empty())
+    j["source_volume_id"] = v.source_volume_id;
 }
 void from_json(const json& j, volume_record& v) {
   j.at("name").get_to(v.name);
   j.at("capacity_bytes").get_to(v.capacity_bytes);
   j.at("parameters").get_to(v.parameters);
+  if (j.contains("mutable_parameters"))
+    j.at("mutable_parameters").get_to(v.mutable_parameters);
+  if (j.contains("source_snapshot_id"))
+    j.at("source_snapshot_id").get_to(v.source_snapshot_id);
+  if (j.contains("source_volume_id"))
+    j.at("source_volume_id").get_to(v.source_volume_id);
+}
+void to_json(json& j, const snapshot_record& s) {
+  j = json{{"name", s.name},
+           {"source_volume_id", s.source_volume_id},
+           {"parameters", s.parameters},
+           {"size_bytes", s.size_bytes},
+           {"creation_time_ns", s.creation_time_ns}};
+}
+void from_json(const json& j, snapshot_record& s) {
+  j.at("name").get_to(s.name);
+  j.at("source_volume_id").get_to(s.source_volume_id);
+  j.at("parameters").get_to(s.parameters);
+  j.at("size_bytes").get_to(s.size_bytes);
+  j.at("creation_time_ns").get_to(s.creation_time_ns);
 }
 void to_json(json& j, const staging_record& s) {
   j = json{{"volume_id", s.volume_id}, {"how", s.how}};
@@ -81,6 +109,10 @@ json record_json(const record& r) {
           [](const erase_publication& x) {
             return json{{"op", "erase_publication"}, {"target", x.target}};
           },
+          [](const put_snapshot& x) {
+            return json{{"op", "put_snapshot"}, {"id", x.id}, {"value", x.value}};
+          },
+          [](const erase_snapshot& x) { return json{{"op", "erase_snapshot"}, {"id", x.id}}; },
       },
       r);
 }
@@ -107,6 +139,10 @@ record json_record(const json& j) {
                            j.at("value").get<publication_record>()};
   if (op == "erase_publication")
     return erase_publication{j.at("target").get<std::string>()};
+  if (op == "put_snapshot")
+    return put_snapshot{j.at("id").get<std::string>(), j.at("value").get<snapshot_record>()};
+  if (op == "erase_snapshot")
+    return erase_snapshot{j.at("id").get<std::string>()};
   throw std::runtime_error("unknown record op '" + op + "'");
 }
 
@@ -153,6 +189,8 @@ void apply_change(state& s, const record& r) {
                  [&](const erase_staging& x) { s.stagings.erase(x.path); },
                  [&](const put_publication& x) { s.publications[x.target] = x.value; },
                  [&](const erase_publication& x) { s.publications.erase(x.target); },
+                 [&](const put_snapshot& x) { s.snapshots[x.id] = x.value; },
+                 [&](const erase_snapshot& x) { s.snapshots.erase(x.id); },
              },
              r);
 }
@@ -196,6 +234,10 @@ std::vector<record> diff(const state& from, const state& to) {
         out.push_back(put_publication{t, v});
       },
       [&](const std::string& t) { out.push_back(erase_publication{t}); });
+  diff_map(
+      from.snapshots, to.snapshots,
+      [&](const std::string& id, const snapshot_record& v) { out.push_back(put_snapshot{id, v}); },
+      [&](const std::string& id) { out.push_back(erase_snapshot{id}); });
   return out;
 }
 
@@ -213,7 +255,7 @@ state shared_part(const state& s) {
 }
 
 state node_part(const state& s) {
-  state out;
+  state out;  // no volumes, controller publications or snapshots
   out.stagings = s.stagings;
   out.publications = s.publications;
   return out;
@@ -223,7 +265,8 @@ std::string encode_state(const state& s) {
   json j{{"volumes", s.volumes},
          {"controller_publications", s.controller_publications},
          {"stagings", s.stagings},
-         {"publications", s.publications}};
+         {"publications", s.publications},
+         {"snapshots", s.snapshots}};
   return j.dump(2) + "\n";
 }
 
@@ -235,6 +278,8 @@ state decode_state(const std::string& text, const std::string& what) {
     j.at("controller_publications").get_to(s.controller_publications);
     j.at("stagings").get_to(s.stagings);
     j.at("publications").get_to(s.publications);
+    if (j.contains("snapshots"))  // absent in files written before snapshots
+      j.at("snapshots").get_to(s.snapshots);
   } catch (const json::exception& e) {
     throw std::runtime_error("corrupt state file " + what + ": " + e.what());
   }

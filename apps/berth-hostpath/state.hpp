@@ -5,7 +5,8 @@
 // and unstage what an earlier run set up.
 //
 // A change to the state is a list of records, each putting or deleting one
-// key (a volume, a controller publication, a staging, a publication). The
+// key (a volume, a controller publication, a staging, a publication, a
+// snapshot). The
 // plugin applies records to its state in memory and appends the same
 // records to a journal (journal.hpp), so a save costs what changed, not
 // what is stored. Everything here is pure: no I/O but load_state/save_state.
@@ -32,11 +33,35 @@ struct attachment {
 
 struct volume_record {
   std::string name;
-  int64_t capacity_bytes = 0;
+  int64_t capacity_bytes = 0;  // grows with ControllerExpandVolume
   std::map<std::string, std::string> parameters;
+  // Set at CreateVolume, changed by ControllerModifyVolume.
+  std::map<std::string, std::string> mutable_parameters;
+  // CreateVolume's volume_content_source (at most one is set): the volume
+  // started as a copy of this snapshot or volume.
+  std::string source_snapshot_id;
+  std::string source_volume_id;
 
   bool operator==(const volume_record& o) const {
-    return name == o.name && capacity_bytes == o.capacity_bytes && parameters == o.parameters;
+    return name == o.name && capacity_bytes == o.capacity_bytes && parameters == o.parameters
+           && mutable_parameters == o.mutable_parameters
+           && source_snapshot_id == o.source_snapshot_id && source_volume_id == o.source_volume_id;
+  }
+};
+
+// A snapshot is a copy of its volume's directory (ROOT/snapshots/<id>),
+// ready to use as soon as CreateSnapshot answers.
+struct snapshot_record {
+  std::string name;
+  std::string source_volume_id;
+  std::map<std::string, std::string> parameters;
+  int64_t size_bytes = 0;
+  int64_t creation_time_ns = 0;  // since the epoch
+
+  bool operator==(const snapshot_record& o) const {
+    return name == o.name && source_volume_id == o.source_volume_id
+           && parameters == o.parameters && size_bytes == o.size_bytes
+           && creation_time_ns == o.creation_time_ns;
   }
 };
 
@@ -66,10 +91,12 @@ struct state {
   std::map<std::string, std::map<std::string, attachment>> controller_publications;
   std::map<std::string, staging_record> stagings;          // by staging path
   std::map<std::string, publication_record> publications;  // by target path
+  std::map<std::string, snapshot_record> snapshots;        // by snapshot id
 
   bool operator==(const state& o) const {
     return volumes == o.volumes && controller_publications == o.controller_publications
-           && stagings == o.stagings && publications == o.publications;
+           && stagings == o.stagings && publications == o.publications
+           && snapshots == o.snapshots;
   }
 };
 
@@ -104,10 +131,17 @@ struct put_publication {
 struct erase_publication {
   std::string target;
 };
+struct put_snapshot {
+  std::string id;
+  snapshot_record value;
+};
+struct erase_snapshot {
+  std::string id;
+};
 
 using record = std::variant<put_volume, erase_volume, put_controller_publication,
                             erase_controller_publication, put_staging, erase_staging,
-                            put_publication, erase_publication>;
+                            put_publication, erase_publication, put_snapshot, erase_snapshot>;
 
 // Applies `r` to `s`. Idempotent: applying a record twice, or a record whose
 // effect `s` already has, leaves `s` as applying it once does (so replaying
@@ -125,7 +159,7 @@ std::vector<record> diff(const state& from, const state& to);
 bool node_local(const record& r);
 
 // The part of `s` that --shared-root shares (volumes, controller
-// publications), and the part that is the node's own.
+// publications, snapshots), and the part that is the node's own.
 state shared_part(const state& s);
 state node_part(const state& s);
 

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "csi/csi.grpc.pb.h"
+#include "hostpath_client.hpp"
 #include "hostpath_disk.hpp"
 #include "plugin_process.hpp"
 
@@ -28,135 +29,7 @@ using berth::test::plugin_process;
 using grpc::StatusCode;
 using Mode = v1::VolumeCapability::AccessMode;
 
-namespace {
-
-struct stubs {
-  explicit stubs(const std::string& endpoint)
-      : channel(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials())),
-        identity(v1::Identity::NewStub(channel)),
-        controller(v1::Controller::NewStub(channel)),
-        node(v1::Node::NewStub(channel)) {}
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Identity::Stub> identity;
-  std::unique_ptr<v1::Controller::Stub> controller;
-  std::unique_ptr<v1::Node::Stub> node;
-};
-
-template <class Resp>
-struct reply {
-  StatusCode code;
-  std::string message;
-  Resp resp;
-};
-
-template <class Resp, class Fn>
-reply<Resp> call(Fn&& fn) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  reply<Resp> r;
-  auto s = fn(&ctx, &r.resp);
-  r.code = s.error_code();
-  r.message = s.error_message();
-  return r;
-}
-
-// CALL(c, controller, CreateVolume, req): one RPC on stubs `c`, returning a
-// reply<CreateVolumeResponse>.
-#define CALL(c, svc, name, req)                                               \
-  call<v1::name##Response>([&](grpc::ClientContext* ctx, v1::name##Response* r) { \
-    return (c).svc->name(ctx, req, r);                                        \
-  })
-
-v1::VolumeCapability mount_cap(Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  v1::VolumeCapability cap;
-  cap.mutable_mount();
-  cap.mutable_access_mode()->set_mode(mode);
-  return cap;
-}
-
-v1::CreateVolumeRequest create_req(const std::string& name, int64_t required = 1 << 20,
-                                   Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  v1::CreateVolumeRequest req;
-  req.set_name(name);
-  req.mutable_capacity_range()->set_required_bytes(required);
-  *req.add_volume_capabilities() = mount_cap(mode);
-  return req;
-}
-
-std::string create(stubs& c, const std::string& name,
-                   Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  auto r = CALL(c, controller, CreateVolume, create_req(name, 1 << 20, mode));
-  REQUIRE(r.code == StatusCode::OK);
-  return r.resp.volume().volume_id();
-}
-
-v1::ControllerPublishVolumeRequest cpub_req(const std::string& vol, const std::string& node,
-                                            Mode::Mode mode = Mode::SINGLE_NODE_WRITER,
-                                            bool readonly = false) {
-  v1::ControllerPublishVolumeRequest req;
-  req.set_volume_id(vol);
-  req.set_node_id(node);
-  *req.mutable_volume_capability() = mount_cap(mode);
-  req.set_readonly(readonly);
-  return req;
-}
-
-v1::NodeStageVolumeRequest stage_req(const std::string& vol, const fs::path& staging,
-                                     Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  v1::NodeStageVolumeRequest req;
-  req.set_volume_id(vol);
-  req.set_staging_target_path(staging.string());
-  *req.mutable_volume_capability() = mount_cap(mode);
-  return req;
-}
-
-v1::NodePublishVolumeRequest pub_req(const std::string& vol, const fs::path& staging,
-                                     const fs::path& target, bool readonly = false,
-                                     Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  v1::NodePublishVolumeRequest req;
-  req.set_volume_id(vol);
-  req.set_staging_target_path(staging.string());
-  req.set_target_path(target.string());
-  *req.mutable_volume_capability() = mount_cap(mode);
-  req.set_readonly(readonly);
-  return req;
-}
-
-v1::NodeUnpublishVolumeRequest unpub_req(const std::string& vol, const fs::path& target) {
-  v1::NodeUnpublishVolumeRequest req;
-  req.set_volume_id(vol);
-  req.set_target_path(target.string());
-  return req;
-}
-
-v1::NodeUnstageVolumeRequest unstage_req(const std::string& vol, const fs::path& staging) {
-  v1::NodeUnstageVolumeRequest req;
-  req.set_volume_id(vol);
-  req.set_staging_target_path(staging.string());
-  return req;
-}
-
-// The CO creates the staging directory and the target's parent (spec).
-fs::path co_dir(const plugin_process& p, const std::string& name) {
-  auto d = p.dir / "co" / name;
-  fs::create_directories(d);
-  return d;
-}
-
-std::vector<std::string> mode_args(bool bind) {
-  return {"--mount-mode", bind ? "bind" : "symlink"};
-}
-
-std::vector<nlohmann::json> read_log(const fs::path& file) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(file);
-  std::string line;
-  while (std::getline(in, line))
-    lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
-}  // namespace
+using namespace hostpath_test;
 
 TEST_CASE("hostpath identity: plugin info, capabilities and probe, repeatable") {
   plugin_process p({"--topology", "zone=z1"});
@@ -170,10 +43,16 @@ TEST_CASE("hostpath identity: plugin info, capabilities and probe, repeatable") 
     auto caps = CALL(c, identity, GetPluginCapabilities, v1::GetPluginCapabilitiesRequest{});
     REQUIRE(caps.code == StatusCode::OK);
     std::vector<int> types;
-    for (const auto& cap : caps.resp.capabilities())
-      types.push_back(cap.service().type());
+    std::vector<int> expansion;
+    for (const auto& cap : caps.resp.capabilities()) {
+      if (cap.has_service())
+        types.push_back(cap.service().type());
+      if (cap.has_volume_expansion())
+        expansion.push_back(cap.volume_expansion().type());
+    }
     CHECK(types == std::vector<int>{v1::PluginCapability::Service::CONTROLLER_SERVICE,
                                     v1::PluginCapability::Service::VOLUME_ACCESSIBILITY_CONSTRAINTS});
+    CHECK(expansion == std::vector<int>{v1::PluginCapability::VolumeExpansion::ONLINE});
     auto probe = CALL(c, identity, Probe, v1::ProbeRequest{});
     REQUIRE(probe.code == StatusCode::OK);
     CHECK(probe.resp.ready().value());
@@ -185,9 +64,10 @@ TEST_CASE("hostpath identity: no topology, no accessibility constraints") {
   p.start();
   stubs c(p.endpoint);
   auto caps = CALL(c, identity, GetPluginCapabilities, v1::GetPluginCapabilitiesRequest{});
-  REQUIRE(caps.resp.capabilities_size() == 1);
+  REQUIRE(caps.resp.capabilities_size() == 2);  // the service and online expansion
   CHECK(caps.resp.capabilities(0).service().type()
         == v1::PluginCapability::Service::CONTROLLER_SERVICE);
+  CHECK(caps.resp.capabilities(1).has_volume_expansion());
 }
 
 TEST_CASE("hostpath CreateVolume: idempotent by name, spec error codes") {
@@ -339,6 +219,14 @@ TEST_CASE("hostpath GetCapacity and ControllerGetCapabilities") {
   for (auto t : {rpc::CREATE_DELETE_VOLUME, rpc::PUBLISH_UNPUBLISH_VOLUME, rpc::LIST_VOLUMES,
                  rpc::GET_CAPACITY, rpc::PUBLISH_READONLY})
     CHECK(types.count(t) == 1);
+  // Each advertised capability has its test (hostpath_capabilities_test.cpp).
+  CHECK(types == std::set<int>{rpc::CREATE_DELETE_VOLUME, rpc::PUBLISH_UNPUBLISH_VOLUME,
+                               rpc::LIST_VOLUMES, rpc::GET_CAPACITY, rpc::CREATE_DELETE_SNAPSHOT,
+                               rpc::LIST_SNAPSHOTS, rpc::CLONE_VOLUME, rpc::PUBLISH_READONLY,
+                               rpc::EXPAND_VOLUME, rpc::LIST_VOLUMES_PUBLISHED_NODES,
+                               rpc::VOLUME_CONDITION, rpc::GET_VOLUME,
+                               rpc::SINGLE_NODE_MULTI_WRITER, rpc::MODIFY_VOLUME,
+                               rpc::GET_SNAPSHOT});
 }
 
 TEST_CASE("hostpath ControllerPublishVolume: per node, single-node rules, limits") {
@@ -415,8 +303,10 @@ TEST_CASE("hostpath NodeGetInfo and NodeGetCapabilities") {
   std::set<int> types;
   for (const auto& cap : caps.resp.capabilities())
     types.insert(cap.rpc().type());
-  CHECK(types.count(v1::NodeServiceCapability::RPC::STAGE_UNSTAGE_VOLUME) == 1);
-  CHECK(types.count(v1::NodeServiceCapability::RPC::GET_VOLUME_STATS) == 1);
+  using rpc = v1::NodeServiceCapability::RPC;
+  CHECK(types == std::set<int>{rpc::STAGE_UNSTAGE_VOLUME, rpc::GET_VOLUME_STATS,
+                               rpc::EXPAND_VOLUME, rpc::VOLUME_CONDITION,
+                               rpc::SINGLE_NODE_MULTI_WRITER});
 }
 
 // The node lifecycle, run in each mount mode.
@@ -475,11 +365,16 @@ void node_lifecycle(bool bind) {
   stats.set_volume_path(target.string());
   auto st = CALL(c, node, NodeGetVolumeStats, stats);
   REQUIRE(st.code == StatusCode::OK);
-  REQUIRE(st.resp.usage_size() == 1);
+  REQUIRE(st.resp.usage_size() == 2);
   CHECK(st.resp.usage(0).unit() == v1::VolumeUsage::BYTES);
   CHECK(st.resp.usage(0).used() == 32);
   CHECK(st.resp.usage(0).total() == 1 << 20);
   CHECK(st.resp.usage(0).available() == (1 << 20) - 32);
+  CHECK(st.resp.usage(1).unit() == v1::VolumeUsage::INODES);
+  CHECK(st.resp.usage(1).used() == 2);  // the volume's directory and hello.txt
+  CHECK(st.resp.usage(1).total() > 0);
+  CHECK(st.resp.usage(1).available() <= st.resp.usage(1).total());
+  CHECK_FALSE(st.resp.volume_condition().abnormal());
   stats.set_volume_path((p.dir / "elsewhere").string());
   CHECK(CALL(c, node, NodeGetVolumeStats, stats).code == StatusCode::NOT_FOUND);
   stats.set_volume_id("hp-unknown");

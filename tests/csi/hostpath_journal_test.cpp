@@ -36,6 +36,15 @@ struct temp_dir {
   }
 };
 
+volume_record vol(std::string name, int64_t capacity,
+                  std::map<std::string, std::string> params = {}) {
+  volume_record v;
+  v.name = std::move(name);
+  v.capacity_bytes = capacity;
+  v.parameters = std::move(params);
+  return v;
+}
+
 std::string read(const fs::path& f) {
   std::ifstream in(f, std::ios::binary);
   std::stringstream s;
@@ -55,8 +64,8 @@ state random_state(std::mt19937& rng) {
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
   for (int i = 0; i < 6; ++i) {
     if (pick(2))
-      s.volumes["v" + std::to_string(i)] = {"name" + std::to_string(i), pick(3) * 1024,
-                                            {{"k", std::to_string(pick(2))}}};
+      s.volumes["v" + std::to_string(i)] =
+          vol("name" + std::to_string(i), pick(3) * 1024, {{"k", std::to_string(pick(2))}});
     for (int n = 0; n < 3; ++n)
       if (pick(3) == 0)
         s.controller_publications["v" + std::to_string(i)]["n" + std::to_string(n)] = {
@@ -67,12 +76,20 @@ state random_state(std::mt19937& rng) {
       s.publications["/pods/" + std::to_string(i)] = {"v" + std::to_string(pick(6)),
                                                       "/st/" + std::to_string(pick(6)),
                                                       {pick(5), pick(2) == 1}};
+    if (pick(3) == 0)
+      s.snapshots["snap-" + std::to_string(i)] = {"s" + std::to_string(i),
+                                                 "v" + std::to_string(pick(6)),
+                                                 {},
+                                                 pick(3) * 100,
+                                                 pick(2) * 1000000007LL};
+    if (pick(4) == 0 && s.volumes.count("v" + std::to_string(i)))
+      s.volumes["v" + std::to_string(i)].mutable_parameters["iops"] = std::to_string(pick(3));
   }
   return s;
 }
 
 std::vector<record> every_kind() {
-  return {put_volume{"v1", {"one", 10, {{"a", "b"}}}},
+  return {put_volume{"v1", vol("one", 10, {{"a", "b"}})},
           put_controller_publication{"v1", "n1", {1, true}},
           put_staging{"/st/1", {"v1", {1, false}}},
           put_publication{"/pods/1", {"v1", "/st/1", {1, true}}},
@@ -80,7 +97,12 @@ std::vector<record> every_kind() {
           erase_staging{"/st/1"},
           erase_controller_publication{"v1", "n1"},
           erase_volume{"v1"},
-          put_volume{"v2", {"two \"quoted\"\n", 0, {}}}};
+          put_volume{"v2", vol("two \"quoted\"\n", 0)},
+          put_snapshot{"snap-1", {"s1", "v2", {{"p", "q"}}, 4096, 1700000000123456789LL}},
+          put_volume{"v3", {"three", 8, {}, {{"iops", "5"}}, "snap-1", ""}},
+          put_volume{"v4", {"four", 8, {}, {}, "", "v3"}},
+          erase_snapshot{"snap-1"},
+          put_snapshot{"snap-2", {"s2", "v3", {}, 8, 1}}};
 }
 
 }  // namespace
@@ -101,8 +123,13 @@ TEST_CASE("hostpath state: every record kind survives encoding, and applies as i
       CHECK(a.publications.at("/pods/1").staging_target_path == "/st/1");
     }
   }
-  CHECK(a.volumes.size() == 1);
+  CHECK(a.volumes.size() == 3);
   CHECK(a.volumes.at("v2").name == "two \"quoted\"\n");
+  CHECK(a.volumes.at("v3").source_snapshot_id == "snap-1");
+  CHECK(a.volumes.at("v3").mutable_parameters.at("iops") == "5");
+  CHECK(a.volumes.at("v4").source_volume_id == "v3");
+  CHECK(a.snapshots.size() == 1);
+  CHECK(a.snapshots.at("snap-2").source_volume_id == "v3");
   CHECK(a.controller_publications.empty());  // the last node's erase removes the volume's entry
   CHECK(a.stagings.empty());
   CHECK(a.publications.empty());
@@ -133,8 +160,8 @@ TEST_CASE("hostpath state: diff turns one state into another, only by the keys t
     CHECK(diff(b, c).empty());
   }
   state a;
-  a.volumes["v1"] = {"one", 1, {}};
-  a.volumes["v2"] = {"two", 2, {}};
+  a.volumes["v1"] = vol("one", 1);
+  a.volumes["v2"] = vol("two", 2);
   state b = a;
   b.volumes["v2"].capacity_bytes = 3;
   auto d = diff(a, b);
@@ -150,10 +177,13 @@ TEST_CASE("hostpath state: node_local splits what --shared-root keeps per node")
   CHECK(node_local(erase_publication{}));
   CHECK_FALSE(node_local(put_volume{}));
   CHECK_FALSE(node_local(erase_controller_publication{}));
+  CHECK_FALSE(node_local(put_snapshot{}));
   auto shared = shared_part(s), mine = node_part(s);
   CHECK(shared.stagings.empty());
-  CHECK(shared.volumes.size() == 1);
+  CHECK(shared.volumes.size() == 3);
+  CHECK(shared.snapshots.size() == 1);
   CHECK(mine.volumes.empty());
+  CHECK(mine.snapshots.empty());
   CHECK(mine.stagings.size() == 1);
 }
 
@@ -164,7 +194,7 @@ TEST_CASE("hostpath journal: lines round trip through the store, across reopenin
   {
     store st(snap, journal);
     CHECK(st.load() == state{});
-    std::vector<record> first = {put_volume{"v1", {"one", 1, {}}},
+    std::vector<record> first = {put_volume{"v1", vol("one", 1)},
                                  put_controller_publication{"v1", "n1", {1, false}}};
     std::vector<record> second = {put_staging{"/st", {"v1", {1, false}}}, erase_volume{"v0"}};
     st.append(first);
@@ -192,11 +222,11 @@ TEST_CASE("hostpath journal: a torn last line is ignored and cut off, then appen
   {
     store st(snap, journal);
     st.load();
-    st.append({put_volume{"v1", {"one", 1, {}}}});
-    apply_change(expected, put_volume{"v1", {"one", 1, {}}});
+    st.append({put_volume{"v1", vol("one", 1)}});
+    apply_change(expected, put_volume{"v1", vol("one", 1)});
   }
   const auto good = read(journal);
-  auto torn_line = encode_journal_line({put_volume{"v2", {"two", 2, {}}}});
+  auto torn_line = encode_journal_line({put_volume{"v2", vol("two", 2)}});
   std::vector<std::pair<const char*, std::string>> tails = {
       {"half a line, no LF", torn_line.substr(0, torn_line.size() / 2)},
       {"all but the LF", torn_line.substr(0, torn_line.size() - 1)},
@@ -211,10 +241,10 @@ TEST_CASE("hostpath journal: a torn last line is ignored and cut off, then appen
       store st(snap, journal);
       CHECK(st.load() == expected);
       CHECK(read(journal) == good);  // cut off before anything is appended after it
-      st.append({put_volume{"v3", {"three", 3, {}}}});
+      st.append({put_volume{"v3", vol("three", 3)}});
     }
     state with_v3 = expected;
-    apply_change(with_v3, put_volume{"v3", {"three", 3, {}}});
+    apply_change(with_v3, put_volume{"v3", vol("three", 3)});
     store st(snap, journal);
     CHECK(st.load() == with_v3);
   }
@@ -226,7 +256,7 @@ TEST_CASE("hostpath journal: a damaged line with intact lines after it refuses t
   {
     store st(snap, journal);
     st.load();
-    st.append({put_volume{"v1", {"one", 1, {}}}});
+    st.append({put_volume{"v1", vol("one", 1)}});
     st.append({put_staging{"/st", {"v1", {1, false}}}});
   }
   const auto good = read(journal);
@@ -311,7 +341,7 @@ TEST_CASE("hostpath journal: when a save compacts") {
   auto snap = d.path / "state.json", journal = d.path / "state.journal";
   state big;
   for (int i = 0; i < 50; ++i)
-    big.volumes["v" + std::to_string(i)] = {std::string(100, 'x'), i, {}};
+    big.volumes["v" + std::to_string(i)] = vol(std::string(100, 'x'), i);
   save_state(snap, big);
   const auto snap_bytes = static_cast<int64_t>(fs::file_size(snap));
   {

@@ -208,7 +208,7 @@ class plugin {
   options opts_;
   mounter mounter_;
   // ROOT/state.json + state.journal: everything, or with shared_root the
-  // volumes and controller publications.
+  // volumes, controller publications and snapshots.
   std::unique_ptr<store> store_;
   // shared_root only: ROOT/nodes/NODE-ID.json + .journal, this node's
   // stagings and publications.

@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -955,4 +956,61 @@ TEST_CASE("hostpath --delay: an unknown RPC or a bad number is refused with exit
     CHECK(err.find("--delay") != std::string::npos);
     CHECK_FALSE(fs::exists(p.socket));  // it never served
   }
+}
+
+// A save that fails (ROOT's filesystem full: a 1 MiB tmpfs, root only)
+// answers INTERNAL; the change stays in memory and the next save, once
+// there is room, writes the whole state (the journal's end is unknown
+// after a failed append), so a retry answers OK and both survive kill -9.
+TEST_CASE("hostpath journal: a failed save answers INTERNAL, the next one compacts") {
+  if (!berth::test::can_bind_mount()) {
+    MESSAGE("not root: cannot mount a small tmpfs, skipped");
+    return;
+  }
+  plugin_process p({"--mount-mode", "symlink"});
+  fs::create_directories(p.root);
+  REQUIRE(::mount("tmpfs", p.root.c_str(), "tmpfs", 0, "size=1m") == 0);
+  p.start();
+  stubs c(p.endpoint);
+  auto first = create(c, "before-full");
+  // Fill the filesystem to the last byte.
+  {
+    int fd = ::open((p.root / "filler").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    std::string block(4096, 'x');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    while (::write(fd, block.data(), 1) > 0) {
+    }
+    ::close(fd);
+  }
+  // The journal's last page still has room for a few lines: create until
+  // an append needs a new page.
+  int made = 0;
+  reply<v1::CreateVolumeResponse> full;
+  for (; made < 200; ++made) {
+    full = CALL(c, controller, CreateVolume, create_req("while-full-" + std::to_string(made)));
+    if (full.code != StatusCode::OK)
+      break;
+  }
+  CAPTURE(full.message);
+  REQUIRE(full.code == StatusCode::INTERNAL);
+  CHECK(full.message.find("state.journal") != std::string::npos);
+  fs::remove(p.root / "filler");
+  auto after = CALL(c, controller, CreateVolume, create_req("after-full"));
+  CHECK(after.code == StatusCode::OK);
+  auto retry = CALL(c, controller, CreateVolume,
+                    create_req("while-full-" + std::to_string(made)));
+  CHECK(retry.code == StatusCode::OK);
+  CHECK(fs::exists(p.root / "state.json"));  // written whole by the compaction
+  const size_t expected = static_cast<size_t>(made) + 3;
+  p.kill9();
+  auto saved = berth::test::hostpath_state_on_disk(p.root / "state");
+  CHECK(saved.volumes.size() == expected);
+  p.start();
+  stubs c2(p.endpoint);
+  CHECK(static_cast<size_t>(
+            CALL(c2, controller, ListVolumes, v1::ListVolumesRequest{}).resp.entries_size())
+        == expected);
+  CHECK(create(c2, "before-full") == first);
 }

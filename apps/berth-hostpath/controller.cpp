@@ -35,8 +35,19 @@ Status plugin::create_volume(const v1::CreateVolumeRequest& req, v1::CreateVolum
   for (const auto& cap : req.volume_capabilities())
     if (auto why = unsupported(cap); !why.empty())
       return {StatusCode::INVALID_ARGUMENT, why};
-  if (req.has_volume_content_source())
-    return {StatusCode::INVALID_ARGUMENT, "volume_content_source: snapshots and clones are not supported"};
+  std::string src_snapshot, src_volume;
+  if (req.has_volume_content_source()) {
+    const auto& src = req.volume_content_source();
+    if (src.has_snapshot())
+      src_snapshot = src.snapshot().snapshot_id();
+    else if (src.has_volume())
+      src_volume = src.volume().volume_id();
+    if (src_snapshot.empty() && src_volume.empty())
+      return {StatusCode::INVALID_ARGUMENT,
+              "volume_content_source needs a snapshot_id or a volume_id"};
+  }
+  if (auto why = bad_mutable_parameters(req.mutable_parameters()); !why.empty())
+    return {StatusCode::INVALID_ARGUMENT, why};
   int64_t required = req.capacity_range().required_bytes();
   int64_t limit = req.capacity_range().limit_bytes();
   if (required < 0 || limit < 0)
@@ -53,26 +64,69 @@ Status plugin::create_volume(const v1::CreateVolumeRequest& req, v1::CreateVolum
 
   auto id = volume_id_for(req.name());
   auto params = to_map(req.parameters());
+  auto mutable_params = to_map(req.mutable_parameters());
   if (auto it = state_.volumes.find(id); it != state_.volumes.end()) {
     const auto& rec = it->second;
     bool fits = (required == 0 || rec.capacity_bytes >= required)
-                && (limit == 0 || rec.capacity_bytes <= limit) && rec.parameters == params;
+                && (limit == 0 || rec.capacity_bytes <= limit) && rec.parameters == params
+                && rec.mutable_parameters == mutable_params
+                && rec.source_snapshot_id == src_snapshot && rec.source_volume_id == src_volume;
     if (!fits)
       return {StatusCode::ALREADY_EXISTS, "volume '" + req.name() + "' exists with capacity "
                                               + std::to_string(rec.capacity_bytes)
-                                              + " or other parameters"};
+                                              + " or other parameters or content source"};
     fill_volume(id, rec, *resp.mutable_volume());
-      return Status::OK;
+    return Status::OK;
   }
 
-  std::error_code ec;
-  unlocked([&] { fs::create_directories(volume_dir(id), ec); });
-  if (ec)
-    return {StatusCode::INTERNAL, "cannot create volume directory: " + ec.message()};
-  volume_record rec{req.name(), required > 0 ? required : limit, params};
-  state next = state_;
-  next.volumes[id] = rec;
-  apply(std::move(next));
+  // The new volume's contents: empty, or a copy of the source, which it
+  // must be at least as large as.
+  int64_t capacity = required > 0 ? required : limit;
+  fs::path from;
+  int64_t source_bytes = 0;
+  if (!src_snapshot.empty()) {
+    auto snap = state_.snapshots.find(src_snapshot);
+    if (snap == state_.snapshots.end())
+      return {StatusCode::NOT_FOUND, "snapshot " + src_snapshot + " does not exist"};
+    from = snapshot_dir(src_snapshot);
+    source_bytes = snap->second.size_bytes;
+  } else if (!src_volume.empty()) {
+    auto vol = state_.volumes.find(src_volume);
+    if (vol == state_.volumes.end())
+      return {StatusCode::NOT_FOUND, "volume " + src_volume + " does not exist"};
+    from = volume_dir(src_volume);
+    source_bytes = vol->second.capacity_bytes;
+  }
+  if (capacity < source_bytes) {
+    if (limit > 0 && limit < source_bytes)
+      return {StatusCode::OUT_OF_RANGE, "the source has " + std::to_string(source_bytes)
+                                            + " bytes, more than capacity_range.limit_bytes"};
+    capacity = source_bytes;
+  }
+
+  std::string failed;
+  unlocked([&] {
+    try {
+      if (from.empty())
+        fs::create_directories(volume_dir(id));
+      else
+        copy_tree(from, volume_dir(id));
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+  });
+  if (!failed.empty())
+    return {StatusCode::INTERNAL, "cannot make the volume directory: " + failed};
+  // The source may have gone while it was copied (its own calls do not
+  // wait for this one): then the copy may be partial.
+  if ((!src_snapshot.empty() && state_.snapshots.count(src_snapshot) == 0)
+      || (!src_volume.empty() && state_.volumes.count(src_volume) == 0)) {
+    std::error_code ec;
+    unlocked([&] { fs::remove_all(volume_dir(id), ec); });
+    return {StatusCode::ABORTED, "the content source was deleted during the copy: retry"};
+  }
+  volume_record rec{req.name(), capacity, params, mutable_params, src_snapshot, src_volume};
+  apply({put_volume{id, rec}});
   fill_volume(id, rec, *resp.mutable_volume());
   return Status::OK;
 }
@@ -94,10 +148,7 @@ Status plugin::delete_volume(const v1::DeleteVolumeRequest& req, v1::DeleteVolum
   unlocked([&] { fs::remove_all(volume_dir(id), ec); });
   if (ec)
     return {StatusCode::INTERNAL, "cannot remove volume directory: " + ec.message()};
-  state next = state_;
-  next.volumes.erase(id);
-  next.controller_publications.erase(id);
-  apply(std::move(next));
+  apply({erase_volume{id}});  // it has no controller publications (checked above)
   return Status::OK;
 }
 
@@ -143,9 +194,7 @@ Status plugin::controller_publish(const v1::ControllerPublishVolumeRequest& req,
       return {StatusCode::RESOURCE_EXHAUSTED,
               "node " + node + " already has " + std::to_string(on_node) + " volumes published"};
   }
-  state next = state_;
-  next.controller_publications[id][node] = how;
-  apply(std::move(next));
+  apply({put_controller_publication{id, node, how}});
   answer();
   return Status::OK;
 }
@@ -158,15 +207,13 @@ Status plugin::controller_unpublish(const v1::ControllerUnpublishVolumeRequest& 
   auto it = state_.controller_publications.find(id);
   if (it == state_.controller_publications.end())
     return Status::OK;  // not published (or unknown volume): nothing to undo
-  state next = state_;
-  auto& nodes = next.controller_publications[id];
-  if (req.node_id().empty())
-    nodes.clear();  // the spec: no node id means every node
-  else if (nodes.erase(req.node_id()) == 0)
+  std::vector<record> change;
+  for (const auto& [node, how] : it->second)  // the spec: no node id means every node
+    if (req.node_id().empty() || node == req.node_id())
+      change.push_back(erase_controller_publication{id, node});
+  if (change.empty())
     return Status::OK;
-  if (nodes.empty())
-    next.controller_publications.erase(id);
-  apply(std::move(next));
+  apply(std::move(change));
   return Status::OK;
 }
 
@@ -213,6 +260,7 @@ Status plugin::list_volumes(const v1::ListVolumesRequest& req, v1::ListVolumesRe
         pubs != state_.controller_publications.end())
       for (const auto& [node, how] : pubs->second)
         entry->mutable_status()->add_published_node_ids(node);
+    *entry->mutable_status()->mutable_volume_condition() = condition_of(it->first);
   }
   return Status::OK;
 }
@@ -232,9 +280,89 @@ Status plugin::controller_capabilities(const v1::ControllerGetCapabilitiesReques
                                        v1::ControllerGetCapabilitiesResponse& resp) {
   using rpc = v1::ControllerServiceCapability::RPC;
   for (auto t : {rpc::CREATE_DELETE_VOLUME, rpc::PUBLISH_UNPUBLISH_VOLUME, rpc::LIST_VOLUMES,
-                 rpc::GET_CAPACITY, rpc::PUBLISH_READONLY, rpc::LIST_VOLUMES_PUBLISHED_NODES,
-                 rpc::SINGLE_NODE_MULTI_WRITER})
+                 rpc::GET_CAPACITY, rpc::CREATE_DELETE_SNAPSHOT, rpc::LIST_SNAPSHOTS,
+                 rpc::CLONE_VOLUME, rpc::PUBLISH_READONLY, rpc::EXPAND_VOLUME,
+                 rpc::LIST_VOLUMES_PUBLISHED_NODES, rpc::VOLUME_CONDITION, rpc::GET_VOLUME,
+                 rpc::SINGLE_NODE_MULTI_WRITER, rpc::MODIFY_VOLUME, rpc::GET_SNAPSHOT})
     resp.add_capabilities()->mutable_rpc()->set_type(t);
+  return Status::OK;
+}
+
+Status plugin::controller_expand(const v1::ControllerExpandVolumeRequest& req,
+                                 v1::ControllerExpandVolumeResponse& resp) {
+  const auto& id = req.volume_id();
+  if (id.empty())
+    return {StatusCode::INVALID_ARGUMENT, "volume_id is required"};
+  if (!req.has_capacity_range())
+    return {StatusCode::INVALID_ARGUMENT, "capacity_range is required"};
+  if (req.has_volume_capability())
+    if (auto why = unsupported(req.volume_capability()); !why.empty())
+      return {StatusCode::INVALID_ARGUMENT, why};
+  int64_t required = req.capacity_range().required_bytes();
+  int64_t limit = req.capacity_range().limit_bytes();
+  if (required < 0 || limit < 0)
+    return {StatusCode::INVALID_ARGUMENT, "capacity_range must not be negative"};
+  if (required == 0 && limit == 0)
+    return {StatusCode::INVALID_ARGUMENT, "capacity_range needs required_bytes or limit_bytes"};
+  if (limit > 0 && limit < required)
+    return {StatusCode::OUT_OF_RANGE, "capacity_range: limit_bytes < required_bytes"};
+  auto it = state_.volumes.find(id);
+  if (it == state_.volumes.end())
+    return {StatusCode::NOT_FOUND, "volume " + id + " does not exist"};
+  const int64_t current = it->second.capacity_bytes;
+  if (limit > 0 && limit < current)
+    return {StatusCode::OUT_OF_RANGE, "volume " + id + " has " + std::to_string(current)
+                                          + " bytes, more than limit_bytes: volumes do not shrink"};
+  // Online: published or not, the capacity is bookkeeping for a directory.
+  // The node still gets NodeExpandVolume, which checks the new size.
+  resp.set_node_expansion_required(true);
+  int64_t target = required > 0 ? required : limit;
+  if (target <= current) {  // already that large: the spec's idempotent OK
+    resp.set_capacity_bytes(current);
+    return Status::OK;
+  }
+  volume_record rec = it->second;
+  rec.capacity_bytes = target;
+  apply({put_volume{id, rec}});
+  resp.set_capacity_bytes(target);
+  return Status::OK;
+}
+
+Status plugin::controller_get_volume(const v1::ControllerGetVolumeRequest& req,
+                                     v1::ControllerGetVolumeResponse& resp) {
+  const auto& id = req.volume_id();
+  if (id.empty())
+    return {StatusCode::INVALID_ARGUMENT, "volume_id is required"};
+  auto it = state_.volumes.find(id);
+  if (it == state_.volumes.end())
+    return {StatusCode::NOT_FOUND, "volume " + id + " does not exist"};
+  fill_volume(id, it->second, *resp.mutable_volume());
+  if (auto pubs = state_.controller_publications.find(id);
+      pubs != state_.controller_publications.end())
+    for (const auto& [node, how] : pubs->second)
+      resp.mutable_status()->add_published_node_ids(node);
+  *resp.mutable_status()->mutable_volume_condition() = condition_of(id);
+  return Status::OK;
+}
+
+Status plugin::controller_modify(const v1::ControllerModifyVolumeRequest& req,
+                                 v1::ControllerModifyVolumeResponse&) {
+  const auto& id = req.volume_id();
+  if (id.empty())
+    return {StatusCode::INVALID_ARGUMENT, "volume_id is required"};
+  if (req.mutable_parameters().empty())
+    return {StatusCode::INVALID_ARGUMENT, "mutable_parameters are required"};
+  if (auto why = bad_mutable_parameters(req.mutable_parameters()); !why.empty())
+    return {StatusCode::INVALID_ARGUMENT, why};
+  auto it = state_.volumes.find(id);
+  if (it == state_.volumes.end())
+    return {StatusCode::NOT_FOUND, "volume " + id + " does not exist"};
+  volume_record rec = it->second;
+  for (const auto& [key, value] : req.mutable_parameters())
+    rec.mutable_parameters[key] = value;  // the ones not named keep their values
+  if (rec == it->second)
+    return Status::OK;  // already so: a repeat changes nothing
+  apply({put_volume{id, rec}});
   return Status::OK;
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -14,8 +15,11 @@ namespace berth::hostpath {
 
 namespace fs = std::filesystem;
 
-std::string volume_id_for(const std::string& name) {
-  // FNV-1a: stable across runs and builds (std::hash is not guaranteed to be).
+namespace {
+
+// FNV-1a of `name` in 16 hex digits: stable across runs and builds
+// (std::hash is not guaranteed to be).
+std::string stable_hash(const std::string& name) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : name) {
     h ^= c;
@@ -23,7 +27,29 @@ std::string volume_id_for(const std::string& name) {
   }
   char buf[20];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return std::string("hp-") + buf;
+  return buf;
+}
+
+}  // namespace
+
+std::string volume_id_for(const std::string& name) {
+  return "hp-" + stable_hash(name);
+}
+
+std::string snapshot_id_for(const std::string& name) {
+  return "snap-" + stable_hash(name);
+}
+
+std::string bad_mutable_parameters(const google::protobuf::Map<std::string, std::string>& params) {
+  for (const auto& [key, value] : params) {
+    bool ok = !key.empty() && key.size() <= 63;
+    for (unsigned char c : key)
+      ok &= std::isalnum(c) || c == '.' || c == '_' || c == '/' || c == '-';
+    if (!ok)
+      return "mutable parameter key '" + key
+             + "' is not supported: keys are 1 to 63 characters of [A-Za-z0-9._/-]";
+  }
+  return {};
 }
 
 std::string unsupported(const v1::VolumeCapability& cap) {
@@ -49,29 +75,38 @@ bool multi_publish(int access_mode) {
          || access_mode == v1::VolumeCapability::AccessMode::SINGLE_NODE_MULTI_WRITER;
 }
 
-plugin::plugin(options opts)
-    : opts_(std::move(opts)), mounter_(opts_.mode), state_file_(opts_.root / "state.json") {
+plugin::plugin(options opts) : opts_(std::move(opts)), mounter_(opts_.mode) {
   fs::create_directories(opts_.root / "volumes");
+  // Every call re-reads the journal with --shared-root: keep it short.
+  const int64_t floor = opts_.shared_root ? int64_t{64} << 10 : int64_t{4} << 20;
+  store_ = std::make_unique<store>(opts_.root / "state.json", opts_.root / "state.journal",
+                                   opts_.journal_limit, floor);
   if (opts_.shared_root) {
     fs::create_directories(opts_.root / "nodes");
-    node_file_ = opts_.root / "nodes" / (opts_.node_id + ".json");
+    auto node = opts_.root / "nodes" / opts_.node_id;
+    node_store_ = std::make_unique<store>(node.string() + ".json", node.string() + ".journal",
+                                          opts_.journal_limit, floor);
     auto lock = opts_.root / "state.lock";
     lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lock_fd_ < 0)
       throw std::runtime_error("cannot open " + lock.string() + ": " + std::strerror(errno));
     begin_call();
     // Announce this node to the controllers of the other processes.
-    if (!fs::exists(node_file_))
-      save_state(node_file_, state{});
+    try {
+      node_store_->create_snapshot_if_missing();
+    } catch (...) {
+      end_call();
+      throw;
+    }
     end_call();
   } else {
-    state_ = load_state(state_file_);
+    state_ = store_->load();
   }
 }
 
-state plugin::load() const {
-  auto shared = load_state(state_file_);
-  auto mine = load_state(node_file_);
+state plugin::load() {
+  auto shared = store_->load();
+  auto mine = node_store_->load();
   shared.stagings = std::move(mine.stagings);
   shared.publications = std::move(mine.publications);
   return shared;
@@ -87,6 +122,7 @@ void plugin::begin_call() {
     auto fresh = load();
     std::lock_guard<std::mutex> lock(mu_);
     state_ = std::move(fresh);
+    unsaved_.clear();
     durable_ = version_;  // what is in memory is what is on disk
   } catch (...) {
     ::flock(lock_fd_, LOCK_UN);
@@ -103,6 +139,32 @@ fs::path plugin::volume_dir(const std::string& volume_id) const {
   return opts_.root / "volumes" / volume_id;
 }
 
+fs::path plugin::snapshot_dir(const std::string& snapshot_id) const {
+  return opts_.root / "snapshots" / snapshot_id;
+}
+
+void plugin::copy_tree(const fs::path& from, const fs::path& to) const {
+  auto tmp = to.parent_path() / (".incoming-" + to.filename().string());
+  fs::create_directories(to.parent_path());
+  fs::remove_all(tmp);  // left by a crash during an earlier copy
+  fs::copy(from, tmp, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  fs::remove_all(to);
+  fs::rename(tmp, to);
+}
+
+v1::VolumeCondition plugin::condition_of(const std::string& volume_id) const {
+  v1::VolumeCondition c;
+  std::error_code ec;
+  if (!fs::is_directory(volume_dir(volume_id), ec)) {
+    c.set_abnormal(true);
+    c.set_message("volume directory " + volume_dir(volume_id).string()
+                  + " is missing: its data is gone");
+  } else {
+    c.set_message("volume directory present");
+  }
+  return c;
+}
+
 bool plugin::known_node(const std::string& node_id) const {
   std::error_code ec;
   if (opts_.shared_root && !node_id.empty() && node_id.find('/') == std::string::npos &&
@@ -117,9 +179,23 @@ bool plugin::known_node(const std::string& node_id) const {
 void plugin::fill_volume(const std::string& id, const volume_record& rec, v1::Volume& out) const {
   out.set_volume_id(id);
   out.set_capacity_bytes(rec.capacity_bytes);
+  if (!rec.source_snapshot_id.empty())
+    out.mutable_content_source()->mutable_snapshot()->set_snapshot_id(rec.source_snapshot_id);
+  else if (!rec.source_volume_id.empty())
+    out.mutable_content_source()->mutable_volume()->set_volume_id(rec.source_volume_id);
   if (!opts_.topology.empty())
     out.add_accessible_topology()->mutable_segments()->insert(opts_.topology.begin(),
                                                               opts_.topology.end());
+}
+
+void plugin::fill_snapshot(const std::string& id, const snapshot_record& rec,
+                           v1::Snapshot& out) const {
+  out.set_snapshot_id(id);
+  out.set_source_volume_id(rec.source_volume_id);
+  out.set_size_bytes(rec.size_bytes);
+  out.mutable_creation_time()->set_seconds(rec.creation_time_ns / 1000000000);
+  out.mutable_creation_time()->set_nanos(static_cast<int32_t>(rec.creation_time_ns % 1000000000));
+  out.set_ready_to_use(true);  // the copy is whole before CreateSnapshot answers
 }
 
 void plugin::reserve(const std::string& path, bool stage) {
@@ -132,22 +208,43 @@ void plugin::release(const std::string& path, bool stage) {
   pending_stages_ -= stage ? 1 : 0;
 }
 
-void plugin::apply(state next) {
-  state_ = std::move(next);
+void plugin::apply(std::vector<record> change) {
+  apply_change(state_, change);
+  unsaved_.insert(unsaved_.end(), std::make_move_iterator(change.begin()),
+                  std::make_move_iterator(change.end()));
   ++version_;
 }
 
-void plugin::save(const state& s) const {
-  if (opts_.shared_root) {
-    state shared = s, mine;
-    mine.stagings = std::move(shared.stagings);
-    mine.publications = std::move(shared.publications);
-    shared.stagings.clear();
-    shared.publications.clear();
-    save_state(state_file_, shared);
-    save_state(node_file_, mine);
-  } else {
-    save_state(state_file_, s);
+bool plugin::must_compact() const {
+  return store_->must_compact() || (node_store_ && node_store_->must_compact());
+}
+
+void plugin::save(const std::vector<record>& change, const state* whole) {
+  if (!opts_.shared_root) {
+    if (whole)
+      store_->compact(*whole);
+    else
+      store_->append(change);
+    return;
+  }
+  std::vector<record> shared, mine;
+  for (const auto& r : change)
+    (node_local(r) ? mine : shared).push_back(r);
+  try {
+    if (whole && store_->must_compact())
+      store_->compact(shared_part(*whole));
+    else
+      store_->append(shared);
+    if (whole && node_store_->must_compact())
+      node_store_->compact(node_part(*whole));
+    else
+      node_store_->append(mine);
+  } catch (...) {
+    // Part of this change may be on disk and part not: the next save
+    // writes both whole.
+    store_->mark_broken();
+    node_store_->mark_broken();
+    throw;
   }
 }
 
@@ -165,11 +262,17 @@ grpc::Status plugin::wait_durable(int64_t v) {
     // changes applied while it runs wait for the next one.
     saving_ = true;
     const int64_t covers = version_;
-    state snapshot = state_;
+    std::vector<record> change = std::move(unsaved_);
+    unsaved_.clear();
+    // A compaction writes the whole state as of `covers` (the stores are
+    // only touched by the saver, so asking them here is safe).
+    std::unique_ptr<state> whole;
+    if (must_compact())
+      whole = std::make_unique<state>(state_);
     lock.unlock();
     std::string why;
     try {
-      save(snapshot);
+      save(change, whole.get());
     } catch (const std::exception& e) {
       why = e.what();
     }
@@ -178,8 +281,9 @@ grpc::Status plugin::wait_durable(int64_t v) {
     if (why.empty()) {
       durable_ = std::max(durable_, covers);
     } else {
-      // The changes stay in memory (the next save retries them); the calls
-      // they belong to answer INTERNAL, and the CO retries them.
+      // The changes stay in memory and the store now wants a compaction,
+      // so the next save writes them whole; the calls they belong to
+      // answer INTERNAL, and the CO retries them.
       ++failed_saves_;
       failed_covers_ = covers;
       failed_why_ = why;
@@ -204,6 +308,9 @@ grpc::Status plugin::get_plugin_capabilities(const v1::GetPluginCapabilitiesRequ
   resp.add_capabilities()->mutable_service()->set_type(svc::CONTROLLER_SERVICE);
   if (!opts_.topology.empty())
     resp.add_capabilities()->mutable_service()->set_type(svc::VOLUME_ACCESSIBILITY_CONSTRAINTS);
+  // Capacity is bookkeeping: a volume grows while published.
+  resp.add_capabilities()->mutable_volume_expansion()->set_type(
+      v1::PluginCapability::VolumeExpansion::ONLINE);
   return grpc::Status::OK;
 }
 

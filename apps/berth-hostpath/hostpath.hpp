@@ -13,12 +13,14 @@
 // caller must serialize calls per volume id (services.cpp does), so nothing
 // a method checked about its own volume changes while it is unlocked.
 // After the method, serve() waits without the mutex until the state the
-// answer rests on is on disk. Saving is a group commit: each change gets a
-// version number; one thread at a time writes ROOT/state.json (temporary
-// file, fsync, rename, fsync of the directory) with every change made so
-// far, and each call answers once a save covering its version is durable. So
-// an answer the CO saw survives a crash, and N concurrent calls share far
-// fewer than N fsyncs.
+// answer rests on is on disk. Saving is a group commit: each change (a list
+// of records, state.hpp) gets a version number; one thread at a time
+// appends every change made so far as one line to ROOT/state.journal and
+// fdatasyncs it (now and then compacting into ROOT/state.json instead:
+// journal.hpp), and each call answers once a save covering its version is
+// durable. So an answer the CO saw survives a crash, N concurrent calls
+// share far fewer than N fsyncs, and a save costs what changed, not what is
+// stored.
 
 #include <grpcpp/support/status.h>
 
@@ -26,12 +28,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "csi/csi.pb.h"
+#include "journal.hpp"
 #include "mounter.hpp"
 #include "state.hpp"
 
@@ -55,11 +59,18 @@ struct options {
   // ROOT/state.lock and re-reads both files first. Every node with a file in
   // ROOT/nodes/ is known to the controller (no --peer-node needed).
   bool shared_root = false;
+  // When a save compacts the journal into the snapshot (store's `limit`):
+  // -1 (the default) when the journal reaches max(4 MiB, 2x the snapshot),
+  // or with shared_root max(64 KiB, 2x the snapshot) since every call
+  // re-reads it; N >= 0 once it holds N bytes (0: every save rewrites the
+  // whole snapshot). A test and benchmark aid.
+  int64_t journal_limit = -1;
 };
 
 class plugin {
  public:
-  // Creates ROOT/volumes and loads ROOT/state.json. Throws on a corrupt state.
+  // Creates ROOT/volumes and loads ROOT/state.json and ROOT/state.journal.
+  // Throws on a corrupt state.
   explicit plugin(options opts);
 
   static constexpr const char* name = "berth-hostpath";
@@ -118,6 +129,18 @@ class plugin {
   grpc::Status get_capacity(const v1::GetCapacityRequest&, v1::GetCapacityResponse&);
   grpc::Status controller_capabilities(const v1::ControllerGetCapabilitiesRequest&,
                                        v1::ControllerGetCapabilitiesResponse&);
+  grpc::Status controller_expand(const v1::ControllerExpandVolumeRequest&,
+                                 v1::ControllerExpandVolumeResponse&);
+  grpc::Status controller_get_volume(const v1::ControllerGetVolumeRequest&,
+                                     v1::ControllerGetVolumeResponse&);
+  grpc::Status controller_modify(const v1::ControllerModifyVolumeRequest&,
+                                 v1::ControllerModifyVolumeResponse&);
+
+  // Snapshots (snapshot.cpp): copies of a volume's directory.
+  grpc::Status create_snapshot(const v1::CreateSnapshotRequest&, v1::CreateSnapshotResponse&);
+  grpc::Status delete_snapshot(const v1::DeleteSnapshotRequest&, v1::DeleteSnapshotResponse&);
+  grpc::Status list_snapshots(const v1::ListSnapshotsRequest&, v1::ListSnapshotsResponse&);
+  grpc::Status get_snapshot(const v1::GetSnapshotRequest&, v1::GetSnapshotResponse&);
 
   // Node (node.cpp).
   grpc::Status node_stage(const v1::NodeStageVolumeRequest&, v1::NodeStageVolumeResponse&);
@@ -127,14 +150,22 @@ class plugin {
                               v1::NodeUnpublishVolumeResponse&);
   grpc::Status node_volume_stats(const v1::NodeGetVolumeStatsRequest&,
                                  v1::NodeGetVolumeStatsResponse&);
+  grpc::Status node_expand(const v1::NodeExpandVolumeRequest&, v1::NodeExpandVolumeResponse&);
   grpc::Status node_capabilities(const v1::NodeGetCapabilitiesRequest&,
                                  v1::NodeGetCapabilitiesResponse&);
   grpc::Status node_info(const v1::NodeGetInfoRequest&, v1::NodeGetInfoResponse&);
 
  private:
   std::filesystem::path volume_dir(const std::string& volume_id) const;
+  std::filesystem::path snapshot_dir(const std::string& snapshot_id) const;
   bool known_node(const std::string& node_id) const;
   void fill_volume(const std::string& id, const volume_record& rec, v1::Volume& out) const;
+  void fill_snapshot(const std::string& id, const snapshot_record& rec, v1::Snapshot& out) const;
+  // The volume's condition: abnormal when its directory is missing.
+  v1::VolumeCondition condition_of(const std::string& volume_id) const;
+  // Copies directory `from` to `to` through a temporary directory beside
+  // it (a half-made copy never has the final name). Throws.
+  void copy_tree(const std::filesystem::path& from, const std::filesystem::path& to) const;
   // Runs `fn` (a mount, a directory operation) with the state mutex that
   // serve() holds released, and takes it back after (also on an exception).
   // References into state_ do not survive it. Called outside serve() (the
@@ -158,26 +189,36 @@ class plugin {
   void reserve(const std::string& path, bool stage);
   void release(const std::string& path, bool stage);
 
-  // Makes `next` the current state (in memory, under mu_) and gives it the
-  // next version; serve() waits for it to be saved before answering.
-  void apply(state next);
+  // Applies `change` to the current state (in memory, under mu_), queues it
+  // for the next save and gives it the next version; serve() waits for it
+  // to be saved before answering.
+  void apply(std::vector<record> change);
   // Returns once state version `v` (or a later one) is durable, saving it if
   // no other thread is; INTERNAL if the save that covered `v` failed.
   grpc::Status wait_durable(int64_t v);
-  // Writes `s` to state.json (and, shared_root, this node's file). Throws.
-  void save(const state& s) const;
+  // Appends `change` to the journal (shared_root: the shared records to
+  // ROOT's, the node's own to the node's); with `whole`, compacts instead
+  // (each store whose turn it is). Throws.
+  void save(const std::vector<record>& change, const state* whole);
+  // True when the next save must have the whole state (a compaction).
+  bool must_compact() const;
 
-  state load() const;
+  state load();
 
   options opts_;
   mounter mounter_;
-  std::filesystem::path state_file_;
-  std::filesystem::path node_file_;  // shared_root only
+  // ROOT/state.json + state.journal: everything, or with shared_root the
+  // volumes, controller publications and snapshots.
+  std::unique_ptr<store> store_;
+  // shared_root only: ROOT/nodes/NODE-ID.json + .journal, this node's
+  // stagings and publications.
+  std::unique_ptr<store> node_store_;
   int lock_fd_ = -1;                 // shared_root only
 
   std::mutex mu_;  // guards everything below, and the RPC methods' work
   state state_;
   int64_t version_ = 0;             // of state_: one more per apply()
+  std::vector<record> unsaved_;     // changes no save has taken yet
   int64_t durable_ = 0;             // the newest version saved durably
   bool saving_ = false;             // one thread saves at a time
   uint64_t failed_saves_ = 0;       // count of saves that threw
@@ -193,6 +234,13 @@ class plugin {
 // The stable volume id for a CreateVolume name ("hp-" + 16 hex digits), so a
 // retried CreateVolume finds the volume an earlier attempt made.
 std::string volume_id_for(const std::string& name);
+
+// The same for a CreateSnapshot name ("snap-" + 16 hex digits).
+std::string snapshot_id_for(const std::string& name);
+
+// Empty when `params` are mutable parameters berth-hostpath accepts (keys
+// of 1 to 63 characters out of [A-Za-z0-9._/-]; any value), else why not.
+std::string bad_mutable_parameters(const google::protobuf::Map<std::string, std::string>& params);
 
 // Empty when `cap` is a capability berth-hostpath serves, else the reason
 // (for an INVALID_ARGUMENT answer).

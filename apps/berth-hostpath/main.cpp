@@ -9,6 +9,7 @@
 #include <cctype>
 #include <chrono>
 #include <iostream>
+#include <limits>
 
 #include "call_log.hpp"
 #include "hostpath.hpp"
@@ -31,8 +32,8 @@ int main(int argc, char** argv) {
   app.add_option("--endpoint", endpoint, "gRPC endpoint to serve, unix:///path/csi.sock "
                                          "(a stale socket file is removed first)")
       ->required();
-  app.add_option("--root", opts.root, "directory holding volumes/ and state.json "
-                                      "(created if missing)")
+  app.add_option("--root", opts.root, "directory holding volumes/, state.json and "
+                                      "state.journal (created if missing)")
       ->required();
   app.add_option("--node-id", opts.node_id, "node id returned by NodeGetInfo and accepted by "
                                             "ControllerPublishVolume")
@@ -52,6 +53,12 @@ int main(int argc, char** argv) {
                "network storage): volumes and controller publications are shared, stagings "
                "and publications are per node (ROOT/nodes/NODE-ID.json), calls take a lock "
                "on ROOT/state.lock");
+  app.add_option("--journal-limit", opts.journal_limit,
+                 "compact ROOT/state.journal into ROOT/state.json once the journal holds this "
+                 "many bytes (0: every save rewrites state.json whole). Default -1: at "
+                 "max(4 MiB, twice state.json), with --shared-root max(64 KiB, twice "
+                 "state.json). A test and benchmark aid")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
   app.add_option("--mount-mode", mode,
                  "bind: stage and publish with real bind mounts (mount(2), needs root; "
                  "readonly publications are remounted read-only). symlink: the target "

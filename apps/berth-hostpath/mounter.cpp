@@ -66,6 +66,21 @@ int64_t directory_bytes(const fs::path& dir) {
   return total;
 }
 
+usage directory_usage(const fs::path& dir) {
+  usage u;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return u;
+  u.inodes = 1;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    ++u.inodes;
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec) && !it->is_symlink(size_ec))
+      u.bytes += static_cast<int64_t>(it->file_size(size_ec));
+  }
+  return u;
+}
+
 void mounter::stage(const fs::path& volume_dir, const fs::path& staging) {
   ensure_dir(staging);
   if (mode_ == mount_mode::bind)

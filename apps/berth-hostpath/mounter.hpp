@@ -52,4 +52,12 @@ bool same_inode(const std::filesystem::path& a, const std::filesystem::path& b);
 // Bytes of regular files under `dir` (what the volume's users wrote).
 int64_t directory_bytes(const std::filesystem::path& dir);
 
+// Bytes of regular files and count of inodes (files, directories, links:
+// every entry, and `dir` itself) under `dir`.
+struct usage {
+  int64_t bytes = 0;
+  int64_t inodes = 0;
+};
+usage directory_usage(const std::filesystem::path& dir);
+
 }  // namespace berth::hostpath

@@ -91,9 +91,7 @@ Status plugin::node_stage(const v1::NodeStageVolumeRequest& req, v1::NodeStageVo
   } catch (const std::exception& e) {
     return internal(e);
   }
-  state next = state_;
-  next.stagings[path] = {id, how};
-  apply(std::move(next));
+  apply({put_staging{path, {id, how}}});
   return Status::OK;
 }
 
@@ -116,9 +114,7 @@ Status plugin::node_unstage(const v1::NodeUnstageVolumeRequest& req,
   } catch (const std::exception& e) {
     return internal(e);
   }
-  state next = state_;
-  next.stagings.erase(path);
-  apply(std::move(next));
+  apply({erase_staging{path}});
   return Status::OK;
 }
 
@@ -174,9 +170,7 @@ Status plugin::node_publish(const v1::NodePublishVolumeRequest& req,
   } catch (const std::exception& e) {
     return internal(e);
   }
-  state next = state_;
-  next.publications[target] = rec;
-  apply(std::move(next));
+  apply({put_publication{target, rec}});
   return Status::OK;
 }
 
@@ -208,9 +202,7 @@ Status plugin::node_unpublish(const v1::NodeUnpublishVolumeRequest& req,
   } catch (const std::exception& e) {
     return internal(e);
   }
-  state next = state_;
-  next.publications.erase(target);
-  apply(std::move(next));
+  apply({erase_publication{target}});
   return Status::OK;
 }
 
@@ -232,28 +224,93 @@ Status plugin::node_volume_stats(const v1::NodeGetVolumeStatsRequest& req,
   if (!here)
     return {StatusCode::NOT_FOUND, "volume " + id + " is not staged or published at " + path};
 
-  int64_t used = directory_bytes(volume_dir(id));
-  int64_t total = vol->second.capacity_bytes;
-  int64_t available = std::max<int64_t>(0, total - used);
-  if (total == 0) {  // no capacity requested: report the backing filesystem
-    struct statvfs fsst {};
-    if (::statvfs(opts_.root.c_str(), &fsst) == 0) {
-      total = static_cast<int64_t>(fsst.f_blocks) * static_cast<int64_t>(fsst.f_frsize);
-      available = static_cast<int64_t>(fsst.f_bavail) * static_cast<int64_t>(fsst.f_frsize);
-    }
+  const int64_t capacity = vol->second.capacity_bytes;
+  const auto dir = volume_dir(id);
+  // The walk can be long: other volumes' calls go on meanwhile (this
+  // volume's wait for this call).
+  bool present = false;
+  usage used;
+  struct statvfs fsst {};
+  bool have_fs = false;
+  unlocked([&] {
+    std::error_code ec;
+    present = fs::is_directory(dir, ec);
+    if (!present)
+      return;
+    used = directory_usage(dir);
+    have_fs = ::statvfs(dir.c_str(), &fsst) == 0;
+  });
+  if (!present) {
+    // Nothing to measure: the condition says why.
+    *resp.mutable_volume_condition() = condition_of(id);
+    return Status::OK;
   }
-  auto* usage = resp.add_usage();
-  usage->set_unit(v1::VolumeUsage::BYTES);
-  usage->set_total(total);
-  usage->set_used(used);
-  usage->set_available(available);
+  int64_t total = capacity;
+  int64_t available = std::max<int64_t>(0, total - used.bytes);
+  if (total == 0 && have_fs) {  // no capacity requested: report the backing filesystem
+    total = static_cast<int64_t>(fsst.f_blocks) * static_cast<int64_t>(fsst.f_frsize);
+    available = static_cast<int64_t>(fsst.f_bavail) * static_cast<int64_t>(fsst.f_frsize);
+  }
+  auto* bytes = resp.add_usage();
+  bytes->set_unit(v1::VolumeUsage::BYTES);
+  bytes->set_total(total);
+  bytes->set_used(used.bytes);
+  bytes->set_available(available);
+  if (have_fs) {  // inodes are the backing filesystem's, shared by every volume
+    auto* inodes = resp.add_usage();
+    inodes->set_unit(v1::VolumeUsage::INODES);
+    inodes->set_total(static_cast<int64_t>(fsst.f_files));
+    inodes->set_used(used.inodes);
+    inodes->set_available(static_cast<int64_t>(fsst.f_favail));
+  }
+  *resp.mutable_volume_condition() = condition_of(id);
+  return Status::OK;
+}
+
+Status plugin::node_expand(const v1::NodeExpandVolumeRequest& req,
+                           v1::NodeExpandVolumeResponse& resp) {
+  for (auto s : {require(!req.volume_id().empty(), "volume_id"),
+                 require(!req.volume_path().empty(), "volume_path")})
+    if (!s.ok())
+      return s;
+  if (req.has_volume_capability())
+    if (auto why = unsupported(req.volume_capability()); !why.empty())
+      return {StatusCode::INVALID_ARGUMENT, why};
+  int64_t required = req.capacity_range().required_bytes();
+  int64_t limit = req.capacity_range().limit_bytes();
+  if (required < 0 || limit < 0)
+    return {StatusCode::INVALID_ARGUMENT, "capacity_range must not be negative"};
+  if (limit > 0 && limit < required)
+    return {StatusCode::OUT_OF_RANGE, "capacity_range: limit_bytes < required_bytes"};
+  const auto& id = req.volume_id();
+  const auto& path = req.volume_path();
+  auto vol = state_.volumes.find(id);
+  if (vol == state_.volumes.end())
+    return {StatusCode::NOT_FOUND, "volume " + id + " does not exist"};
+  auto pub = state_.publications.find(path);
+  auto st = state_.stagings.find(path);
+  bool here = (pub != state_.publications.end() && pub->second.volume_id == id)
+              || (st != state_.stagings.end() && st->second.volume_id == id);
+  if (!here)
+    return {StatusCode::NOT_FOUND, "volume " + id + " is not staged or published at " + path};
+  // A directory has no filesystem to grow: the node's part is to check that
+  // the controller's expansion happened.
+  const int64_t capacity = vol->second.capacity_bytes;
+  if (required > capacity)
+    return {StatusCode::OUT_OF_RANGE, "volume " + id + " has " + std::to_string(capacity)
+                                          + " bytes: expand it with ControllerExpandVolume first"};
+  if (limit > 0 && limit < capacity)
+    return {StatusCode::OUT_OF_RANGE, "volume " + id + " has " + std::to_string(capacity)
+                                          + " bytes, more than limit_bytes: volumes do not shrink"};
+  resp.set_capacity_bytes(capacity);
   return Status::OK;
 }
 
 Status plugin::node_capabilities(const v1::NodeGetCapabilitiesRequest&,
                                  v1::NodeGetCapabilitiesResponse& resp) {
   using rpc = v1::NodeServiceCapability::RPC;
-  for (auto t : {rpc::STAGE_UNSTAGE_VOLUME, rpc::GET_VOLUME_STATS, rpc::SINGLE_NODE_MULTI_WRITER})
+  for (auto t : {rpc::STAGE_UNSTAGE_VOLUME, rpc::GET_VOLUME_STATS, rpc::EXPAND_VOLUME,
+                 rpc::VOLUME_CONDITION, rpc::SINGLE_NODE_MULTI_WRITER})
     resp.add_capabilities()->mutable_rpc()->set_type(t);
   return Status::OK;
 }

@@ -60,10 +60,14 @@ class volume_locks {
   std::set<std::string> busy_;
 };
 
-// The volume a call is about, from its logged fields: volume_id, or for
-// CreateVolume the id its name maps to. Empty: none (no per-volume lock).
+// The volume a call is about, from its logged fields: volume_id, for
+// CreateSnapshot source_volume_id (the volume it copies, which must not go
+// meanwhile), or for CreateVolume the id its name maps to. Empty: none (no
+// per-volume lock).
 std::string volume_of(const fields& what) {
   if (auto it = what.find("volume_id"); it != what.end())
+    return it->second;
+  if (auto it = what.find("source_volume_id"); it != what.end())
     return it->second;
   if (auto it = what.find("name"); it != what.end() && !it->second.empty())
     return volume_id_for(it->second);
@@ -189,6 +193,41 @@ class controller_service final : public v1::Controller::Service {
     return d_.run("ControllerGetCapabilities", {},
                   [&] { return d_.p.controller_capabilities(*req, *resp); });
   }
+  Status CreateSnapshot(ServerContext*, const v1::CreateSnapshotRequest* req,
+                        v1::CreateSnapshotResponse* resp) override {
+    return d_.run("CreateSnapshot",
+                  {{"snapshot_name", req->name()}, {"source_volume_id", req->source_volume_id()}},
+                  [&] { return d_.p.create_snapshot(*req, *resp); });
+  }
+  Status DeleteSnapshot(ServerContext*, const v1::DeleteSnapshotRequest* req,
+                        v1::DeleteSnapshotResponse* resp) override {
+    return d_.run("DeleteSnapshot", {{"snapshot_id", req->snapshot_id()}},
+                  [&] { return d_.p.delete_snapshot(*req, *resp); });
+  }
+  Status ListSnapshots(ServerContext*, const v1::ListSnapshotsRequest* req,
+                       v1::ListSnapshotsResponse* resp) override {
+    return d_.run("ListSnapshots", {}, [&] { return d_.p.list_snapshots(*req, *resp); });
+  }
+  Status GetSnapshot(ServerContext*, const v1::GetSnapshotRequest* req,
+                     v1::GetSnapshotResponse* resp) override {
+    return d_.run("GetSnapshot", {{"snapshot_id", req->snapshot_id()}},
+                  [&] { return d_.p.get_snapshot(*req, *resp); });
+  }
+  Status ControllerExpandVolume(ServerContext*, const v1::ControllerExpandVolumeRequest* req,
+                                v1::ControllerExpandVolumeResponse* resp) override {
+    return d_.run("ControllerExpandVolume", {{"volume_id", req->volume_id()}},
+                  [&] { return d_.p.controller_expand(*req, *resp); });
+  }
+  Status ControllerGetVolume(ServerContext*, const v1::ControllerGetVolumeRequest* req,
+                             v1::ControllerGetVolumeResponse* resp) override {
+    return d_.run("ControllerGetVolume", {{"volume_id", req->volume_id()}},
+                  [&] { return d_.p.controller_get_volume(*req, *resp); });
+  }
+  Status ControllerModifyVolume(ServerContext*, const v1::ControllerModifyVolumeRequest* req,
+                                v1::ControllerModifyVolumeResponse* resp) override {
+    return d_.run("ControllerModifyVolume", {{"volume_id", req->volume_id()}},
+                  [&] { return d_.p.controller_modify(*req, *resp); });
+  }
 
  private:
   dispatcher& d_;
@@ -233,6 +272,12 @@ class node_service final : public v1::Node::Service {
                   {{"volume_id", req->volume_id()}, {"volume_path", req->volume_path()}},
                   [&] { return d_.p.node_volume_stats(*req, *resp); });
   }
+  Status NodeExpandVolume(ServerContext*, const v1::NodeExpandVolumeRequest* req,
+                          v1::NodeExpandVolumeResponse* resp) override {
+    return d_.run("NodeExpandVolume",
+                  {{"volume_id", req->volume_id()}, {"volume_path", req->volume_path()}},
+                  [&] { return d_.p.node_expand(*req, *resp); });
+  }
   Status NodeGetCapabilities(ServerContext*, const v1::NodeGetCapabilitiesRequest* req,
                              v1::NodeGetCapabilitiesResponse* resp) override {
     return d_.run("NodeGetCapabilities", {}, [&] { return d_.p.node_capabilities(*req, *resp); });
@@ -262,7 +307,10 @@ const std::vector<std::string>& rpc_names() {
       "ControllerUnpublishVolume", "ValidateVolumeCapabilities", "ListVolumes",
       "GetCapacity",             "ControllerGetCapabilities", "NodeStageVolume",
       "NodeUnstageVolume",       "NodePublishVolume",         "NodeUnpublishVolume",
-      "NodeGetVolumeStats",      "NodeGetCapabilities",       "NodeGetInfo"};
+      "NodeGetVolumeStats",      "NodeGetCapabilities",       "NodeGetInfo",
+      "CreateSnapshot",          "DeleteSnapshot",            "ListSnapshots",
+      "GetSnapshot",             "ControllerExpandVolume",    "ControllerGetVolume",
+      "ControllerModifyVolume",  "NodeExpandVolume"};
   return names;
 }
 

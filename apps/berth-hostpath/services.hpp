@@ -6,7 +6,7 @@
 // Concurrency: gRPC's sync server runs handlers on several threads, and they
 // run concurrently here. A handler first sleeps its --delay (holding
 // nothing), then waits for earlier calls on the same volume id to finish
-// (CreateVolume: the id its name maps to): one call per volume at a time,
+// (CreateVolume: the id its name maps to; CreateSnapshot: its source): one call per volume at a time,
 // which the spec allows, so a CO's retry never interleaves with its first
 // attempt. Then the plugin method runs through plugin::serve: checks and
 // in-memory changes under the plugin's state mutex, mounts and volume

@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,8 @@
 #include <thread>
 
 #include "csi/csi.grpc.pb.h"
+#include "hostpath_client.hpp"
+#include "hostpath_disk.hpp"
 #include "plugin_process.hpp"
 
 namespace fs = std::filesystem;
@@ -27,135 +30,7 @@ using berth::test::plugin_process;
 using grpc::StatusCode;
 using Mode = v1::VolumeCapability::AccessMode;
 
-namespace {
-
-struct stubs {
-  explicit stubs(const std::string& endpoint)
-      : channel(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials())),
-        identity(v1::Identity::NewStub(channel)),
-        controller(v1::Controller::NewStub(channel)),
-        node(v1::Node::NewStub(channel)) {}
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Identity::Stub> identity;
-  std::unique_ptr<v1::Controller::Stub> controller;
-  std::unique_ptr<v1::Node::Stub> node;
-};
-
-template <class Resp>
-struct reply {
-  StatusCode code;
-  std::string message;
-  Resp resp;
-};
-
-template <class Resp, class Fn>
-reply<Resp> call(Fn&& fn) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  reply<Resp> r;
-  auto s = fn(&ctx, &r.resp);
-  r.code = s.error_code();
-  r.message = s.error_message();
-  return r;
-}
-
-// CALL(c, controller, CreateVolume, req): one RPC on stubs `c`, returning a
-// reply<CreateVolumeResponse>.
-#define CALL(c, svc, name, req)                                               \
-  call<v1::name##Response>([&](grpc::ClientContext* ctx, v1::name##Response* r) { \
-    return (c).svc->name(ctx, req, r);                                        \
-  })
-
-v1::VolumeCapability mount_cap(Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  v1::VolumeCapability cap;
-  cap.mutable_mount();
-  cap.mutable_access_mode()->set_mode(mode);
-  return cap;
-}
-
-v1::CreateVolumeRequest create_req(const std::string& name, int64_t required = 1 << 20,
-                                   Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  v1::CreateVolumeRequest req;
-  req.set_name(name);
-  req.mutable_capacity_range()->set_required_bytes(required);
-  *req.add_volume_capabilities() = mount_cap(mode);
-  return req;
-}
-
-std::string create(stubs& c, const std::string& name,
-                   Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  auto r = CALL(c, controller, CreateVolume, create_req(name, 1 << 20, mode));
-  REQUIRE(r.code == StatusCode::OK);
-  return r.resp.volume().volume_id();
-}
-
-v1::ControllerPublishVolumeRequest cpub_req(const std::string& vol, const std::string& node,
-                                            Mode::Mode mode = Mode::SINGLE_NODE_WRITER,
-                                            bool readonly = false) {
-  v1::ControllerPublishVolumeRequest req;
-  req.set_volume_id(vol);
-  req.set_node_id(node);
-  *req.mutable_volume_capability() = mount_cap(mode);
-  req.set_readonly(readonly);
-  return req;
-}
-
-v1::NodeStageVolumeRequest stage_req(const std::string& vol, const fs::path& staging,
-                                     Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  v1::NodeStageVolumeRequest req;
-  req.set_volume_id(vol);
-  req.set_staging_target_path(staging.string());
-  *req.mutable_volume_capability() = mount_cap(mode);
-  return req;
-}
-
-v1::NodePublishVolumeRequest pub_req(const std::string& vol, const fs::path& staging,
-                                     const fs::path& target, bool readonly = false,
-                                     Mode::Mode mode = Mode::SINGLE_NODE_WRITER) {
-  v1::NodePublishVolumeRequest req;
-  req.set_volume_id(vol);
-  req.set_staging_target_path(staging.string());
-  req.set_target_path(target.string());
-  *req.mutable_volume_capability() = mount_cap(mode);
-  req.set_readonly(readonly);
-  return req;
-}
-
-v1::NodeUnpublishVolumeRequest unpub_req(const std::string& vol, const fs::path& target) {
-  v1::NodeUnpublishVolumeRequest req;
-  req.set_volume_id(vol);
-  req.set_target_path(target.string());
-  return req;
-}
-
-v1::NodeUnstageVolumeRequest unstage_req(const std::string& vol, const fs::path& staging) {
-  v1::NodeUnstageVolumeRequest req;
-  req.set_volume_id(vol);
-  req.set_staging_target_path(staging.string());
-  return req;
-}
-
-// The CO creates the staging directory and the target's parent (spec).
-fs::path co_dir(const plugin_process& p, const std::string& name) {
-  auto d = p.dir / "co" / name;
-  fs::create_directories(d);
-  return d;
-}
-
-std::vector<std::string> mode_args(bool bind) {
-  return {"--mount-mode", bind ? "bind" : "symlink"};
-}
-
-std::vector<nlohmann::json> read_log(const fs::path& file) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(file);
-  std::string line;
-  while (std::getline(in, line))
-    lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
-}  // namespace
+using namespace hostpath_test;
 
 TEST_CASE("hostpath identity: plugin info, capabilities and probe, repeatable") {
   plugin_process p({"--topology", "zone=z1"});
@@ -169,10 +44,16 @@ TEST_CASE("hostpath identity: plugin info, capabilities and probe, repeatable") 
     auto caps = CALL(c, identity, GetPluginCapabilities, v1::GetPluginCapabilitiesRequest{});
     REQUIRE(caps.code == StatusCode::OK);
     std::vector<int> types;
-    for (const auto& cap : caps.resp.capabilities())
-      types.push_back(cap.service().type());
+    std::vector<int> expansion;
+    for (const auto& cap : caps.resp.capabilities()) {
+      if (cap.has_service())
+        types.push_back(cap.service().type());
+      if (cap.has_volume_expansion())
+        expansion.push_back(cap.volume_expansion().type());
+    }
     CHECK(types == std::vector<int>{v1::PluginCapability::Service::CONTROLLER_SERVICE,
                                     v1::PluginCapability::Service::VOLUME_ACCESSIBILITY_CONSTRAINTS});
+    CHECK(expansion == std::vector<int>{v1::PluginCapability::VolumeExpansion::ONLINE});
     auto probe = CALL(c, identity, Probe, v1::ProbeRequest{});
     REQUIRE(probe.code == StatusCode::OK);
     CHECK(probe.resp.ready().value());
@@ -184,9 +65,10 @@ TEST_CASE("hostpath identity: no topology, no accessibility constraints") {
   p.start();
   stubs c(p.endpoint);
   auto caps = CALL(c, identity, GetPluginCapabilities, v1::GetPluginCapabilitiesRequest{});
-  REQUIRE(caps.resp.capabilities_size() == 1);
+  REQUIRE(caps.resp.capabilities_size() == 2);  // the service and online expansion
   CHECK(caps.resp.capabilities(0).service().type()
         == v1::PluginCapability::Service::CONTROLLER_SERVICE);
+  CHECK(caps.resp.capabilities(1).has_volume_expansion());
 }
 
 TEST_CASE("hostpath CreateVolume: idempotent by name, spec error codes") {
@@ -338,6 +220,14 @@ TEST_CASE("hostpath GetCapacity and ControllerGetCapabilities") {
   for (auto t : {rpc::CREATE_DELETE_VOLUME, rpc::PUBLISH_UNPUBLISH_VOLUME, rpc::LIST_VOLUMES,
                  rpc::GET_CAPACITY, rpc::PUBLISH_READONLY})
     CHECK(types.count(t) == 1);
+  // Each advertised capability has its test (hostpath_capabilities_test.cpp).
+  CHECK(types == std::set<int>{rpc::CREATE_DELETE_VOLUME, rpc::PUBLISH_UNPUBLISH_VOLUME,
+                               rpc::LIST_VOLUMES, rpc::GET_CAPACITY, rpc::CREATE_DELETE_SNAPSHOT,
+                               rpc::LIST_SNAPSHOTS, rpc::CLONE_VOLUME, rpc::PUBLISH_READONLY,
+                               rpc::EXPAND_VOLUME, rpc::LIST_VOLUMES_PUBLISHED_NODES,
+                               rpc::VOLUME_CONDITION, rpc::GET_VOLUME,
+                               rpc::SINGLE_NODE_MULTI_WRITER, rpc::MODIFY_VOLUME,
+                               rpc::GET_SNAPSHOT});
 }
 
 TEST_CASE("hostpath ControllerPublishVolume: per node, single-node rules, limits") {
@@ -414,8 +304,10 @@ TEST_CASE("hostpath NodeGetInfo and NodeGetCapabilities") {
   std::set<int> types;
   for (const auto& cap : caps.resp.capabilities())
     types.insert(cap.rpc().type());
-  CHECK(types.count(v1::NodeServiceCapability::RPC::STAGE_UNSTAGE_VOLUME) == 1);
-  CHECK(types.count(v1::NodeServiceCapability::RPC::GET_VOLUME_STATS) == 1);
+  using rpc = v1::NodeServiceCapability::RPC;
+  CHECK(types == std::set<int>{rpc::STAGE_UNSTAGE_VOLUME, rpc::GET_VOLUME_STATS,
+                               rpc::EXPAND_VOLUME, rpc::VOLUME_CONDITION,
+                               rpc::SINGLE_NODE_MULTI_WRITER});
 }
 
 // The node lifecycle, run in each mount mode.
@@ -474,11 +366,16 @@ void node_lifecycle(bool bind) {
   stats.set_volume_path(target.string());
   auto st = CALL(c, node, NodeGetVolumeStats, stats);
   REQUIRE(st.code == StatusCode::OK);
-  REQUIRE(st.resp.usage_size() == 1);
+  REQUIRE(st.resp.usage_size() == 2);
   CHECK(st.resp.usage(0).unit() == v1::VolumeUsage::BYTES);
   CHECK(st.resp.usage(0).used() == 32);
   CHECK(st.resp.usage(0).total() == 1 << 20);
   CHECK(st.resp.usage(0).available() == (1 << 20) - 32);
+  CHECK(st.resp.usage(1).unit() == v1::VolumeUsage::INODES);
+  CHECK(st.resp.usage(1).used() == 2);  // the volume's directory and hello.txt
+  CHECK(st.resp.usage(1).total() > 0);
+  CHECK(st.resp.usage(1).available() <= st.resp.usage(1).total());
+  CHECK_FALSE(st.resp.volume_condition().abnormal());
   stats.set_volume_path((p.dir / "elsewhere").string());
   CHECK(CALL(c, node, NodeGetVolumeStats, stats).code == StatusCode::NOT_FOUND);
   stats.set_volume_id("hp-unknown");
@@ -611,14 +508,16 @@ TEST_CASE("hostpath state survives kill -9 and restart, bind mode (root only)") 
 }
 
 // The crash points of the state file's replacement (docs/testing.md#crash-points):
-// stopped at each step of its second write, the plugin restarts with the
-// volume it acknowledged, and with the one in flight exactly when the rename
-// had happened.
+// with --journal-limit 0 every save is a compaction (state.json rewritten
+// whole, the journal emptied). Stopped at each step of its second write, the
+// plugin restarts with the volume it acknowledged, and with the one in
+// flight exactly when the rename had happened.
 TEST_CASE("hostpath state file: a crash at each step of its replacement loses nothing answered") {
-  for (std::string step : {"after_temp_fsync", "after_rename", "after_dir_fsync"}) {
+  for (std::string step : {"state.after_temp_fsync", "state.after_rename",
+                           "state.after_dir_fsync", "journal.after_truncate"}) {
     CAPTURE(step);
-    plugin_process p({"--mount-mode", "symlink"});
-    ::setenv("BERTH_CRASHPOINT", ("hostpath.state." + step + "@2").c_str(), 1);
+    plugin_process p({"--mount-mode", "symlink", "--journal-limit", "0"});
+    ::setenv("BERTH_CRASHPOINT", ("hostpath." + step + "@2").c_str(), 1);
     try {
       p.start();
     } catch (...) {
@@ -643,8 +542,88 @@ TEST_CASE("hostpath state file: a crash at each step of its replacement loses no
     std::set<std::string> ids;
     for (const auto& e : list.resp.entries()) ids.insert(e.volume().volume_id());
     CHECK(ids.count(kept) == 1);
-    CHECK(ids.size() == (step == "after_temp_fsync" ? 1u : 2u));
+    CHECK(ids.size() == (step == "state.after_temp_fsync" ? 1u : 2u));
     CHECK(create(c, "kept") == kept);  // and it is the same volume
+  }
+}
+
+// The crash points of the journal's append (the default: saves append to
+// state.journal). A process crash keeps what was written even before its
+// fdatasync (the page cache outlives the process), so the volume in flight
+// is there after the restart in both cases, next to the acknowledged one.
+TEST_CASE("hostpath journal: a crash after an append's write or sync loses nothing answered") {
+  for (std::string step : {"after_write", "after_sync"}) {
+    CAPTURE(step);
+    plugin_process p({"--mount-mode", "symlink"});
+    ::setenv("BERTH_CRASHPOINT", ("hostpath.journal." + step + "@2").c_str(), 1);
+    try {
+      p.start();
+    } catch (...) {
+      ::unsetenv("BERTH_CRASHPOINT");
+      throw;
+    }
+    ::unsetenv("BERTH_CRASHPOINT");
+    std::string kept;
+    {
+      stubs c(p.endpoint);
+      kept = create(c, "kept");
+      CHECK(CALL(c, controller, CreateVolume, create_req("in-flight")).code != StatusCode::OK);
+    }
+    int status = p.wait_exit(std::chrono::seconds(10));
+    REQUIRE(status != -1);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 137);
+    CHECK_FALSE(fs::exists(p.root / "state.json"));  // never compacted: all in the journal
+    p.start();
+    stubs c(p.endpoint);
+    auto list = CALL(c, controller, ListVolumes, v1::ListVolumesRequest{});
+    REQUIRE(list.code == StatusCode::OK);
+    CHECK(list.resp.entries_size() == 2);
+    CHECK(create(c, "kept") == kept);
+  }
+}
+
+// A journal that compacts often (--journal-limit 1: every second save) keeps
+// everything across restarts; an old state.json without a journal (what
+// earlier versions wrote) loads, and its volumes stay.
+TEST_CASE("hostpath journal: compactions and an old state.json keep everything across restarts") {
+  plugin_process p({"--mount-mode", "symlink", "--journal-limit", "1"});
+  fs::create_directories(p.root);
+  {
+    std::ofstream old(p.root / "state.json");
+    old << R"({"volumes": {"hp-old": {"name": "old", "capacity_bytes": 5,
+               "parameters": {"a": "b"}}}, "controller_publications": {},
+               "stagings": {}, "publications": {}})";
+  }
+  p.start();
+  std::vector<std::string> ids;
+  {
+    stubs c(p.endpoint);
+    for (int i = 0; i < 7; ++i)
+      ids.push_back(create(c, "compacted-" + std::to_string(i)));
+    v1::DeleteVolumeRequest del;
+    del.set_volume_id(ids[3]);
+    REQUIRE(CALL(c, controller, DeleteVolume, del).code == StatusCode::OK);
+    REQUIRE(CALL(c, controller, ControllerPublishVolume, cpub_req(ids[0], "n1")).code
+            == StatusCode::OK);
+  }
+  for (int restart = 0; restart < 2; ++restart) {
+    p.kill9();
+    p.start();
+    stubs c(p.endpoint);
+    auto list = CALL(c, controller, ListVolumes, v1::ListVolumesRequest{});
+    REQUIRE(list.code == StatusCode::OK);
+    std::map<std::string, int> published;
+    for (const auto& e : list.resp.entries())
+      published[e.volume().volume_id()] = e.status().published_node_ids_size();
+    CHECK(published.size() == 7);  // hp-old and 6 of the 7
+    CHECK(published.count("hp-old") == 1);
+    CHECK(published.count(ids[3]) == 0);
+    CHECK(published[ids[0]] == 1);
+    // A change after the restart lands after what was loaded.
+    v1::DeleteVolumeRequest del;
+    del.set_volume_id(create(c, "after-restart-" + std::to_string(restart)));
+    REQUIRE(CALL(c, controller, DeleteVolume, del).code == StatusCode::OK);
   }
 }
 
@@ -765,12 +744,11 @@ void concurrent_attach(bool bind) {
     MESSAGE(e);
 
   p.kill9();
-  std::ifstream in(p.root / "state.json");
-  auto saved = nlohmann::json::parse(in);
-  CHECK(saved["volumes"].size() == n);
-  CHECK(saved["controller_publications"].size() == n);
-  CHECK(saved["stagings"].size() == n);
-  CHECK(saved["publications"].size() == n);
+  auto saved = berth::test::hostpath_state_on_disk(p.root / "state");
+  CHECK(saved.volumes.size() == n);
+  CHECK(saved.controller_publications.size() == n);
+  CHECK(saved.stagings.size() == n);
+  CHECK(saved.publications.size() == n);
 
   p.start();
   stubs c(p.endpoint);
@@ -847,14 +825,17 @@ TEST_CASE("hostpath --shared-root: concurrent calls through two processes stay s
   for (const auto& e : errors)
     MESSAGE(e);
 
-  auto json_of = [](const fs::path& f) { return nlohmann::json::parse(std::ifstream(f)); };
-  auto shared = json_of(a.root / "state.json");
-  CHECK(shared["volumes"].size() == n);
-  CHECK(shared["controller_publications"].size() == n);
-  auto n1 = json_of(a.root / "nodes" / "n1.json"), n2 = json_of(a.root / "nodes" / "n2.json");
-  CHECK(n1["stagings"].size() + n2["stagings"].size() == n);
-  CHECK(n1["stagings"].size() > 0);
-  CHECK(n2["stagings"].size() > 0);
+  using berth::test::hostpath_state_on_disk;
+  auto shared = hostpath_state_on_disk(a.root / "state");
+  CHECK(shared.volumes.size() == n);
+  CHECK(shared.controller_publications.size() == n);
+  CHECK(shared.stagings.empty());
+  auto n1 = hostpath_state_on_disk(a.root / "nodes" / "n1"),
+       n2 = hostpath_state_on_disk(a.root / "nodes" / "n2");
+  CHECK(n1.stagings.size() + n2.stagings.size() == n);
+  CHECK(n1.stagings.size() > 0);
+  CHECK(n2.stagings.size() > 0);
+  CHECK(n1.volumes.empty());
 
   std::vector<std::pair<int64_t, int64_t>> spans;
   for (const auto* p : {&a, &b})
@@ -975,4 +956,61 @@ TEST_CASE("hostpath --delay: an unknown RPC or a bad number is refused with exit
     CHECK(err.find("--delay") != std::string::npos);
     CHECK_FALSE(fs::exists(p.socket));  // it never served
   }
+}
+
+// A save that fails (ROOT's filesystem full: a 1 MiB tmpfs, root only)
+// answers INTERNAL; the change stays in memory and the next save, once
+// there is room, writes the whole state (the journal's end is unknown
+// after a failed append), so a retry answers OK and both survive kill -9.
+TEST_CASE("hostpath journal: a failed save answers INTERNAL, the next one compacts") {
+  if (!berth::test::can_bind_mount()) {
+    MESSAGE("not root: cannot mount a small tmpfs, skipped");
+    return;
+  }
+  plugin_process p({"--mount-mode", "symlink"});
+  fs::create_directories(p.root);
+  REQUIRE(::mount("tmpfs", p.root.c_str(), "tmpfs", 0, "size=1m") == 0);
+  p.start();
+  stubs c(p.endpoint);
+  auto first = create(c, "before-full");
+  // Fill the filesystem to the last byte.
+  {
+    int fd = ::open((p.root / "filler").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    std::string block(4096, 'x');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    while (::write(fd, block.data(), 1) > 0) {
+    }
+    ::close(fd);
+  }
+  // The journal's last page still has room for a few lines: create until
+  // an append needs a new page.
+  int made = 0;
+  reply<v1::CreateVolumeResponse> full;
+  for (; made < 200; ++made) {
+    full = CALL(c, controller, CreateVolume, create_req("while-full-" + std::to_string(made)));
+    if (full.code != StatusCode::OK)
+      break;
+  }
+  CAPTURE(full.message);
+  REQUIRE(full.code == StatusCode::INTERNAL);
+  CHECK(full.message.find("state.journal") != std::string::npos);
+  fs::remove(p.root / "filler");
+  auto after = CALL(c, controller, CreateVolume, create_req("after-full"));
+  CHECK(after.code == StatusCode::OK);
+  auto retry = CALL(c, controller, CreateVolume,
+                    create_req("while-full-" + std::to_string(made)));
+  CHECK(retry.code == StatusCode::OK);
+  CHECK(fs::exists(p.root / "state.json"));  // written whole by the compaction
+  const size_t expected = static_cast<size_t>(made) + 3;
+  p.kill9();
+  auto saved = berth::test::hostpath_state_on_disk(p.root / "state");
+  CHECK(saved.volumes.size() == expected);
+  p.start();
+  stubs c2(p.endpoint);
+  CHECK(static_cast<size_t>(
+            CALL(c2, controller, ListVolumes, v1::ListVolumesRequest{}).resp.entries_size())
+        == expected);
+  CHECK(create(c2, "before-full") == first);
 }

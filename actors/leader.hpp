@@ -17,6 +17,7 @@
 #include "actors/actors.hpp"
 #include "actors/metrics.hpp"
 #include "control/catalog.hpp"
+#include "control/gc.hpp"
 #include "persistence/state_store.hpp"
 
 namespace berth {
@@ -31,6 +32,9 @@ struct leader_options {
   // The Raft term this leader serves (set when it starts): every CSI
   // request it sends carries it, and nodes refuse older terms.
   uint64_t term = 0;
+  // Terminal allocs and down nodes are collected after these (berthd
+  // --alloc-gc-threshold, --node-gc-threshold).
+  gc_thresholds gc;
 };
 
 struct leader_state {
@@ -75,6 +79,7 @@ struct leader_state {
   std::map<std::string, int64_t> alloc_counts;
   std::map<std::string, int64_t> node_counts;
   uint64_t ticks = 0;
+  bool gc_running = false;  // a timed garbage collection is being written
   static inline const char* name = "leader";
 };
 

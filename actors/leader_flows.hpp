@@ -118,8 +118,12 @@ void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
 void node_drain(const self_ptr& self, const v1::NodeDrainRequest& r, response_promise rp);
 void node_eligibility(const self_ptr& self, const v1::NodeEligibilityRequest& r,
                       response_promise rp);
+// berth system gc: collects every terminal alloc and down node that
+// nothing needs any more, whatever their age.
+void system_gc(const self_ptr& self, response_promise rp);
 // Timer: drives drains, marks silent nodes down, expires waits, collects
-// empty plugins.
+// empty plugins, and (every 30 s) terminal allocs and down nodes past their
+// thresholds.
 void leader_tick(const self_ptr& self);
 
 }  // namespace berth::leader_flows

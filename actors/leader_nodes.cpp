@@ -10,6 +10,7 @@
 #include "control/allocs.hpp"
 #include "control/drain.hpp"
 #include "control/entries.hpp"
+#include "control/gc.hpp"
 #include "control/nodes.hpp"
 #include "control/placement.hpp"
 #include "control/release.hpp"
@@ -285,6 +286,46 @@ void node_eligibility(const self_ptr& self, const v1::NodeEligibilityRequest& r,
       });
 }
 
+// Timed collections run every 30 s, or every half of the smaller threshold
+// when that is shorter (ticks are 500 ms).
+uint64_t gc_period_ticks(const gc_thresholds& t) {
+  int64_t shortest = 30'000;
+  for (auto ms : {t.alloc_ms, t.node_ms})
+    if (ms >= 0) shortest = std::min(shortest, ms / 2);
+  return static_cast<uint64_t>(std::max<int64_t>(1, shortest / 500));
+}
+
+// Commits what plan_gc allows at `t`, planned again on the catalog as the
+// writes before it left it ("*": alone, so no alloc or node changes between
+// the plan and its entry); `done` gets the summary.
+void collect_garbage(const self_ptr& self, gc_thresholds t,
+                     std::function<void(std::optional<failure>, std::string)> done) {
+  auto summary = std::make_shared<std::string>();
+  write(
+      self, "*",
+      [t, summary](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+        auto plan = plan_gc(c, wall_ms(), t);
+        *summary = gc_summary(plan);
+        return gc_changes(plan);
+      },
+      [summary, done](std::optional<failure> f) { done(std::move(f), *summary); });
+}
+
+void system_gc(const self_ptr& self, response_promise rp) {
+  collect_garbage(self, gc_thresholds{0, 0},
+                  [rp](std::optional<failure> f, std::string summary) mutable {
+                    if (f) {
+                      deliver(rp, *f);
+                      return;
+                    }
+                    logging::info("leader", "garbage collected on request",
+                                  {{"summary", summary}});
+                    v1::Response r;
+                    r.set_message(summary);
+                    deliver(rp, std::move(r));
+                  });
+}
+
 void leader_tick(const self_ptr& self) {
   drive_drains(self);
   auto& st = self->state;
@@ -293,6 +334,17 @@ void leader_tick(const self_ptr& self) {
     node_down(self, n.id, n.silent_ms);
   check_waiters(self);
   if (++st.ticks % 10 == 0) collect_plugins(self);
+  if (st.ticks % gc_period_ticks(st.options.gc) == 0 && !st.gc_running &&
+      !plan_gc(st.cat, wall_ms(), st.options.gc).empty()) {
+    st.gc_running = true;
+    collect_garbage(self, st.options.gc, [self](std::optional<failure> f, std::string summary) {
+      self->state.gc_running = false;
+      if (f)
+        logging::warn("leader", "garbage collection failed", {{"error", f->message}});
+      else
+        logging::info("leader", "garbage collected", {{"summary", summary}});
+    });
+  }
   // alloc runs that settled (committed, no longer pending) need no guard.
   for (auto it = st.starting_allocs.begin(); it != st.starting_allocs.end();) {
     const auto* a = find_alloc(st.cat, it->first);

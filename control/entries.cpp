@@ -52,6 +52,12 @@ v1::Change alloc_delete_change(const std::string& id) {
   return c;
 }
 
+v1::Change node_delete_change(const std::string& id) {
+  v1::Change c;
+  c.set_node_delete(id);
+  return c;
+}
+
 v1::Change restore_change(std::string state_db) {
   v1::Change c;
   c.set_restore_state(std::move(state_db));

@@ -25,6 +25,7 @@ v1::Change upsert_change(v1::Alloc a);
 v1::Change volume_delete_change(const std::string& ns, const std::string& id);
 v1::Change plugin_delete_change(const std::string& id);
 v1::Change alloc_delete_change(const std::string& id);
+v1::Change node_delete_change(const std::string& id);
 // operator snapshot restore: the whole state database replaces the catalog.
 v1::Change restore_change(std::string state_db);
 

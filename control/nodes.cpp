@@ -23,6 +23,7 @@ std::optional<v1::Node> node_after_heartbeat(const catalog& c, const std::string
   next.set_has_client(true);
   next.set_status(v1::NODE_READY);
   next.set_last_heartbeat_ms(now_ms);
+  next.clear_down_at_ms();
   return next;
 }
 
@@ -48,6 +49,7 @@ std::vector<v1::Change> mark_down(const catalog& c, const std::string& node_id,
   if (n == nullptr || n->status() == v1::NODE_DOWN) return out;
   auto down = *n;
   down.set_status(v1::NODE_DOWN);
+  down.set_down_at_ms(now_ms);
   out.push_back(upsert_change(std::move(down)));
   auto why = "node " + quoted(node_id) + " is down (no heartbeat for " +
              std::to_string(silent_ms / 1000) + " s)";

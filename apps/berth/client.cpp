@@ -78,6 +78,7 @@ bool safe_to_repeat(const v1::Request& req) {
     case v1::Request::kVolumeDelete:
     case v1::Request::kNodeDrain:
     case v1::Request::kNodeEligibility:
+    case v1::Request::kSystemGc:
       return true;
     default:
       return !changes_state(req);
@@ -115,6 +116,8 @@ std::string check_command(const v1::Request& req) {
       return "berth node status " + req.node_drain().node_id();
     case v1::Request::kNodeEligibility:
       return "berth node status " + req.node_eligibility().node_id();
+    case v1::Request::kSystemGc:
+      return "berth system gc (it is safe to repeat)";
     default:
       return "berth operator raft list-peers";
   }

@@ -916,6 +916,22 @@ void add_node_commands(CLI::App& app, context& ctx) {
   add_node_eligibility(node, ctx);
 }
 
+// --- system ------------------------------------------------------------------
+
+void add_system_commands(CLI::App& app, context& ctx) {
+  auto& system = group(app, "system", "Housekeeping of the cluster's state");
+  auto* gc = system.add_subcommand(
+      "gc",
+      "Collect now every terminal alloc (complete, failed, lost) that holds no claim and every "
+      "down node with nothing left on it, whatever their age (berthd collects them on its own "
+      "after --alloc-gc-threshold and --node-gc-threshold). Safe to repeat");
+  sends(gc, ctx, []() -> plan {
+    v1::Request req;
+    req.set_system_gc(true);
+    return shows(req, message_json, message_text);
+  });
+}
+
 // --- monitor -----------------------------------------------------------------
 
 struct monitor_options {
@@ -1095,6 +1111,7 @@ struct command_line {
     add_plugin_commands(app, ctx);
     add_operator_commands(app, ctx);
     add_node_commands(app, ctx);
+    add_system_commands(app, ctx);
     add_monitor(app, ctx);
     add_event_commands(app, ctx);
   }

@@ -40,6 +40,10 @@ struct agent_options {
   double csi_timeout = 30;                // seconds per CSI call
   std::string hostpath_bin;               // --dev: the plugin to start
   double node_down_timeout = 20;          // servers: seconds without heartbeat
+  std::string alloc_gc_threshold = "5m";  // servers: as given; parsed into alloc_gc_ms
+  std::string node_gc_threshold = "24h";
+  int64_t alloc_gc_ms = 5 * 60 * 1000;  // < 0: never
+  int64_t node_gc_ms = 24 * 60 * 60 * 1000;
 };
 
 struct agent_started {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <tuple>
 
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
@@ -14,6 +15,7 @@
 #include "actors/actors.hpp"
 #include "apps/berthd/agent.hpp"
 #include "log/log.hpp"
+#include "messages/codec.hpp"
 #include "persistence/integrity.hpp"
 
 namespace {
@@ -92,6 +94,16 @@ int main(int argc, char** argv) {
                      "marked down and its allocs lost (their claims are then released)")
       ->capture_default_str()
       ->check(CLI::Range(0.5, 86400.0));
+  server->add_option("--alloc-gc-threshold", opts.alloc_gc_threshold,
+                     "How long a terminal alloc (complete, failed, lost) that holds no claim "
+                     "stays in the state before it is collected (e.g. 5m, 1h; 'never'); "
+                     "`berth system gc` collects at once")
+      ->capture_default_str();
+  server->add_option("--node-gc-threshold", opts.node_gc_threshold,
+                     "How long a down node with no alloc, claim or plugin instance left stays "
+                     "in the state before it is collected (e.g. 24h; 'never'); it registers "
+                     "again if it comes back")
+      ->capture_default_str();
   auto* client = app.add_option_group("client", "Clients: this node and its CSI plugins");
   client->add_option("--servers", opts.servers,
                      "Servers' shell endpoints HOST:PORT (comma-separated or repeated); any of "
@@ -154,6 +166,22 @@ int main(int argc, char** argv) {
     std::cerr << "berthd: a client needs --servers HOST:PORT[,HOST:PORT...] (the servers' shell "
                  "endpoints)\n";
     return 2;
+  }
+  for (auto [flag, text, ms] :
+       {std::tuple{"--alloc-gc-threshold", &opts.alloc_gc_threshold, &opts.alloc_gc_ms},
+        std::tuple{"--node-gc-threshold", &opts.node_gc_threshold, &opts.node_gc_ms}}) {
+    if (*text == "never") {
+      *ms = -1;
+      continue;
+    }
+    auto parsed = berth::parse_duration_ms(*text);
+    if (!parsed) {
+      std::cerr << "berthd: " << flag << " '" << *text
+                << "' is not a duration: give a number with a unit (ms, s, m, h), e.g. 5m or "
+                   "24h, or 'never'\n";
+      return 2;
+    }
+    *ms = *parsed;
   }
   if (opts.data_dir.empty()) opts.data_dir = opts.dev ? "/tmp/berth-dev" : "/var/lib/berth";
 

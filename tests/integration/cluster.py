@@ -51,7 +51,8 @@ class Process:
 
 
 class Server(Process):
-    def __init__(self, tmp, name, port, raft_port, join, tick="0.05", snapshot_threshold=30):
+    def __init__(self, tmp, name, port, raft_port, join, tick="0.05", snapshot_threshold=30,
+                 extra_args=()):
         self.data_dir = os.path.join(tmp, name)
         self.port = port
         self.raft_port = raft_port
@@ -62,6 +63,7 @@ class Server(Process):
                 "--snapshot-threshold", str(snapshot_threshold)]
         for j in join:
             argv += ["--join", j]
+        argv += list(extra_args)
         super().__init__(name, argv, os.path.join(tmp, name + ".log"))
 
     @property
@@ -130,12 +132,13 @@ class Client(Process):
 
 
 class Cluster:
-    def __init__(self, tmp, tick="0.05", snapshot_threshold=30):
+    def __init__(self, tmp, tick="0.05", snapshot_threshold=30, server_args=()):
+        """server_args: more berthd flags for every server."""
         self.tmp = tmp
         ports = [(free_port(), free_port()) for _ in range(3)]
         raft = ["127.0.0.1:%d" % r for _, r in ports]
         self.servers = [Server(tmp, "s%d" % (i + 1), p, r, [a for a in raft if a != raft[i]], tick,
-                               snapshot_threshold)
+                               snapshot_threshold, server_args)
                         for i, (p, r) in enumerate(ports)]
         self.processes = list(self.servers)
 

@@ -366,7 +366,7 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, stat
   for (auto& v : initial.volumes) {
     volume_key key{v.namespace_(), v.id()};
     st.volume_actors.emplace(key, spawn_volume(self, v, true));
-    st.cat.volumes.emplace(key, std::move(v));
+    add_volume(st.cat, std::move(v));
   }
   for (auto& n : initial.nodes) st.cat.nodes.emplace(n.id(), std::move(n));
   for (auto& a : initial.allocs) st.cat.allocs.emplace(a.id(), std::move(a));

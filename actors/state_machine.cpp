@@ -15,7 +15,7 @@ using self_ptr = state_machine_actor::stateful_pointer<state_machine_state>;
 catalog catalog_of(state_contents c) {
   catalog out;
   out.applied_index = c.applied_index;
-  for (auto& v : c.volumes) out.volumes.emplace(volume_key{v.namespace_(), v.id()}, std::move(v));
+  for (auto& v : c.volumes) add_volume(out, std::move(v));
   for (auto& p : c.plugins) out.plugins.emplace(p.id(), std::move(p));
   for (auto& n : c.nodes) out.nodes.emplace(n.id(), std::move(n));
   for (auto& a : c.allocs) out.allocs.emplace(a.id(), std::move(a));

@@ -31,7 +31,26 @@ v1::Change erase(Map& m, const Key& key) {
   return before;
 }
 
+// Moves the volume's entries in claimed_on from what it was to what it is.
+void index_claims(catalog& c, const volume_key& key, const v1::Volume* was, const v1::Volume* is) {
+  if (was != nullptr)
+    for (const auto& cl : was->claims()) {
+      auto it = c.claimed_on.find({cl.node_id(), was->plugin_id()});
+      if (it == c.claimed_on.end()) continue;
+      it->second.erase(key);
+      if (it->second.empty()) c.claimed_on.erase(it);
+    }
+  if (is != nullptr)
+    for (const auto& cl : is->claims()) c.claimed_on[{cl.node_id(), is->plugin_id()}].insert(key);
+}
+
 }  // namespace
+
+void add_volume(catalog& c, v1::Volume v) {
+  volume_key key{v.namespace_(), v.id()};
+  auto& placed = c.volumes[key] = std::move(v);
+  index_claims(c, key, nullptr, &placed);
+}
 
 std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry) {
   std::vector<applied_change> out;
@@ -43,13 +62,17 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
     switch (change.change_case()) {
       case v1::Change::kVolumeUpsert: {
         const auto& v = change.volume_upsert();
-        before = put(c.volumes, volume_key{v.namespace_(), v.id()}, v);
+        volume_key key{v.namespace_(), v.id()};
+        before = put(c.volumes, key, v);
+        index_claims(c, key, before.has_volume_upsert() ? &before.volume_upsert() : nullptr, &v);
         break;
       }
-      case v1::Change::kVolumeDelete:
-        before = erase(c.volumes, volume_key{change.volume_delete().namespace_(),
-                                             change.volume_delete().id()});
+      case v1::Change::kVolumeDelete: {
+        volume_key key{change.volume_delete().namespace_(), change.volume_delete().id()};
+        before = erase(c.volumes, key);
+        if (before.has_volume_upsert()) index_claims(c, key, &before.volume_upsert(), nullptr);
         break;
+      }
       case v1::Change::kPluginUpsert:
         before = put(c.plugins, change.plugin_upsert().id(), change.plugin_upsert());
         break;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,10 @@ struct catalog {
   std::map<std::string, v1::Plugin> plugins;
   std::map<std::string, v1::Node> nodes;
   std::map<std::string, v1::Alloc> allocs;
+  // (node, plugin) -> the volumes of the plugin with a claim (any state) on
+  // the node: kept by apply and add_volume, so that a claim's max-volumes
+  // check does not scan every volume.
+  std::map<std::pair<std::string, std::string>, std::set<volume_key>> claimed_on;
   // A committed operator restore replaced the state wholesale: this copy is
   // stale until it is loaded again from the state tables.
   bool restored = false;
@@ -47,6 +52,10 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
 // the alloc does: between the two messages its timer could find the claim's
 // alloc missing and release a claim just acknowledged.
 void alloc_upserts_first(std::vector<applied_change>& changes);
+
+// Adds a volume loaded from the state tables (no entry, no stamp), with
+// its claims indexed.
+void add_volume(catalog& c, v1::Volume v);
 
 const v1::Volume* find_volume(const catalog& c, const volume_key& key);
 const v1::Alloc* find_alloc(const catalog& c, const std::string& id);

@@ -34,14 +34,9 @@ std::optional<std::string> next_in_turn(const std::vector<std::string>& candidat
 int64_t node_volume_count(const catalog& c, const std::string& node, const std::string& plugin,
                           const volume_key& except, const std::set<volume_key>& in_flight) {
   std::set<volume_key> seen;
-  for (const auto& [key, v] : c.volumes) {
-    if (key == except || v.plugin_id() != plugin) continue;
-    for (const auto& claim : v.claims())
-      if (claim.node_id() == node) {
-        seen.insert(key);
-        break;
-      }
-  }
+  auto claimed = c.claimed_on.find({node, plugin});
+  if (claimed != c.claimed_on.end()) seen = claimed->second;
+  seen.erase(except);
   for (const auto& k : in_flight)
     if (k != except) seen.insert(k);
   return static_cast<int64_t>(seen.size());

@@ -52,6 +52,14 @@ void add_volume(catalog& c, v1::Volume v) {
   index_claims(c, key, nullptr, &placed);
 }
 
+std::set<volume_key> volumes_claimed_on(const catalog& c, const std::string& node_id) {
+  std::set<volume_key> out;
+  for (auto it = c.claimed_on.lower_bound({node_id, std::string()});
+       it != c.claimed_on.end() && it->first.first == node_id; ++it)
+    out.insert(it->second.begin(), it->second.end());
+  return out;
+}
+
 std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry) {
   std::vector<applied_change> out;
   if (index <= c.applied_index) return out;

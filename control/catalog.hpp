@@ -57,6 +57,9 @@ void alloc_upserts_first(std::vector<applied_change>& changes);
 // its claims indexed.
 void add_volume(catalog& c, v1::Volume v);
 
+// The volumes with a claim (any state) on the node, from claimed_on.
+std::set<volume_key> volumes_claimed_on(const catalog& c, const std::string& node_id);
+
 const v1::Volume* find_volume(const catalog& c, const volume_key& key);
 const v1::Alloc* find_alloc(const catalog& c, const std::string& id);
 const v1::Node* find_node(const catalog& c, const std::string& id);

@@ -121,9 +121,10 @@ v1::DrainProgress drain_progress(const catalog& c, const std::string& node_id) {
   uint32_t claims = 0;
   for (const auto& [id, a] : c.allocs)
     if (a.node_id() == node_id && !alloc_terminal(a.state())) ++allocs;
-  for (const auto& [key, v] : c.volumes)
-    for (const auto& claim : v.claims())
-      if (claim.node_id() == node_id) ++claims;
+  for (const auto& key : volumes_claimed_on(c, node_id))
+    if (const auto* v = find_volume(c, key))
+      for (const auto& claim : v->claims())
+        if (claim.node_id() == node_id) ++claims;
   p.set_allocs_left(allocs);
   p.set_claims_left(claims);
   return p;

@@ -195,12 +195,8 @@ std::optional<v1::Response> answer_read(
       *r.add_nodes() = node_view(c, *n, last_seen_ms);
       for (const auto& [id, a] : c.allocs)
         if (a.node_id() == n->id()) *r.add_allocs() = a;
-      for (const auto& [key, v] : c.volumes)
-        for (const auto& claim : v.claims())
-          if (claim.node_id() == n->id()) {
-            add_volume(c, r, v);
-            break;
-          }
+      for (const auto& key : volumes_claimed_on(c, n->id()))
+        if (const auto* v = find_volume(c, key)) add_volume(c, r, *v);
       return r;
     }
     case v1::Request::kNodeList: {

@@ -48,7 +48,18 @@ void database::check_integrity() {
   if (!problems.empty()) throw damaged_file(damage_message(path_, "PRAGMA quick_check: " + problems));
 }
 
-database::~database() { sqlite3_close_v2(db_); }
+database::~database() {
+  cached_.clear();  // finalized before the connection closes
+  sqlite3_close_v2(db_);
+}
+
+statement& database::cached(std::string_view sql) {
+  auto it = cached_.find(std::string(sql));
+  if (it == cached_.end())
+    it = cached_.emplace(std::string(sql), std::make_unique<statement>(*this, sql)).first;
+  it->second->reset();  // a step that threw left it mid-way
+  return *it->second;
+}
 
 void database::fail(const std::string& what) {
   std::string msg = path_ + ": " + what;

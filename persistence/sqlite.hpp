@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <unordered_map>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -34,6 +36,10 @@ class database {
   // Runs one or more statements without results.
   void exec(std::string_view sql);
   statement prepare(std::string_view sql);
+  // The statement for `sql`, prepared on first use and kept for the life of
+  // the connection, reset and without bindings: for the statements run on
+  // every applied change (bind, then run()).
+  statement& cached(std::string_view sql);
 
   const std::string& path() const { return path_; }
   sqlite3* handle() { return db_; }
@@ -46,6 +52,7 @@ class database {
  private:
   sqlite3* db_ = nullptr;
   std::string path_;
+  std::unordered_map<std::string, std::unique_ptr<statement>> cached_;
 };
 
 class statement {

@@ -84,7 +84,7 @@ void state_store::apply(const std::vector<std::pair<uint64_t, std::string>>& ent
       apply_batch({entries.begin(), entries.begin() + static_cast<long>(i)});
       install(c.restore_state());
       sql::transaction tx(*db_);
-      db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
+      db_->cached("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
           .bind(1, std::to_string(entries[i].first))
           .run();
       tx.commit();
@@ -112,7 +112,7 @@ void state_store::apply_batch(const std::vector<std::pair<uint64_t, std::string>
     }
     applied = index;
   }
-  db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
+  db_->cached("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
       .bind(1, std::to_string(applied))
       .run();
   tx.commit();
@@ -122,7 +122,7 @@ void state_store::apply_change(const v1::Change& c) {
   switch (c.change_case()) {
     case v1::Change::kVolumeUpsert: {
       const auto& v = c.volume_upsert();
-      db_->prepare("INSERT OR REPLACE INTO volumes(namespace, id, plugin_id, modify_index, data)"
+      db_->cached("INSERT OR REPLACE INTO volumes(namespace, id, plugin_id, modify_index, data)"
                   " VALUES(?,?,?,?,?)")
           .bind(1, v.namespace_())
           .bind(2, v.id())
@@ -130,11 +130,11 @@ void state_store::apply_change(const v1::Change& c) {
           .bind(4, static_cast<int64_t>(v.modify_index()))
           .bind_blob(5, v.SerializeAsString())
           .run();
-      db_->prepare("DELETE FROM claims WHERE namespace=? AND volume_id=?")
+      db_->cached("DELETE FROM claims WHERE namespace=? AND volume_id=?")
           .bind(1, v.namespace_())
           .bind(2, v.id())
           .run();
-      auto ins = db_->prepare(
+      auto& ins = db_->cached(
           "INSERT INTO claims(namespace, volume_id, alloc_id, node_id, mode, state)"
           " VALUES(?,?,?,?,?,?)");
       for (const auto& cl : v.claims()) {
@@ -150,13 +150,13 @@ void state_store::apply_change(const v1::Change& c) {
     }
     case v1::Change::kVolumeDelete: {
       const auto& k = c.volume_delete();
-      db_->prepare("DELETE FROM volumes WHERE namespace=? AND id=?").bind(1, k.namespace_()).bind(2, k.id()).run();
-      db_->prepare("DELETE FROM claims WHERE namespace=? AND volume_id=?").bind(1, k.namespace_()).bind(2, k.id()).run();
+      db_->cached("DELETE FROM volumes WHERE namespace=? AND id=?").bind(1, k.namespace_()).bind(2, k.id()).run();
+      db_->cached("DELETE FROM claims WHERE namespace=? AND volume_id=?").bind(1, k.namespace_()).bind(2, k.id()).run();
       break;
     }
     case v1::Change::kPluginUpsert: {
       const auto& p = c.plugin_upsert();
-      db_->prepare("INSERT OR REPLACE INTO plugins(id, modify_index, data) VALUES(?,?,?)")
+      db_->cached("INSERT OR REPLACE INTO plugins(id, modify_index, data) VALUES(?,?,?)")
           .bind(1, p.id())
           .bind(2, static_cast<int64_t>(p.modify_index()))
           .bind_blob(3, p.SerializeAsString())
@@ -164,11 +164,11 @@ void state_store::apply_change(const v1::Change& c) {
       break;
     }
     case v1::Change::kPluginDelete:
-      db_->prepare("DELETE FROM plugins WHERE id=?").bind(1, c.plugin_delete()).run();
+      db_->cached("DELETE FROM plugins WHERE id=?").bind(1, c.plugin_delete()).run();
       break;
     case v1::Change::kNodeUpsert: {
       const auto& n = c.node_upsert();
-      db_->prepare("INSERT OR REPLACE INTO nodes(id, modify_index, data) VALUES(?,?,?)")
+      db_->cached("INSERT OR REPLACE INTO nodes(id, modify_index, data) VALUES(?,?,?)")
           .bind(1, n.id())
           .bind(2, static_cast<int64_t>(n.modify_index()))
           .bind_blob(3, n.SerializeAsString())
@@ -176,11 +176,11 @@ void state_store::apply_change(const v1::Change& c) {
       break;
     }
     case v1::Change::kNodeDelete:
-      db_->prepare("DELETE FROM nodes WHERE id=?").bind(1, c.node_delete()).run();
+      db_->cached("DELETE FROM nodes WHERE id=?").bind(1, c.node_delete()).run();
       break;
     case v1::Change::kAllocUpsert: {
       const auto& a = c.alloc_upsert();
-      db_->prepare("INSERT OR REPLACE INTO allocs(id, modify_index, data) VALUES(?,?,?)")
+      db_->cached("INSERT OR REPLACE INTO allocs(id, modify_index, data) VALUES(?,?,?)")
           .bind(1, a.id())
           .bind(2, static_cast<int64_t>(a.modify_index()))
           .bind_blob(3, a.SerializeAsString())
@@ -188,7 +188,7 @@ void state_store::apply_change(const v1::Change& c) {
       break;
     }
     case v1::Change::kAllocDelete:
-      db_->prepare("DELETE FROM allocs WHERE id=?").bind(1, c.alloc_delete()).run();
+      db_->cached("DELETE FROM allocs WHERE id=?").bind(1, c.alloc_delete()).run();
       break;
     case v1::Change::kRestoreState:  // handled by apply()
     case v1::Change::CHANGE_NOT_SET:

@@ -4,10 +4,13 @@ the cluster and fault tests."""
 import json
 import os
 import re
+import shutil
 import socket
 import sqlite3
 import subprocess
+import tempfile
 import time
+import unittest
 
 from harness import BERTH, BERTHD, berth
 
@@ -193,3 +196,42 @@ class Cluster:
                 p.kill()
             except Exception:  # keep stopping the others
                 pass
+
+
+class ClusterTestCase(unittest.TestCase):
+    """A test on a fresh 3-server cluster in its own temporary directory,
+    stopped (and its mounts undone) after the test. SERVER_ARGS: more berthd
+    flags for the servers."""
+    PREFIX = "berth-test-"
+    SERVER_ARGS = ()
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix=self.PREFIX)
+        self.cluster = Cluster(self.tmp, snapshot_threshold=100000,
+                               server_args=self.SERVER_ARGS)
+        self.addCleanup(self.cleanup)
+        self.cluster.start()
+        self.via = self.cluster.any_address()
+
+    def cleanup(self):
+        self.cluster.stop()
+        with open("/proc/self/mounts") as f:
+            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
+                subprocess.run(["umount", "-l", m], check=False)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def b(self, *args, expect=0, stdin=None):
+        """The shell through self.via; asserts its exit code."""
+        r = berth(self.via, "--timeout", "30", *args, stdin=stdin, timeout=90)
+        self.assertEqual(r.code, expect, r)
+        return r
+
+    def wait(self, cond, what, timeout=60):
+        """Polls cond until it holds (fails the test after timeout seconds,
+        scaled by BERTH_TEST_TIME_SCALE)."""
+        deadline = time.time() + timeout * float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
+        while time.time() < deadline:
+            if cond():
+                return
+            time.sleep(0.1)
+        self.fail("never: " + what)

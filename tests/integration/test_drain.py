@@ -5,16 +5,11 @@ order of commits from the event stream."""
 
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 import unittest
 
-from cluster import Cluster
+from cluster import ClusterTestCase
 from harness import berth
-
-SCALE = float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
 
 
 def volume_spec(vid):
@@ -23,38 +18,16 @@ def volume_spec(vid):
                                          "attachment_mode": "file-system"}]})
 
 
-class DrainTest(unittest.TestCase):
+class DrainTest(ClusterTestCase):
+    PREFIX = "berth-drain-"
+
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="berth-drain-")
-        self.cluster = Cluster(self.tmp, snapshot_threshold=100000)
-        self.addCleanup(self.cleanup)
-        self.cluster.start()
+        super().setUp()
         # Shared storage: either node's controller publishes to either node.
         shared = os.path.join(self.tmp, "shared-root")
         self.plugin1, _ = self.cluster.add_client("c1", ("--peer-node", "csi-c2"), shared)
         self.plugin2, _ = self.cluster.add_client("c2", ("--peer-node", "csi-c1"), shared)
-        self.via = self.cluster.any_address()
         self.wait(lambda: self.plugin_counts() == (2, 2), "both plugin instances healthy")
-
-    def cleanup(self):
-        self.cluster.stop()
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
-                subprocess.run(["umount", "-l", m], check=False)
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def b(self, *args, expect=0, stdin=None):
-        r = berth(self.via, "--timeout", "30", *args, stdin=stdin, timeout=90)
-        self.assertEqual(r.code, expect, r)
-        return r
-
-    def wait(self, cond, what, timeout=60):
-        deadline = time.time() + timeout * SCALE
-        while time.time() < deadline:
-            if cond():
-                return
-            time.sleep(0.1)
-        self.fail("never: " + what)
 
     def plugin_counts(self):
         r = berth(self.via, "--json", "plugin", "status", "hostpath")

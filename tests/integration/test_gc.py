@@ -9,13 +9,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import unittest
 
-from cluster import Cluster
+from cluster import ClusterTestCase
 from harness import BERTHD, berth
-
-SCALE = float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
 
 
 def volume_spec(vid):
@@ -24,35 +21,8 @@ def volume_spec(vid):
                                          "attachment_mode": "file-system"}]})
 
 
-class GcBase(unittest.TestCase):
-    SERVER_ARGS = ()
-
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="berth-gc-")
-        self.cluster = Cluster(self.tmp, snapshot_threshold=100000, server_args=self.SERVER_ARGS)
-        self.addCleanup(self.cleanup)
-        self.cluster.start()
-        self.via = self.cluster.any_address()
-
-    def cleanup(self):
-        self.cluster.stop()
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
-                subprocess.run(["umount", "-l", m], check=False)
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def b(self, *args, expect=0, stdin=None):
-        r = berth(self.via, "--timeout", "30", *args, stdin=stdin, timeout=90)
-        self.assertEqual(r.code, expect, r)
-        return r
-
-    def wait(self, cond, what, timeout=60):
-        deadline = time.time() + timeout * SCALE
-        while time.time() < deadline:
-            if cond():
-                return
-            time.sleep(0.1)
-        self.fail("never: " + what)
+class GcBase(ClusterTestCase):
+    PREFIX = "berth-gc-"
 
     def alloc_state(self, alloc):
         r = berth(self.via, "--json", "alloc", "status", alloc)

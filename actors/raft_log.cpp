@@ -129,12 +129,17 @@ void learn_members(const self_ptr& self, const pbr::Snapshot& snap) {
   for (const auto& m : data.members()) self->state.members[m.raft_id()] = m;
 }
 
-// Compaction: every snapshot_threshold applied entries, a consistent copy
-// of the state database becomes the Raft snapshot, and the log before it
-// (but the last snapshot_keep entries) is dropped, in memory and on disk.
+// Compaction: when raft::snapshot_due says so (every snapshot_threshold
+// applied entries, and once the state is large only after the log grew by
+// half of it), a consistent copy of the state database becomes the Raft
+// snapshot, and the log before it (but the last snapshot_keep entries) is
+// dropped, in memory and on disk.
 void maybe_snapshot(self_ptr self) {
   auto& st = self->state;
-  if (st.snapshotting || st.applied < st.snapshot_index + st.opts.snapshot_threshold) return;
+  if (st.snapshotting ||
+      !raft::snapshot_due({st.applied, st.snapshot_index, st.opts.snapshot_threshold,
+                           st.bytes_since_snapshot, st.snapshot_bytes}))
+    return;
   st.snapshotting = true;
   auto conf = st.node->conf_state();
   auto index = st.applied;
@@ -143,6 +148,8 @@ void maybe_snapshot(self_ptr self) {
         auto& st = self->state;
         st.snapshotting = false;
         if (applied != index || index <= st.snapshot_index) return;  // a snapshot came in meanwhile
+        st.snapshot_bytes = db.size();
+        st.bytes_since_snapshot = 0;
         v1::SnapshotData data;
         data.set_state_db(std::move(db));
         for (const auto& [id, info] : st.members) *data.add_members() = info;
@@ -217,6 +224,7 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
       batch.entries.emplace_back(e.index(), std::string());
     } else {
       batch.entries.emplace_back(e.index(), e.data());
+      st.bytes_since_snapshot += e.data().size();
     }
     st.applied = e.index();
   }
@@ -378,6 +386,8 @@ void flush(self_ptr self) {
       learn_members(self, *rd.snapshot);
       self->send(st.machine, install_atom::value, data.state_db());
       st.applied = st.snapshot_index = rd.snapshot->metadata().index();
+      st.snapshot_bytes = data.state_db().size();
+      st.bytes_since_snapshot = 0;
       st.stats->snapshot_taken(st.snapshot_index);
       logging::info("raft", "installed the leader's snapshot", {{"index", st.snapshot_index}});
     }
@@ -513,6 +523,7 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
     st.storage.apply_snapshot(snap);
     learn_members(self, snap);
     st.snapshot_index = snap.metadata().index();
+    st.snapshot_bytes = snap.data().size();
   }
   std::vector<pbr::Entry> entries;
   std::vector<log_record> records;

@@ -22,6 +22,7 @@
 
 #include "actors/actors.hpp"
 #include "actors/metrics.hpp"
+#include "persistence/raft/compaction.hpp"
 #include "persistence/raft/raft.hpp"
 
 namespace berth {
@@ -62,6 +63,8 @@ struct raft_log_state {
   std::vector<uint64_t> unreachable;               // reported after advance()
   std::vector<std::pair<uint64_t, bool>> snapshots_sent;  // reported after advance()
   uint64_t snapshot_index = 0;
+  uint64_t snapshot_bytes = 0;  // size of the last snapshot's state (0: none)
+  uint64_t bytes_since_snapshot = 0;  // of the entries applied since it
   bool snapshotting = false;
   std::string snapshot_path;                       // DATA/raft-snapshot.bin
   raft::soft_state soft;

@@ -80,8 +80,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.01, 10.0));
   server->add_option("--snapshot-threshold", opts.snapshot_threshold,
-                     "Applied log entries between snapshots (the log before a snapshot is "
-                     "compacted; lagging or new servers catch up by installing it)")
+                     "Applied log entries between snapshots at the least (the log before a "
+                     "snapshot is compacted; lagging or new servers catch up by installing it). "
+                     "Once the state exceeds 4 MiB, a snapshot also waits until the log grew by "
+                     "half the state, so that large states are not copied every few seconds")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{4}, uint64_t{1} << 40));
   server->add_option("--event-journal-size", opts.event_journal_size,

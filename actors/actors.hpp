@@ -240,7 +240,12 @@ using volume_actor = caf::typed_actor<
     // claims whose release is stuck are dropped (live claims are still refused).
     caf::replies_to<deregister_atom, bool>::with<pb<v1::Volume>>,
     // Replies with the volume as committed.
-    caf::replies_to<status_atom>::with<pb<v1::Volume>>>;
+    caf::replies_to<status_atom>::with<pb<v1::Volume>>,
+    // Stops the idle actor (the leader asks only when nothing of this volume
+    // is in flight): replies with the modify index of the last change it
+    // committed, then quits; the volume's next actor starts from the
+    // catalog once the catalog applied that index.
+    caf::replies_to<stop_atom>::with<uint64_t>>;
 
 // The leader of the control plane: receives every command, answers reads
 // from its catalog and routes changes to the volume and plugin actors.  Its

@@ -154,7 +154,7 @@ void announce(const self_ptr& self, const applied_change& a) {
     case v1::Change::kVolumeDelete:
       if (before.has_volume_upsert()) st.stats->volume_changed(&before.volume_upsert(), nullptr);
       // Its actor quits once it committed the deregistration.
-      st.volume_actors.erase({c.volume_delete().namespace_(), c.volume_delete().id()});
+      forget_volume_actor(self, {c.volume_delete().namespace_(), c.volume_delete().id()});
       self->send(st.watcher, removed_atom::value, wrap(c.volume_delete()));
       break;
     case v1::Change::kPluginUpsert:
@@ -193,7 +193,6 @@ void apply_batch(const self_ptr& self, const committed_batch& batch) {
       log_change(a, index);
     }
   }
-  st.stats->actors("volume", st.volume_actors.size());
   st.stats->actors("plugin", st.plugin_actors.size());
   check_waiters(self);
 }
@@ -210,9 +209,133 @@ plugin_actor plugin_of(const self_ptr& self, const std::string& plugin_id) {
   return it == self->state.plugin_actors.end() ? plugin_actor{} : it->second;
 }
 
-volume_actor spawn_volume(const self_ptr& self, v1::Volume v, bool registered) {
-  return self->spawn<caf::linked>(volume, self->state.log, std::move(v), registered,
-                                  self->state.options.term);
+// --- volume actors on demand (control/activation) -----------------------------
+
+namespace {
+
+void forget_if_done(const self_ptr& self, const volume_key& key) {
+  auto& slots = self->state.volume_actors;
+  auto it = slots.find(key);
+  if (it == slots.end()) return;
+  const auto& slot = it->second;
+  if (can_forget(slot.activity, static_cast<bool>(slot.actor), !slot.waiting.empty(),
+                 self->state.cat.applied_index))
+    slots.erase(it);
+}
+
+// Runs the requests that waited for the stop or the catalog, in order.
+void run_waiting(const self_ptr& self, const volume_key& key) {
+  auto it = self->state.volume_actors.find(key);
+  if (it == self->state.volume_actors.end()) return;
+  auto waiting = std::move(it->second.waiting);
+  it->second.waiting.clear();
+  for (auto& w : waiting) w();
+  forget_if_done(self, key);
+}
+
+void stop_volume_actor(const self_ptr& self, const volume_key& key) {
+  auto& slot = self->state.volume_actors.at(key);
+  auto actor = std::move(slot.actor);
+  slot.actor = volume_actor{};
+  slot.stop_when_free = false;
+  stop_sent(slot.activity);
+  auto finished = [self, key](uint64_t index) {
+    auto it = self->state.volume_actors.find(key);
+    if (it == self->state.volume_actors.end()) return;
+    stop_done(it->second.activity, index);
+    self->state.stats->actors("volume", count_volume_actors(self));
+    run_waiting(self, key);
+  };
+  self->request(actor, std::chrono::seconds(10), stop_atom::value)
+      .then([finished](uint64_t index) { finished(index); },
+            [self, actor, finished](caf::error&) {
+              // Gone already (it quit after a deregistration), or stuck: it
+              // must not take another request either way.  Every change it
+              // committed was answered, so min_index already covers them.
+              self->send_exit(actor, caf::exit_reason::kill);
+              finished(0);
+            });
+}
+
+}  // namespace
+
+void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use use) {
+  auto& st = self->state;
+  auto& slot = st.volume_actors[key];
+  bool ready = slot.actor || can_spawn(slot.activity, st.cat.applied_index);
+  if (!slot.waiting.empty() || slot.activity.stopping || !ready) {
+    slot.waiting.push_back([self, key, use] { with_volume_actor(self, key, use); });
+    if (!slot.activity.stopping && !slot.actor) {
+      // Waiting for the catalog to apply what the last actor committed.
+      when_applied(self, slot.activity.min_index, [self, key] {
+        auto it = self->state.volume_actors.find(key);
+        if (it != self->state.volume_actors.end() && !it->second.activity.stopping &&
+            !it->second.actor)
+          run_waiting(self, key);
+      });
+    }
+    return;
+  }
+  if (!slot.actor) {
+    const auto* v = find_volume(st.cat, key);
+    slot.actor = self->spawn<caf::linked>(volume, st.log, v ? *v : v1::Volume{}, v != nullptr,
+                                          st.options.term);
+    slot.activity.idle_since_ms = steady_ms();
+    st.stats->actors("volume", count_volume_actors(self));
+  }
+  request_sent(slot.activity);
+  use(slot.actor, [self, key](uint64_t index) {
+    auto it = self->state.volume_actors.find(key);
+    if (it == self->state.volume_actors.end()) return;
+    auto& s = it->second;
+    request_done(s.activity, steady_ms(), index);
+    if (s.stop_when_free && should_stop(s.activity, static_cast<bool>(s.actor), 0, 0, true))
+      stop_volume_actor(self, key);
+  });
+}
+
+void stop_idle_volume_actors(const self_ptr& self) {
+  auto& st = self->state;
+  auto now = steady_ms();
+  std::vector<volume_key> idle, done;
+  for (const auto& [key, slot] : st.volume_actors) {
+    if (should_stop(slot.activity, static_cast<bool>(slot.actor), now,
+                    st.options.volume_idle_ms))
+      idle.push_back(key);
+    else if (!slot.actor)
+      done.push_back(key);
+  }
+  for (const auto& key : idle) stop_volume_actor(self, key);
+  for (const auto& key : done) forget_if_done(self, key);
+}
+
+void stop_volume_actor_when_free(const self_ptr& self, const volume_key& key) {
+  auto it = self->state.volume_actors.find(key);
+  if (it == self->state.volume_actors.end()) return;
+  auto& slot = it->second;
+  if (should_stop(slot.activity, static_cast<bool>(slot.actor), 0, 0, true))
+    stop_volume_actor(self, key);
+  else
+    slot.stop_when_free = static_cast<bool>(slot.actor);
+}
+
+void forget_volume_actor(const self_ptr& self, const volume_key& key) {
+  auto it = self->state.volume_actors.find(key);
+  if (it == self->state.volume_actors.end()) return;
+  // It quit after committing the deletion; a request for the volume that
+  // comes later finds no volume (a new actor answers "not registered").
+  it->second.actor = volume_actor{};
+  self->state.stats->actors("volume", count_volume_actors(self));
+  if (!it->second.waiting.empty() && !it->second.activity.stopping)
+    run_waiting(self, key);
+  else
+    forget_if_done(self, key);
+}
+
+size_t count_volume_actors(const self_ptr& self) {
+  size_t n = 0;
+  for (const auto& [key, slot] : self->state.volume_actors) n += slot.actor ? 1 : 0;
+  return n;
 }
 
 plugin_actor spawn_plugin(const self_ptr& self, v1::Plugin p) {
@@ -363,19 +486,22 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, stat
     st.plugin_actors.emplace(p.id(), spawn_plugin(self, p));
     st.cat.plugins.emplace(p.id(), std::move(p));
   }
-  for (auto& v : initial.volumes) {
-    volume_key key{v.namespace_(), v.id()};
-    st.volume_actors.emplace(key, spawn_volume(self, v, true));
-    add_volume(st.cat, std::move(v));
-  }
+  // No volume actor yet: each is spawned when a request for its volume
+  // arrives (the watcher's resumed releases among them).
+  for (auto& v : initial.volumes) add_volume(st.cat, std::move(v));
   for (auto& n : initial.nodes) st.cat.nodes.emplace(n.id(), std::move(n));
   for (auto& a : initial.allocs) st.cat.allocs.emplace(a.id(), std::move(a));
   // What the catalog holds, told as if it had just been applied.
-  for (const auto& [key, v] : st.cat.volumes) announce(self, {upsert_change(v), {}});
+  // The watcher keeps only volumes with claims (the releases it may have to
+  // resume): the others are not sent to it.
+  for (const auto& [key, v] : st.cat.volumes) {
+    st.stats->volume_changed(nullptr, &v);
+    if (v.claims_size() > 0) self->send(st.watcher, changed_atom::value, wrap(v));
+  }
   for (const auto& [id, p] : st.cat.plugins) announce(self, {upsert_change(p), {}});
   for (const auto& [id, n] : st.cat.nodes) announce(self, {upsert_change(n), {}});
   for (const auto& [id, a] : st.cat.allocs) announce(self, {upsert_change(a), {}});
-  st.stats->actors("volume", st.volume_actors.size());
+  st.stats->actors("volume", 0);
   st.stats->actors("plugin", st.plugin_actors.size());
   // An alloc still pending was being started by the previous leader: it
   // failed, and the watcher releases whatever it claimed.

@@ -16,6 +16,7 @@
 
 #include "actors/actors.hpp"
 #include "actors/metrics.hpp"
+#include "control/activation.hpp"
 #include "control/catalog.hpp"
 #include "control/gc.hpp"
 #include "persistence/state_store.hpp"
@@ -35,6 +36,20 @@ struct leader_options {
   // Terminal allocs and down nodes are collected after these (berthd
   // --alloc-gc-threshold, --node-gc-threshold).
   gc_thresholds gc;
+  // A volume's actor is stopped after it has been idle this long (berthd
+  // --volume-idle-timeout); < 0: never.
+  int64_t volume_idle_ms = 30000;
+};
+
+// What the leader keeps for a volume with an actor or work under way
+// (control/activation decides when to spawn, stop and forget it).
+struct volume_slot {
+  volume_actor actor;  // invalid: none now
+  volume_activity activity;
+  bool stop_when_free = false;  // a first registration failed: stop at once
+  // Requests that arrived while the actor was stopping, or before the
+  // catalog applied what the last actor committed: run again in order.
+  std::vector<std::function<void()>> waiting;
 };
 
 struct leader_state {
@@ -44,7 +59,9 @@ struct leader_state {
   watcher_actor watcher;
   // Everything committed and applied, and nothing else.
   catalog cat;
-  std::map<volume_key, volume_actor> volume_actors;
+  // Only volumes with an actor or waiting work: an idle volume is its
+  // catalog row alone.
+  std::map<volume_key, volume_slot> volume_actors;
   std::map<std::string, plugin_actor> plugin_actors;
   std::map<std::string, node_actor> node_actors;  // nodes with a connected berth client
   std::map<std::string, int64_t> last_seen;       // node -> steady ms of its last heartbeat
@@ -84,7 +101,8 @@ struct leader_state {
 };
 
 // Starts with the committed state (restored from the state tables) and
-// spawns a volume actor per volume and a plugin actor per plugin.
+// spawns a plugin actor per plugin; volume actors are spawned when a
+// request for their volume arrives.
 leader_actor::behavior_type leader(leader_actor::stateful_pointer<leader_state> self,
                                    replicated_log_actor log, state_contents initial,
                                    std::shared_ptr<metrics> stats, leader_options options);

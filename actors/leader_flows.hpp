@@ -57,7 +57,21 @@ void announce(const self_ptr& self, const applied_change& a);
 
 node_actor node_of(const self_ptr& self, const std::string& node_id);
 plugin_actor plugin_of(const self_ptr& self, const std::string& plugin_id);
-volume_actor spawn_volume(const self_ptr& self, v1::Volume v, bool registered);
+// Runs `use` with the volume's actor, spawned from the catalog when it has
+// none (control/activation): later, in order, when its actor is being
+// stopped or the catalog has not yet applied what the last one committed.
+// `use` sends one request and calls `done(index)` with the index its
+// answer carried (0 when it failed).
+using volume_use = std::function<void(volume_actor, std::function<void(uint64_t)> done)>;
+void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use use);
+// Stops the actors idle for longer than the idle timeout (on the tick).
+void stop_idle_volume_actors(const self_ptr& self);
+// After a first registration failed: stops the actor once nothing is in
+// flight, so no actor stays for a volume that does not exist.
+void stop_volume_actor_when_free(const self_ptr& self, const volume_key& key);
+// The volume was deleted: its actor quit by itself.
+void forget_volume_actor(const self_ptr& self, const volume_key& key);
+size_t count_volume_actors(const self_ptr& self);
 plugin_actor spawn_plugin(const self_ptr& self, v1::Plugin p);
 // A plugin actor for the plugin, spawned on its committed state when there
 // is none yet.
@@ -75,20 +89,52 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
 // Adds the watcher's progress to the claims of the volumes in a response.
 void add_progress(const self_ptr& self, v1::Response r, response_promise rp);
 
-// Forwards a request to a volume actor and answers with the volume, once
-// the catalog applied it.
+// The modify index a volume actor's answer carries.
+inline uint64_t index_of(const v1::Volume& v) {
+  return v.modify_index();
+}
+inline uint64_t index_of(const v1::ClaimResult& r) {
+  return r.volume().modify_index();
+}
+
+// Sends one request to the volume's actor (with_volume_actor) and calls
+// `ok` with its answer or `fail` with its error.  `Result` is pb<v1::Volume>
+// or pb<v1::ClaimResult>: the answer's modify index is what the next actor
+// of the volume waits for.
+template <class Result, class... Ts>
+void ask_volume_actor(const self_ptr& self, const volume_key& key,
+                      std::function<void(Result&)> ok, std::function<void(caf::error&)> fail,
+                      Ts... xs) {
+  with_volume_actor(self, key,
+                    [self, ok, fail, xs...](volume_actor actor,
+                                            std::function<void(uint64_t)> done) {
+                      self->request(actor, caf::infinite, xs...)
+                          .then(
+                              [ok, done](Result& r) {
+                                done(index_of(r.msg));
+                                ok(r);
+                              },
+                              [fail, done](caf::error& e) {
+                                done(0);
+                                fail(e);
+                              });
+                    });
+}
+
+// Forwards a request to the volume's actor and answers with the volume,
+// once the catalog applied it.
 template <class... Ts>
-void ask_volume(const self_ptr& self, const volume_actor& actor, response_promise rp,
-                std::string message, Ts&&... xs) {
-  self->request(actor, caf::infinite, std::forward<Ts>(xs)...)
-      .then(
-          [self, rp, message](pb<v1::Volume>& v) mutable {
-            when_applied(self, v.msg.modify_index(),
-                         [self, rp, message, v = std::move(v.msg)]() mutable {
-                           deliver(rp, volume_response(self->state.cat, v, message));
-                         });
-          },
-          [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
+void ask_volume(const self_ptr& self, const volume_key& key, response_promise rp,
+                std::string message, Ts... xs) {
+  ask_volume_actor<pb<v1::Volume>>(
+      self, key,
+      [self, rp, message](pb<v1::Volume>& v) mutable {
+        when_applied(self, v.msg.modify_index(),
+                     [self, rp, message, v = std::move(v.msg)]() mutable {
+                       deliver(rp, volume_response(self->state.cat, v, message));
+                     });
+      },
+      [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); }, xs...);
 }
 
 // --- leader_allocs.cpp --------------------------------------------------------

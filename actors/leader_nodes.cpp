@@ -333,6 +333,7 @@ void leader_tick(const self_ptr& self) {
        silent_nodes(st.cat, st.last_seen, steady_ms(), st.options.node_down_timeout.count()))
     node_down(self, n.id, n.silent_ms);
   check_waiters(self);
+  stop_idle_volume_actors(self);
   if (++st.ticks % 10 == 0) collect_plugins(self);
   if (st.ticks % gc_period_ticks(st.options.gc) == 0 && !st.gc_running &&
       !plan_gc(st.cat, wall_ms(), st.options.gc).empty()) {

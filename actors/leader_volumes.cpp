@@ -126,12 +126,11 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
                 self->state.options.term)
       .then(
           [self, key, rp](bool) mutable {
-            auto actor = self->state.volume_actors.find(key);
-            if (actor == self->state.volume_actors.end()) {
+            if (!find_volume(self->state.cat, key)) {
               deliver(rp, failure{errc::not_found, "volume " + quoted(key.second) + " vanished"});
               return;
             }
-            ask_volume(self, actor->second, rp,
+            ask_volume(self, key, rp,
                        "volume " + quoted(key.second) + " deleted (DeleteVolume) and deregistered",
                        deregister_atom::value, false);
           },
@@ -142,13 +141,12 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
 // workflow, one after the other), then deregisters.
 void force_deregister(const self_ptr& self, volume_key key, std::vector<std::string> allocs,
                       response_promise rp) {
-  auto actor = self->state.volume_actors.find(key);
-  if (actor == self->state.volume_actors.end()) {
+  if (!find_volume(self->state.cat, key)) {
     deliver(rp, failure{errc::not_found, "volume " + quoted(key.second) + " vanished"});
     return;
   }
   if (allocs.empty()) {
-    ask_volume(self, actor->second, rp,
+    ask_volume(self, key, rp,
                "volume " + quoted(key.second) + " deregistered after releasing its claims",
                deregister_atom::value, true);
     return;
@@ -228,7 +226,7 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
     return;
   }
   volume_key key{v.namespace_(), v.id()};
-  bool fresh = !st.volume_actors.count(key);
+  bool fresh = !find_volume(st.cat, key);
   // A new registration of an existing volume is checked with the plugin
   // (ValidateVolumeCapabilities) when a controller of it is reachable.
   if (fresh && verb == "registered") {
@@ -257,26 +255,22 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
       return;
     }
   }
-  if (fresh) st.volume_actors.emplace(key, spawn_volume(self, v1::Volume{}, false));
-  auto actor = st.volume_actors[key];
   if (!fresh) verb = "updated";
-  self->request(actor, caf::infinite, register_atom::value, wrap(std::move(v)))
-      .then(
-          [self, rp, verb](pb<v1::Volume>& stored) mutable {
-            when_applied(self, stored.msg.modify_index(),
-                         [self, rp, verb, v = std::move(stored.msg)]() mutable {
-                           deliver(rp, volume_response(self->state.cat, v,
-                                                       "volume " + quoted(v.id()) + " " + verb));
-                         });
-          },
-          [self, rp, key, actor](caf::error& e) mutable {
-            if (!find_volume(self->state.cat, key)) {
-              // A first registration that failed leaves no actor behind.
-              self->state.volume_actors.erase(key);
-              self->send_exit(actor, caf::exit_reason::user_shutdown);
-            }
-            deliver(rp, to_failure(e));
-          });
+  ask_volume_actor<pb<v1::Volume>>(
+      self, key,
+      [self, rp, verb](pb<v1::Volume>& stored) mutable {
+        when_applied(self, stored.msg.modify_index(),
+                     [self, rp, verb, v = std::move(stored.msg)]() mutable {
+                       deliver(rp, volume_response(self->state.cat, v,
+                                                   "volume " + quoted(v.id()) + " " + verb));
+                     });
+      },
+      [self, rp, key](caf::error& e) mutable {
+        // A first registration that failed leaves no actor behind.
+        if (!find_volume(self->state.cat, key)) stop_volume_actor_when_free(self, key);
+        deliver(rp, to_failure(e));
+      },
+      register_atom::value, wrap(std::move(v)));
 }
 
 void volume_claim(const self_ptr& self, v1::ClaimRequest c, response_promise rp) {
@@ -366,7 +360,7 @@ void deregister_volume(const self_ptr& self, const v1::DeregisterRequest& d, res
     return;
   }
   if (!d.force()) {
-    ask_volume(self, st.volume_actors.at(found.key), rp,
+    ask_volume(self, found.key, rp,
                "volume " + quoted(d.volume_id()) + " deregistered", deregister_atom::value, false);
     return;
   }
@@ -406,8 +400,7 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
                   std::function<void(std::optional<failure>, v1::ClaimResult)> done) {
   auto& st = self->state;
   auto found = lookup_volume(st.cat, c.namespace_(), c.volume_id());
-  auto actor = st.volume_actors.find(found.key);
-  if (found.error || actor == st.volume_actors.end()) {
+  if (found.error) {
     done(found.error.value_or(
              failure{errc::not_found, "volume " + quoted(c.volume_id()) + " vanished"}),
          {});
@@ -420,21 +413,21 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
       node_volume_count(st.cat, c.node_id(), plugin_id, key, st.claiming[slot]));
   st.claiming[slot].insert(key);
   auto start = std::chrono::steady_clock::now();
-  self->request(actor->second, caf::infinite, claim_atom::value, wrap(c),
-                plugin_of(self, plugin_id), node_of(self, c.node_id()),
-                pick_controller(self, plugin_id))
-      .then(
-          [self, done, slot, key, start](pb<v1::ClaimResult>& r) {
-            self->state.claiming[slot].erase(key);
-            std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-            self->state.stats->claim_done(took.count());
-            auto index = r.msg.volume().modify_index();
-            when_applied(self, index, [done, r = std::move(r.msg)] { done(std::nullopt, r); });
-          },
-          [self, done, slot, key](caf::error& e) {
-            self->state.claiming[slot].erase(key);
-            done(to_failure(e), {});
-          });
+  ask_volume_actor<pb<v1::ClaimResult>>(
+      self, key,
+      [self, done, slot, key, start](pb<v1::ClaimResult>& r) {
+        self->state.claiming[slot].erase(key);
+        std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        self->state.stats->claim_done(took.count());
+        auto index = r.msg.volume().modify_index();
+        when_applied(self, index, [done, r = std::move(r.msg)] { done(std::nullopt, r); });
+      },
+      [self, done, slot, key](caf::error& e) {
+        self->state.claiming[slot].erase(key);
+        done(to_failure(e), {});
+      },
+      claim_atom::value, wrap(c), plugin_of(self, plugin_id), node_of(self, c.node_id()),
+      pick_controller(self, plugin_id));
 }
 
 // Releases one claim through its volume actor (the watcher, detach, volume
@@ -443,9 +436,8 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
                    std::function<void(std::optional<failure>, v1::Volume)> done) {
   auto& st = self->state;
   volume_key key{ns_or_default(r.namespace_()), r.volume_id()};
-  auto actor = st.volume_actors.find(key);
   const auto* vol = find_volume(st.cat, key);
-  if (actor == st.volume_actors.end() || vol == nullptr) {
+  if (vol == nullptr) {
     done(failure{errc::not_found, "volume " + quoted(r.volume_id()) + " is not registered"}, {});
     return;
   }
@@ -457,14 +449,14 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
     if (r.node_detached()) target = node_actor{};  // a forced drain: not through the node
   }
   const auto plugin_id = vol->plugin_id();
-  self->request(actor->second, caf::infinite, release_atom::value, wrap(std::move(r)),
-                plugin_of(self, plugin_id), target, pick_controller(self, plugin_id))
-      .then(
-          [self, done](pb<v1::Volume>& v) {
-            when_applied(self, v.msg.modify_index(),
-                         [done, v = std::move(v.msg)] { done(std::nullopt, v); });
-          },
-          [done](caf::error& e) { done(to_failure(e), {}); });
+  ask_volume_actor<pb<v1::Volume>>(
+      self, key,
+      [self, done](pb<v1::Volume>& v) {
+        when_applied(self, v.msg.modify_index(),
+                     [done, v = std::move(v.msg)] { done(std::nullopt, v); });
+      },
+      [done](caf::error& e) { done(to_failure(e), {}); }, release_atom::value, wrap(std::move(r)),
+      plugin_of(self, plugin_id), target, pick_controller(self, plugin_id));
 }
 
 }  // namespace berth::leader_flows

@@ -350,6 +350,13 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
         if (!self->state.registered) return not_registered(self);
         return wrap(self->state.volume);
       },
+      [self](stop_atom) -> caf::result<uint64_t> {
+        // Every change of this actor was awaited, so nothing is in flight.
+        auto rp = self->make_response_promise<uint64_t>();
+        rp.deliver(static_cast<uint64_t>(self->state.volume.modify_index()));
+        self->quit();
+        return rp;
+      },
   };
 }
 

@@ -1,4 +1,6 @@
-// The volume actor: one per registered volume.  It runs the claim rules of
+// The volume actor: one per volume with work in progress (the leader spawns
+// it on demand from the catalog and stops it when idle, control/activation).
+// It runs the claim rules of
 // messages/model on the committed state and commits each change through
 // the replicated log before it answers; the next request waits until then,
 // so claims and releases of one volume are strictly serialized.

@@ -18,7 +18,10 @@ release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
       return {release_action::node_unpublish, v1::CLAIM_NODE_DETACHED,
               !other_publications_on_node(v, c->node_id(), alloc_id)};
     case v1::CLAIM_NODE_DETACHED:
-      if (!facts.controller_required || other_publications_on_node(v, c->node_id(), alloc_id))
+      // A claim taken while the plugin required ControllerPublishVolume
+      // needs ControllerUnpublishVolume, whatever the plugin says now.
+      if (!(facts.controller_required || c->controller_required()) ||
+          other_publications_on_node(v, c->node_id(), alloc_id))
         return {release_action::commit, v1::CLAIM_CONTROLLER_DETACHED};
       if (!facts.controller_available) return {release_action::wait_for_controller};
       return {release_action::controller_unpublish, v1::CLAIM_CONTROLLER_DETACHED};

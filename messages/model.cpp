@@ -474,6 +474,7 @@ std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::
   c->set_access_mode(mode);
   c->set_attachment_mode(cap->attachment_mode());
   c->set_claimed_at_ms(req.now_ms);
+  c->set_controller_required(plugin->controller_required());
   return std::nullopt;
 }
 

@@ -657,6 +657,31 @@ TEST_CASE("release_waits_for_a_missing_node_or_controller_unless_detached") {
   CHECK(next_release_step(v, "a", f).action == release_action::commit);
 }
 
+TEST_CASE("a claim taken while the plugin required a controller is controller-unpublished "
+          "even when the plugin no longer says so") {
+  // The plugin was deleted and registered again by a node instance alone:
+  // its controller_required flag is back to false, but the volume is
+  // still attached to the node (seed 49 of the claim simulation).
+  auto v = make_volume("db");
+  add_claim(v, "a", "n1", v1::CLAIM_NODE_DETACHED);
+  v.mutable_claims(0)->set_controller_required(true);
+  for (bool connected : {true, false})
+    for (bool available : {true, false}) {
+      release_facts f;
+      f.node_connected = connected;
+      f.controller_required = false;
+      f.controller_available = available;
+      auto s = next_release_step(v, "a", f);
+      CHECK(s.action == (available ? release_action::controller_unpublish
+                                   : release_action::wait_for_controller));
+    }
+  // Another claim still published on the node keeps the attachment.
+  add_claim(v, "b", "n1", v1::CLAIM_TAKEN);
+  release_facts f;
+  f.controller_available = true;
+  CHECK(next_release_step(v, "a", f).action == release_action::commit);
+}
+
 TEST_CASE("release_without_node_when_down_unknown_clientless_or_detached") {
   catalog c;
   commit(c, {upsert_change(make_node("up")), upsert_change(make_node("down", v1::NODE_DOWN)),

@@ -262,6 +262,16 @@ TEST_SUITE("claims") {
     CHECK(claim(v, req("a1", "n1", false), &p).has_value());  // mode change refused
   }
 
+  TEST_CASE("a_claim_records_whether_the_plugin_required_controller_publish") {
+    for (bool required : {false, true}) {
+      auto p = monolith_on({"n1"});
+      p.set_controller_required(required);
+      auto v = volume(v1::SINGLE_NODE_WRITER);
+      REQUIRE_FALSE(claim(v, req("a1", "n1", true), &p));
+      CHECK(find_claim(v, "a1")->controller_required() == required);
+    }
+  }
+
   TEST_CASE("release_keeps_the_mode_and_holds_the_writer_slot_until_freed") {
     auto p = monolith_on({"n1", "n2"});
     auto v = volume(v1::MULTI_NODE_SINGLE_WRITER);

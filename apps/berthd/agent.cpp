@@ -289,6 +289,7 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
     lo.node_down_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(opts.node_down_timeout * 1000));
     lo.gc = gc_thresholds{opts.alloc_gc_ms, opts.node_gc_ms};
+    lo.volume_idle_ms = opts.volume_idle_ms;
     auto front = sys.spawn(server, machine, journal, stats, lo);
     started.port = publish(sys, front, opts.bind,
                            opts.port, "shell endpoint", "--port");

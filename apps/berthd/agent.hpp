@@ -44,6 +44,8 @@ struct agent_options {
   std::string node_gc_threshold = "24h";
   int64_t alloc_gc_ms = 5 * 60 * 1000;  // < 0: never
   int64_t node_gc_ms = 24 * 60 * 60 * 1000;
+  std::string volume_idle_timeout = "30s";  // servers: as given; parsed into volume_idle_ms
+  int64_t volume_idle_ms = 30 * 1000;       // < 0: never
 };
 
 struct agent_started {

@@ -106,6 +106,12 @@ int main(int argc, char** argv) {
                      "in the state before it is collected (e.g. 24h; 'never'); it registers "
                      "again if it comes back")
       ->capture_default_str();
+  server->add_option("--volume-idle-timeout", opts.volume_idle_timeout,
+                     "How long the leader keeps a volume's actor after its last claim, release "
+                     "or registration step (e.g. 30s, 5m; 'never' keeps one per volume); an "
+                     "idle volume is only its row in the state, and its actor is started again "
+                     "by the next request")
+      ->capture_default_str();
   auto* client = app.add_option_group("client", "Clients: this node and its CSI plugins");
   client->add_option("--servers", opts.servers,
                      "Servers' shell endpoints HOST:PORT (comma-separated or repeated); any of "
@@ -171,7 +177,8 @@ int main(int argc, char** argv) {
   }
   for (auto [flag, text, ms] :
        {std::tuple{"--alloc-gc-threshold", &opts.alloc_gc_threshold, &opts.alloc_gc_ms},
-        std::tuple{"--node-gc-threshold", &opts.node_gc_threshold, &opts.node_gc_ms}}) {
+        std::tuple{"--node-gc-threshold", &opts.node_gc_threshold, &opts.node_gc_ms},
+        std::tuple{"--volume-idle-timeout", &opts.volume_idle_timeout, &opts.volume_idle_ms}}) {
     if (*text == "never") {
       *ms = -1;
       continue;

@@ -403,7 +403,9 @@ class LifecycleTest(Base):
         self.wait_unclaimed("v", timeout=60)
         self.assertEqual(self.plugins["c1"].ok_methods(ext)[-3:], [
             "NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"])
-        # The volume can be claimed again.
+        # The volume can be claimed again, once c2's restarted plugin was
+        # probed healthy again (a claim on an unhealthy instance is refused).
+        self.wait(lambda: self.nodes_healthy() == 2, "both plugin instances healthy again")
         b2 = self.run_alloc("c2", "d=v")
         self.b("alloc", "stop", b2["id"])
 

@@ -33,6 +33,7 @@
 
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -1313,6 +1314,9 @@ class simulation {
     leader_options options;
     options.node_down_timeout = std::chrono::milliseconds(5000);
     options.release_wait = std::chrono::milliseconds(10000);
+    // Volume actors come and go: stopped at the first tick they are idle
+    // (requests often arrive while one stops), after 1 s idle, or never.
+    options.volume_idle_ms = std::array<int64_t, 3>{0, 1000, -1}[w.seed % 3];
     options.term = w.term;
     w.leader = w.sys->spawn(leader, caf::actor_cast<replicated_log_actor>(w.log), w.contents(),
                             stats_, options);

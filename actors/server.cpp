@@ -79,6 +79,31 @@ void flush_waiting(self_ptr self) {
   for (auto& [req, rp] : waiting) forward(self, std::move(req), rp);
 }
 
+// Connects to the leader's server (this one does not lead): then tells it
+// every client that registered here and forwards the waiting requests.
+void connect_leader(self_ptr self) {
+  auto& st = self->state;
+  if (st.remote || st.connecting || st.leader_info.api_address().empty()) return;
+  st.connecting = true;
+  auto address = st.leader_info.api_address();
+  connect<api_actor>(self, address, [self, address](api_actor handle) {
+    auto& st = self->state;
+    st.connecting = false;
+    if (handle && st.leader_info.api_address() == address) {
+      st.remote = handle;
+      self->monitor(st.remote);
+      // (anon: the reply, a term, is for the client, not for this server.)
+      for (const auto& [id, node] : st.nodes) caf::anon_send(st.remote, node_atom::value, id, node);
+      flush_waiting(self);
+      return;
+    }
+    auto waiting = std::move(st.waiting);
+    st.waiting.clear();
+    for (auto& [r, p] : waiting)
+      p.deliver(retry_response("cannot reach the leader at " + address + "; retry"));
+  });
+}
+
 // Hands a request to the leader's server (this one does not lead).
 void forward(self_ptr self, v1::Request req, promise rp) {
   auto& st = self->state;
@@ -89,25 +114,7 @@ void forward(self_ptr self, v1::Request req, promise rp) {
   }
   if (!st.remote) {
     st.waiting.emplace_back(std::move(req), rp);
-    if (st.connecting) return;
-    st.connecting = true;
-    auto address = st.leader_info.api_address();
-    connect<api_actor>(self, address, [self, address](api_actor handle) {
-      auto& st = self->state;
-      st.connecting = false;
-      if (handle && st.leader_info.api_address() == address) {
-        st.remote = handle;
-        self->monitor(st.remote);
-        // (anon: the reply, a term, is for the client, not for this server.)
-        for (const auto& [id, node] : st.nodes) caf::anon_send(st.remote, node_atom::value, id, node);
-        flush_waiting(self);
-        return;
-      }
-      auto waiting = std::move(st.waiting);
-      st.waiting.clear();
-      for (auto& [r, p] : waiting)
-        p.deliver(retry_response("cannot reach the leader at " + address + "; retry"));
-    });
+    connect_leader(self);
     return;
   }
   req.set_hops(req.hops() + 1);
@@ -447,6 +454,11 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
           self->send(st.leader, node_atom::value, id, node);
         else if (st.remote)
           caf::anon_send(st.remote, node_atom::value, id, node);
+        else
+          // After a leader change nothing may be forwarded through this
+          // server for a while: connect now (it tells the new leader every
+          // client here), or the leader would mark these nodes down.
+          connect_leader(self);
         return st.leader_term;
       },
       [self](leading_atom, state_contents& contents, uint64_t term) {

@@ -13,15 +13,13 @@
 namespace berth::leader_flows {
 
 node_actor pick_capable_controller(const self_ptr& self, const std::string& plugin_id,
-                                   controller_capability cap,
-                                   const v1::TopologyRequest* topology) {
+                                   controller_capability cap, const v1::TopologyRequest* topology) {
   const auto* p = find_plugin(self->state.cat, plugin_id);
   if (p == nullptr) return {};
   auto candidates = capable_controllers(
       *p,
       controller_candidates(
-          *p, [&](const std::string& n) { return static_cast<bool>(node_of(self, n)); },
-          topology),
+          *p, [&](const std::string& n) { return static_cast<bool>(node_of(self, n)); }, topology),
       cap);
   auto chosen = next_in_turn(candidates, self->state.controller_turn[plugin_id]);
   return chosen ? node_of(self, *chosen) : node_actor{};
@@ -31,15 +29,15 @@ namespace {
 
 failure no_controller(const std::string& plugin_id, controller_capability cap,
                       const std::string& what) {
-  return failure{errc::unavailable, what + ": no node with a connected berth client runs a "
-                                           "healthy controller of plugin " +
+  return failure{errc::unavailable, what +
+                                        ": no node with a connected berth client runs a "
+                                        "healthy controller of plugin " +
                                         quoted(plugin_id) + " that advertises " +
                                         capability_name(cap) + "; retry once one is back"};
 }
 
 std::optional<failure> request_problems(const v1::SnapshotRequest& r,
-                                        v1::Request::CommandCase which,
-                                        const std::string& object) {
+                                        v1::Request::CommandCase which, const std::string& object) {
   auto problems = snapshot_request_problems(r, which);
   if (problems.empty()) return std::nullopt;
   return failure{errc::invalid, describe(object, problems)};
@@ -102,7 +100,8 @@ void snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response_promi
   const auto& vol = st.cat.volumes.at(found.key);
   auto cap = controller_capability::create_delete_snapshot;
   auto what = "volume " + quoted(vol.id()) + " cannot be snapshotted";
-  if (auto f = capability_refusal(find_plugin(st.cat, vol.plugin_id()), vol.plugin_id(), cap, what)) {
+  if (auto f =
+          capability_refusal(find_plugin(st.cat, vol.plugin_id()), vol.plugin_id(), cap, what)) {
     deliver(rp, *f);
     return;
   }
@@ -182,7 +181,8 @@ void volume_modify(const self_ptr& self, v1::VolumeModifyRequest r, response_pro
   auto& st = self->state;
   auto problems = modify_problems(r);
   if (!problems.empty()) {
-    deliver(rp, failure{errc::invalid, describe("volume modify " + quoted(r.volume_id()), problems)});
+    deliver(rp,
+            failure{errc::invalid, describe("volume modify " + quoted(r.volume_id()), problems)});
     return;
   }
   auto found = lookup_volume(st.cat, r.namespace_(), r.volume_id());
@@ -193,7 +193,8 @@ void volume_modify(const self_ptr& self, v1::VolumeModifyRequest r, response_pro
   const auto& vol = st.cat.volumes.at(found.key);
   auto cap = controller_capability::modify_volume;
   auto what = "volume " + quoted(vol.id()) + " cannot be modified";
-  if (auto f = capability_refusal(find_plugin(st.cat, vol.plugin_id()), vol.plugin_id(), cap, what)) {
+  if (auto f =
+          capability_refusal(find_plugin(st.cat, vol.plugin_id()), vol.plugin_id(), cap, what)) {
     deliver(rp, *f);
     return;
   }
@@ -215,13 +216,15 @@ void volume_modify(const self_ptr& self, v1::VolumeModifyRequest r, response_pro
 std::optional<failure> prepare_content_source(const self_ptr& self, v1::Volume& spec) {
   auto& st = self->state;
   auto problems = content_source_problems(spec, true);
-  if (!problems.empty()) return failure{errc::invalid, describe("volume " + quoted(spec.id()), problems)};
+  if (!problems.empty())
+    return failure{errc::invalid, describe("volume " + quoted(spec.id()), problems)};
   auto cap = content_source_capability(spec);
   if (!cap) return std::nullopt;
   auto what = "volume " + quoted(spec.id()) + " cannot be created from " +
               (spec.snapshot_id().empty() ? "volume " + quoted(spec.clone_id())
                                           : "snapshot " + quoted(spec.snapshot_id()));
-  if (auto f = capability_refusal(find_plugin(st.cat, spec.plugin_id()), spec.plugin_id(), *cap, what))
+  if (auto f =
+          capability_refusal(find_plugin(st.cat, spec.plugin_id()), spec.plugin_id(), *cap, what))
     return f;
   if (!spec.clone_id().empty()) {
     auto src = clone_source(st.cat, spec);

@@ -6,26 +6,36 @@ namespace berth {
 
 namespace {
 
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
+std::string quoted(const std::string& s) {
+  return "'" + s + "'";
+}
 
 }  // namespace
 
 std::string capability_name(controller_capability c) {
   switch (c) {
-    case controller_capability::create_delete_snapshot: return "CREATE_DELETE_SNAPSHOT";
-    case controller_capability::list_snapshots: return "LIST_SNAPSHOTS";
-    case controller_capability::clone_volume: return "CLONE_VOLUME";
-    case controller_capability::modify_volume: return "MODIFY_VOLUME";
+    case controller_capability::create_delete_snapshot:
+      return "CREATE_DELETE_SNAPSHOT";
+    case controller_capability::list_snapshots:
+      return "LIST_SNAPSHOTS";
+    case controller_capability::clone_volume:
+      return "CLONE_VOLUME";
+    case controller_capability::modify_volume:
+      return "MODIFY_VOLUME";
   }
   return "?";
 }
 
 bool advertises(const v1::PluginInstance& controller, controller_capability c) {
   switch (c) {
-    case controller_capability::create_delete_snapshot: return controller.create_delete_snapshot();
-    case controller_capability::list_snapshots: return controller.list_snapshots();
-    case controller_capability::clone_volume: return controller.clone_volume();
-    case controller_capability::modify_volume: return controller.modify_volume();
+    case controller_capability::create_delete_snapshot:
+      return controller.create_delete_snapshot();
+    case controller_capability::list_snapshots:
+      return controller.list_snapshots();
+    case controller_capability::clone_volume:
+      return controller.clone_volume();
+    case controller_capability::modify_volume:
+      return controller.modify_volume();
   }
   return false;
 }
@@ -61,15 +71,16 @@ std::optional<failure> capability_refusal(const v1::Plugin* p, const std::string
     healthy |= i.healthy();
   }
   if (any)  // advertised, but only by unhealthy controllers
-    return failure{errc::unavailable,
-                   what + ": no healthy controller of plugin " + quoted(plugin_id) +
-                       " advertises " + capability_name(c) + " right now; retry once one is "
-                       "healthy (see berth plugin status " + plugin_id + ")"};
+    return failure{errc::unavailable, what + ": no healthy controller of plugin " +
+                                          quoted(plugin_id) + " advertises " + capability_name(c) +
+                                          " right now; retry once one is "
+                                          "healthy (see berth plugin status " +
+                                          plugin_id + ")"};
   return failure{errc::refused,
                  what + ": plugin " + quoted(plugin_id) + " does not support it (its " +
-                     (p->controllers().empty() ? std::string("plugin has no controller service")
-                                               : std::string("controllers do not advertise ") +
-                                                     capability_name(c)) +
+                     (p->controllers().empty()
+                          ? std::string("plugin has no controller service")
+                          : std::string("controllers do not advertise ") + capability_name(c)) +
                      (healthy || p->controllers().empty() ? "" : "; none is healthy") +
                      "); use a plugin that does"};
 }
@@ -84,8 +95,9 @@ std::vector<problem> content_source_problems(const v1::Volume& spec, bool creati
   std::vector<problem> out;
   bool snap = !spec.snapshot_id().empty(), clone = !spec.clone_id().empty();
   if (snap && clone)
-    out.push_back({"snapshot_id, clone_id",
-                   "are exclusive: name one content source (a snapshot or a volume to clone), not both"});
+    out.push_back(
+        {"snapshot_id, clone_id",
+         "are exclusive: name one content source (a snapshot or a volume to clone), not both"});
   if (!creating) {
     if (snap) out.push_back({"snapshot_id", "only volume create restores a snapshot"});
     if (clone) out.push_back({"clone_id", "only volume create clones a volume"});
@@ -102,15 +114,13 @@ std::variant<failure, std::string> clone_source(const catalog& c, const v1::Volu
   const auto* src = find_volume(c, {ns, spec.clone_id()});
   if (src == nullptr)
     return failure{errc::not_found, "volume " + quoted(spec.id()) + ": clone_id " +
-                                        quoted(spec.clone_id()) +
-                                        " is not a volume of namespace " + quoted(ns) +
-                                        " (see berth volume status)"};
+                                        quoted(spec.clone_id()) + " is not a volume of namespace " +
+                                        quoted(ns) + " (see berth volume status)"};
   if (src->plugin_id() != spec.plugin_id())
-    return failure{errc::invalid, "volume " + quoted(spec.id()) + ": clone_id " +
-                                      quoted(spec.clone_id()) + " is a volume of plugin " +
-                                      quoted(src->plugin_id()) + ", not of " +
-                                      quoted(spec.plugin_id()) +
-                                      "; a plugin clones only its own volumes"};
+    return failure{errc::invalid,
+                   "volume " + quoted(spec.id()) + ": clone_id " + quoted(spec.clone_id()) +
+                       " is a volume of plugin " + quoted(src->plugin_id()) + ", not of " +
+                       quoted(spec.plugin_id()) + "; a plugin clones only its own volumes"};
   if (src->external_id().empty())
     return failure{errc::refused, "volume " + quoted(spec.id()) + ": clone_id " +
                                       quoted(spec.clone_id()) + " has no external id to clone"};
@@ -165,9 +175,9 @@ std::variant<failure, std::vector<std::string>> plugins_to_list(const catalog& c
                                                                 const v1::SnapshotRequest& r) {
   std::vector<std::string> out;
   if (!r.plugin_id().empty()) {
-    if (auto f = capability_refusal(find_plugin(c, r.plugin_id()), r.plugin_id(),
-                                    controller_capability::list_snapshots,
-                                    "snapshots cannot be listed"))
+    if (auto f =
+            capability_refusal(find_plugin(c, r.plugin_id()), r.plugin_id(),
+                               controller_capability::list_snapshots, "snapshots cannot be listed"))
       return *f;
     out.push_back(r.plugin_id());
     return out;
@@ -203,8 +213,10 @@ google::protobuf::Map<std::string, std::string> call_secrets(
 
 void add_sources(const catalog& c, google::protobuf::RepeatedPtrField<v1::Snapshot>& snapshots) {
   if (snapshots.empty()) return;
-  std::map<std::pair<std::string, std::string>, const volume_key*> by_external;  // plugin, external id
-  for (const auto& s : snapshots) by_external.emplace(std::make_pair(s.plugin_id(), s.source_external_id()), nullptr);
+  std::map<std::pair<std::string, std::string>, const volume_key*>
+      by_external;  // plugin, external id
+  for (const auto& s : snapshots)
+    by_external.emplace(std::make_pair(s.plugin_id(), s.source_external_id()), nullptr);
   for (const auto& [key, v] : c.volumes) {
     auto it = by_external.find({v.plugin_id(), v.external_id()});
     if (it != by_external.end() && it->second == nullptr) it->second = &key;

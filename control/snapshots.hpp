@@ -24,7 +24,12 @@ namespace berth {
 
 // The controller capabilities these commands need (CSI
 // ControllerServiceCapability.RPC).
-enum class controller_capability { create_delete_snapshot, list_snapshots, clone_volume, modify_volume };
+enum class controller_capability {
+  create_delete_snapshot,
+  list_snapshots,
+  clone_volume,
+  modify_volume
+};
 
 // The spec's name, e.g. "CREATE_DELETE_SNAPSHOT".
 std::string capability_name(controller_capability c);

@@ -1,6 +1,8 @@
 // Snapshots, clones and volume modify (control/snapshots): which plugins
 // can do them, what a create spec may name as its content, the names the
 // shell makes, the requests' problems, and what a modify commits.
+#include "control/snapshots.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cctype>
@@ -9,7 +11,6 @@
 
 #include "control/catalog.hpp"
 #include "control/entries.hpp"
-#include "control/snapshots.hpp"
 
 using namespace berth;
 
@@ -231,11 +232,14 @@ TEST_CASE("generated_snapshot_name_is_deterministic_and_plugin_safe") {
   CHECK(generated_snapshot_name("", "db", 1700000000123) == a);  // "" is the default namespace
   CHECK(generated_snapshot_name("default", "db", 1700000000124) != a);
   CHECK(generated_snapshot_name("Team_A", "My.Vol", 5) == "berth-team-a-my-vol-5");
-  auto long_name = generated_snapshot_name(std::string(80, 'n'), std::string(80, 'v'), 1700000000123);
+  auto long_name =
+      generated_snapshot_name(std::string(80, 'n'), std::string(80, 'v'), 1700000000123);
   CHECK(long_name.size() == 63);
   CHECK(long_name.substr(long_name.size() - 14) == "-1700000000123");  // the moment is kept
   CHECK(generated_snapshot_name("default", "db", -5) == "berth-default-db-0");
-  for (char ch : long_name) CHECK((std::islower(static_cast<unsigned char>(ch)) || std::isdigit(static_cast<unsigned char>(ch)) || ch == '-'));
+  for (char ch : long_name)
+    CHECK((std::islower(static_cast<unsigned char>(ch)) ||
+           std::isdigit(static_cast<unsigned char>(ch)) || ch == '-'));
 }
 
 TEST_CASE("snapshot_request_problems_per_command") {

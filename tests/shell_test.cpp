@@ -146,6 +146,11 @@ TEST_CASE("complete: on the CLI's real commands") {
         words{"claim", "create", "delete", "deregister", "detach", "modify", "register",
               "release", "snapshot", "status"});
   CHECK(real("volume snapshot ", "") == words{"create", "delete", "list"});
+  CHECK(real("volume snapshot create ", "") == words{"data", "db", "logs"});
+  CHECK(real("volume modify ", "") == words{"data", "db", "logs"});
+  CHECK(real("volume snapshot delete ", "") == words{"hostpath"});
+  CHECK(real("volume snapshot delete hostpath ", "").empty());  // a snapshot id: the plugin's
+  CHECK(real("volume snapshot list --plugin ", "") == words{"hostpath"});
   CHECK(real("alloc ", "") == words{"run", "status", "stop"});
   CHECK(real("alloc stop ", "") == words{"web-1", "web-2"});
   CHECK(real("alloc run --node ", "") == words{"n1", "n2"});

@@ -49,6 +49,10 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<pb<v1::Alloc>>("berth.v1.Alloc");
   cfg.add_message_type<pb<v1::MonitorRequest>>("berth.v1.MonitorRequest");
   cfg.add_message_type<pb<v1::MonitorResult>>("berth.v1.MonitorResult");
+  cfg.add_message_type<pb<v1::SnapshotRequest>>("berth.v1.SnapshotRequest");
+  cfg.add_message_type<pb<v1::Snapshot>>("berth.v1.Snapshot");
+  cfg.add_message_type<pb<v1::SnapshotList>>("berth.v1.SnapshotList");
+  cfg.add_message_type<pb<v1::VolumeModifyRequest>>("berth.v1.VolumeModifyRequest");
   cfg.add_message_type<pb<raft::v1::Message>>("berth.raft.v1.Message");
   cfg.add_message_type<node_actor>("berth.node_actor");
 }

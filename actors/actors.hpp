@@ -64,6 +64,9 @@ using stream_atom = caf::atom_constant<caf::atom("stream")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using unpublish_atom = caf::atom_constant<caf::atom("unpublish")>;
 using validate_atom = caf::atom_constant<caf::atom("validate")>;
+using modify_atom = caf::atom_constant<caf::atom("modify")>;
+using snapshot_delete_atom = caf::atom_constant<caf::atom("snapdel")>;
+using snapshot_list_atom = caf::atom_constant<caf::atom("snaplist")>;
 
 // --- interfaces ---------------------------------------------------------------
 
@@ -170,6 +173,20 @@ using node_actor = caf::typed_actor<
     // DeleteVolume through this node's controller instance, for the leader
     // of the given term (fenced).
     caf::replies_to<deregister_atom, pb<v1::Volume>, uint64_t>::with<bool>,
+    // CreateSnapshot of the request's source_external_id through this
+    // node's controller instance, for the leader of the given term (fenced);
+    // replies with the snapshot as the plugin reports it.
+    caf::replies_to<snapshot_atom, pb<v1::SnapshotRequest>, uint64_t>::with<pb<v1::Snapshot>>,
+    // DeleteSnapshot through this node's controller instance (fenced);
+    // replies false when the snapshot was gone already (NOT_FOUND, or not
+    // listed by a plugin that can list snapshots).
+    caf::replies_to<snapshot_delete_atom, pb<v1::SnapshotRequest>, uint64_t>::with<bool>,
+    // ListSnapshots (one page) through this node's controller instance.
+    caf::replies_to<snapshot_list_atom, pb<v1::SnapshotRequest>, uint64_t>::with<pb<v1::SnapshotList>>,
+    // ControllerModifyVolume of the volume's external id with its
+    // modified_parameters (the ones to set) and secrets, for the leader of
+    // the given term (fenced).
+    caf::replies_to<modify_atom, pb<v1::Volume>, uint64_t>::with<bool>,
     // Runs an alloc whose volumes are published here: records it in the
     // client's database, then starts its command (if any) with each
     // volume's path in BERTH_VOLUME_<NAME>.  Its exit is reported to the
@@ -241,6 +258,14 @@ using volume_actor = caf::typed_actor<
     caf::replies_to<deregister_atom, bool>::with<pb<v1::Volume>>,
     // Replies with the volume as committed.
     caf::replies_to<status_atom>::with<pb<v1::Volume>>,
+    // Has the controller node take a snapshot of the volume (CreateSnapshot),
+    // in turn with the volume's claims and releases; commits nothing (the
+    // plugin keeps its snapshots) and replies with the snapshot.
+    caf::replies_to<snapshot_atom, pb<v1::SnapshotRequest>, node_actor>::with<pb<v1::Snapshot>>,
+    // Has the controller node modify the volume (ControllerModifyVolume),
+    // then commits the mutable parameters the plugin accepted; replies with
+    // the committed volume.
+    caf::replies_to<modify_atom, pb<v1::VolumeModifyRequest>, node_actor>::with<pb<v1::Volume>>,
     // Stops the idle actor (the leader asks only when nothing of this volume
     // is in flight): replies with the modify index of the last change it
     // committed, then quits; the volume's next actor starts from the

@@ -409,8 +409,28 @@ void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
     return;
   }
   switch (req.command_case()) {
-    case v1::Request::kVolumeRegister:
+    case v1::Request::kVolumeRegister: {
+      // snapshot_id and clone_id are for volume create only.
+      auto problems = content_source_problems(req.volume_register(), false);
+      if (!problems.empty()) {
+        deliver(rp, failure{errc::invalid,
+                            describe("volume " + quoted(req.volume_register().id()), problems)});
+        return;
+      }
       register_volume(self, std::move(*req.mutable_volume_register()), rp);
+      return;
+    }
+    case v1::Request::kSnapshotCreate:
+      snapshot_create(self, std::move(*req.mutable_snapshot_create()), rp);
+      return;
+    case v1::Request::kSnapshotDelete:
+      snapshot_delete(self, std::move(*req.mutable_snapshot_delete()), rp);
+      return;
+    case v1::Request::kSnapshotList:
+      snapshot_list(self, std::move(*req.mutable_snapshot_list()), rp);
+      return;
+    case v1::Request::kVolumeModify:
+      volume_modify(self, std::move(*req.mutable_volume_modify()), rp);
       return;
     case v1::Request::kVolumeCreate:
       create_volume(self, std::move(*req.mutable_volume_create()), rp);

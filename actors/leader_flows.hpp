@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/leader.hpp"
+#include "control/snapshots.hpp"
 #include "control/views.hpp"
 
 namespace berth::leader_flows {
@@ -96,6 +97,9 @@ inline uint64_t index_of(const v1::Volume& v) {
 inline uint64_t index_of(const v1::ClaimResult& r) {
   return r.volume().modify_index();
 }
+inline uint64_t index_of(const v1::Snapshot&) {
+  return 0;  // a snapshot commits nothing
+}
 
 // Sends one request to the volume's actor (with_volume_actor) and calls
 // `ok` with its answer or `fail` with its error.  `Result` is pb<v1::Volume>
@@ -171,5 +175,24 @@ void system_gc(const self_ptr& self, response_promise rp);
 // empty plugins, and (every 30 s) terminal allocs and down nodes past their
 // thresholds.
 void leader_tick(const self_ptr& self);
+
+// --- leader_snapshots.cpp ----------------------------------------------------------
+// pick_controller among the controllers that advertise `cap`.
+node_actor pick_capable_controller(const self_ptr& self, const std::string& plugin_id,
+                                   controller_capability cap,
+                                   const v1::TopologyRequest* topology = nullptr);
+// berth volume snapshot create: CreateSnapshot through the volume's actor.
+void snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response_promise rp);
+// berth volume snapshot delete: DeleteSnapshot through a controller.
+void snapshot_delete(const self_ptr& self, v1::SnapshotRequest r, response_promise rp);
+// berth volume snapshot list: ListSnapshots of one plugin or of every one
+// that can list snapshots.
+void snapshot_list(const self_ptr& self, v1::SnapshotRequest r, response_promise rp);
+// berth volume modify: ControllerModifyVolume through the volume's actor,
+// which commits the mutable parameters once the plugin accepted them.
+void volume_modify(const self_ptr& self, v1::VolumeModifyRequest r, response_promise rp);
+// volume create with snapshot_id or clone_id: checks the spec and the
+// plugin's capability, and sets the clone source's external id.
+std::optional<failure> prepare_content_source(const self_ptr& self, v1::Volume& spec);
 
 }  // namespace berth::leader_flows

@@ -193,7 +193,14 @@ void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp) {
                                            quoted(spec.namespace_())});
     return;
   }
-  auto controller = pick_controller(self, spec.plugin_id(), &spec.topology_request());
+  if (auto f = prepare_content_source(self, spec)) {
+    deliver(rp, *f);
+    return;
+  }
+  auto cap = content_source_capability(spec);
+  auto controller =
+      cap ? pick_capable_controller(self, spec.plugin_id(), *cap, &spec.topology_request())
+          : pick_controller(self, spec.plugin_id(), &spec.topology_request());
   if (!controller) {
     deliver(rp, failure{errc::unavailable,
                         "plugin " + quoted(spec.plugin_id()) +

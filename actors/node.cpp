@@ -313,6 +313,47 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         return controller_call<bool>(self, req.msg.plugin_id(), term, req.msg.external_id(), call,
                                      [](promise<bool>& rp, csi_outcome&) { rp.deliver(true); });
       },
+      [self](snapshot_atom, pb<v1::SnapshotRequest>& req,
+             uint64_t term) -> caf::result<pb<v1::Snapshot>> {
+        auto call = [r = req.msg](csi::client& c, const std::string& at) {
+          return create_snapshot(c, r, at);
+        };
+        // Serialized with the source volume's other calls on this connection.
+        return controller_call<pb<v1::Snapshot>>(
+            self, req.msg.plugin_id(), term, req.msg.source_external_id(), call,
+            [](promise<pb<v1::Snapshot>>& rp, csi_outcome& out) {
+              rp.deliver(wrap(out.snapshots.snapshots().empty() ? v1::Snapshot{}
+                                                                : out.snapshots.snapshots(0)));
+            });
+      },
+      [self](snapshot_delete_atom, pb<v1::SnapshotRequest>& req,
+             uint64_t term) -> caf::result<bool> {
+        auto call = [r = req.msg](csi::client& c, const std::string& at) {
+          return delete_snapshot(c, r, at);
+        };
+        return controller_call<bool>(self, req.msg.plugin_id(), term,
+                                     "snapshot " + req.msg.snapshot_id(), call,
+                                     [](promise<bool>& rp, csi_outcome& out) { rp.deliver(out.found); });
+      },
+      [self](snapshot_list_atom, pb<v1::SnapshotRequest>& req,
+             uint64_t term) -> caf::result<pb<v1::SnapshotList>> {
+        auto call = [r = req.msg](csi::client& c, const std::string& at) {
+          return list_snapshots(c, r, at);
+        };
+        // A read: no volume key, so it never waits behind a volume's calls.
+        return controller_call<pb<v1::SnapshotList>>(
+            self, req.msg.plugin_id(), term, "", call,
+            [](promise<pb<v1::SnapshotList>>& rp, csi_outcome& out) {
+              rp.deliver(wrap(std::move(out.snapshots)));
+            });
+      },
+      [self](modify_atom, pb<v1::Volume>& req, uint64_t term) -> caf::result<bool> {
+        auto call = [v = req.msg](csi::client& c, const std::string& at) {
+          return modify_volume(c, v, at);
+        };
+        return controller_call<bool>(self, req.msg.plugin_id(), term, req.msg.external_id(), call,
+                                     [](promise<bool>& rp, csi_outcome&) { rp.deliver(true); });
+      },
       [self](run_atom, pb<v1::Alloc>& req) -> caf::result<bool> {
         auto& st = self->state;
         if (st.allocs.count(req.msg.id())) return true;  // running already

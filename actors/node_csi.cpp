@@ -142,6 +142,10 @@ csi_outcome probe_plugin(csi::client& c, v1::PluginType type) {
     auto caps = c.controller_get_capabilities();
     if (!caps.ok()) return fail(csi::method::controller_get_capabilities, caps.status);
     inst.set_publish_unpublish(caps.response.publish_unpublish_volume);
+    inst.set_create_delete_snapshot(caps.response.create_delete_snapshot);
+    inst.set_list_snapshots(caps.response.list_snapshots);
+    inst.set_clone_volume(caps.response.clone_volume);
+    inst.set_modify_volume(caps.response.modify_volume);
   }
   if (type == v1::PLUGIN_NODE || type == v1::PLUGIN_MONOLITH) {
     auto caps = c.node_get_capabilities();
@@ -241,6 +245,58 @@ csi_outcome delete_volume(csi::client& c, const v1::Volume& v, const std::string
   csi_outcome out;
   failed(out, where, csi::method::delete_volume,
          c.delete_volume(v.external_id(), csi::to_map(v.secrets())).status);
+  return out;
+}
+
+csi_outcome create_snapshot(csi::client& c, const v1::SnapshotRequest& r,
+                            const std::string& where) {
+  csi_outcome out;
+  auto res = c.create_snapshot(csi::create_snapshot_request_of(r));
+  if (failed(out, where, csi::method::create_snapshot, res.status)) return out;
+  auto* s = out.snapshots.add_snapshots();
+  *s = csi::snapshot_of(res.response, r.plugin_id());
+  s->set_name(r.name());
+  return out;
+}
+
+csi_outcome delete_snapshot(csi::client& c, const v1::SnapshotRequest& r,
+                            const std::string& where) {
+  csi_outcome out;
+  if (r.can_list()) {
+    csi::list_snapshots_request q;
+    q.snapshot_id = r.snapshot_id();
+    q.secrets = csi::to_map(r.secrets());
+    auto listed = c.list_snapshots(q);
+    // Only a clear answer counts; a failed listing leaves it to DeleteSnapshot.
+    if (listed.ok() && listed.response.entries.empty()) out.found = false;
+  }
+  auto res = c.delete_snapshot(r.snapshot_id(), csi::to_map(r.secrets()));
+  if (failed(out, where, csi::method::delete_snapshot, res.status)) return out;
+  if (res.status.grpc_code == csi::code::not_found) out.found = false;
+  return out;
+}
+
+csi_outcome list_snapshots(csi::client& c, const v1::SnapshotRequest& r,
+                           const std::string& where) {
+  csi_outcome out;
+  csi::list_snapshots_request q;
+  q.max_entries = static_cast<int32_t>(r.per_page());
+  q.starting_token = r.page_token();
+  q.secrets = csi::to_map(r.secrets());
+  auto res = c.list_snapshots(q);
+  if (failed(out, where, csi::method::list_snapshots, res.status)) return out;
+  for (const auto& s : res.response.entries)
+    *out.snapshots.add_snapshots() = csi::snapshot_of(s, r.plugin_id());
+  out.snapshots.set_next_token(res.response.next_token);
+  return out;
+}
+
+csi_outcome modify_volume(csi::client& c, const v1::Volume& v, const std::string& where) {
+  csi_outcome out;
+  failed(out, where, csi::method::controller_modify_volume,
+         c.controller_modify_volume(v.external_id(), csi::to_map(v.modified_parameters()),
+                                    csi::to_map(v.secrets()))
+             .status);
   return out;
 }
 

@@ -100,4 +100,22 @@ csi_outcome validate_volume(csi::client& c, const v1::Volume& v, const std::stri
 
 csi_outcome delete_volume(csi::client& c, const v1::Volume& v, const std::string& where);
 
+// CreateSnapshot; the outcome carries the snapshot (snapshots, one entry).
+csi_outcome create_snapshot(csi::client& c, const v1::SnapshotRequest& r,
+                            const std::string& where);
+
+// DeleteSnapshot; `found` is false when the snapshot was gone already: the
+// plugin answered NOT_FOUND, or (r.can_list) ListSnapshots by its id, asked
+// first, did not list it.
+csi_outcome delete_snapshot(csi::client& c, const v1::SnapshotRequest& r,
+                            const std::string& where);
+
+// ListSnapshots, one page (r.per_page entries from r.page_token).
+csi_outcome list_snapshots(csi::client& c, const v1::SnapshotRequest& r,
+                           const std::string& where);
+
+// ControllerModifyVolume of the volume's external id with its
+// modified_parameters (the mutable parameters to set) and secrets.
+csi_outcome modify_volume(csi::client& c, const v1::Volume& v, const std::string& where);
+
 }  // namespace berth

@@ -113,6 +113,8 @@ struct csi_outcome {
   v1::Volume volume;            // CreateVolume
   std::string validation;       // ValidateVolumeCapabilities: "" = confirmed, else why not
   v1::PluginInstance instance;  // fingerprint: the instance as probed
+  v1::SnapshotList snapshots;   // CreateSnapshot (one), ListSnapshots (a page)
+  bool found = true;            // DeleteSnapshot: false when it was gone already
   // The plugin answered RESOURCE_EXHAUSTED or ABORTED: the connection backs
   // off and runs the job again (control/call_gate).
   bool overloaded = false;

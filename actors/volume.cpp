@@ -7,6 +7,7 @@
 
 #include "actors/propose.hpp"
 #include "control/release.hpp"
+#include "control/snapshots.hpp"
 
 namespace berth {
 
@@ -349,6 +350,58 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
       [self](status_atom) -> caf::result<pb<v1::Volume>> {
         if (!self->state.registered) return not_registered(self);
         return wrap(self->state.volume);
+      },
+      [self](snapshot_atom, pb<v1::SnapshotRequest>& req,
+             node_actor controller) -> caf::result<pb<v1::Snapshot>> {
+        if (!self->state.registered) return not_registered(self);
+        const auto& v = self->state.volume;
+        if (!controller)
+          return make_error(errc::unavailable,
+                            "volume '" + v.id() + "': plugin '" + v.plugin_id() +
+                                "' has no healthy controller on a node with a berth client; "
+                                "the snapshot cannot be taken now");
+        auto r = std::move(req.msg);
+        r.set_namespace_(v.namespace_());
+        r.set_volume_id(v.id());
+        r.set_plugin_id(v.plugin_id());
+        r.set_source_external_id(v.external_id());
+        *r.mutable_secrets() = call_secrets(v, r.secrets());
+        auto rp = self->make_response_promise<pb<v1::Snapshot>>();
+        // await: the volume's claims and releases wait until it is taken.
+        self->request(controller, csi_step_timeout, snapshot_atom::value, wrap(std::move(r)),
+                      self->state.term)
+            .await(
+                [self, rp](pb<v1::Snapshot>& s) mutable {
+                  s.msg.set_namespace_(self->state.volume.namespace_());
+                  s.msg.set_source_volume_id(self->state.volume.id());
+                  rp.deliver(std::move(s));
+                },
+                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [self](modify_atom, pb<v1::VolumeModifyRequest>& req,
+             node_actor controller) -> caf::result<pb<v1::Volume>> {
+        if (!self->state.registered) return not_registered(self);
+        const auto& v = self->state.volume;
+        if (!controller)
+          return make_error(errc::unavailable,
+                            "volume '" + v.id() + "': plugin '" + v.plugin_id() +
+                                "' has no healthy controller on a node with a berth client; "
+                                "the volume cannot be modified now");
+        // What the plugin is sent: only the parameters to set, and the secrets.
+        auto call = v;
+        *call.mutable_modified_parameters() = req.msg.parameters();
+        *call.mutable_secrets() = call_secrets(v, req.msg.secrets());
+        auto rp = self->make_response_promise<pb<v1::Volume>>();
+        self->request(controller, csi_step_timeout, modify_atom::value, wrap(std::move(call)),
+                      self->state.term)
+            .await(
+                [self, rp, r = std::move(req.msg)](bool) mutable {
+                  // Committed only once the plugin accepted them.
+                  persist(self, modified(self->state.volume, r), false, answer(self, rp));
+                },
+                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
       },
       [self](stop_atom) -> caf::result<uint64_t> {
         // Every change of this actor was awaited, so nothing is in flight.

@@ -149,6 +149,10 @@ result<controller_capabilities> client::controller_get_capabilities() {
       case rpc::EXPAND_VOLUME: c.expand_volume = true; break;
       case rpc::LIST_VOLUMES_PUBLISHED_NODES: c.list_volumes_published_nodes = true; break;
       case rpc::SINGLE_NODE_MULTI_WRITER: c.single_node_multi_writer = true; break;
+      case rpc::CREATE_DELETE_SNAPSHOT: c.create_delete_snapshot = true; break;
+      case rpc::LIST_SNAPSHOTS: c.list_snapshots = true; break;
+      case rpc::CLONE_VOLUME: c.clone_volume = true; break;
+      case rpc::MODIFY_VOLUME: c.modify_volume = true; break;
       default: break;  // capabilities berth does not act on
     }
   }
@@ -170,6 +174,12 @@ result<volume> client::create_volume(const create_volume_request& in) {
     to_proto(t, *req.mutable_accessibility_requirements()->add_requisite()->mutable_segments());
   for (const auto& t : in.preferred)
     to_proto(t, *req.mutable_accessibility_requirements()->add_preferred()->mutable_segments());
+  if (!in.source_snapshot_id.empty())
+    req.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id(
+        in.source_snapshot_id);
+  else if (!in.source_volume_id.empty())
+    req.mutable_volume_content_source()->mutable_volume()->set_volume_id(in.source_volume_id);
+  to_proto(in.mutable_parameters, *req.mutable_mutable_parameters());
   v1::CreateVolumeResponse resp;
   result<volume> r;
   r.status = impl_->run(method::create_volume, [&](grpc::ClientContext& ctx) {
@@ -277,6 +287,76 @@ result<int64_t> client::get_capacity(const std::vector<volume_capability>& capab
     return impl_->controller->GetCapacity(&ctx, req, &resp);
   });
   r.response = resp.available_capacity();
+  return r;
+}
+
+static snapshot from_proto(const v1::Snapshot& in) {
+  snapshot out;
+  out.snapshot_id = in.snapshot_id();
+  out.source_volume_id = in.source_volume_id();
+  out.size_bytes = in.size_bytes();
+  if (in.has_creation_time())
+    out.created_at_ms = in.creation_time().seconds() * 1000 + in.creation_time().nanos() / 1000000;
+  out.ready_to_use = in.ready_to_use();
+  return out;
+}
+
+result<snapshot> client::create_snapshot(const create_snapshot_request& in) {
+  v1::CreateSnapshotRequest req;
+  req.set_source_volume_id(in.source_volume_id);
+  req.set_name(in.name);
+  to_proto(in.parameters, *req.mutable_parameters());
+  to_proto(in.secrets, *req.mutable_secrets());
+  v1::CreateSnapshotResponse resp;
+  result<snapshot> r;
+  r.status = impl_->run(method::create_snapshot, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->CreateSnapshot(&ctx, req, &resp);
+  });
+  r.response = from_proto(resp.snapshot());
+  return r;
+}
+
+result<empty> client::delete_snapshot(const std::string& snapshot_id, const string_map& secrets) {
+  v1::DeleteSnapshotRequest req;
+  req.set_snapshot_id(snapshot_id);
+  to_proto(secrets, *req.mutable_secrets());
+  v1::DeleteSnapshotResponse resp;
+  result<empty> r;
+  r.status = impl_->run(method::delete_snapshot, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->DeleteSnapshot(&ctx, req, &resp);
+  });
+  return r;
+}
+
+result<list_snapshots_response> client::list_snapshots(const list_snapshots_request& in) {
+  v1::ListSnapshotsRequest req;
+  req.set_max_entries(in.max_entries);
+  req.set_starting_token(in.starting_token);
+  req.set_source_volume_id(in.source_volume_id);
+  req.set_snapshot_id(in.snapshot_id);
+  to_proto(in.secrets, *req.mutable_secrets());
+  v1::ListSnapshotsResponse resp;
+  result<list_snapshots_response> r;
+  r.status = impl_->run(method::list_snapshots, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->ListSnapshots(&ctx, req, &resp);
+  });
+  for (const auto& e : resp.entries()) r.response.entries.push_back(from_proto(e.snapshot()));
+  r.response.next_token = resp.next_token();
+  return r;
+}
+
+result<empty> client::controller_modify_volume(const std::string& volume_id,
+                                               const string_map& mutable_parameters,
+                                               const string_map& secrets) {
+  v1::ControllerModifyVolumeRequest req;
+  req.set_volume_id(volume_id);
+  to_proto(mutable_parameters, *req.mutable_mutable_parameters());
+  to_proto(secrets, *req.mutable_secrets());
+  v1::ControllerModifyVolumeResponse resp;
+  result<empty> r;
+  r.status = impl_->run(method::controller_modify_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->ControllerModifyVolume(&ctx, req, &resp);
+  });
   return r;
 }
 

@@ -67,6 +67,10 @@ struct controller_capabilities {
   bool expand_volume = false;
   bool list_volumes_published_nodes = false;
   bool single_node_multi_writer = false;
+  bool create_delete_snapshot = false;
+  bool list_snapshots = false;
+  bool clone_volume = false;
+  bool modify_volume = false;
 };
 
 struct node_capabilities {
@@ -100,6 +104,39 @@ struct create_volume_request {
   // should (preferred) be accessible from.
   std::vector<string_map> requisite;
   std::vector<string_map> preferred;
+  // volume_content_source: at most one of the two (empty: a new, empty volume).
+  std::string source_snapshot_id;
+  std::string source_volume_id;
+  string_map mutable_parameters;
+};
+
+// CSI Snapshot.
+struct snapshot {
+  std::string snapshot_id;
+  std::string source_volume_id;
+  int64_t size_bytes = 0;
+  int64_t created_at_ms = 0;  // creation_time, unix milliseconds (0: unset)
+  bool ready_to_use = false;
+};
+
+struct create_snapshot_request {
+  std::string source_volume_id;
+  std::string name;
+  string_map parameters;
+  string_map secrets;
+};
+
+struct list_snapshots_request {
+  int32_t max_entries = 0;
+  std::string starting_token;
+  std::string source_volume_id;
+  std::string snapshot_id;
+  string_map secrets;
+};
+
+struct list_snapshots_response {
+  std::vector<snapshot> entries;
+  std::string next_token;  // empty: last page
 };
 
 struct controller_publish_request {
@@ -206,6 +243,12 @@ class client {
                                              const std::string& starting_token = {});
   result<int64_t> get_capacity(const std::vector<volume_capability>& capabilities = {},
                                const string_map& parameters = {});
+  result<snapshot> create_snapshot(const create_snapshot_request& req);
+  result<empty> delete_snapshot(const std::string& snapshot_id, const string_map& secrets = {});
+  result<list_snapshots_response> list_snapshots(const list_snapshots_request& req);
+  result<empty> controller_modify_volume(const std::string& volume_id,
+                                         const string_map& mutable_parameters,
+                                         const string_map& secrets = {});
 
   // Node.
   result<node_capabilities> node_get_capabilities();

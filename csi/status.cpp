@@ -24,6 +24,10 @@ std::string_view method_name(method m) {
     case method::node_get_volume_stats: return "NodeGetVolumeStats";
     case method::node_get_capabilities: return "NodeGetCapabilities";
     case method::node_get_info: return "NodeGetInfo";
+    case method::create_snapshot: return "CreateSnapshot";
+    case method::delete_snapshot: return "DeleteSnapshot";
+    case method::list_snapshots: return "ListSnapshots";
+    case method::controller_modify_volume: return "ControllerModifyVolume";
   }
   return "?";
 }
@@ -68,7 +72,7 @@ namespace {
 
 bool is_release(method m) {
   return m == method::node_unpublish_volume || m == method::node_unstage_volume
-         || m == method::controller_unpublish_volume;
+         || m == method::controller_unpublish_volume || m == method::delete_snapshot;
 }
 
 }  // namespace

@@ -27,6 +27,10 @@ enum class method {
   node_get_volume_stats,
   node_get_capabilities,
   node_get_info,
+  create_snapshot,
+  delete_snapshot,
+  list_snapshots,
+  controller_modify_volume,
 };
 
 // The spec's RPC name, e.g. "NodeUnpublishVolume".
@@ -67,8 +71,8 @@ std::string_view outcome_name(outcome o);
 
 // How berth must react to code `c` returned by method `m`.
 // NOT_FOUND is "already done" only for the release steps (NodeUnpublish,
-// NodeUnstage, ControllerUnpublish), as in Nomad: the thing to release is
-// gone. Everywhere else it is final until an operator or a re-check changes
+// NodeUnstage, ControllerUnpublish) and DeleteSnapshot, as in Nomad: the
+// thing to release or delete is gone. Everywhere else it is final until an operator or a re-check changes
 // the request. RESOURCE_EXHAUSTED and ABORTED are transient per the spec.
 outcome classify(method m, code c);
 

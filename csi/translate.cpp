@@ -90,7 +90,32 @@ create_volume_request create_request(const v1::Volume& spec) {
     cr.requisite.push_back(to_map(t.segments()));
   for (const auto& t : spec.topology_request().preferred())
     cr.preferred.push_back(to_map(t.segments()));
+  if (!spec.snapshot_id().empty())
+    cr.source_snapshot_id = spec.snapshot_id();
+  else if (!spec.clone_id().empty())
+    cr.source_volume_id = spec.clone_external_id();
+  cr.mutable_parameters = to_map(spec.modified_parameters());
   return cr;
+}
+
+create_snapshot_request create_snapshot_request_of(const v1::SnapshotRequest& r) {
+  create_snapshot_request c;
+  c.source_volume_id = r.source_external_id();
+  c.name = r.name();
+  c.parameters = to_map(r.parameters());
+  c.secrets = to_map(r.secrets());
+  return c;
+}
+
+v1::Snapshot snapshot_of(const snapshot& s, const std::string& plugin_id) {
+  v1::Snapshot out;
+  out.set_id(s.snapshot_id);
+  out.set_plugin_id(plugin_id);
+  out.set_source_external_id(s.source_volume_id);
+  out.set_size_bytes(s.size_bytes);
+  out.set_created_at_ms(s.created_at_ms);
+  out.set_ready_to_use(s.ready_to_use);
+  return out;
 }
 
 v1::Volume created_volume(const v1::Volume& spec, const volume& created) {

@@ -49,12 +49,20 @@ controller_publish_request controller_publish_request_of(const v1::NodeVolumeReq
 
 // CreateVolume of a volume spec: named NAMESPACE-ID (idempotent across
 // retries), sized by capacity_min/max, with its capabilities, parameters,
-// secrets and topology request.
+// secrets and topology request; from a snapshot (snapshot_id) or a clone
+// of another volume (clone_external_id) when the spec names one.
 create_volume_request create_request(const v1::Volume& spec);
 
 // The spec completed with what CreateVolume answered: the plugin's id, the
 // capacity it gave (when it said), its context and topology.
 v1::Volume created_volume(const v1::Volume& spec, const volume& created);
+
+// CreateSnapshot of a snapshot create request (the leader set the source
+// volume's external id in it).
+create_snapshot_request create_snapshot_request_of(const v1::SnapshotRequest& r);
+
+// A CSI snapshot as berth shows it, of the plugin `plugin_id`.
+v1::Snapshot snapshot_of(const snapshot& s, const std::string& plugin_id);
 
 // ValidateVolumeCapabilities of a registered volume.
 validate_request validate_request_of(const v1::Volume& v);

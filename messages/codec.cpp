@@ -279,6 +279,8 @@ std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_vie
       t.reject_unknown();
     }
   }
+  r.string("snapshot_id", v.mutable_snapshot_id());
+  r.string("clone_id", v.mutable_clone_id());
   int64_t cmin = 0, cmax = 0;
   r.integer("capacity_min", &cmin);
   r.integer("capacity_max", &cmax);
@@ -292,6 +294,16 @@ std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_vie
   if (create && !v.external_id().empty())
     problems.push_back({"external_id", "is chosen by the plugin on create; use volume register "
                                        "for a volume that exists"});
+  if (!create) {
+    if (!v.snapshot_id().empty())
+      problems.push_back({"snapshot_id", "only volume create restores a snapshot"});
+    if (!v.clone_id().empty())
+      problems.push_back({"clone_id", "only volume create clones a volume"});
+  }
+  if (!v.snapshot_id().empty() && !v.clone_id().empty())
+    problems.push_back({"snapshot_id, clone_id",
+                        "are exclusive: name one content source (a snapshot or a volume to "
+                        "clone), not both"});
   if (create) v.set_external_id("(created)");
   auto invalid = validate_volume(v);
   if (create) v.clear_external_id();
@@ -329,6 +341,10 @@ json instance_json(const v1::PluginInstance& i) {
               {"accessible_topology", topology_json(i.accessible_topology())},
               {"publish_unpublish", i.publish_unpublish()},
               {"stage_unstage", i.stage_unstage()},
+              {"create_delete_snapshot", i.create_delete_snapshot()},
+              {"list_snapshots", i.list_snapshots()},
+              {"clone_volume", i.clone_volume()},
+              {"modify_volume", i.modify_volume()},
               {"updated_at_ms", i.updated_at_ms()}};
 }
 
@@ -406,6 +422,9 @@ json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
               {"accessible_topology", accessible},
               {"capacity_min", v.capacity_min()},
               {"capacity_max", v.capacity_max()},
+              {"snapshot_id", v.snapshot_id()},
+              {"clone_id", v.clone_id()},
+              {"mutable_parameters", map_json(v.modified_parameters())},
               {"healthy", !unhealthy.has_value()},
               {"health_description", unhealthy.value_or("")},
               {"resource_exhausted", v.resource_exhausted_at_ms() != 0},
@@ -414,6 +433,18 @@ json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
               {"claims", claims},
               {"create_index", v.create_index()},
               {"modify_index", v.modify_index()}};
+}
+
+json snapshot_json(const v1::Snapshot& s) {
+  return json{{"id", s.id()},
+              {"plugin_id", s.plugin_id()},
+              {"source_volume_id", s.source_volume_id()},
+              {"namespace", s.namespace_()},
+              {"source_external_id", s.source_external_id()},
+              {"size_bytes", s.size_bytes()},
+              {"created_at_ms", s.created_at_ms()},
+              {"ready_to_use", s.ready_to_use()},
+              {"name", s.name()}};
 }
 
 json plugin_json(const v1::Plugin& p) {

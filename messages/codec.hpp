@@ -35,6 +35,8 @@ nlohmann::json plugin_json(const v1::Plugin& p);
 nlohmann::json node_json(const v1::Node& n);
 nlohmann::json agent_json(const v1::AgentStatus& a);
 nlohmann::json raft_json(const v1::RaftStatus& s);
+// A CSI snapshot as volume snapshot create and list show it.
+nlohmann::json snapshot_json(const v1::Snapshot& s);
 
 // An event of the event stream (one line of `berth event stream` and of
 // /v1/event/stream): index, seq, topic, type, namespace, key and the object

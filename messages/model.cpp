@@ -567,6 +567,11 @@ std::optional<failure> reregister(v1::Volume& current, const v1::Volume& incomin
   next.set_create_index(current.create_index());
   next.set_modify_index(current.modify_index());
   next.set_resource_exhausted_at_ms(current.resource_exhausted_at_ms());
+  // Where its content came from, and what volume modify set, are kept.
+  next.set_snapshot_id(current.snapshot_id());
+  next.set_clone_id(current.clone_id());
+  next.set_clone_external_id(current.clone_external_id());
+  *next.mutable_modified_parameters() = current.modified_parameters();
   if (next.accessible_topology().empty())
     *next.mutable_accessible_topology() = current.accessible_topology();
   current = std::move(next);

@@ -231,3 +231,51 @@ TEST_CASE("durations_as_operators_write_them") {
     CHECK_FALSE(parse_duration_ms(bad).has_value());
   }
 }
+
+TEST_CASE("a_create_spec_names_a_snapshot_or_a_clone_not_both") {
+  auto base = std::string(R"({"id": "db2", "plugin_id": "hostpath", "capabilities":
+    [{"access_mode": "single-node-writer", "attachment_mode": "file-system"}], )");
+  auto snap = parse_volume_spec(base + R"("snapshot_id": "snap-1"})", spec_use::create);
+  REQUIRE(std::holds_alternative<v1::Volume>(snap));
+  CHECK(std::get<v1::Volume>(snap).snapshot_id() == "snap-1");
+  auto clone = parse_volume_spec(base + R"("clone_id": "db"})", spec_use::create);
+  REQUIRE(std::holds_alternative<v1::Volume>(clone));
+  CHECK(std::get<v1::Volume>(clone).clone_id() == "db");
+  auto both = parse_volume_spec(base + R"("snapshot_id": "s", "clone_id": "db"})",
+                                spec_use::create);
+  REQUIRE(std::holds_alternative<std::vector<problem>>(both));
+  CHECK(has_field(std::get<std::vector<problem>>(both), "snapshot_id, clone_id"));
+  // The server-only field is not a spec key.
+  auto server = parse_volume_spec(base + R"("clone_external_id": "x"})", spec_use::create);
+  REQUIRE(std::holds_alternative<std::vector<problem>>(server));
+  CHECK(has_field(std::get<std::vector<problem>>(server), "clone_external_id"));
+}
+
+TEST_CASE("a_registration_spec_refuses_a_content_source") {
+  auto base = std::string(R"({"id": "db2", "plugin_id": "hostpath", "external_id": "e",
+    "capabilities": [{"access_mode": "single-node-writer", "attachment_mode": "file-system"}], )");
+  CHECK(has_field(problems_of(base + R"("snapshot_id": "s"})"), "snapshot_id"));
+  CHECK(has_field(problems_of(base + R"("clone_id": "db"})"), "clone_id"));
+}
+
+TEST_CASE("the_volume_view_shows_the_content_source_and_modified_parameters") {
+  v1::Volume v;
+  v.set_id("db");
+  v.set_snapshot_id("snap-1");
+  (*v.mutable_modified_parameters())["iops"] = "200";
+  (*v.mutable_secrets())["token"] = "hunter2";
+  auto j = volume_json(v, nullptr);
+  CHECK(j["snapshot_id"] == "snap-1");
+  CHECK(j["clone_id"] == "");
+  CHECK(j["mutable_parameters"]["iops"] == "200");
+  CHECK(j.dump().find("hunter2") == std::string::npos);
+  v1::Snapshot s;
+  s.set_id("snap-1");
+  s.set_source_volume_id("db");
+  s.set_size_bytes(10);
+  s.set_ready_to_use(true);
+  auto sj = snapshot_json(s);
+  CHECK(sj["id"] == "snap-1");
+  CHECK(sj["source_volume_id"] == "db");
+  CHECK(sj["ready_to_use"] == true);
+}

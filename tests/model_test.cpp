@@ -481,6 +481,26 @@ TEST_SUITE("registration") {
     CHECK(current.create_index() == 3);
   }
 
+  TEST_CASE("reregistration_keeps_the_content_source_and_the_modified_parameters") {
+    auto current = volume(v1::SINGLE_NODE_WRITER);
+    current.set_snapshot_id("snap-1");
+    current.set_clone_id("db0");
+    current.set_clone_external_id("hp-db0");
+    (*current.mutable_modified_parameters())["iops"] = "200";
+    auto again = current;  // as a spec file: none of the four
+    again.clear_snapshot_id();
+    again.clear_clone_id();
+    again.clear_clone_external_id();
+    again.clear_modified_parameters();
+    (*again.mutable_context())["owner"] = "team-a";
+    REQUIRE_FALSE(reregister(current, again));
+    CHECK(current.context().at("owner") == "team-a");
+    CHECK(current.snapshot_id() == "snap-1");
+    CHECK(current.clone_id() == "db0");
+    CHECK(current.clone_external_id() == "hp-db0");
+    CHECK(current.modified_parameters().at("iops") == "200");
+  }
+
   TEST_CASE("deregister_is_refused_while_claimed_and_allowed_after_release") {
     auto p = monolith_on({"n1"});
     auto v = volume(v1::SINGLE_NODE_WRITER);

@@ -143,8 +143,14 @@ TEST_CASE("complete: on the CLI's real commands") {
   };
   CHECK(real("", "vo") == words{"volume"});
   CHECK(real("volume ", "") ==
-        words{"claim", "create", "delete", "deregister", "detach", "register", "release",
-              "status"});
+        words{"claim", "create", "delete", "deregister", "detach", "modify", "register",
+              "release", "snapshot", "status"});
+  CHECK(real("volume snapshot ", "") == words{"create", "delete", "list"});
+  CHECK(real("volume snapshot create ", "") == words{"data", "db", "logs"});
+  CHECK(real("volume modify ", "") == words{"data", "db", "logs"});
+  CHECK(real("volume snapshot delete ", "") == words{"hostpath"});
+  CHECK(real("volume snapshot delete hostpath ", "").empty());  // a snapshot id: the plugin's
+  CHECK(real("volume snapshot list --plugin ", "") == words{"hostpath"});
   CHECK(real("alloc ", "") == words{"run", "status", "stop"});
   CHECK(real("alloc stop ", "") == words{"web-1", "web-2"});
   CHECK(real("alloc run --node ", "") == words{"n1", "n2"});
@@ -365,6 +371,11 @@ TEST_CASE("retry: which requests change state, are safe to send again, and how t
       {{"node", "drain", "n1"}, true, true, "berth node status n1"},
       {{"node", "eligibility", "n1", "--enable"}, true, true, "berth node status n1"},
       {{"node", "status", "n1", "--stale"}, false, true, "berth operator raft list-peers"},
+      {{"volume", "snapshot", "create", "db"}, true, true, "berth volume snapshot list"},
+      {{"volume", "snapshot", "delete", "hp", "s1"}, true, true, "berth volume snapshot list"},
+      {{"volume", "snapshot", "list"}, false, true, "berth operator raft list-peers"},
+      {{"volume", "modify", "db", "--parameter", "iops=1"}, true, true,
+       "berth volume status db"},
   };
   for (const auto& r : rows) {
     CAPTURE(r.args);
@@ -382,6 +393,40 @@ TEST_CASE("retry: which requests change state, are safe to send again, and how t
   CHECK(changes_state(create));
   CHECK_FALSE(safe_to_repeat(create));  // a second CreateVolume answer would say "exists"
   CHECK(check_command(create) == "berth volume status db");
+}
+
+TEST_CASE("request: volume snapshot and modify carry their flags; secrets only as given") {
+  auto create = request_ok({"--namespace", "team", "volume", "snapshot", "create", "db",
+                            "--parameter", "p=1", "--secret", "token=hunter2"});
+  REQUIRE(create.has_snapshot_create());
+  const auto& c = create.snapshot_create();
+  CHECK(c.namespace_() == "team");
+  CHECK(c.volume_id() == "db");
+  CHECK(c.name().rfind("berth-team-db-", 0) == 0);  // made once, by the shell
+  CHECK(c.parameters().at("p") == "1");
+  CHECK(c.secrets().at("token") == "hunter2");
+  CHECK(c.source_external_id().empty());
+  auto named = request_ok({"volume", "snapshot", "create", "db", "nightly"});
+  CHECK(named.snapshot_create().name() == "nightly");
+
+  auto del = request_ok({"volume", "snapshot", "delete", "hp", "snap-1", "--secret", "k=v=w"});
+  CHECK(del.snapshot_delete().plugin_id() == "hp");
+  CHECK(del.snapshot_delete().snapshot_id() == "snap-1");
+  CHECK(del.snapshot_delete().secrets().at("k") == "v=w");  // the first '=' splits
+
+  auto list = request_ok({"volume", "snapshot", "list", "--plugin", "hp", "--per-page", "2",
+                          "--page-token", "t"});
+  CHECK(list.snapshot_list().plugin_id() == "hp");
+  CHECK(list.snapshot_list().per_page() == 2);
+  CHECK(list.snapshot_list().page_token() == "t");
+
+  auto modify = request_ok({"volume", "modify", "db", "--parameter", "iops=100", "--parameter",
+                            "tier=gold"});
+  CHECK(modify.volume_modify().parameters().size() == 2);
+  CHECK(request_error({"volume", "modify", "db", "--parameter", "noequals"}).code ==
+        errc::invalid);
+  CHECK(request_error({"volume", "snapshot", "create", "db", "--secret", "=x"}).code ==
+        errc::invalid);
 }
 
 TEST_CASE("request: alloc run refuses a malformed --volume; only alloc run takes a command") {

@@ -59,6 +59,7 @@ bool changes_state(const v1::Request& req) {
     case v1::Request::kSnapshotSave:
     case v1::Request::kMonitor:
     case v1::Request::kEventStream:
+    case v1::Request::kSnapshotList:
     case v1::Request::COMMAND_NOT_SET:
       return false;
     default:
@@ -79,6 +80,12 @@ bool safe_to_repeat(const v1::Request& req) {
     case v1::Request::kNodeDrain:
     case v1::Request::kNodeEligibility:
     case v1::Request::kSystemGc:
+    // The snapshot's name is the shell's (fixed before the first send), so
+    // CreateSnapshot finds what a first attempt made; delete and modify are
+    // idempotent.
+    case v1::Request::kSnapshotCreate:
+    case v1::Request::kSnapshotDelete:
+    case v1::Request::kVolumeModify:
       return true;
     default:
       return !changes_state(req);
@@ -118,6 +125,11 @@ std::string check_command(const v1::Request& req) {
       return "berth node status " + req.node_eligibility().node_id();
     case v1::Request::kSystemGc:
       return "berth system gc (it is safe to repeat)";
+    case v1::Request::kSnapshotCreate:
+    case v1::Request::kSnapshotDelete:
+      return "berth volume snapshot list";
+    case v1::Request::kVolumeModify:
+      return volume(req.volume_modify().namespace_(), req.volume_modify().volume_id());
     default:
       return "berth operator raft list-peers";
   }

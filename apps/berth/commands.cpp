@@ -23,6 +23,7 @@
 #include "apps/berth/render.hpp"
 #include "apps/berth/send.hpp"
 #include "apps/berth/shell.hpp"
+#include "control/snapshots.hpp"
 #include "messages/codec.hpp"
 
 namespace berth {
@@ -472,6 +473,160 @@ void add_volume_delete(CLI::App& volume, context& ctx) {
   });
 }
 
+// --- volume snapshot, volume modify -------------------------------------------
+
+// --parameter / --secret K=V (repeatable) into a map; the flag is named in
+// the error.  Values are never echoed (a secret's would be).
+std::optional<failure> read_pairs(const std::vector<std::string>& pairs, const char* flag,
+                                  google::protobuf::Map<std::string, std::string>* out) {
+  for (const auto& kv : pairs) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return failure{errc::invalid, std::string(flag) + " takes KEY=VALUE (got a value without "
+                                                        "'=' or with an empty key)"};
+    (*out)[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return std::nullopt;
+}
+
+json snapshots_json(const v1::Response& r) { return array_of(r.snapshots(), snapshot_json); }
+
+void add_snapshot_create(CLI::App& snapshot, context& ctx) {
+  struct options {
+    std::string volume, name;
+    std::vector<std::string> parameters, secrets;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = snapshot.add_subcommand(
+      "create",
+      "Take a snapshot of a volume through its plugin's controller (CreateSnapshot; the plugin "
+      "must advertise CREATE_DELETE_SNAPSHOT). Prints the snapshot's id, source volume, size, "
+      "creation time and whether it is ready to use");
+  cmd->add_option("volume", o->volume, "The volume's id")->required();
+  cmd->add_option("name", o->name,
+                  "The snapshot's name (default: berth-NAMESPACE-VOLUME-<unix ms>, made once by "
+                  "the shell, so a retry finds the snapshot the first attempt took)");
+  cmd->add_option("--parameter", o->parameters, "KEY=VALUE for the plugin (repeatable)");
+  cmd->add_option("--secret", o->secrets,
+                  "KEY=VALUE secret for the plugin, over the volume's own (repeatable; never "
+                  "shown or logged)");
+  sends(cmd, ctx, [&ctx, o]() -> plan {
+    v1::Request req;
+    auto* r = req.mutable_snapshot_create();
+    r->set_namespace_(ctx.g.ns);
+    r->set_volume_id(o->volume);
+    r->set_name(o->name.empty() ? generated_snapshot_name(ctx.g.ns, o->volume, now_ms())
+                                : o->name);
+    if (auto f = read_pairs(o->parameters, "--parameter", r->mutable_parameters())) return *f;
+    if (auto f = read_pairs(o->secrets, "--secret", r->mutable_secrets())) return *f;
+    return shows(
+        req,
+        [](const v1::Response& r) {
+          return r.snapshots().empty() ? json() : snapshot_json(r.snapshots(0));
+        },
+        [](const v1::Response& r) {
+          return r.message() + "\n\n" + render_snapshot_list(r, now_ms());
+        },
+        "Taking a snapshot of volume '" + o->volume + "' (CreateSnapshot)...");
+  });
+}
+
+void add_snapshot_delete(CLI::App& snapshot, context& ctx) {
+  struct options {
+    std::string plugin, id;
+    std::vector<std::string> secrets;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = snapshot.add_subcommand(
+      "delete",
+      "Delete a snapshot through its plugin's controller (DeleteSnapshot); a snapshot that is "
+      "gone already is success, said so");
+  cmd->add_option("plugin", o->plugin, "The snapshot's plugin")->required();
+  cmd->add_option("snapshot_id", o->id, "The snapshot's id (as snapshot list shows it)")
+      ->required();
+  cmd->add_option("--secret", o->secrets,
+                  "KEY=VALUE secret for the plugin (repeatable; never shown or logged)");
+  sends(cmd, ctx, [o]() -> plan {
+    v1::Request req;
+    auto* r = req.mutable_snapshot_delete();
+    r->set_plugin_id(o->plugin);
+    r->set_snapshot_id(o->id);
+    if (auto f = read_pairs(o->secrets, "--secret", r->mutable_secrets())) return *f;
+    return shows(req, message_json, message_text,
+                 "Deleting snapshot '" + o->id + "' (DeleteSnapshot)...");
+  });
+}
+
+void add_snapshot_list(CLI::App& snapshot, context& ctx) {
+  struct options {
+    std::string plugin, page_token;
+    uint32_t per_page = 0;
+    std::vector<std::string> secrets;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = snapshot.add_subcommand(
+      "list",
+      "List the snapshots of a plugin, or of every plugin that advertises LIST_SNAPSHOTS "
+      "(ListSnapshots: the plugins keep the snapshots, berth does not)");
+  cmd->add_option("--plugin", o->plugin, "Only this plugin's snapshots");
+  cmd->add_option("--per-page", o->per_page,
+                  "At most N snapshots (with --plugin); the answer names the next page")
+      ->check(CLI::Range(1u, 100000u));
+  cmd->add_option("--page-token", o->page_token,
+                  "Start at this token (the next page token of the page before; with --plugin)");
+  cmd->add_option("--secret", o->secrets,
+                  "KEY=VALUE secret for the plugin (repeatable; never shown or logged)");
+  sends(cmd, ctx, [o]() -> plan {
+    v1::Request req;
+    auto* r = req.mutable_snapshot_list();
+    r->set_plugin_id(o->plugin);
+    r->set_per_page(o->per_page);
+    r->set_page_token(o->page_token);
+    if (auto f = read_pairs(o->secrets, "--secret", r->mutable_secrets())) return *f;
+    list_options paging;
+    paging.per_page = o->per_page;
+    return shows(req, paged_json(paging, "snapshots", snapshots_json),
+                 paged_text(paging, at_now(render_snapshot_list)));
+  });
+}
+
+void add_volume_snapshot(CLI::App& volume, context& ctx) {
+  auto& snapshot = group(volume, "snapshot",
+                         "Take, delete and list snapshots of volumes (through the plugins)");
+  add_snapshot_create(snapshot, ctx);
+  add_snapshot_delete(snapshot, ctx);
+  add_snapshot_list(snapshot, ctx);
+}
+
+void add_volume_modify(CLI::App& volume, context& ctx) {
+  struct options {
+    std::string volume;
+    std::vector<std::string> parameters, secrets;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = volume.add_subcommand(
+      "modify",
+      "Change a volume's mutable parameters through its plugin's controller "
+      "(ControllerModifyVolume; the plugin must advertise MODIFY_VOLUME); the volume records "
+      "them once the plugin accepted them");
+  cmd->add_option("volume", o->volume, "The volume's id")->required();
+  cmd->add_option("--parameter", o->parameters, "KEY=VALUE mutable parameter (repeatable)")
+      ->required();
+  cmd->add_option("--secret", o->secrets,
+                  "KEY=VALUE secret for the plugin, over the volume's own (repeatable; never "
+                  "shown or logged)");
+  sends(cmd, ctx, [&ctx, o]() -> plan {
+    v1::Request req;
+    auto* r = req.mutable_volume_modify();
+    r->set_namespace_(ctx.g.ns);
+    r->set_volume_id(o->volume);
+    if (auto f = read_pairs(o->parameters, "--parameter", r->mutable_parameters())) return *f;
+    if (auto f = read_pairs(o->secrets, "--secret", r->mutable_secrets())) return *f;
+    return shows(req, single_volume_json, single_volume_text,
+                 "Modifying volume '" + o->volume + "' (ControllerModifyVolume)...");
+  });
+}
+
 void add_volume_commands(CLI::App& app, context& ctx) {
   auto& volume = group(app, "volume", "Register, inspect, claim and release volumes");
   add_volume_register(volume, ctx);
@@ -482,6 +637,8 @@ void add_volume_commands(CLI::App& app, context& ctx) {
   add_volume_release(volume, ctx);
   add_volume_detach(volume, ctx);
   add_volume_delete(volume, ctx);
+  add_volume_snapshot(volume, ctx);
+  add_volume_modify(volume, ctx);
 }
 
 // --- alloc -------------------------------------------------------------------

@@ -121,6 +121,7 @@ completion complete(const command_info& root, const std::string& before,
   if (pending) {
     if (pending->name == "--node") all = ids.nodes;
     if (pending->name == "--alloc") all = ids.allocs;
+    if (pending->name == "--plugin") all = ids.plugins;
   } else if (starts_with(prefix, "-")) {
     if (!help)
       for (const auto* c : path)
@@ -135,6 +136,8 @@ completion complete(const command_info& root, const std::string& before,
     if (name == "id" && path.size() > 1)
       if (auto* known = ids_of_command(path[1]->name, ids)) all = *known;
     if (name == "node") all = ids.nodes;
+    if (name == "volume") all = ids.volumes;  // volume snapshot create, volume modify
+    if (name == "plugin") all = ids.plugins;  // volume snapshot delete
   }
 
   for (auto& c : all)

@@ -152,6 +152,13 @@ std::string render_volume(const v1::Volume& v, const v1::Plugin* p, int64_t now_
       {"Context", join_map(v.context())},
       {"Claims", claims_summary(v)},
   });
+  // Where the content came from (volume create), what volume modify set.
+  std::vector<std::pair<std::string, std::string>> more;
+  if (!v.snapshot_id().empty()) more.push_back({"Snapshot ID", v.snapshot_id()});
+  if (!v.clone_id().empty()) more.push_back({"Clone ID", v.clone_id()});
+  if (!v.modified_parameters().empty())
+    more.push_back({"Mutable Parameters", join_map(v.modified_parameters())});
+  if (!more.empty()) out += details(more);
   if (p != nullptr) {
     auto h = health_of(*p);
     out += "\nPlugin\n" + details({{"Controllers Healthy", std::to_string(h.controllers_healthy) + "/" +
@@ -367,6 +374,18 @@ std::string render_alloc(const v1::Response& r, int64_t now_ms) {
                       v.published_path().empty() ? "-" : v.published_path()});
   }
   return out + "\nVolumes\n" + render_table(t);
+}
+
+std::string render_snapshot_list(const v1::Response& r, int64_t now_ms) {
+  if (r.snapshots().empty()) return "No snapshots.\n";
+  table t{{"SNAPSHOT ID", "PLUGIN", "VOLUME", "SIZE", "CREATED", "READY"}, {}};
+  for (const auto& s : r.snapshots()) {
+    auto volume = s.source_volume_id().empty() ? s.source_external_id() + " (external id)"
+                                               : s.source_volume_id();
+    t.rows.push_back({s.id(), s.plugin_id(), volume, bytes(s.size_bytes()),
+                      relative_time(s.created_at_ms(), now_ms), yes_no(s.ready_to_use())});
+  }
+  return render_table(t);
 }
 
 }  // namespace berth

@@ -34,5 +34,7 @@ std::string render_raft_peers(const v1::Response& r);
 std::string render_agent(const v1::AgentStatus& a);
 std::string render_alloc_list(const v1::Response& r, int64_t now_ms);
 std::string render_alloc(const v1::Response& r, int64_t now_ms);
+// volume snapshot create and list: one row per snapshot.
+std::string render_snapshot_list(const v1::Response& r, int64_t now_ms);
 
 }  // namespace berth

@@ -232,6 +232,58 @@ TEST_CASE("node_fence: create, validate and delete of a deposed leader never rea
   me->send_exit(n, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("node_fence: snapshot create and delete and volume modify of a deposed leader never reach the plugin") {
+  fixture f;
+  auto n = f.spawn_node(api_actor{});
+  caf::scoped_actor me{*f.sys};
+  auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{5});
+  REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
+  auto vol = std::get<pb<v1::Volume>>(created).msg;
+  v1::SnapshotRequest snap;
+  snap.set_plugin_id(vol.plugin_id());
+  snap.set_source_external_id(vol.external_id());
+  snap.set_name("snap-a");
+  auto modify = vol;
+  (*modify.mutable_modified_parameters())["iops"] = "100";
+
+  CHECK(refused_as_deposed(ask<pb<v1::Snapshot>>(me, n, snapshot_atom::value, wrap(snap), uint64_t{4})));
+  CHECK(refused_as_deposed(ask<bool>(me, n, modify_atom::value, wrap(modify), uint64_t{4})));
+  CHECK(f.plugin_calls("CreateSnapshot") == 0);
+  CHECK(f.plugin_calls("ControllerModifyVolume") == 0);
+
+  auto taken = ask<pb<v1::Snapshot>>(me, n, snapshot_atom::value, wrap(snap), uint64_t{5});
+  REQUIRE(std::holds_alternative<pb<v1::Snapshot>>(taken));
+  auto s = std::get<pb<v1::Snapshot>>(taken).msg;
+  CHECK_FALSE(s.id().empty());
+  CHECK(s.source_external_id() == vol.external_id());
+  CHECK(s.name() == "snap-a");
+  CHECK(f.plugin_calls("CreateSnapshot") == 1);
+  auto modified = ask<bool>(me, n, modify_atom::value, wrap(modify), uint64_t{5});
+  REQUIRE(std::holds_alternative<bool>(modified));
+  CHECK(f.plugin_calls("ControllerModifyVolume") == 1);
+
+  v1::SnapshotRequest del;
+  del.set_plugin_id(vol.plugin_id());
+  del.set_snapshot_id(s.id());
+  del.set_can_list(true);
+  CHECK(refused_as_deposed(ask<bool>(me, n, snapshot_delete_atom::value, wrap(del), uint64_t{4})));
+  CHECK(f.plugin_calls("DeleteSnapshot") == 0);
+  auto deleted = ask<bool>(me, n, snapshot_delete_atom::value, wrap(del), uint64_t{5});
+  REQUIRE(std::holds_alternative<bool>(deleted));
+  CHECK(std::get<bool>(deleted));  // it was there
+  auto again = ask<bool>(me, n, snapshot_delete_atom::value, wrap(del), uint64_t{5});
+  REQUIRE(std::holds_alternative<bool>(again));
+  CHECK_FALSE(std::get<bool>(again));  // gone already: told apart by ListSnapshots
+  CHECK(f.plugin_calls("DeleteSnapshot") == 2);
+
+  v1::SnapshotRequest list;
+  list.set_plugin_id(vol.plugin_id());
+  auto listed = ask<pb<v1::SnapshotList>>(me, n, snapshot_list_atom::value, wrap(list), uint64_t{5});
+  REQUIRE(std::holds_alternative<pb<v1::SnapshotList>>(listed));
+  CHECK(std::get<pb<v1::SnapshotList>>(listed).msg.snapshots().empty());
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("node_fence: a heartbeat answer raises the fence before the new leader calls") {
   fixture f;
   auto term = std::make_shared<std::atomic<uint64_t>>(9);

@@ -683,6 +683,15 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
       [](create_atom, pb<v1::Volume>& v, uint64_t) -> pb<v1::Volume> { return v; },
       [](validate_atom, pb<v1::Volume>&, uint64_t) -> std::string { return ""; },
       [](deregister_atom, pb<v1::Volume>&, uint64_t) -> bool { return true; },
+      // Snapshots and modify are not simulated (tests/integration/test_snapshots.py).
+      [](snapshot_atom, pb<v1::SnapshotRequest>&, uint64_t) -> pb<v1::Snapshot> {
+        return wrap(v1::Snapshot{});
+      },
+      [](snapshot_delete_atom, pb<v1::SnapshotRequest>&, uint64_t) -> bool { return true; },
+      [](snapshot_list_atom, pb<v1::SnapshotRequest>&, uint64_t) -> pb<v1::SnapshotList> {
+        return wrap(v1::SnapshotList{});
+      },
+      [](modify_atom, pb<v1::Volume>&, uint64_t) -> bool { return true; },
       [](run_atom, pb<v1::Alloc>&) -> bool { return true; },
       // Stops an alloc; with unmount, unpublishes what this node still has
       // of it (from its own records: the plugin's publications).

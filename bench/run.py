@@ -65,6 +65,8 @@ def parse_args():
                         "ends the registration (reported)")
     p.add_argument("--snapshot-threshold", default="8192",
                    help="berthd --snapshot-threshold (berthd's default: 8192)")
+    p.add_argument("--server-args", default="",
+                   help="more berthd flags for every server, e.g. '--volume-idle-timeout never'")
     p.add_argument("--raft-tick", default="0.1", help="seconds per Raft tick (berthd's default: 0.1)")
     p.add_argument("--report", default=os.path.join(HERE, "report.json"))
     p.add_argument("--keep", action="store_true", help="keep the cluster's directory and logs")
@@ -156,6 +158,7 @@ def bench_cluster(tmp):
     for s in c.servers:
         i = s.argv.index("--snapshot-threshold")
         s.argv[i + 1] = str(ARGS.snapshot_threshold)
+        s.argv += ARGS.server_args.split()
     return c
 
 

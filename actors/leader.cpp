@@ -239,6 +239,7 @@ void stop_volume_actor(const self_ptr& self, const volume_key& key) {
   slot.actor = volume_actor{};
   slot.stop_when_free = false;
   stop_sent(slot.activity);
+  self->state.stats->volume_actor_event("stopped");
   auto finished = [self, key](uint64_t index) {
     auto it = self->state.volume_actors.find(key);
     if (it == self->state.volume_actors.end()) return;
@@ -264,6 +265,7 @@ void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use u
   auto& slot = st.volume_actors[key];
   bool ready = slot.actor || can_spawn(slot.activity, st.cat.applied_index);
   if (!slot.waiting.empty() || slot.activity.stopping || !ready) {
+    if (slot.activity.stopping) st.stats->volume_actor_event("waited");
     slot.waiting.push_back([self, key, use] { with_volume_actor(self, key, use); });
     if (!slot.activity.stopping && !slot.actor) {
       // Waiting for the catalog to apply what the last actor committed.
@@ -282,6 +284,7 @@ void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use u
                                           st.options.term);
     slot.activity.idle_since_ms = steady_ms();
     st.stats->actors("volume", count_volume_actors(self));
+    st.stats->volume_actor_event("started");
   }
   request_sent(slot.activity);
   use(slot.actor, [self, key](uint64_t index) {

@@ -176,6 +176,11 @@ class prometheus_metrics final : public metrics {
                              .Name("berth_request_seconds")
                              .Help("Time to serve a shell command, by command")
                              .Register(*registry_)),
+        volume_actor_events_(prometheus::BuildCounter()
+                                 .Name("berth_volume_actor_events_total")
+                                 .Help("Volume actors started for a request and stopped when "
+                                       "idle, and requests that waited for a stop (leader only)")
+                                 .Register(*registry_)),
         watcher_retries_(prometheus::BuildCounter()
                              .Name("berth_watcher_retries_total")
                              .Help("Release steps the volume watcher retried after a failure")
@@ -296,6 +301,10 @@ class prometheus_metrics final : public metrics {
     actors_.set({{"kind", kind}}, static_cast<double>(count));
   }
 
+  void volume_actor_event(const std::string& event) override {
+    std::lock_guard<std::mutex> guard(mtx_);
+    volume_actor_events_.Add({{"event", event}}).Increment();
+  }
   void watcher_retry() override { watcher_retries_.Increment(); }
   void mailbox(const std::string& kind, size_t backlog) override {
     std::lock_guard<std::mutex> guard(mtx_);
@@ -342,6 +351,7 @@ class prometheus_metrics final : public metrics {
   prometheus::Histogram& claim_seconds_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;
+  prometheus::Family<prometheus::Counter>& volume_actor_events_;
   prometheus::Counter& watcher_retries_;
   prometheus::Gauge& watcher_pending_;
   gauges allocs_;

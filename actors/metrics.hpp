@@ -57,6 +57,10 @@ class metrics {
   // How many actors of a kind are running ("volume", "plugin", ...).
   virtual void actors(const std::string& kind, size_t count) = 0;
 
+  // A volume actor was started for a request, stopped after being idle,
+  // or a request waited for a volume actor's stop ("started", "stopped",
+  // "waited"; control/activation).
+  virtual void volume_actor_event(const std::string& event) = 0;
   // The volume watcher retried a failed release step.
   virtual void watcher_retry() = 0;
   // Messages waiting in the mailbox of the actor of `kind` ("leader",

@@ -20,14 +20,18 @@ def volume_spec(vid):
                                          "attachment_mode": "file-system"}]})
 
 
-def volume_actors(server):
-    """berth_actors{kind="volume"} on a server's /metrics (None if absent)."""
+def metric(server, series):
+    """One series of a server's /metrics, e.g. 'berth_actors{kind="volume"}' (None if absent)."""
     port = int(re.search(r"metrics on 127\.0\.0\.1:(\d+)", server.banner).group(1))
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
         for line in r.read().decode().splitlines():
-            if line.startswith('berth_actors{kind="volume"}'):
+            if line.startswith(series + " "):
                 return float(line.rsplit(" ", 1)[1])
     return None
+
+
+def volume_actors(server):
+    return metric(server, 'berth_actors{kind="volume"}')
 
 
 class VolumeActorsOnDemandTest(ClusterTestCase):
@@ -51,6 +55,9 @@ class VolumeActorsOnDemandTest(ClusterTestCase):
             self.b("volume", "create", "-", stdin=volume_spec(vid))
         # Registered volumes with nothing to do have no actor on the leader.
         self.idle(leader)
+        for event in ("started", "stopped"):
+            self.assertGreaterEqual(
+                metric(leader, 'berth_volume_actor_events_total{event="%s"}' % event), 3)
 
         # A claim starts the volume's actor; an idle claimed volume has none.
         self.b("volume", "claim", "v1", "--alloc", "a1", "--node", "c1")

@@ -97,6 +97,11 @@ struct null_metrics : metrics {
   void csi_call_backoff(const std::string&) override {}
   void claim_done(double) override {}
   void actors(const std::string&, size_t) override {}
+  void volume_actor_event(const std::string& event) override {
+    if (event == "stopped") ++actor_stops;
+    if (event == "waited") ++actor_waits;
+  }
+  uint64_t actor_stops = 0, actor_waits = 0;
   void watcher_retry() override {}
   void mailbox(const std::string&, size_t) override {}
   void watcher_pending(size_t) override {}
@@ -112,7 +117,7 @@ struct coverage {
            nodes_marked_down = 0, csi_calls = 0, csi_failed = 0, csi_failed_after = 0, csi_lost = 0,
            plugin_restarts = 0, proposals_failed = 0, stale_unmounts = 0, commits = 0,
            known_stop_while_claiming = 0, known_stale_leftover = 0, known_instance_lost = 0,
-           known_orphan_staging = 0;
+           known_orphan_staging = 0, volume_actor_stops = 0, volume_actor_waits = 0;
 } totals;
 
 // --- the simulated world ----------------------------------------------------
@@ -1382,8 +1387,11 @@ class simulation {
   }
 
   world w_;
-  std::shared_ptr<metrics> stats_ = std::make_shared<null_metrics>();
+  std::shared_ptr<null_metrics> stats_ = std::make_shared<null_metrics>();
   int64_t next_heartbeat_ = 0;
+
+ public:
+  const null_metrics& stats() const { return *stats_; }
 };
 
 uint64_t env_u64(const char* name, uint64_t fallback) {
@@ -1405,6 +1413,8 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
     simulation sim(seed);
     auto why = sim.run(verbose, strict);
     ++totals.seeds;
+    totals.volume_actor_stops += sim.stats().actor_stops;
+    totals.volume_actor_waits += sim.stats().actor_waits;
     if (why.empty()) continue;
     ++failures;
     FAIL_CHECK("claim simulation failed at seed "
@@ -1424,7 +1434,9 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
                        << totals.csi_calls << " CSI calls (" << totals.csi_failed << " failed, "
                        << totals.csi_failed_after << " failed after their effect, "
                        << totals.csi_lost << " lost, " << totals.plugin_restarts
-                       << " plugin restarts), " << totals.stale_unmounts << " stale unmounts; "
+                       << " plugin restarts), " << totals.stale_unmounts << " stale unmounts, "
+                       << totals.volume_actor_stops << " idle volume actors stopped ("
+                       << totals.volume_actor_waits << " requests waited for a stop); "
                        << "known issues (BERTH_SIM_STRICT=1 fails on them): "
                        << totals.known_stop_while_claiming
                        << " alloc stops answered 'claims released' while a claim of the alloc was "
@@ -1437,4 +1449,7 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
                        << totals.known_orphan_staging
                        << " stagings kept for a claim never published on its node, then released "
                           "while the node was down");
+  // Evidence that the schedules reach a request arriving while its volume's
+  // actor is being stopped (control/activation).
+  if (totals.seeds >= 100) CHECK(totals.volume_actor_waits > 0);
 }

@@ -27,6 +27,7 @@ namespace berth {
 // --- atoms (verbs) ---------------------------------------------------------
 
 using api_atom = caf::atom_constant<caf::atom("api")>;
+using availability_atom = caf::atom_constant<caf::atom("availabl")>;
 using append_atom = caf::atom_constant<caf::atom("append")>;
 using apply_atom = caf::atom_constant<caf::atom("apply")>;
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
@@ -240,7 +241,11 @@ using volume_actor = caf::typed_actor<
     // claims whose release is stuck are dropped (live claims are still refused).
     caf::replies_to<deregister_atom, bool>::with<pb<v1::Volume>>,
     // Replies with the volume as committed.
-    caf::replies_to<status_atom>::with<pb<v1::Volume>>>;
+    caf::replies_to<status_atom>::with<pb<v1::Volume>>,
+    // Sets the volume's availability (active, pause, drain), committing it
+    // unless it is so already; replies with the committed volume.  A drain's
+    // stops and releases are the leader's (control/availability).
+    caf::replies_to<availability_atom, pb<v1::VolumeAvailabilityRequest>>::with<pb<v1::Volume>>>;
 
 // The leader of the control plane: receives every command, answers reads
 // from its catalog and routes changes to the volume and plugin actors.  Its

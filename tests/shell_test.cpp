@@ -143,8 +143,8 @@ TEST_CASE("complete: on the CLI's real commands") {
   };
   CHECK(real("", "vo") == words{"volume"});
   CHECK(real("volume ", "") ==
-        words{"claim", "create", "delete", "deregister", "detach", "register", "release",
-              "status"});
+        words{"availability", "claim", "create", "delete", "deregister", "detach", "register",
+              "release", "status"});
   CHECK(real("alloc ", "") == words{"run", "status", "stop"});
   CHECK(real("alloc stop ", "") == words{"web-1", "web-2"});
   CHECK(real("alloc run --node ", "") == words{"n1", "n2"});

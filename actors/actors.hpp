@@ -27,6 +27,7 @@ namespace berth {
 // --- atoms (verbs) ---------------------------------------------------------
 
 using api_atom = caf::atom_constant<caf::atom("api")>;
+using availability_atom = caf::atom_constant<caf::atom("availabl")>;
 using append_atom = caf::atom_constant<caf::atom("append")>;
 using apply_atom = caf::atom_constant<caf::atom("apply")>;
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
@@ -266,6 +267,10 @@ using volume_actor = caf::typed_actor<
     // then commits the mutable parameters the plugin accepted; replies with
     // the committed volume.
     caf::replies_to<modify_atom, pb<v1::VolumeModifyRequest>, node_actor>::with<pb<v1::Volume>>,
+    // Sets the volume's availability (active, pause, drain), committing it
+    // unless it is so already; replies with the committed volume.  A drain's
+    // stops and releases are the leader's (control/availability).
+    caf::replies_to<availability_atom, pb<v1::VolumeAvailabilityRequest>>::with<pb<v1::Volume>>,
     // Stops the idle actor (the leader asks only when nothing of this volume
     // is in flight): replies with the modify index of the last change it
     // committed, then quits; the volume's next actor starts from the

@@ -66,6 +66,13 @@ void log_volume(const v1::Volume* before, const v1::Volume& after, uint64_t inde
                     {{"namespace", ns}, {"volume", id}, {"plugin", after.plugin_id()},
                      {"index", index}});
   }
+  if (before->availability() != after.availability()) {
+    claims_changed = true;
+    logging::info(component, "volume availability changed",
+                  {{"namespace", ns}, {"volume", id}, {"plugin", after.plugin_id()},
+                   {"from", str(name_of(before->availability()))},
+                   {"to", str(name_of(after.availability()))}, {"index", index}});
+  }
   if (!claims_changed)
     logging::info(component, "volume updated",
                   {{"namespace", ns}, {"volume", id}, {"plugin", after.plugin_id()},

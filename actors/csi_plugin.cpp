@@ -66,6 +66,21 @@ void on_done(self_ptr self, const std::string& plugin, const std::shared_ptr<met
 // next backoff that ends.
 void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<metrics>& stats) {
   auto& st = self->state;
+  // Calls that waited longer than --csi-timeout for their turn are answered
+  // without being sent: the server gives up on a step after 75 s, and a
+  // call that started later could undo what it did since.
+  for (auto ticket : st.gate->expire(steady_ms())) {
+    auto it = st.jobs.find(ticket);
+    if (it == st.jobs.end()) continue;
+    logging::warn("csi", "CSI call not sent: it waited too long for its turn",
+                  {{"plugin", plugin}, {"external_id", it->second.job.volume}});
+    csi_outcome out;
+    out.error = failure{errc::unavailable,
+                        "plugin '" + plugin + "': the call waited longer than --csi-timeout "
+                        "behind other calls of this plugin or volume and was not sent; retry"};
+    it->second.rp.deliver(std::move(out));
+    st.jobs.erase(it);
+  }
   for (auto ticket : st.gate->start(steady_ms())) {
     csi_plugin_actor worker;
     if (st.idle.empty()) {
@@ -102,6 +117,7 @@ csi_plugin_actor::behavior_type csi_plugin(
     std::chrono::milliseconds deadline, std::shared_ptr<metrics> stats) {
   auto& st = self->state;
   st.client = std::make_shared<csi::client>(plugin.endpoint, deadline);
+  st.wait_limit_ms = deadline.count();
   st.client->observe([stats, id = plugin.id](csi::method m, const csi::call_status& s,
                                              double seconds) {
     auto method = std::string(csi::method_name(m));
@@ -132,7 +148,9 @@ csi_plugin_actor::behavior_type csi_plugin(
       [self, id = plugin.id, stats](csi_atom, csi_job& job) -> caf::result<csi_outcome> {
         auto& st = self->state;
         auto rp = self->make_response_promise<csi_outcome>();
-        auto ticket = st.gate->add(job.kind, job.volume, steady_ms());
+        auto now = steady_ms();
+        auto start_by = job.kind == call_kind::identity ? 0 : now + st.wait_limit_ms;
+        auto ticket = st.gate->add(job.kind, job.volume, now, start_by);
         st.jobs.emplace(ticket, csi_plugin_state::waiting_job{std::move(job), rp});
         run_ready(self, id, stats);
         return rp;

@@ -26,6 +26,9 @@ struct csi_plugin_state {
   std::vector<csi_plugin_actor> idle;    // workers with nothing to run
   size_t workers = 0;
   bool tick_pending = false;
+  // A call that could not start within this (--csi-timeout) is answered
+  // without being sent (call_gate::expire).
+  int64_t wait_limit_ms = 30000;
   static inline const char* name = "csi_plugin";
 };
 

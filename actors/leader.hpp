@@ -92,6 +92,9 @@ struct leader_state {
   // Drains: allocs asked to stop, nodes whose force or finish is being written.
   std::set<std::string> drain_stops;
   std::set<std::string> drain_writes;
+  // Volume drains (berth volume availability VOLUME drain): the claims
+  // ("NAMESPACE/VOLUME/ALLOC") of command-less allocs being released.
+  std::set<std::string> volume_drain_releases;
   // The metrics' counts of allocs per state and nodes per status.
   std::map<std::string, int64_t> alloc_counts;
   std::map<std::string, int64_t> node_counts;

@@ -160,6 +160,15 @@ void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise
 void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, response_promise rp);
 void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, response_promise rp);
 
+// --- leader_availability.cpp -----------------------------------------------------
+// berth volume availability VOLUME active|pause|drain, through the volume's
+// actor; a drain is then driven on every tick.
+void volume_availability(const self_ptr& self, const v1::VolumeAvailabilityRequest& r,
+                         response_promise rp);
+// One step of every volume drain: stop the allocs using the volume, release
+// the claims of command-less allocs (control/availability's plan).
+void drive_volume_drains(const self_ptr& self);
+
 // --- leader_nodes.cpp -------------------------------------------------------------
 void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp);
 // A client's heartbeat (its node actor registering again).
@@ -171,6 +180,11 @@ void node_eligibility(const self_ptr& self, const v1::NodeEligibilityRequest& r,
 // berth system gc: collects every terminal alloc and down node that
 // nothing needs any more, whatever their age.
 void system_gc(const self_ptr& self, response_promise rp);
+// Stops a running alloc through its node's client and commits it complete
+// (`why`: its message); a client that is away is asked again on the next
+// drive.  Drains of nodes and of volumes use it.
+void stop_alloc(const self_ptr& self, const std::string& node_id, const std::string& alloc,
+                std::string why);
 // Timer: drives drains, marks silent nodes down, expires waits, collects
 // empty plugins, and (every 30 s) terminal allocs and down nodes past their
 // thresholds.

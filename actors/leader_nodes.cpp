@@ -145,6 +145,38 @@ void collect_plugins(const self_ptr& self) {
 
 // --- drain and eligibility ----------------------------------------------------------
 
+// Stops one running alloc through its node's client (a drain's), then commits
+// it complete; the watcher releases its claims through the node.
+void stop_alloc(const self_ptr& self, const std::string& node_id, const std::string& alloc,
+                std::string why) {
+  auto& st = self->state;
+  if (!st.drain_stops.insert(alloc).second) return;  // asked already
+  auto done = [self, alloc](std::optional<failure>) { self->state.drain_stops.erase(alloc); };
+  auto node = node_of(self, node_id);
+  if (!node) {
+    const auto* n = find_node(st.cat, node_id);
+    if (n != nullptr && !n->has_client()) {
+      // Nothing runs there: no client ever ran a command on it.
+      set_alloc_state(self, alloc, v1::ALLOC_COMPLETE, why, 0, done);
+      return;
+    }
+    // Its client is away: the drain waits for it (or for the node to be
+    // marked down, or for the deadline).
+    st.drain_stops.erase(alloc);
+    return;
+  }
+  logging::info("leader", "drain stops alloc",
+                {{"node", node_id}, {"alloc", alloc}, {"reason", why}});
+  self->request(node, std::chrono::seconds(60), stop_atom::value, alloc, false)
+      .then([self, alloc, why, done](
+                int32_t code) { set_alloc_state(self, alloc, v1::ALLOC_COMPLETE, why, code, done); },
+            [self, node_id, alloc](caf::error& e) {
+              self->state.drain_stops.erase(alloc);
+              logging::warn("leader", "drain could not stop alloc; retrying",
+                            {{"node", node_id}, {"alloc", alloc}, {"error", to_failure(e).message}});
+            });
+}
+
 namespace {
 
 // Commits what `decide` returns for a node request and answers with the
@@ -180,32 +212,7 @@ void commit_node_request(const self_ptr& self, const std::string& node_id,
 // Stops one running alloc of a draining node through its client, then
 // commits it complete; the watcher releases its claims through the node.
 void stop_for_drain(const self_ptr& self, const std::string& node_id, const std::string& alloc) {
-  auto& st = self->state;
-  if (!st.drain_stops.insert(alloc).second) return;  // asked already
-  auto done = [self, alloc](std::optional<failure>) { self->state.drain_stops.erase(alloc); };
-  auto why = "stopped by the drain of node " + quoted(node_id);
-  auto node = node_of(self, node_id);
-  if (!node) {
-    const auto* n = find_node(st.cat, node_id);
-    if (n != nullptr && !n->has_client()) {
-      // Nothing runs there: no client ever ran a command on it.
-      set_alloc_state(self, alloc, v1::ALLOC_COMPLETE, why, 0, done);
-      return;
-    }
-    // Its client is away: the drain waits for it (or for the node to be
-    // marked down, or for the deadline).
-    st.drain_stops.erase(alloc);
-    return;
-  }
-  logging::info("leader", "drain stops alloc", {{"node", node_id}, {"alloc", alloc}});
-  self->request(node, std::chrono::seconds(60), stop_atom::value, alloc, false)
-      .then([self, alloc, why, done](
-                int32_t code) { set_alloc_state(self, alloc, v1::ALLOC_COMPLETE, why, code, done); },
-            [self, node_id, alloc](caf::error& e) {
-              self->state.drain_stops.erase(alloc);
-              logging::warn("leader", "drain could not stop alloc; retrying",
-                            {{"node", node_id}, {"alloc", alloc}, {"error", to_failure(e).message}});
-            });
+  stop_alloc(self, node_id, alloc, "stopped by the drain of node " + quoted(node_id));
 }
 
 // Withdraws a drained node's plugin instances through the plugin actors.
@@ -328,6 +335,7 @@ void system_gc(const self_ptr& self, response_promise rp) {
 
 void leader_tick(const self_ptr& self) {
   drive_drains(self);
+  drive_volume_drains(self);
   auto& st = self->state;
   for (const auto& n :
        silent_nodes(st.cat, st.last_seen, steady_ms(), st.options.node_down_timeout.count()))

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "actors/propose.hpp"
+#include "control/availability.hpp"
 #include "control/release.hpp"
 #include "control/snapshots.hpp"
 
@@ -401,6 +402,18 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
                   persist(self, modified(self->state.volume, r), false, answer(self, rp));
                 },
                 [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [self](availability_atom,
+             pb<v1::VolumeAvailabilityRequest>& req) -> caf::result<pb<v1::Volume>> {
+        if (!self->state.registered) return not_registered(self);
+        auto to = req.msg.availability();
+        if (!availability_changes(self->state.volume, to))
+          return wrap(self->state.volume);  // so already: nothing to commit
+        auto next = self->state.volume;
+        next.set_availability(to);
+        auto rp = self->make_response_promise<pb<v1::Volume>>();
+        persist(self, std::move(next), false, answer(self, rp));
         return rp;
       },
       [self](stop_atom) -> caf::result<uint64_t> {

@@ -22,10 +22,24 @@ const call_gate::lane& call_gate::lane_of(call_kind k) const {
   return k == call_kind::controller ? controller_ : node_;
 }
 
-uint64_t call_gate::add(call_kind kind, std::string volume, int64_t now_ms) {
+uint64_t call_gate::add(call_kind kind, std::string volume, int64_t now_ms,
+                        int64_t start_by_ms) {
   auto t = next_ticket_++;
-  queue_.push_back({t, kind, std::move(volume), now_ms, 0});
+  queue_.push_back({t, kind, std::move(volume), now_ms, 0, start_by_ms});
   return t;
+}
+
+std::vector<uint64_t> call_gate::expire(int64_t now_ms) {
+  std::vector<uint64_t> gone;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->start_by_ms > 0 && it->start_by_ms < now_ms) {
+      gone.push_back(it->ticket);
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return gone;
 }
 
 std::vector<uint64_t> call_gate::start(int64_t now_ms) {
@@ -88,9 +102,11 @@ call_gate::verdict call_gate::finish(uint64_t ticket, bool overloaded, int64_t n
 
 std::optional<int64_t> call_gate::next_wakeup() const {
   std::optional<int64_t> at;
-  for (const auto& c : queue_)
+  for (const auto& c : queue_) {
     if (c.not_before_ms > 0 && c.overloaded > 0 && (!at || c.not_before_ms < *at))
       at = c.not_before_ms;
+    if (c.start_by_ms > 0 && (!at || c.start_by_ms + 1 < *at)) at = c.start_by_ms + 1;
+  }
   return at;
 }
 

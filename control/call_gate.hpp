@@ -34,9 +34,16 @@ class call_gate {
   // `max_controller` and `max_node` >= 1.
   call_gate(int max_controller, int max_node, int max_overloaded = 4);
 
-  // Queues a call; `volume` is the CSI volume id ("" for none).
-  // Returns its ticket.
-  uint64_t add(call_kind kind, std::string volume, int64_t now_ms);
+  // Queues a call; `volume` is the CSI volume id ("" for none).  A call
+  // not started by `start_by_ms` (0: no such limit) is never started: its
+  // caller has given up on it by then, and a call sent after that could
+  // undo what the caller did next (a late ControllerUnpublishVolume after
+  // the volume was published again).  Returns its ticket.
+  uint64_t add(call_kind kind, std::string volume, int64_t now_ms, int64_t start_by_ms = 0);
+
+  // Removes and returns the queued calls whose start_by passed (`now_ms`
+  // past it), in arrival order: answer them without running them.
+  std::vector<uint64_t> expire(int64_t now_ms);
 
   // The calls that start now (marked running), in arrival order.
   std::vector<uint64_t> start(int64_t now_ms);
@@ -48,7 +55,7 @@ class call_gate {
   verdict finish(uint64_t ticket, bool overloaded, int64_t now_ms);
 
   // When a queued call becomes startable by time alone (a backoff ends),
-  // if one waits for that; nullopt when none does.
+  // or expires, if one waits for that; nullopt when none does.
   std::optional<int64_t> next_wakeup() const;
 
   // What is in effect, for metrics and tests.
@@ -63,6 +70,7 @@ class call_gate {
     std::string volume;
     int64_t not_before_ms = 0;
     int overloaded = 0;
+    int64_t start_by_ms = 0;  // 0: none
   };
   struct lane {
     int max;

@@ -42,6 +42,10 @@ void index_claims(catalog& c, const volume_key& key, const v1::Volume* was, cons
     }
   if (is != nullptr)
     for (const auto& cl : is->claims()) c.claimed_on[{cl.node_id(), is->plugin_id()}].insert(key);
+  if (is != nullptr && is->availability() == v1::VOLUME_DRAIN)
+    c.draining.insert(key);
+  else
+    c.draining.erase(key);
 }
 
 }  // namespace

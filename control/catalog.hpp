@@ -37,6 +37,10 @@ struct catalog {
   // the node: kept by apply and add_volume, so that a claim's max-volumes
   // check does not scan every volume.
   std::map<std::pair<std::string, std::string>, std::set<volume_key>> claimed_on;
+  // The volumes whose availability is drain (berth volume availability):
+  // kept by apply and add_volume, so the leader's tick does not scan every
+  // volume for them.
+  std::set<volume_key> draining;
   // A committed operator restore replaced the state wholesale: this copy is
   // stale until it is loaded again from the state tables.
   bool restored = false;

@@ -428,6 +428,7 @@ json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
               {"healthy", !unhealthy.has_value()},
               {"health_description", unhealthy.value_or("")},
               {"resource_exhausted", v.resource_exhausted_at_ms() != 0},
+              {"availability", name_of(v.availability())},
               {"read_claims", readers},
               {"write_claims", writers},
               {"claims", claims},

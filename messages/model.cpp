@@ -39,6 +39,12 @@ constexpr named<v1::PluginType> plugin_types[] = {
     {v1::PLUGIN_MONOLITH, "monolith"},
 };
 
+constexpr named<v1::VolumeAvailability> volume_availabilities[] = {
+    {v1::VOLUME_ACTIVE, "active"},
+    {v1::VOLUME_PAUSE, "pause"},
+    {v1::VOLUME_DRAIN, "drain"},
+};
+
 template <class Enum, size_t N>
 std::string_view lookup_name(const named<Enum> (&table)[N], Enum x) {
   for (const auto& e : table)
@@ -73,6 +79,13 @@ std::string_view name_of(v1::AccessMode x) { return lookup_name(access_modes, x)
 std::string_view name_of(v1::AttachmentMode x) { return lookup_name(attachment_modes, x); }
 std::string_view name_of(v1::ClaimState x) { return lookup_name(claim_states, x); }
 std::string_view name_of(v1::PluginType x) { return lookup_name(plugin_types, x); }
+std::string_view name_of(v1::VolumeAvailability x) {
+  return lookup_name(volume_availabilities, x);
+}
+std::optional<v1::VolumeAvailability> parse_volume_availability(std::string_view s) {
+  return lookup_value(volume_availabilities, s);
+}
+std::string volume_availability_names() { return all_names(volume_availabilities); }
 
 std::string_view name_of(v1::ClaimMode x) {
   switch (x) {
@@ -185,6 +198,8 @@ std::vector<problem> validate_volume(const v1::Volume& v) {
   check_map("parameters", v.parameters());
   check_map("context", v.context());
   if (!v.claims().empty()) add("claims", "cannot be set in a registration");
+  if (v.availability() != v1::VOLUME_ACTIVE)
+    add("availability", "cannot be set in a registration (berth volume availability)");
   return out;
 }
 
@@ -398,6 +413,26 @@ std::optional<v1::VolumeCapability> pick_capability(const v1::Volume& v,
 
 }  // namespace
 
+std::optional<failure> refuse_unavailable(const v1::Volume& v) {
+  auto fix = "; to take claims again: berth " +
+             (v.namespace_().empty() || v.namespace_() == "default"
+                  ? std::string()
+                  : "--namespace " + v.namespace_() + " ") +
+             "volume availability " + v.id() + " active";
+  switch (v.availability()) {
+    case v1::VOLUME_PAUSE:
+      return refused(volume_name(v) +
+                     " is paused (availability pause): it keeps its claims and takes no new "
+                     "one" + fix);
+    case v1::VOLUME_DRAIN:
+      return refused(volume_name(v) +
+                     " is draining (availability drain): its allocs are stopped, its claims "
+                     "released, and it takes no new claim" + fix);
+    default:
+      return std::nullopt;
+  }
+}
+
 std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::Plugin* plugin) {
   if (req.alloc_id.empty()) return failure{errc::invalid, "claim needs an alloc id (--alloc)"};
   if (req.node_id.empty()) return failure{errc::invalid, "claim needs a node id (--node)"};
@@ -416,6 +451,7 @@ std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::
                    quoted(req.alloc_id) + "; release it before claiming for " +
                    std::string(name_of(want)));
   }
+  if (auto f = refuse_unavailable(v)) return f;
   if (v.resource_exhausted_at_ms() != 0)
     return refused(volume_name(v) +
                    " is resource-exhausted (the storage provider refused more attachments); "
@@ -572,6 +608,7 @@ std::optional<failure> reregister(v1::Volume& current, const v1::Volume& incomin
   next.set_clone_id(current.clone_id());
   next.set_clone_external_id(current.clone_external_id());
   *next.mutable_modified_parameters() = current.modified_parameters();
+  next.set_availability(current.availability());  // berth volume availability changes it
   if (next.accessible_topology().empty())
     *next.mutable_accessible_topology() = current.accessible_topology();
   current = std::move(next);

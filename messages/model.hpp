@@ -37,6 +37,12 @@ std::optional<v1::AccessMode> parse_access_mode(std::string_view s);
 std::optional<v1::AttachmentMode> parse_attachment_mode(std::string_view s);
 std::optional<v1::PluginType> parse_plugin_type(std::string_view s);
 
+// A volume's availability: "active", "pause", "drain" (the words of berth
+// volume availability, as Docker Swarm's cluster volumes name them).
+std::string_view name_of(v1::VolumeAvailability x);
+std::optional<v1::VolumeAvailability> parse_volume_availability(std::string_view s);
+std::string volume_availability_names();
+
 // The words of every valid access/attachment mode, for error messages.
 std::string access_mode_names();
 std::string attachment_mode_names();
@@ -123,7 +129,14 @@ bool holds_volume(const v1::Claim& c);
 // when it has none.
 v1::AccessMode mode_in_use(const v1::Volume& v);
 
-// Claims the volume for an alloc, by the rules of its access mode, the
+// Why the volume takes no new claim now: it is paused or draining (berth
+// volume availability), named with the command that allows claims again;
+// nullopt when it is active.  Existing claims are not affected by it.
+std::optional<failure> refuse_unavailable(const v1::Volume& v);
+
+// Claims the volume for an alloc, by the rules of its availability (a
+// paused or draining volume takes no new claim; a claim it holds already
+// is answered as before), its access mode, the
 // plugin's health and the node's plugin instance.  `plugin` is null when
 // the plugin is not registered.  Claiming again with the same alloc and
 // mode succeeds without change.

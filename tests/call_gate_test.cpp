@@ -192,3 +192,67 @@ TEST_CASE("call_gate: random schedules keep every rule (many seeds)") {
     CHECK(g.queued() == 0);
   }
 }
+
+TEST_CASE("call_gate: a call that could not start by its deadline expires without running") {
+  call_gate g(1, 1);
+  auto a = g.add(call_kind::controller, "v", 0, 30000);
+  auto b = g.add(call_kind::controller, "v", 10, 30010);  // same volume: waits behind a
+  auto c = g.add(call_kind::controller, "w", 20, 30020);  // limit 1: waits behind a
+  auto d = g.add(call_kind::node, "x", 20);               // no deadline
+  CHECK(g.start(20) == std::vector<uint64_t>{a, d});
+  CHECK(g.expire(30000).empty());  // a deadline is inclusive
+  // a hangs past the others' deadlines: they are expired, never started.
+  REQUIRE(g.next_wakeup().has_value());
+  CHECK(*g.next_wakeup() == 30011);  // b's deadline passed: the actor wakes then
+  CHECK(g.expire(30015) == std::vector<uint64_t>{b});
+  CHECK(g.expire(40000) == std::vector<uint64_t>{c});
+  CHECK(g.finish(a, false, 40000) == call_gate::verdict::done);
+  CHECK(g.start(40000).empty());
+  CHECK(g.queued() == 0);
+  // A running call is never expired (it is the plugin's now): only queued ones.
+  auto e = g.add(call_kind::controller, "v", 50000, 50001);
+  CHECK(g.start(50000) == std::vector<uint64_t>{e});
+  CHECK(g.expire(90000).empty());
+  CHECK(g.running(call_kind::controller) == 1);
+}
+
+TEST_CASE("call_gate: random schedules with deadlines: nothing starts after its deadline") {
+  for (uint32_t seed = 1; seed <= 200; ++seed) {
+    CAPTURE(seed);
+    std::mt19937 rng(seed);
+    call_gate g(1 + static_cast<int>(rng() % 3), 1 + static_cast<int>(rng() % 3), 2);
+    std::map<uint64_t, int64_t> start_by;
+    std::set<uint64_t> running, ended;
+    int64_t now = 0;
+    int to_add = 150;
+    while (to_add > 0 || !running.empty() || g.queued() > 0) {
+      now += rng() % 40;
+      if (to_add > 0 && rng() % 2 == 0) {
+        auto kind = static_cast<call_kind>(rng() % 2);
+        int64_t by = rng() % 3 == 0 ? 0 : now + static_cast<int64_t>(rng() % 200);
+        auto t = g.add(kind, "v" + std::to_string(rng() % 4), now, by);
+        start_by[t] = by;
+        --to_add;
+      }
+      for (auto t : g.expire(now)) {
+        REQUIRE(start_by[t] > 0);
+        REQUIRE(start_by[t] < now);
+        REQUIRE(ended.insert(t).second);
+      }
+      for (auto t : g.start(now)) {
+        REQUIRE((start_by[t] == 0 || start_by[t] >= now));
+        REQUIRE(running.insert(t).second);
+      }
+      if (!running.empty() && rng() % 2 == 0) {
+        auto t = *running.begin();
+        running.erase(running.begin());
+        if (g.finish(t, rng() % 6 == 0, now) == call_gate::verdict::done) ended.insert(t);
+      } else if (running.empty() && g.queued() > 0) {
+        auto w = g.next_wakeup();
+        REQUIRE(w.has_value());
+        now = std::max(now, *w);
+      }
+    }
+    CHECK(ended.size() == start_by.size());  // every call ended: run, or expired
+  }
+}

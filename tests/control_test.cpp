@@ -583,13 +583,19 @@ TEST_CASE("the_claimed_on_index_matches_a_scan_after_random_changes_and_a_reload
         auto v = make_volume(id, pick(2) ? "p" : "q");
         for (int k = pick(3); k > 0; --k)
           add_claim(v, "a" + std::to_string(pick(5)), "n" + std::to_string(pick(3)));
+        v.set_availability(static_cast<v1::VolumeAvailability>(pick(3)));
         commit(c, {upsert_change(v)});
       }
       REQUIRE(c.claimed_on == scan(c));
+      std::set<volume_key> draining;  // what the tick used to scan for
+      for (const auto& [key, v] : c.volumes)
+        if (v.availability() == v1::VOLUME_DRAIN) draining.insert(key);
+      REQUIRE(c.draining == draining);
     }
     catalog loaded;
     for (const auto& [key, v] : c.volumes) add_volume(loaded, v);
     CHECK(loaded.claimed_on == c.claimed_on);
+    CHECK(loaded.draining == c.draining);
   }
 }
 

@@ -143,8 +143,8 @@ TEST_CASE("complete: on the CLI's real commands") {
   };
   CHECK(real("", "vo") == words{"volume"});
   CHECK(real("volume ", "") ==
-        words{"claim", "create", "delete", "deregister", "detach", "modify", "register",
-              "release", "snapshot", "status"});
+        words{"availability", "claim", "create", "delete", "deregister", "detach", "modify",
+              "register", "release", "snapshot", "status"});
   CHECK(real("volume snapshot ", "") == words{"create", "delete", "list"});
   CHECK(real("volume snapshot create ", "") == words{"data", "db", "logs"});
   CHECK(real("volume modify ", "") == words{"data", "db", "logs"});
@@ -323,6 +323,21 @@ TEST_CASE("request: volume release, detach and delete name the volume in the nam
   CHECK(del.volume_delete().namespace_() == "prod");
 }
 
+TEST_CASE("request: volume availability takes active, pause or drain and nothing else") {
+  const std::pair<const char*, v1::VolumeAvailability> words[] = {
+      {"active", v1::VOLUME_ACTIVE}, {"pause", v1::VOLUME_PAUSE}, {"drain", v1::VOLUME_DRAIN}};
+  for (const auto& [word, a] : words) {
+    auto r = request_ok({"-n", "prod", "volume", "availability", "db", word});
+    REQUIRE(r.command_case() == v1::Request::kVolumeAvailability);
+    CHECK(r.volume_availability().namespace_() == "prod");
+    CHECK(r.volume_availability().volume_id() == "db");
+    CHECK(r.volume_availability().availability() == a);
+  }
+  auto bad = request_error({"volume", "availability", "db", "paused"});
+  CHECK(bad.code == errc::invalid);
+  CHECK(contains(bad.message, "availability 'paused' is not one of active, pause, drain"));
+}
+
 TEST_CASE("request: alloc run takes its volumes and the words after -- as they are") {
   auto r = request_ok({"alloc", "run", "--node", "n1", "--id", "web", "--volume", "data=db",
                        "--volume", "logs=l1:ro", "--", "sh", "-c", "echo --node"});
@@ -367,6 +382,8 @@ TEST_CASE("retry: which requests change state, are safe to send again, and how t
        "berth --namespace prod volume status db"},
       {{"volume", "delete", "db"}, true, true, "berth volume status db"},
       {{"volume", "detach", "db", "n1"}, true, true, "berth volume status db"},
+      {{"-n", "prod", "volume", "availability", "db", "drain"}, true, true,
+       "berth --namespace prod volume status db"},
       {{"operator", "raft", "remove-peer", "s3"}, true, false, "berth operator raft list-peers"},
       {{"node", "drain", "n1"}, true, true, "berth node status n1"},
       {{"node", "eligibility", "n1", "--enable"}, true, true, "berth node status n1"},

@@ -86,6 +86,7 @@ bool safe_to_repeat(const v1::Request& req) {
     case v1::Request::kSnapshotCreate:
     case v1::Request::kSnapshotDelete:
     case v1::Request::kVolumeModify:
+    case v1::Request::kVolumeAvailability:
       return true;
     default:
       return !changes_state(req);
@@ -117,6 +118,9 @@ std::string check_command(const v1::Request& req) {
       return volume(req.volume_deregister().namespace_(), req.volume_deregister().volume_id());
     case v1::Request::kVolumeDelete:
       return volume(req.volume_delete().namespace_(), req.volume_delete().volume_id());
+    case v1::Request::kVolumeAvailability:
+      return volume(req.volume_availability().namespace_(),
+                    req.volume_availability().volume_id());
     case v1::Request::kPluginFingerprint:
       return "berth plugin status " + req.plugin_fingerprint().plugin_id();
     case v1::Request::kNodeDrain:

@@ -627,6 +627,34 @@ void add_volume_modify(CLI::App& volume, context& ctx) {
   });
 }
 
+void add_volume_availability(CLI::App& volume, context& ctx) {
+  struct options {
+    std::string id, availability;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = volume.add_subcommand(
+      "availability",
+      "Set whether a volume takes claims: active (it does), pause (new claims are refused, "
+      "existing ones kept), drain (also stops the allocs using it and releases its claims)");
+  cmd->add_option("id", o->id, "The volume's id")->required();
+  cmd->add_option("availability", o->availability, "active, pause or drain")->required();
+  sends(cmd, ctx, [&ctx, o]() -> plan {
+    auto a = parse_volume_availability(o->availability);
+    if (!a) return not_one_of("availability", o->availability, volume_availability_names());
+    v1::Request req;
+    auto* r = req.mutable_volume_availability();
+    r->set_namespace_(ctx.g.ns);
+    r->set_volume_id(o->id);
+    r->set_availability(*a);
+    auto shown = [](const v1::Response& r) {
+      auto j = single_volume_json(r);
+      j["message"] = r.message();
+      return j;
+    };
+    return shows(req, shown, message_text);
+  });
+}
+
 void add_volume_commands(CLI::App& app, context& ctx) {
   auto& volume = group(app, "volume", "Register, inspect, claim and release volumes");
   add_volume_register(volume, ctx);
@@ -639,6 +667,7 @@ void add_volume_commands(CLI::App& app, context& ctx) {
   add_volume_delete(volume, ctx);
   add_volume_snapshot(volume, ctx);
   add_volume_modify(volume, ctx);
+  add_volume_availability(volume, ctx);
 }
 
 // --- alloc -------------------------------------------------------------------

@@ -132,6 +132,16 @@ std::string render_volume_list(const v1::Response& r, int64_t now_ms) {
   return render_table(t);
 }
 
+// active, or pause/drain with what it means.
+static std::string availability_text(const v1::Volume& v) {
+  switch (v.availability()) {
+    case v1::VOLUME_PAUSE: return "pause (new claims refused)";
+    case v1::VOLUME_DRAIN:
+      return "drain (new claims refused; allocs using it stopped, claims released)";
+    default: return "active";
+  }
+}
+
 std::string render_volume(const v1::Volume& v, const v1::Plugin* p, int64_t now_ms) {
   auto caps = join(v.capabilities(), ", ", [](const v1::VolumeCapability& c) {
     return std::string(name_of(c.access_mode())) + "/" + std::string(name_of(c.attachment_mode()));
@@ -144,6 +154,7 @@ std::string render_volume(const v1::Volume& v, const v1::Plugin* p, int64_t now_
       {"Plugin ID", v.plugin_id()},
       {"External ID", v.external_id()},
       {"Healthy", health(v, p)},
+      {"Availability", availability_text(v)},
       {"Capabilities", caps},
       {"Access Mode", in_use == v1::ACCESS_MODE_UNKNOWN ? "- (no claims)" : std::string(name_of(in_use))},
       {"Capacity", "min " + bytes(v.capacity_min()) + ", max " + bytes(v.capacity_max())},

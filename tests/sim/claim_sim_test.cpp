@@ -18,9 +18,11 @@
 //      node; a freed claim is unpublished (and unstaged and detached when it
 //      was the last on its node) when its freeing commits;
 //   4. liveness: once faults stop and time passes, no claim stays in
-//      release, no publication, staging or attachment is left without a
-//      claim, every request to the leader is answered, and after stopping
-//      every alloc nothing is left at all.
+//      release, no draining volume keeps a claim, no publication, staging
+//      or attachment is left without a claim, every request to the leader
+//      is answered, and after stopping every alloc nothing is left at all;
+//   5. availability: a paused or draining volume never takes a new claim
+//      (a drain's releases count as releases in 2).
 //
 // A node marked down by the leader is treated as lost: what it still has
 // published is stale (the servers released it without the node) until the
@@ -117,7 +119,8 @@ struct coverage {
            nodes_marked_down = 0, csi_calls = 0, csi_failed = 0, csi_failed_after = 0, csi_lost = 0,
            plugin_restarts = 0, proposals_failed = 0, stale_unmounts = 0, commits = 0,
            known_stop_while_claiming = 0, known_stale_leftover = 0, known_instance_lost = 0,
-           known_orphan_staging = 0, volume_actor_stops = 0, volume_actor_waits = 0;
+           known_orphan_staging = 0, volume_actor_stops = 0, volume_actor_waits = 0,
+           availability_set = 0, drains = 0, paused_refusals = 0, csi_expired = 0;
 } totals;
 
 // --- the simulated world ----------------------------------------------------
@@ -134,6 +137,9 @@ struct call {
   v1::NodeVolumeRequest req;
   caf::typed_response_promise<pb<v1::NodeVolumeResult>> rp;
   bool answers = true;  // false: the node's own unmount, nobody waits
+  // As the client's plugin connection (call_gate::expire): a call that has
+  // not started by then is answered without being run (0: no limit).
+  int64_t start_by_ms = 0;
 };
 
 struct sim_node {
@@ -219,6 +225,9 @@ struct world {
   // Releases begun (volume, alloc; volume "" = every claim of the alloc),
   // maybe before the claim's acknowledgement arrived.
   std::set<std::pair<std::string, std::string>> releases;
+  // Volumes a drain was asked for (berth volume availability VOLUME drain):
+  // any claim on them may be released by the drain from then on.
+  std::set<std::string> drained;
   std::map<std::string, int> claims_open;  // alloc -> claim or alloc run requests unanswered
   std::set<std::string> stopped_while_claiming;
   bool strict = false;                    // known issues fail too
@@ -346,9 +355,19 @@ struct world {
       switch (change.change_case()) {
         case v1::Change::kVolumeUpsert: {
           auto& v = *change.mutable_volume_upsert();
-          if (auto old = volumes.find(v.id()); old != volumes.end())
+          if (auto old = volumes.find(v.id()); old != volumes.end()) {
             for (const auto& c : old->second.claims())
               if (!find_claim(v, c.alloc_id())) check_freed(v, c);
+            // 5. availability: a paused or draining volume takes no new claim
+            // (its availability changes alone, in an entry of its own).
+            if (old->second.availability() != v1::VOLUME_ACTIVE &&
+                v.availability() != v1::VOLUME_ACTIVE)
+              for (const auto& c : v.claims())
+                if (!find_claim(old->second, c.alloc_id()))
+                  fail("availability: volume '" + v.id() + "' is " +
+                       std::string(name_of(v.availability())) + " and took a new claim of alloc '" +
+                       c.alloc_id() + "'");
+          }
           if (verbose) {
             std::string claims;
             for (const auto& c : v.claims())
@@ -419,6 +438,10 @@ struct world {
     }
     for (auto& [key, a] : acked) {
       if (a.released) continue;
+      if (drained.count(key.first)) {
+        a.released = true;  // the drain releases it
+        continue;
+      }
       auto al = allocs.find(key.second);
       if (al != allocs.end() && alloc_terminal(al->second.state())) {
         a.released = true;  // lost with its node: the servers release it
@@ -439,7 +462,7 @@ struct world {
   void claim_acked(const std::string& vol, const std::string& alloc, const std::string& node,
                    bool write, const std::string& path) {
     ++totals.claims_acked;
-    if (releases.count({vol, alloc}) || releases.count({"", alloc})) {
+    if (releases.count({vol, alloc}) || releases.count({"", alloc}) || drained.count(vol)) {
       acked[{vol, alloc}] = acked_claim{node, write, true};
       return;  // its release began before this answer came
     }
@@ -600,6 +623,16 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
   if (n.queue.empty() || n.hung_until > w->now_ms()) return;
   auto c = std::move(n.queue.front());
   n.queue.pop_front();
+  if (c.start_by_ms > 0 && c.start_by_ms < w->now_ms()) {
+    ++totals.csi_expired;
+    w->trace("node " + id + " drops a call that waited too long: " + volume_of(c.req) +
+             " alloc " + c.req.alloc_id());
+    if (c.answers)
+      c.rp.deliver(make_error(errc::unavailable, "node '" + id + "': the call waited too long "
+                                                 "for its turn and was not sent (simulated)"));
+    if (!n.queue.empty()) self->send(self, flush_atom::value);
+    return;
+  }
   ++totals.csi_calls;
   if (w->verbose) {
     static const char* names[] = {"publish", "unpublish", "ctrl_publish", "ctrl_unpublish",
@@ -663,7 +696,8 @@ caf::result<pb<v1::NodeVolumeResult>> enqueue(sim_node_actor::pointer self, worl
       break;
   }
   auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
-  n.queue.push_back(call{kind, std::move(req), rp, true});
+  // The client's default --csi-timeout bounds how long a call waits for its turn.
+  n.queue.push_back(call{kind, std::move(req), rp, true, w->now_ms() + 30000});
   self->send(self, flush_atom::value);
   return rp;
 }
@@ -976,6 +1010,8 @@ class simulation {
     for (const auto& [id, n] : w_.cluster)
       if (!n.queue.empty()) return false;
     for (const auto& [id, v] : w_.volumes)
+      if (v.availability() == v1::VOLUME_DRAIN && v.claims_size() > 0) return false;
+    for (const auto& [id, v] : w_.volumes)
       for (const auto& c : v.claims()) {
         auto a = w_.allocs.find(c.alloc_id());
         if (a == w_.allocs.end() || alloc_terminal(a->second.state())) return false;
@@ -1026,6 +1062,11 @@ class simulation {
       w.fail("liveness: " + when + ", " + std::to_string(open) +
              " request(s) to the leader are still unanswered");
     for (const auto& [id, v] : w.volumes)
+      if (v.availability() == v1::VOLUME_DRAIN && v.claims_size() > 0)
+        w.fail("liveness: " + when + ", volume '" + id + "' drains but still has " +
+               std::to_string(v.claims_size()) + " claim(s), the first of alloc '" +
+               v.claims(0).alloc_id() + "'");
+    for (const auto& [id, v] : w.volumes)
       for (const auto& c : v.claims()) {
         if (c.state() != v1::CLAIM_TAKEN)
           w.fail("liveness: " + when + ", the claim of alloc '" + c.alloc_id() + "' on volume '" +
@@ -1074,10 +1115,11 @@ class simulation {
     if (roll < 68) return kill_node();
     if (roll < 75) return restart_node();
     if (roll < 79) return change_leader(e);
-    if (roll < 85) {
+    if (roll < 83) {
       caf::anon_send(w.log, flush_atom::value);
       return;
     }
+    if (roll < 85) return set_availability();
     advance(200 + static_cast<int64_t>(w.pick(w.chance(0.2) ? 80000 : 3000)));
   }
 
@@ -1122,11 +1164,36 @@ class simulation {
       --w_.claims_open[alloc];
       if (!r || r->has_error()) {
         ++totals.claims_refused;
+        if (r && r->error().message().find("availability") != std::string::npos)
+          ++totals.paused_refusals;
         w_.trace("claim " + vol + " by " + alloc + ": " + (r ? r->error().message() : "no answer"));
         return;
       }
       w_.trace("claim " + vol + " by " + alloc + " acknowledged");
       w_.claim_acked(vol, alloc, node, write, r->published_path());
+    });
+  }
+
+  // berth volume availability VOLUME active|pause|drain.
+  void set_availability() {
+    auto& w = w_;
+    auto vol = random_volume();
+    auto a = w.chance(0.4) ? v1::VOLUME_ACTIVE
+                           : (w.chance(0.5) ? v1::VOLUME_PAUSE : v1::VOLUME_DRAIN);
+    ++totals.availability_set;
+    if (a == v1::VOLUME_DRAIN) {
+      ++totals.drains;
+      w.drained.insert(vol);
+    }
+    w.trace("volume availability " + vol + " " + std::string(name_of(a)));
+    v1::Request req;
+    auto* r = req.mutable_volume_availability();
+    r->set_namespace_("default");
+    r->set_volume_id(vol);
+    r->set_availability(a);
+    send_request(std::move(req), [this, vol](const std::optional<v1::Response>& r) {
+      w_.trace("volume availability " + vol + ": " +
+               (r ? (r->has_error() ? r->error().message() : r->message()) : "no answer"));
     });
   }
 
@@ -1434,7 +1501,8 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
                        << totals.csi_calls << " CSI calls (" << totals.csi_failed << " failed, "
                        << totals.csi_failed_after << " failed after their effect, "
                        << totals.csi_lost << " lost, " << totals.plugin_restarts
-                       << " plugin restarts), " << totals.stale_unmounts << " stale unmounts, "
+                       << " plugin restarts, " << totals.csi_expired
+                       << " not sent after waiting too long), " << totals.stale_unmounts << " stale unmounts, "
                        << totals.volume_actor_stops << " idle volume actors stopped ("
                        << totals.volume_actor_waits << " requests waited for a stop); "
                        << "known issues (BERTH_SIM_STRICT=1 fails on them): "
@@ -1448,7 +1516,10 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
                        << " seeds where a node came back without its plugin instance, "
                        << totals.known_orphan_staging
                        << " stagings kept for a claim never published on its node, then released "
-                          "while the node was down");
+                          "while the node was down; "
+                       << totals.availability_set << " volume availability changes ("
+                       << totals.drains << " drains, " << totals.paused_refusals
+                       << " claims refused by a paused or draining volume)");
   // Evidence that the schedules reach a request arriving while its volume's
   // actor is being stopped (control/activation).
   if (totals.seeds >= 100) CHECK(totals.volume_actor_waits > 0);

@@ -130,7 +130,9 @@ int main(int argc, char** argv) {
                    "DATA-DIR/client.db to refuse requests of deposed leaders). Only after the "
                    "servers were rebuilt from scratch as a new cluster, whose terms start again "
                    "at 1");
-  client->add_option("--csi-timeout", opts.csi_timeout, "Deadline of one CSI call, in seconds")
+  client->add_option("--csi-timeout", opts.csi_timeout, "Deadline of one CSI call, in seconds; also how long a call may wait for its turn "
+                     "(behind other calls of its plugin or volume) before it is answered "
+                     "unsent (below the servers' 75 s per step)")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
   client->add_option("--hostpath-bin", opts.hostpath_bin,

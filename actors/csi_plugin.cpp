@@ -53,7 +53,8 @@ void on_done(self_ptr self, const std::string& plugin, const std::shared_ptr<met
   if (st.gate->finish(ticket, out.overloaded, steady_ms()) == call_gate::verdict::retry) {
     stats->csi_call_backoff(plugin);
     logging::warn("csi", "plugin overloaded: CSI call retried after a backoff",
-                  {{"plugin", plugin}, {"external_id", it->second.job.volume},
+                  {{"plugin", plugin},
+                   {"external_id", it->second.job.volume},
                    {"calls_limit", st.gate->limit(it->second.job.kind)}});
   } else {
     it->second.rp.deliver(std::move(out));
@@ -76,12 +77,30 @@ void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<m
                   {{"plugin", plugin}, {"external_id", it->second.job.volume}});
     csi_outcome out;
     out.error = failure{errc::unavailable,
-                        "plugin '" + plugin + "': the call waited longer than --csi-timeout "
-                        "behind other calls of this plugin or volume and was not sent; retry"};
+                        "plugin '" + plugin +
+                            "': the call waited longer than --csi-timeout "
+                            "behind other calls of this plugin or volume and was not sent; retry"};
     it->second.rp.deliver(std::move(out));
     st.jobs.erase(it);
   }
   for (auto ticket : st.gate->start(steady_ms())) {
+    auto& waiting = st.jobs.at(ticket);
+    uint64_t newest = st.fence ? st.fence->load() : 0;
+    if (waiting.job.leader_term != 0 && waiting.job.leader_term < newest) {
+      // Admitted when its leader was the newest; this node has heard of a
+      // newer one since, while the call waited for its turn.
+      csi_outcome out;
+      out.error = failure{errc::refused, "plugin '" + plugin +
+                                             "': a call of the deposed leader "
+                                             "of term " +
+                                             std::to_string(waiting.job.leader_term) +
+                                             " was not sent (this node follows term " +
+                                             std::to_string(newest) + ")"};
+      waiting.rp.deliver(std::move(out));
+      st.jobs.erase(ticket);
+      st.gate->finish(ticket, false, steady_ms());
+      continue;
+    }
     csi_plugin_actor worker;
     if (st.idle.empty()) {
       worker = self->spawn<caf::detached + caf::linked>(csi_worker, st.client);
@@ -114,33 +133,40 @@ void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<m
 
 csi_plugin_actor::behavior_type csi_plugin(
     csi_plugin_actor::stateful_pointer<csi_plugin_state> self, node_plugin plugin,
-    std::chrono::milliseconds deadline, std::shared_ptr<metrics> stats) {
+    std::chrono::milliseconds deadline, std::shared_ptr<metrics> stats,
+    std::shared_ptr<const std::atomic<uint64_t>> fence) {
   auto& st = self->state;
+  st.fence = std::move(fence);
   st.client = std::make_shared<csi::client>(plugin.endpoint, deadline);
   st.wait_limit_ms = deadline.count();
-  st.client->observe([stats, id = plugin.id](csi::method m, const csi::call_status& s,
-                                             double seconds) {
-    auto method = std::string(csi::method_name(m));
-    stats->csi_call(id, method, csi::code_name(s.grpc_code), seconds);
-    // Never the request: it may carry secrets, parameters, contexts and
-    // mount flags.  The plugin's own code and message only.
-    // The job's key: the CSI volume id, or "create NS/ID" for CreateVolume.
-    std::string_view key = "external_id";
-    auto volume = current_volume ? *current_volume : std::string();
-    if (volume.rfind("create ", 0) == 0) {
-      key = "volume";
-      volume = volume.substr(7);
-    }
-    if (!s.ok())
-      logging::warn("csi", "CSI call failed",
-                    {{"plugin", id}, {"method", method}, {"code", csi::code_name(s.grpc_code)},
-                     {"message", s.message}, {key, volume},
-                     {"outcome", std::string(csi::outcome_name(s.kind))}});
-    else if (logging::enabled(logging::level::trace))
-      logging::trace("csi", "CSI call done",
-                     {{"plugin", id}, {"method", method}, {key, volume},
-                      {"ms", static_cast<int64_t>(seconds * 1000)}});
-  });
+  st.client->observe(
+      [stats, id = plugin.id](csi::method m, const csi::call_status& s, double seconds) {
+        auto method = std::string(csi::method_name(m));
+        stats->csi_call(id, method, csi::code_name(s.grpc_code), seconds);
+        // Never the request: it may carry secrets, parameters, contexts and
+        // mount flags.  The plugin's own code and message only.
+        // The job's key: the CSI volume id, or "create NS/ID" for CreateVolume.
+        std::string_view key = "external_id";
+        auto volume = current_volume ? *current_volume : std::string();
+        if (volume.rfind("create ", 0) == 0) {
+          key = "volume";
+          volume = volume.substr(7);
+        }
+        if (!s.ok())
+          logging::warn("csi", "CSI call failed",
+                        {{"plugin", id},
+                         {"method", method},
+                         {"code", csi::code_name(s.grpc_code)},
+                         {"message", s.message},
+                         {key, volume},
+                         {"outcome", std::string(csi::outcome_name(s.kind))}});
+        else if (logging::enabled(logging::level::trace))
+          logging::trace("csi", "CSI call done",
+                         {{"plugin", id},
+                          {"method", method},
+                          {key, volume},
+                          {"ms", static_cast<int64_t>(seconds * 1000)}});
+      });
   st.gate = std::make_unique<call_gate>(plugin.max_controller_calls, plugin.max_node_calls);
   report(self, plugin.id, stats);
   // Idle workers end with the connection (they are linked to it).

@@ -5,6 +5,8 @@
 // stall CAF's scheduler.
 #pragma once
 
+#include <atomic>
+
 #include <map>
 #include <memory>
 #include <vector>
@@ -29,11 +31,15 @@ struct csi_plugin_state {
   // A call that could not start within this (--csi-timeout) is answered
   // without being sent (call_gate::expire).
   int64_t wait_limit_ms = 30000;
+  // The node's fence (leader_fence::published): a call of an older
+  // leader's term is refused when it starts (null: no check).
+  std::shared_ptr<const std::atomic<uint64_t>> fence;
   static inline const char* name = "csi_plugin";
 };
 
 csi_plugin_actor::behavior_type csi_plugin(
     csi_plugin_actor::stateful_pointer<csi_plugin_state> self, node_plugin plugin,
-    std::chrono::milliseconds deadline, std::shared_ptr<metrics> stats);
+    std::chrono::milliseconds deadline, std::shared_ptr<metrics> stats,
+    std::shared_ptr<const std::atomic<uint64_t>> fence = nullptr);
 
 }  // namespace berth

@@ -182,9 +182,9 @@ caf::result<T> controller_call(self_ptr self, const std::string& plugin_id, uint
                                std::string volume, Call call, OnOk on_ok) {
   if (auto f = self->state.fence.admit(*self->state.store, term)) return to_error(*f);
   auto rp = self->make_response_promise<T>();
-  auto make = [call, at = where(self->state.config.node_id, plugin_id), volume](bool) {
+  auto make = [call, at = where(self->state.config.node_id, plugin_id), volume, term](bool) {
     return csi_job{[call, at](csi::client& c) { return call(c, at); }, call_kind::controller,
-                   volume};
+                   volume, term};
   };
   run(self, plugin_id, make, rp, on_ok);
   return rp;
@@ -235,7 +235,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), staged](bool stage) {
           *staged = stage;
           return csi_job{[=](csi::client& c) { return publish_claim(c, r, paths, stage, at); },
-                         call_kind::node, r.volume().external_id()};
+                         call_kind::node, r.volume().external_id(), r.leader_term()};
         };
         run(self, r.plugin_id(), make, rp,
             [self, r, paths, staged](result_promise& rp, csi_outcome& out) {
@@ -259,7 +259,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), others](bool stages) {
           bool unstage = unstage_after_unpublish(stages, r.unstage(), others);
           return csi_job{[=](csi::client& c) { return unpublish_claim(c, r, paths, unstage, at); },
-                         call_kind::node, r.volume().external_id()};
+                         call_kind::node, r.volume().external_id(), r.leader_term()};
         };
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
         run(self, r.plugin_id(), make, rp, [self, key](result_promise& rp, csi_outcome& out) {

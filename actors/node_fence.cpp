@@ -8,6 +8,7 @@ std::optional<failure> leader_fence::load(client_store& store, bool forget) {
   try {
     if (forget) store.set_leader_term(0);
     term_ = store.leader_term();
+    published_->store(term_);
   } catch (const std::exception& e) {
     return failure{errc::internal, "node '" + node_id_ + "' could not read the leader term from " +
                                        store.path() + ": " + e.what() +
@@ -51,6 +52,7 @@ std::optional<failure> leader_fence::raise(client_store& store, uint64_t term) {
                                        e.what() + " (check the disk; the request may be retried)"};
   }
   term_ = term;
+  published_->store(term_);
   return std::nullopt;
 }
 

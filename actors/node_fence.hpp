@@ -7,7 +7,9 @@
 // naming the file.  Not thread-safe: the node actor owns it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -35,11 +37,18 @@ class leader_fence {
 
   uint64_t term() const { return term_; }
 
+  // The fence's term for the plugin connections (read on their own
+  // actors): a call queued there is checked again when it starts, so a
+  // deposed leader's call that waited for its turn is not sent after this
+  // node heard of a newer leader.
+  std::shared_ptr<const std::atomic<uint64_t>> published() const { return published_; }
+
  private:
   std::optional<failure> raise(client_store& store, uint64_t term);
 
   std::string node_id_;
   uint64_t term_ = 0;
+  std::shared_ptr<std::atomic<uint64_t>> published_ = std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 }  // namespace berth

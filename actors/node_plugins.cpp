@@ -37,7 +37,8 @@ void connect_plugins(node_self self) {
   auto& st = self->state;
   for (const auto& p : st.config.plugins)
     st.connections.emplace(
-        p.id, self->spawn<caf::linked>(csi_plugin, p, st.config.csi_timeout, st.stats));
+        p.id, self->spawn<caf::linked>(csi_plugin, p, st.config.csi_timeout, st.stats,
+                                       st.fence.published()));
 }
 
 void fingerprint(node_self self) {

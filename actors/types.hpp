@@ -125,6 +125,10 @@ struct csi_job {
   std::function<csi_outcome(csi::client&)> run;
   call_kind kind = call_kind::identity;  // which limit of the connection it counts against
   std::string volume;                    // the CSI volume id: its calls never overlap
+  // The Raft term of the leader that asked for it (0: the node's own, e.g.
+  // unmounting a lost alloc): checked against the node's fence again when
+  // the call starts.
+  uint64_t leader_term = 0;
 };
 
 }  // namespace berth

@@ -4,6 +4,7 @@
 // of an older leader's term are refused before they reach the plugin, and
 // a server's heartbeat answer raises the fence on its own.
 #include <doctest/doctest.h>
+#include <prometheus/registry.h>
 
 #include <atomic>
 #include <caf/actor_system.hpp>
@@ -11,6 +12,7 @@
 #include <caf/scoped_actor.hpp>
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -52,8 +54,9 @@ struct fixture {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::string db;
+  std::shared_ptr<metrics> stats = make_metrics();
 
-  fixture() {
+  explicit fixture(std::vector<std::string> plugin_flags = {}) : plugin(std::move(plugin_flags)) {
     plugin.start();
     cfg.set("logger.console-verbosity", caf::atom("quiet"));
     add_message_types(cfg);
@@ -69,7 +72,18 @@ struct fixture {
     c.plugins.push_back({"hp", v1::PLUGIN_MONOLITH, plugin.endpoint});
     c.fingerprint_interval = std::chrono::milliseconds(50);
     c.csi_timeout = std::chrono::seconds(10);
-    return sys->spawn(node, c, api, make_metrics(), std::make_shared<client_store>(db));
+    return sys->spawn(node, c, api, stats, std::make_shared<client_store>(db));
+  }
+
+  // berth_csi_calls_in_flight{kind="controller"} as the node last set it.
+  double controller_calls_in_flight() {
+    for (const auto& family : stats->registry()->Collect()) {
+      if (family.name != "berth_csi_calls_in_flight") continue;
+      for (const auto& m : family.metric)
+        for (const auto& l : m.label)
+          if (l.name == "kind" && l.value == "controller") return m.gauge.value;
+    }
+    return 0;
   }
 
   // What client.db says, through a connection of its own.
@@ -232,7 +246,9 @@ TEST_CASE("node_fence: create, validate and delete of a deposed leader never rea
   me->send_exit(n, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("node_fence: snapshot create and delete and volume modify of a deposed leader never reach the plugin") {
+TEST_CASE(
+    "node_fence: snapshot create and delete and volume modify of a deposed leader never reach the "
+    "plugin") {
   fixture f;
   auto n = f.spawn_node(api_actor{});
   caf::scoped_actor me{*f.sys};
@@ -246,7 +262,8 @@ TEST_CASE("node_fence: snapshot create and delete and volume modify of a deposed
   auto modify = vol;
   (*modify.mutable_modified_parameters())["iops"] = "100";
 
-  CHECK(refused_as_deposed(ask<pb<v1::Snapshot>>(me, n, snapshot_atom::value, wrap(snap), uint64_t{4})));
+  CHECK(refused_as_deposed(
+      ask<pb<v1::Snapshot>>(me, n, snapshot_atom::value, wrap(snap), uint64_t{4})));
   CHECK(refused_as_deposed(ask<bool>(me, n, modify_atom::value, wrap(modify), uint64_t{4})));
   CHECK(f.plugin_calls("CreateSnapshot") == 0);
   CHECK(f.plugin_calls("ControllerModifyVolume") == 0);
@@ -278,7 +295,8 @@ TEST_CASE("node_fence: snapshot create and delete and volume modify of a deposed
 
   v1::SnapshotRequest list;
   list.set_plugin_id(vol.plugin_id());
-  auto listed = ask<pb<v1::SnapshotList>>(me, n, snapshot_list_atom::value, wrap(list), uint64_t{5});
+  auto listed =
+      ask<pb<v1::SnapshotList>>(me, n, snapshot_list_atom::value, wrap(list), uint64_t{5});
   REQUIRE(std::holds_alternative<pb<v1::SnapshotList>>(listed));
   CHECK(std::get<pb<v1::SnapshotList>>(listed).msg.snapshots().empty());
   me->send_exit(n, caf::exit_reason::user_shutdown);
@@ -315,4 +333,59 @@ TEST_CASE("node_fence: a heartbeat answer raises the fence before the new leader
   CHECK(std::holds_alternative<pb<v1::Volume>>(created));
   me->send_exit(n, caf::exit_reason::user_shutdown);
   me->send_exit(server, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("node_fence: a deposed leader's call that waited for its turn is not sent") {
+  // CreateSnapshot holds the volume's turn on the plugin connection for a
+  // while; a ControllerModifyVolume of the same leader (term 5) waits
+  // behind it; meanwhile a leader of term 6 calls this node.  When the
+  // modify's turn comes, the node follows term 6: it is answered refused
+  // and never reaches the plugin.
+  fixture f({"--delay", "CreateSnapshot=1500"});
+  auto n = f.spawn_node(api_actor{});
+  caf::scoped_actor me{*f.sys};
+  auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{5});
+  REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
+  auto vol = std::get<pb<v1::Volume>>(created).msg;
+  v1::SnapshotRequest snap;
+  snap.set_plugin_id(vol.plugin_id());
+  snap.set_source_external_id(vol.external_id());
+  snap.set_name("slow");
+  auto modify = vol;
+  (*modify.mutable_modified_parameters())["iops"] = "100";
+  auto other = spec();
+  other.set_id("web");
+
+  auto slow =
+      me->request(n, std::chrono::seconds(30), snapshot_atom::value, wrap(snap), uint64_t{5});
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (f.controller_calls_in_flight() < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (f.controller_calls_in_flight() != 1) {
+    me->send_exit(n, caf::exit_reason::user_shutdown);
+    FAIL("CreateSnapshot did not start within 10 s");
+  }
+  // Sent in this order from one actor, so the node takes them in order.
+  auto waiting =
+      me->request(n, std::chrono::seconds(30), modify_atom::value, wrap(modify), uint64_t{5});
+  auto newer =
+      me->request(n, std::chrono::seconds(30), create_atom::value, wrap(other), uint64_t{6});
+  std::optional<failure> modify_error;
+  bool snapshot_taken = false, newer_created = false;
+  slow.receive([&](pb<v1::Snapshot>&) { snapshot_taken = true; },
+               [&](caf::error& e) { MESSAGE(to_failure(e).message); });
+  waiting.receive([&](bool) {}, [&](caf::error& e) { modify_error = to_failure(e); });
+  newer.receive([&](pb<v1::Volume>&) { newer_created = true; }, [&](caf::error&) {});
+  // Stopped before any check, so a failed one cannot leave it running.
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+  CHECK(snapshot_taken);  // admitted and started before term 6 was heard of
+  CHECK(newer_created);
+  CHECK(modify_error.has_value());
+  if (modify_error) {
+    CHECK(modify_error->code == errc::refused);
+    CHECK(modify_error->message.find("deposed leader of term 5") != std::string::npos);
+    CHECK(modify_error->message.find("term 6") != std::string::npos);
+  }
+  CHECK(f.plugin_calls("ControllerModifyVolume") == 0);
+  CHECK(f.recorded_term() == 6);
 }

@@ -633,6 +633,17 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
     if (!n.queue.empty()) self->send(self, flush_atom::value);
     return;
   }
+  if (c.req.leader_term() != 0 && c.req.leader_term() < n.term_seen) {
+    // As the client's plugin connection: the fence is checked again when
+    // a call starts (a newer leader was heard of while it waited).
+    ++totals.zombie_calls_refused;
+    w->trace("node " + id + " refuses a waiting call of term " +
+             std::to_string(c.req.leader_term()));
+    if (c.answers)
+      c.rp.deliver(make_error(errc::refused, "node '" + id + "' refuses a deposed leader (simulated)"));
+    if (!n.queue.empty()) self->send(self, flush_atom::value);
+    return;
+  }
   ++totals.csi_calls;
   if (w->verbose) {
     static const char* names[] = {"publish", "unpublish", "ctrl_publish", "ctrl_unpublish",
@@ -1351,6 +1362,9 @@ class simulation {
 
   void heartbeat(sim_node& n) {
     caf::anon_send(w_.leader, node_atom::value, n.id, caf::actor_cast<node_actor>(n.actor));
+    // The answer tells the newest term with a leader: the client raises
+    // its fence to it (leader_fence::heard).
+    n.term_seen = std::max(n.term_seen, w_.term);
   }
 
   void fingerprint(sim_node& n) {

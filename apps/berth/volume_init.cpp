@@ -12,7 +12,7 @@ constexpr const char* yaml_example =
 
 # The volume's id in its namespace (required).
 id: db
-# A display name; volume create passes it to CreateVolume as the volume's name.
+# A display name (CreateVolume gets NAMESPACE-ID as its name, the same on every retry).
 name: database
 # The volume's namespace (default "default"; berth --namespace overrides it).
 namespace: default

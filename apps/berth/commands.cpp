@@ -524,7 +524,8 @@ void add_volume_init(CLI::App& volume, context& ctx) {
       ->check(CLI::IsMember({"csi"}));
   cmd->add_flag("--json", o->json, "Write JSON (the same keys, without comments) instead of YAML");
   cmd->add_option("--output,-o", o->output,
-                  "Write to FILE (- for stdout; default volume.yaml, or volume.json with --json)");
+                  "Write to FILE (- for stdout; default volume.yaml, or volume.json with --json)")
+      ->type_name("FILE");
   cmd->add_flag("--force", o->force, "Overwrite FILE if it exists");
   cmd->callback([&ctx, o] {
     ctx.local = [&ctx, o] {

@@ -136,6 +136,74 @@ class ForeignPlugin:
             return f.read()
 
 
+class PluginItselfTest(unittest.TestCase):
+    """The instrument: the plugin refuses calls out of the spec's order and
+    logs what it was asked, secrets as digests (so the test above can fail)."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="berth-foreign-plugin-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.plugin = ForeignPlugin(self.tmp).start()
+        self.addCleanup(self.plugin.kill)
+
+    def test_refuses_calls_out_of_order_and_logs_them(self):
+        import sys
+        sys.dont_write_bytecode = True  # no __pycache__ next to plugin.py
+        sys.path.insert(0, os.path.dirname(PLUGIN))
+        import grpc
+        from plugin import csi  # stubs generated from csi/csi.proto
+        ch = grpc.insecure_channel("unix://" + self.plugin.socket)
+        self.addCleanup(ch.close)
+
+        def call(service, method, request):
+            rpc = ch.unary_unary("/csi.v1.%s/%s" % (service, method),
+                                 request_serializer=request.SerializeToString,
+                                 response_deserializer=getattr(
+                                     csi, method + "Response").FromString)
+            try:
+                return "OK", rpc(request, timeout=10)
+            except grpc.RpcError as e:
+                return e.code().name, None
+
+        cap = csi.VolumeCapability(access_mode=csi.VolumeCapability.AccessMode(mode=1))
+        cap.mount.fs_type = "ext4"
+        code, created = call("Controller", "CreateVolume", csi.CreateVolumeRequest(
+            name="v", volume_capabilities=[cap], secrets={"token": SPEC_SECRET}))
+        self.assertEqual(code, "OK")
+        vid = created.volume.volume_id
+        code, again = call("Controller", "CreateVolume", csi.CreateVolumeRequest(
+            name="v", volume_capabilities=[cap]))
+        self.assertEqual((code, again.volume.volume_id), ("OK", vid))  # idempotent
+        self.assertEqual(call("Controller", "CreateVolume", csi.CreateVolumeRequest(
+            name="v", volume_capabilities=[cap], parameters={"x": "y"}))[0], "ALREADY_EXISTS")
+        stage = csi.NodeStageVolumeRequest(volume_id=vid, volume_capability=cap,
+                                           staging_target_path=os.path.join(self.tmp, "s"))
+        self.assertEqual(call("Node", "NodeStageVolume", stage)[0], "FAILED_PRECONDITION")
+        publish = csi.NodePublishVolumeRequest(
+            volume_id=vid, volume_capability=cap, staging_target_path=stage.staging_target_path,
+            target_path=os.path.join(self.tmp, "t"))
+        self.assertEqual(call("Node", "NodePublishVolume", publish)[0], "FAILED_PRECONDITION")
+        self.assertEqual(call("Controller", "ControllerPublishVolume",
+                              csi.ControllerPublishVolumeRequest(
+                                  volume_id=vid, node_id=NODE_ID, volume_capability=cap))[0], "OK")
+        self.assertEqual(call("Node", "NodeStageVolume", stage)[0], "OK")
+        self.assertEqual(call("Controller", "DeleteVolume",
+                              csi.DeleteVolumeRequest(volume_id=vid))[0], "FAILED_PRECONDITION")
+        self.assertEqual(call("Controller", "DeleteVolume",
+                              csi.DeleteVolumeRequest(volume_id="nosuch"))[0], "OK")
+        self.assertEqual(call("Controller", "GetCapacity", csi.GetCapacityRequest())[0],
+                         "UNIMPLEMENTED")
+        log = self.plugin.calls()
+        self.assertEqual([(c["method"], c["code"]) for c in log], [
+            ("CreateVolume", "OK"), ("CreateVolume", "OK"), ("CreateVolume", "ALREADY_EXISTS"),
+            ("NodeStageVolume", "FAILED_PRECONDITION"), ("NodePublishVolume", "FAILED_PRECONDITION"),
+            ("ControllerPublishVolume", "OK"), ("NodeStageVolume", "OK"),
+            ("DeleteVolume", "FAILED_PRECONDITION"), ("DeleteVolume", "OK"),
+            ("GetCapacity", "UNIMPLEMENTED")])
+        self.assertEqual(log[0]["request"]["secrets"], {"token": digest(SPEC_SECRET)})
+        self.assertNotIn(SPEC_SECRET, self.plugin.text())
+
+
 class ForeignPluginTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="berth-foreign-")

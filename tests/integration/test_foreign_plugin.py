@@ -303,6 +303,14 @@ class ForeignPluginTest(unittest.TestCase):
             at = names.index(m, at + 1)
 
     def assert_no_secret_leaked(self):
+        # Every event committed so far, as `berth event stream` shows them.
+        peers = self.b("--json", "operator", "raft", "list-peers").json()
+        last = max(p["commit_index"] for p in peers)
+        events = berth(self.agent, "--timeout", "20", "event", "stream", "--index", "1",
+                       "--until-index", str(last), timeout=120)
+        self.assertEqual(events.code, 0, events)
+        self.assertIn("VolumeRegistered", events.out)
+        self.outputs += [events.out, events.err]
         _, metrics = self.agent.scrape()
         with open(self.agent.log_path) as f:
             log = f.read()

@@ -426,8 +426,8 @@ class Plugin:
             if r.returncode != 0:
                 raise Fail(grpc.StatusCode.INTERNAL, "umount %s: %s" % (req.target_path,
                                                                        r.stderr.strip()))
-        if os.path.isdir(req.target_path):
-            os.rmdir(req.target_path)
+        if os.path.isdir(req.target_path):  # not a mount (any more): its own files only
+            shutil.rmtree(req.target_path)
         pubs = self.state["published"].get(req.volume_id, [])
         if req.target_path in pubs:
             pubs.remove(req.target_path)

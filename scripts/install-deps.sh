@@ -15,6 +15,8 @@ PACKAGES=(
   libspdlog-dev
   libreadline-dev tmux
   python3
+  # tests/foreign_plugin/plugin.py, a CSI plugin in Python (integration.foreign_plugin)
+  python3-grpcio python3-protobuf python3-grpc-tools
   prometheus
 )
 # Extra packages for one target, e.g. `make fuzz`: clang libclang-rt-14-dev.

@@ -4,13 +4,19 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "apps/berth/client.hpp"
 #include "apps/berth/commands.hpp"
 #include "apps/berth/line.hpp"
 #include "apps/berth/render.hpp"
+#include "apps/berth/volume_init.hpp"
+#include "messages/codec.hpp"
 
 using namespace berth;
 
@@ -142,9 +148,9 @@ TEST_CASE("complete: on the CLI's real commands") {
     return complete(tree, before, prefix, ids).candidates;
   };
   CHECK(real("", "vo") == words{"volume"});
-  CHECK(real("volume ", "") ==
-        words{"availability", "claim", "create", "delete", "deregister", "detach", "modify",
-              "register", "release", "snapshot", "status"});
+  CHECK(real("volume ", "") == words{"availability", "claim", "create", "delete", "deregister",
+                                     "detach", "init", "modify", "register", "release", "snapshot",
+                                     "status"});
   CHECK(real("volume snapshot ", "") == words{"create", "delete", "list"});
   CHECK(real("volume snapshot create ", "") == words{"data", "db", "logs"});
   CHECK(real("volume modify ", "") == words{"data", "db", "logs"});
@@ -163,6 +169,10 @@ TEST_CASE("complete: on the CLI's real commands") {
   CHECK(real("plugin fingerprint ", "") == words{"hostpath"});
   CHECK(real("node status ", "") == words{"n1", "n2"});
   CHECK(complete(tree, "volume create ", "", ids).filenames);
+  auto init = real("volume init ", "--");
+  for (const char* o : {"--force", "--json", "--output", "--type"})
+    CHECK_MESSAGE(std::find(init.begin(), init.end(), o) != init.end(), o);
+  CHECK(complete(tree, "volume init --output ", "", ids).filenames);
 }
 
 TEST_CASE("summary: the first clause of a description") {
@@ -658,4 +668,102 @@ TEST_CASE("render: lists inside a cell are joined, '-' when empty") {
   logs->set_volume_id("logs");
   CHECK(contains(render_alloc_list(r, 0), "data=db:ro,l=logs"));
   CHECK(contains(render_alloc(r, 0), "Command   = sh -c x y\n"));
+}
+
+// --- volume init -------------------------------------------------------------
+
+namespace {
+
+// Every key a volume spec has (docs/user-guide.md, "The volume spec").
+const words spec_keys = {
+    "id",           "name",        "namespace",       "plugin_id",     "external_id",
+    "capabilities", "access_mode", "attachment_mode", "mount_options", "fs_type",
+    "mount_flags",  "secrets",     "parameters",      "context",       "topology_request",
+    "required",     "preferred",   "capacity_min",    "capacity_max",  "snapshot_id",
+    "clone_id"};
+
+v1::Volume parsed_example(const std::string& text, spec_use use) {
+  auto r = parse_volume_spec(text, use);
+  if (auto* problems = std::get_if<std::vector<problem>>(&r)) FAIL(describe("example", *problems));
+  return std::get<v1::Volume>(r);
+}
+
+// The line that holds `key:` as a key (not inside a comment), or npos.
+size_t key_line(const std::vector<std::string>& lines, const std::string& key) {
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto at = lines[i].find_first_not_of(" -");
+    if (at != std::string::npos && lines[i].compare(at, key.size() + 1, key + ":") == 0) return i;
+  }
+  return std::string::npos;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("volume init: the YAML example has every key of the spec, each under a comment") {
+  auto text = volume_spec_example(spec_format::yaml);
+  std::vector<std::string> lines;
+  std::stringstream ss(text);
+  for (std::string l; std::getline(ss, l);) lines.push_back(l);
+  for (const auto& key : spec_keys) {
+    auto i = key_line(lines, key);
+    REQUIRE_MESSAGE(i != std::string::npos, key);
+    REQUIRE(i > 0);
+    auto above = lines[i - 1].substr(lines[i - 1].find_first_not_of(' '));
+    CHECK_MESSAGE(above.rfind("#", 0) == 0, key << " has no comment above it");
+  }
+}
+
+TEST_CASE("volume init: both examples are taken by volume create as they are, and are the same") {
+  auto yaml = parsed_example(volume_spec_example(spec_format::yaml), spec_use::create);
+  auto json_text = volume_spec_example(spec_format::json);
+  auto doc = nlohmann::json::parse(json_text);
+  for (const auto& key : spec_keys)
+    if (key != "access_mode" && key != "attachment_mode" && key != "fs_type" &&
+        key != "mount_flags" && key != "required" && key != "preferred")
+      CHECK_MESSAGE(doc.contains(key), key);
+  CHECK(doc["capabilities"][0].contains("access_mode"));
+  CHECK(doc["mount_options"].contains("mount_flags"));
+  CHECK(doc["topology_request"].contains("preferred"));
+  auto json = parsed_example(json_text, spec_use::create);
+  CHECK(volume_json(yaml, nullptr) == volume_json(json, nullptr));
+  CHECK(yaml.id() == "db");
+  CHECK(yaml.capacity_min() == (int64_t{1} << 30));
+  CHECK(yaml.secrets().at("example_secret") == "xyzzy");
+  CHECK(yaml.external_id().empty());
+  CHECK(yaml.snapshot_id().empty());
+  CHECK(yaml.clone_id().empty());
+  // For volume register, the one key to fill is external_id.
+  auto text = volume_spec_example(spec_format::yaml);
+  auto at = text.find("\nexternal_id:") + 13;
+  text.insert(at, " vol-1");
+  CHECK(parsed_example(text, spec_use::registration).external_id() == "vol-1");
+  CHECK(std::holds_alternative<std::vector<problem>>(
+      parse_volume_spec(volume_spec_example(spec_format::yaml), spec_use::registration)));
+}
+
+TEST_CASE("volume init: writes the file, keeps an existing one unless --force, sends nothing") {
+  char dir_template[] = "/tmp/berth-init-XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  std::string dir = dir_template;
+  auto file = dir + "/spec.yaml";
+  CHECK(run_command({"volume", "init", "--output", file}) == exit_ok);
+  CHECK(read_file(file) == volume_spec_example(spec_format::yaml));
+  { std::ofstream(file) << "mine\n"; }
+  CHECK(run_command({"volume", "init", "--output", file}) == exit_refused);
+  CHECK(read_file(file) == "mine\n");
+  CHECK(run_command({"volume", "init", "--output", file, "--json"}) == exit_refused);
+  CHECK(run_command({"volume", "init", "--output", file, "--json", "--force"}) == exit_ok);
+  CHECK(read_file(file) == volume_spec_example(spec_format::json));
+  CHECK(run_command({"volume", "init", "--type", "host", "--output", dir + "/h"}) == exit_usage);
+  CHECK(run_command({"volume", "init", "--output", dir + "/no/such/dir/x"}) == exit_usage);
+  CHECK(request_error({"volume", "init"}).message == "no command that sends a request");
+  std::remove(file.c_str());
+  rmdir(dir.c_str());
 }

@@ -2,6 +2,7 @@
 
 #include "persistence/durable_file.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +24,7 @@
 #include "apps/berth/render.hpp"
 #include "apps/berth/send.hpp"
 #include "apps/berth/shell.hpp"
+#include "apps/berth/volume_init.hpp"
 #include "control/snapshots.hpp"
 #include "messages/codec.hpp"
 
@@ -473,6 +475,72 @@ void add_volume_delete(CLI::App& volume, context& ctx) {
   });
 }
 
+// --- volume init ----------------------------------------------------------------
+
+// Writes the example to `file` (- : stdout).  An existing file is kept
+// unless `force`: O_EXCL makes the check and the creation one step.  Mode
+// 0600: once filled in, the spec holds the volume's secrets.
+std::optional<failure> write_example(const std::string& file, const std::string& text, bool force) {
+  if (file == "-") {
+    std::cout << text;
+    std::cout.flush();
+    return std::nullopt;
+  }
+  int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (force ? O_TRUNC : O_EXCL);
+  int fd = ::open(file.c_str(), flags, 0600);
+  if (fd < 0 && errno == EEXIST)
+    return failure{errc::refused, "file " + file +
+                                      " exists already; give --force to overwrite it, or "
+                                      "--output to write another file"};
+  if (fd < 0) return failure{errc::invalid, "cannot write " + file + ": " + std::strerror(errno)};
+  size_t done = 0;
+  while (done < text.size()) {
+    auto n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      auto why = std::string(std::strerror(errno));
+      ::close(fd);
+      return failure{errc::invalid, "cannot write " + file + ": " + why};
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0)
+    return failure{errc::invalid, "cannot write " + file + ": " + std::strerror(errno)};
+  return std::nullopt;
+}
+
+void add_volume_init(CLI::App& volume, context& ctx) {
+  struct options {
+    std::string type = "csi", output;
+    bool json = false, force = false;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = volume.add_subcommand(
+      "init",
+      "Write an example volume spec, every key with a comment, for volume create or register "
+      "(volume.yaml, or volume.json with --json; nothing is sent to berthd)");
+  cmd->add_option("--type", o->type, "The kind of volume: csi (the only one)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"csi"}));
+  cmd->add_flag("--json", o->json, "Write JSON (the same keys, without comments) instead of YAML");
+  cmd->add_option("--output,-o", o->output,
+                  "Write to FILE (- for stdout; default volume.yaml, or volume.json with --json)")
+      ->type_name("FILE");
+  cmd->add_flag("--force", o->force, "Overwrite FILE if it exists");
+  cmd->callback([&ctx, o] {
+    ctx.local = [&ctx, o] {
+      auto format = o->json || ctx.g.json ? spec_format::json : spec_format::yaml;
+      auto file = o->output.empty() ? default_example_file(format) : o->output;
+      if (auto f = write_example(file, volume_spec_example(format), o->force))
+        return fail(ctx.g, *f);
+      if (file != "-")
+        std::cout << "Example volume spec written to " << file
+                  << "; fill it in, then: berth volume create " << file << "\n";
+      return int(exit_ok);
+    };
+  });
+}
+
 // --- volume snapshot, volume modify -------------------------------------------
 
 // --parameter / --secret K=V (repeatable) into a map; the flag is named in
@@ -668,6 +736,7 @@ void add_volume_commands(CLI::App& app, context& ctx) {
   add_volume_snapshot(volume, ctx);
   add_volume_modify(volume, ctx);
   add_volume_availability(volume, ctx);
+  add_volume_init(volume, ctx);
 }
 
 // --- alloc -------------------------------------------------------------------

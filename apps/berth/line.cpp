@@ -122,6 +122,7 @@ completion complete(const command_info& root, const std::string& before,
     if (pending->name == "--node") all = ids.nodes;
     if (pending->name == "--alloc") all = ids.allocs;
     if (pending->name == "--plugin") all = ids.plugins;
+    if (pending->name == "--output") out.filenames = true;  // volume init
   } else if (starts_with(prefix, "-")) {
     if (!help)
       for (const auto* c : path)

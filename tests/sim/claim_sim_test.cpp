@@ -87,6 +87,8 @@ constexpr int64_t wall_base_ms = 1800000000000;  // the simulated wall clock's e
 struct null_metrics : metrics {
   void clear_state() override {}
   void volume_changed(const v1::Volume*, const v1::Volume*) override {}
+  void volume_health(const std::string&, const std::string&,
+                     const std::vector<health_series>&) override {}
   void plugin_changed(const v1::Plugin*, const v1::Plugin*) override {}
   void log_written(size_t, uint64_t, double) override {}
   void restored(uint64_t, uint64_t) override {}

@@ -136,6 +136,14 @@ class HealthTest(unittest.TestCase):
         self.assertEqual(series(text, "berth_volume_abnormal")[key], 0)
         self.assertEqual(series(text, "berth_volume_abnormal")[("default", "db", "")], 0)
 
+        # Nothing changes: checks and reports go on, and commit nothing.
+        index = self.agent.scrape()[0]["berth_log_last_index"]
+        checks, stats = len(self.calls("ListVolumes")), len(self.calls("NodeGetVolumeStats"))
+        self.wait(lambda: len(self.calls("ListVolumes")) >= checks + 3
+                  and len(self.calls("NodeGetVolumeStats")) >= stats + 3,
+                  "three more checks and reports")
+        self.assertEqual(self.agent.scrape()[0]["berth_log_last_index"], index)
+
         # The volume's directory vanishes on the plugin's side (moved away: the
         # node's mounts keep the directory they hold, so that it can be put
         # back for the claim --allow-abnormal lets through below).

@@ -733,6 +733,12 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
         return wrap(v1::SnapshotList{});
       },
       [](modify_atom, pb<v1::Volume>&, uint64_t) -> bool { return true; },
+      // Volume health and usage are not simulated (tests/integration/test_health.py):
+      // no plugin reports a condition, and no client measures.
+      [](health_atom, pb<v1::VolumeHealthRequest>&, uint64_t) -> pb<v1::VolumeHealthResult> {
+        return wrap(v1::VolumeHealthResult{});
+      },
+      [](stats_atom) {},
       [](run_atom, pb<v1::Alloc>&) -> bool { return true; },
       // Stops an alloc; with unmount, unpublishes what this node still has
       // of it (from its own records: the plugin's publications).

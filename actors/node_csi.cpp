@@ -308,7 +308,7 @@ csi_outcome modify_volume(csi::client& c, const v1::Volume& v, const std::string
 }
 
 csi_outcome check_volume_health(csi::client& c, const v1::VolumeHealthRequest& r,
-                                const std::string& where) {
+                                const std::string& where, int32_t page_size) {
   csi_outcome out;
   auto put = [&out](const std::string& id, const csi::volume_condition& cond) {
     if (!cond.reported) return;
@@ -320,7 +320,7 @@ csi_outcome check_volume_health(csi::client& c, const v1::VolumeHealthRequest& r
   if (r.use_list()) {
     std::string token;
     for (int page = 0; page < 10000; ++page) {  // a plugin repeating its token ends here
-      auto res = c.list_volumes(0, token);
+      auto res = c.list_volumes(page_size, token);
       if (failed(out, where, csi::method::list_volumes, res.status)) return out;
       for (const auto& e : res.response.entries) put(e.vol.volume_id, e.condition);
       if (res.response.next_token.empty() || res.response.next_token == token) break;

@@ -118,11 +118,12 @@ csi_outcome list_snapshots(csi::client& c, const v1::SnapshotRequest& r,
 // modified_parameters (the mutable parameters to set) and secrets.
 csi_outcome modify_volume(csi::client& c, const v1::Volume& v, const std::string& where);
 
-// The leader's health check: ListVolumes, every page (r.use_list), or
-// ControllerGetVolume of each of r.external_ids (NOT_FOUND: left out); the
-// outcome's health carries the conditions the plugin reported.
+// The leader's health check: ListVolumes, every page of `page_size`
+// entries (r.use_list), or ControllerGetVolume of each of r.external_ids
+// (NOT_FOUND: left out); the outcome's health carries the conditions the
+// plugin reported.
 csi_outcome check_volume_health(csi::client& c, const v1::VolumeHealthRequest& r,
-                                const std::string& where);
+                                const std::string& where, int32_t page_size = 1000);
 
 // One published volume to measure (NodeGetVolumeStats).
 struct volume_measure {

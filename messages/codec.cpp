@@ -495,6 +495,16 @@ json node_json(const v1::Node& n) {
                  {"forced", n.drain().forced()},
                  {"allocs_left", n.drain_progress().allocs_left()},
                  {"claims_left", n.drain_progress().claims_left()}};
+  json usage = json::array();
+  for (const auto& u : n.volume_usage())
+    usage.push_back({{"namespace", u.namespace_()},
+                     {"volume_id", u.volume_id()},
+                     {"capacity_bytes", u.capacity_bytes()},
+                     {"used_bytes", u.used_bytes()},
+                     {"available_bytes", u.available_bytes()},
+                     {"condition", !u.condition_reported() ? "" : u.abnormal() ? "abnormal" : "ok"},
+                     {"condition_message", u.message()},
+                     {"updated_at_ms", u.updated_at_ms()}});
   return json{{"id", n.id()},
               {"status", name_of(n.status())},
               {"address", n.address()},
@@ -506,6 +516,7 @@ json node_json(const v1::Node& n) {
               {"drain", drain},
               {"drained_at_ms", n.drained_at_ms()},
               {"plugins_withdrawn", n.plugins_withdrawn()},
+              {"volume_usage", usage},
               {"create_index", n.create_index()},
               {"modify_index", n.modify_index()}};
 }

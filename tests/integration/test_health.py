@@ -116,6 +116,8 @@ class HealthTest(unittest.TestCase):
         self.assertLess(before["used_bytes"], BLOB)
         self.assertEqual(before["condition"], "ok")
         self.assertEqual(self.volume("db")["condition"], "ok")
+        self.assertEqual(self.b("--json", "volume", "status", "--filter",
+                                'condition == "abnormal"').json(), [])
         text = self.b("volume", "status", "db").out
         self.assertIn("Condition", text)
         self.assertIn("Usage", text)
@@ -125,6 +127,11 @@ class HealthTest(unittest.TestCase):
                   "used bytes grown past the file the alloc wrote")
         u = self.usage("db")
         self.assertEqual(u["capacity_bytes"], SIZE)
+        # node status --json has the node's report too.
+        node = self.b("--json", "node", "status", self.node).json()
+        node = node[0] if isinstance(node, list) else node
+        self.assertEqual([(x["volume_id"], x["used_bytes"]) for x in node["volume_usage"]],
+                         [("db", u["used_bytes"])])
         self.assertEqual(u["available_bytes"], SIZE - u["used_bytes"])
 
         # The three series, labelled namespace, volume, node.
@@ -156,6 +163,8 @@ class HealthTest(unittest.TestCase):
         self.assertIn("is missing", v["condition_message"])
         self.assertGreater(v["condition_since_ms"], 0)
         self.assertIn("abnormal: ", self.b("volume", "status", "db").out)
+        self.assertEqual([v["id"] for v in self.b("--json", "volume", "status", "--filter",
+                                                  'condition == "abnormal"').json()], ["db"])
         self.assertIn("is missing", self.b("volume", "status", "db").out)
         self.wait(lambda: series(self.metrics(), "berth_volume_abnormal")
                   .get(("default", "db", "")) == 1, "berth_volume_abnormal of db")

@@ -142,17 +142,17 @@ void claim_alloc_volumes(const self_ptr& self, std::shared_ptr<v1::Alloc> a, int
   *c.mutable_mount_flags() = av.mount_flags();
   c.set_allow_abnormal(allow_abnormal);
   if (next == 0) *c.mutable_alloc() = *a;
-  claim_volume(self, std::move(c),
-               [self, a, next, rp, allow_abnormal](std::optional<failure> f,
-                                                   v1::ClaimResult r) mutable {
-                 auto vol = a->volumes(next).volume_id();
-                 if (f) {
-                   fail_alloc(self, *a, "claim of volume " + quoted(vol) + ": " + f->message, rp);
-                   return;
-                 }
-                 a->mutable_volumes(next)->set_published_path(r.published_path());
-                 claim_alloc_volumes(self, a, next + 1, rp, allow_abnormal);
-               });
+  claim_volume(
+      self, std::move(c),
+      [self, a, next, rp, allow_abnormal](std::optional<failure> f, v1::ClaimResult r) mutable {
+        auto vol = a->volumes(next).volume_id();
+        if (f) {
+          fail_alloc(self, *a, "claim of volume " + quoted(vol) + ": " + f->message, rp);
+          return;
+        }
+        a->mutable_volumes(next)->set_published_path(r.published_path());
+        claim_alloc_volumes(self, a, next + 1, rp, allow_abnormal);
+      });
 }
 
 // alloc run sent again with the same id, volumes and command (its answer

@@ -347,7 +347,8 @@ csi_outcome measure_volumes(csi::client& c, const std::vector<volume_measure>& v
       // left out of this report (its last committed usage stays).
       auto f = csi::call_failure(where, csi::method::node_get_volume_stats, res.status);
       logging::debug("node", "NodeGetVolumeStats failed",
-                     {{"namespace", m.ns}, {"volume", m.volume_id},
+                     {{"namespace", m.ns},
+                      {"volume", m.volume_id},
                       {"error", f ? f->message : std::string()}});
       continue;
     }

@@ -418,7 +418,9 @@ json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
                      {"capacity_bytes", u.capacity_bytes()},
                      {"used_bytes", u.used_bytes()},
                      {"available_bytes", u.available_bytes()},
-                     {"condition", !u.condition_reported() ? "" : u.abnormal() ? "abnormal" : "ok"},
+                     {"condition", !u.condition_reported() ? ""
+                                   : u.abnormal()          ? "abnormal"
+                                                           : "ok"},
                      {"condition_message", u.message()},
                      {"updated_at_ms", u.updated_at_ms()}});
   return json{{"id", v.id()},
@@ -502,7 +504,9 @@ json node_json(const v1::Node& n) {
                      {"capacity_bytes", u.capacity_bytes()},
                      {"used_bytes", u.used_bytes()},
                      {"available_bytes", u.available_bytes()},
-                     {"condition", !u.condition_reported() ? "" : u.abnormal() ? "abnormal" : "ok"},
+                     {"condition", !u.condition_reported() ? ""
+                                   : u.abnormal()          ? "abnormal"
+                                                           : "ok"},
                      {"condition_message", u.message()},
                      {"updated_at_ms", u.updated_at_ms()}});
   return json{{"id", n.id()},

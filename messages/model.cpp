@@ -439,11 +439,11 @@ std::optional<failure> refuse_unavailable(const v1::Volume& v) {
 
 std::optional<failure> refuse_abnormal(const v1::Volume& v, bool allow_abnormal) {
   if (!v.condition().abnormal() || allow_abnormal) return std::nullopt;
-  return refused(volume_name(v) + " is abnormal (plugin " + quoted(v.plugin_id()) + ": " +
-                 (v.condition().message().empty() ? std::string("no message")
-                                                  : v.condition().message()) +
-                 "): it takes no new claim, its existing claims are kept; claim it anyway with "
-                 "--allow-abnormal");
+  return refused(
+      volume_name(v) + " is abnormal (plugin " + quoted(v.plugin_id()) + ": " +
+      (v.condition().message().empty() ? std::string("no message") : v.condition().message()) +
+      "): it takes no new claim, its existing claims are kept; claim it anyway with "
+      "--allow-abnormal");
 }
 
 std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::Plugin* plugin) {

@@ -55,9 +55,12 @@ class HealthTest(unittest.TestCase):
                                        "--volume-health-interval", "1s",
                                        "--volume-stats-interval", "1s"]).start()
         self.addCleanup(self.cleanup)
-        self.node = self.b("--json", "node", "status").json()[0]["id"]
-        self.wait(lambda: self.b("--json", "plugin", "status", "hostpath").json()
-                  ["controllers_healthy"] == 1, "the plugin's controller healthy")
+        # Before the node's first fingerprint the node and the plugin may
+        # not be registered yet.
+        self.wait(lambda: self.ok_json("node", "status"), "the node registered")
+        self.node = self.ok_json("node", "status")[0]["id"]
+        self.wait(lambda: (self.ok_json("plugin", "status", "hostpath") or {})
+                  .get("controllers_healthy") == 1, "the plugin's controller healthy")
 
     def cleanup(self):
         self.agent.kill()
@@ -66,6 +69,11 @@ class HealthTest(unittest.TestCase):
             for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
                 os.system("umount -l '%s'" % m)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def ok_json(self, *args):
+        """The JSON answer of a command that succeeded, else None."""
+        r = berth(self.agent, "--json", *args)
+        return r.json() if r.code == 0 else None
 
     def b(self, *args, stdin=None, expect=0):
         r = berth(self.agent, "--timeout", "30", *args, stdin=stdin)
@@ -204,9 +212,8 @@ class HealthTest(unittest.TestCase):
         self.agent.extra_args[self.agent.extra_args.index("--volume-health-interval") + 1] = \
             "never"
         self.agent.restart()
-        self.wait(lambda: berth(self.agent, "--json", "plugin", "status", "hostpath").code == 0
-                  and self.b("--json", "plugin", "status", "hostpath").json()
-                  ["nodes_healthy"] == 1, "the plugin healthy again")
+        self.wait(lambda: (self.ok_json("plugin", "status", "hostpath") or {})
+                  .get("nodes_healthy") == 1, "the plugin healthy again")
         self.assertEqual(self.volume("db")["condition"], "abnormal")
         self.assertIn("is missing", self.volume("db")["condition_message"])
         os.rename(os.path.join(self.tmp, "moved-away"), volume_dir)

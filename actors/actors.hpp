@@ -33,6 +33,7 @@ using apply_atom = caf::atom_constant<caf::atom("apply")>;
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
 using changed_atom = caf::atom_constant<caf::atom("changed")>;
 using claim_atom = caf::atom_constant<caf::atom("claim")>;
+using condition_atom = caf::atom_constant<caf::atom("condition")>;
 using create_atom = caf::atom_constant<caf::atom("create")>;
 using csi_atom = caf::atom_constant<caf::atom("csi")>;
 using ctrl_publish_atom = caf::atom_constant<caf::atom("ctrlpub")>;
@@ -41,6 +42,7 @@ using deregister_atom = caf::atom_constant<caf::atom("deregistr")>;
 using digest_atom = caf::atom_constant<caf::atom("digest")>;
 using fingerprint_atom = caf::atom_constant<caf::atom("fingerpr")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using health_atom = caf::atom_constant<caf::atom("health")>;
 using following_atom = caf::atom_constant<caf::atom("following")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using install_atom = caf::atom_constant<caf::atom("install")>;
@@ -60,6 +62,7 @@ using release_atom = caf::atom_constant<caf::atom("release")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using removed_atom = caf::atom_constant<caf::atom("removed")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
 using stream_atom = caf::atom_constant<caf::atom("stream")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
@@ -188,6 +191,16 @@ using node_actor = caf::typed_actor<
     // modified_parameters (the ones to set) and secrets, for the leader of
     // the given term (fenced).
     caf::replies_to<modify_atom, pb<v1::Volume>, uint64_t>::with<bool>,
+    // The leader's health check of one plugin's volumes through this node's
+    // controller instance, for the leader of the given term (fenced):
+    // ListVolumes (every page) or ControllerGetVolume of each volume;
+    // replies with the conditions the plugin reported.
+    caf::replies_to<health_atom, pb<v1::VolumeHealthRequest>, uint64_t>::with<
+        pb<v1::VolumeHealthResult>>,
+    // Timer (--volume-stats-interval): NodeGetVolumeStats of every volume
+    // published here whose plugin has GET_VOLUME_STATS, reported to the
+    // leader as one volume_stats_report.
+    caf::reacts_to<stats_atom>,
     // Runs an alloc whose volumes are published here: records it in the
     // client's database, then starts its command (if any) with each
     // volume's path in BERTH_VOLUME_<NAME>.  Its exit is reported to the
@@ -271,6 +284,10 @@ using volume_actor = caf::typed_actor<
     // unless it is so already; replies with the committed volume.  A drain's
     // stops and releases are the leader's (control/availability).
     caf::replies_to<availability_atom, pb<v1::VolumeAvailabilityRequest>>::with<pb<v1::Volume>>,
+    // Sets the volume's condition as the leader's health check found it,
+    // committing it unless it is so already; replies with the committed
+    // volume.
+    caf::replies_to<condition_atom, pb<v1::VolumeCondition>>::with<pb<v1::Volume>>,
     // Stops the idle actor (the leader asks only when nothing of this volume
     // is in flight): replies with the modify index of the last change it
     // committed, then quits; the volume's next actor starts from the

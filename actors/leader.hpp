@@ -39,6 +39,9 @@ struct leader_options {
   // A volume's actor is stopped after it has been idle this long (berthd
   // --volume-idle-timeout); < 0: never.
   int64_t volume_idle_ms = 30000;
+  // The volumes' condition is checked this often (berthd
+  // --volume-health-interval); < 0: never.
+  int64_t volume_health_ms = 60000;
 };
 
 // What the leader keeps for a volume with an actor or work under way
@@ -100,6 +103,10 @@ struct leader_state {
   std::map<std::string, int64_t> node_counts;
   uint64_t ticks = 0;
   bool gc_running = false;  // a timed garbage collection is being written
+  // Volume health: when the last check started (steady ms), and the
+  // plugins whose check (and its commits) is still under way.
+  int64_t health_checked_ms = 0;
+  std::set<std::string> health_checking;
   static inline const char* name = "leader";
 };
 

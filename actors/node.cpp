@@ -190,6 +190,59 @@ caf::result<T> controller_call(self_ptr self, const std::string& plugin_id, uint
   return rp;
 }
 
+// --volume-stats-interval: NodeGetVolumeStats of the volumes published
+// here (one per volume, whatever the allocs using it), one job per plugin
+// that has GET_VOLUME_STATS, then one report to the leader with them all.
+// A measure still running skips the next one.
+void measure_published(self_ptr self) {
+  auto& st = self->state;
+  if (st.measuring || !st.api) return;
+  std::map<std::string, std::map<std::pair<std::string, std::string>, volume_measure>> by_plugin;
+  for (const auto& [key, m] : st.mounts) {
+    auto inst = st.instances.find(m.plugin_id);
+    if (inst == st.instances.end() || !inst->second.get_volume_stats()) continue;
+    by_plugin[m.plugin_id].emplace(
+        std::pair{m.ns, m.volume_id},
+        volume_measure{m.ns, m.volume_id, m.request.volume().external_id(), m.target_path,
+                       m.staging_path});
+  }
+  auto report = std::make_shared<v1::VolumeStatsReport>();
+  report->set_node_id(st.config.node_id);
+  report->set_measured_at_ms(wall_ms());
+  auto left = std::make_shared<size_t>(by_plugin.size());
+  auto send = [self, report]() {
+    auto& st = self->state;
+    st.measuring = false;
+    if (!st.api) return;
+    v1::Request r;
+    *r.mutable_volume_stats_report() = *report;
+    self->request(st.api, std::chrono::seconds(30), api_atom::value, wrap(std::move(r)))
+        .then([](pb<v1::Response>&) {}, [](caf::error&) {});  // again on the next measure
+  };
+  st.measuring = true;
+  if (by_plugin.empty()) {
+    send();  // nothing published: the node's usage is emptied (once)
+    return;
+  }
+  for (auto& [plugin, volumes] : by_plugin) {
+    std::vector<volume_measure> list;
+    for (auto& [k, m] : volumes) list.push_back(m);
+    auto make = [list, at = where(st.config.node_id, plugin)](bool) {
+      return csi_job{[list, at](csi::client& c) { return measure_volumes(c, list, at); },
+                     call_kind::node, ""};
+    };
+    auto one_done = [left, send]() {
+      if (--*left == 0) send();
+    };
+    auto done = [report, one_done](csi_outcome& out) {
+      for (auto& u : out.usage) *report->add_usage() = std::move(u);
+      one_done();
+    };
+    auto fail = [one_done](caf::error) { one_done(); };
+    if (run_csi(self, plugin, make, done, fail)) start_polling(self);
+  }
+}
+
 }  // namespace
 
 node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
@@ -215,6 +268,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
     });
     connect_plugins(self);
     self->send(self, tick_atom::value);
+    if (st.config.volume_stats_interval.count() >= 0)
+      self->delayed_send(self, st.config.volume_stats_interval, stats_atom::value);
     if (polling_needed(st)) start_polling(self);
   }
   return {
@@ -353,6 +408,23 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         };
         return controller_call<bool>(self, req.msg.plugin_id(), term, req.msg.external_id(), call,
                                      [](promise<bool>& rp, csi_outcome&) { rp.deliver(true); });
+      },
+      [self](health_atom, pb<v1::VolumeHealthRequest>& req,
+             uint64_t term) -> caf::result<pb<v1::VolumeHealthResult>> {
+        auto call = [r = req.msg](csi::client& c, const std::string& at) {
+          return check_volume_health(c, r, at);
+        };
+        // A read: no volume key, so it never waits behind a volume's calls.
+        return controller_call<pb<v1::VolumeHealthResult>>(
+            self, req.msg.plugin_id(), term, "", call,
+            [](promise<pb<v1::VolumeHealthResult>>& rp, csi_outcome& out) {
+              rp.deliver(wrap(std::move(out.health)));
+            });
+      },
+      [self](stats_atom) {
+        measure_published(self);
+        if (self->state.config.volume_stats_interval.count() >= 0)
+          self->delayed_send(self, self->state.config.volume_stats_interval, stats_atom::value);
       },
       [self](run_atom, pb<v1::Alloc>& req) -> caf::result<bool> {
         auto& st = self->state;

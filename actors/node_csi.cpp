@@ -4,6 +4,7 @@
 
 #include "csi/client.hpp"
 #include "csi/translate.hpp"
+#include "log/log.hpp"
 
 namespace berth {
 
@@ -146,11 +147,17 @@ csi_outcome probe_plugin(csi::client& c, v1::PluginType type) {
     inst.set_list_snapshots(caps.response.list_snapshots);
     inst.set_clone_volume(caps.response.clone_volume);
     inst.set_modify_volume(caps.response.modify_volume);
+    inst.set_list_volumes(caps.response.list_volumes);
+    inst.set_get_volume(caps.response.get_volume);
+    inst.set_volume_condition(caps.response.volume_condition);
   }
   if (type == v1::PLUGIN_NODE || type == v1::PLUGIN_MONOLITH) {
     auto caps = c.node_get_capabilities();
     if (!caps.ok()) return fail(csi::method::node_get_capabilities, caps.status);
     inst.set_stage_unstage(caps.response.stage_unstage_volume);
+    inst.set_get_volume_stats(caps.response.get_volume_stats);
+    // A monolith's volume_condition is the controller's when it has one.
+    if (type == v1::PLUGIN_NODE) inst.set_volume_condition(caps.response.volume_condition);
     auto node = c.node_get_info();
     if (!node.ok()) return fail(csi::method::node_get_info, node.status);
     inst.set_csi_node_id(node.response.node_id);
@@ -297,6 +304,67 @@ csi_outcome modify_volume(csi::client& c, const v1::Volume& v, const std::string
          c.controller_modify_volume(v.external_id(), csi::to_map(v.modified_parameters()),
                                     csi::to_map(v.secrets()))
              .status);
+  return out;
+}
+
+csi_outcome check_volume_health(csi::client& c, const v1::VolumeHealthRequest& r,
+                                const std::string& where, int32_t page_size) {
+  csi_outcome out;
+  auto put = [&out](const std::string& id, const csi::volume_condition& cond) {
+    if (!cond.reported) return;
+    v1::VolumeCondition vc;
+    vc.set_abnormal(cond.abnormal);
+    vc.set_message(cond.message);
+    (*out.health.mutable_conditions())[id] = vc;
+  };
+  if (r.use_list()) {
+    std::string token;
+    for (int page = 0; page < 10000; ++page) {  // a plugin repeating its token ends here
+      auto res = c.list_volumes(page_size, token);
+      if (failed(out, where, csi::method::list_volumes, res.status)) return out;
+      for (const auto& e : res.response.entries) put(e.vol.volume_id, e.condition);
+      if (res.response.next_token.empty() || res.response.next_token == token) break;
+      token = res.response.next_token;
+    }
+    return out;
+  }
+  for (const auto& id : r.external_ids()) {
+    auto res = c.controller_get_volume(id);
+    if (res.status.grpc_code == csi::code::not_found) continue;  // no information
+    if (failed(out, where, csi::method::controller_get_volume, res.status)) return out;
+    put(id, res.response.condition);
+  }
+  return out;
+}
+
+csi_outcome measure_volumes(csi::client& c, const std::vector<volume_measure>& volumes,
+                            const std::string& where) {
+  csi_outcome out;
+  for (const auto& m : volumes) {
+    auto res = c.node_get_volume_stats(m.external_id, m.target_path, m.staging_path);
+    if (!res.ok()) {
+      // One volume's failure does not hide the others' usage: the volume is
+      // left out of this report (its last committed usage stays).
+      auto f = csi::call_failure(where, csi::method::node_get_volume_stats, res.status);
+      logging::debug("node", "NodeGetVolumeStats failed",
+                     {{"namespace", m.ns},
+                      {"volume", m.volume_id},
+                      {"error", f ? f->message : std::string()}});
+      continue;
+    }
+    v1::VolumeUsage u;
+    u.set_namespace_(m.ns);
+    u.set_volume_id(m.volume_id);
+    u.set_capacity_bytes(res.response.bytes_total);
+    u.set_used_bytes(res.response.bytes_used);
+    u.set_available_bytes(res.response.bytes_available);
+    if (res.response.condition.reported) {
+      u.set_condition_reported(true);
+      u.set_abnormal(res.response.condition.abnormal);
+      if (u.abnormal()) u.set_message(res.response.condition.message);
+    }
+    out.usage.push_back(std::move(u));
+  }
   return out;
 }
 

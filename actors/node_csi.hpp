@@ -118,4 +118,25 @@ csi_outcome list_snapshots(csi::client& c, const v1::SnapshotRequest& r,
 // modified_parameters (the mutable parameters to set) and secrets.
 csi_outcome modify_volume(csi::client& c, const v1::Volume& v, const std::string& where);
 
+// The leader's health check: ListVolumes, every page of `page_size`
+// entries (r.use_list), or ControllerGetVolume of each of r.external_ids
+// (NOT_FOUND: left out); the outcome's health carries the conditions the
+// plugin reported.
+csi_outcome check_volume_health(csi::client& c, const v1::VolumeHealthRequest& r,
+                                const std::string& where, int32_t page_size = 1000);
+
+// One published volume to measure (NodeGetVolumeStats).
+struct volume_measure {
+  std::string ns;
+  std::string volume_id;
+  std::string external_id;
+  std::string target_path;
+  std::string staging_path;  // empty when the plugin does not stage
+};
+
+// NodeGetVolumeStats of each volume; the outcome's usage carries the ones
+// the plugin answered (a failed one is left out, the rest reported).
+csi_outcome measure_volumes(csi::client& c, const std::vector<volume_measure>& volumes,
+                            const std::string& where);
+
 }  // namespace berth

@@ -7,6 +7,7 @@
 
 #include "actors/propose.hpp"
 #include "control/availability.hpp"
+#include "control/health.hpp"
 #include "control/release.hpp"
 #include "control/snapshots.hpp"
 
@@ -282,6 +283,7 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
           r.attachment_mode = req.attachment_mode();
           r.now_ms = wall_ms();
           r.node_volume_count = req.node_volume_count();
+          r.allow_abnormal = req.allow_abnormal();
           auto next = self->state.volume;
           if (auto f = claim(next, r, p ? &*p : nullptr)) {
             rp.deliver(to_error(*f));
@@ -412,6 +414,16 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
           return wrap(self->state.volume);  // so already: nothing to commit
         auto next = self->state.volume;
         next.set_availability(to);
+        auto rp = self->make_response_promise<pb<v1::Volume>>();
+        persist(self, std::move(next), false, answer(self, rp));
+        return rp;
+      },
+      [self](condition_atom, pb<v1::VolumeCondition>& to) -> caf::result<pb<v1::Volume>> {
+        if (!self->state.registered) return not_registered(self);
+        if (!condition_differs(self->state.volume.condition(), to.msg))
+          return wrap(self->state.volume);  // so already: nothing to commit
+        auto next = self->state.volume;
+        *next.mutable_condition() = std::move(to.msg);
         auto rp = self->make_response_promise<pb<v1::Volume>>();
         persist(self, std::move(next), false, answer(self, rp));
         return rp;

@@ -31,6 +31,7 @@ enum class method {
   delete_snapshot,
   list_snapshots,
   controller_modify_volume,
+  controller_get_volume,
 };
 
 // The spec's RPC name, e.g. "NodeUnpublishVolume".

@@ -345,6 +345,10 @@ json instance_json(const v1::PluginInstance& i) {
               {"list_snapshots", i.list_snapshots()},
               {"clone_volume", i.clone_volume()},
               {"modify_volume", i.modify_volume()},
+              {"list_volumes", i.list_volumes()},
+              {"get_volume", i.get_volume()},
+              {"volume_condition", i.volume_condition()},
+              {"get_volume_stats", i.get_volume_stats()},
               {"updated_at_ms", i.updated_at_ms()}};
 }
 
@@ -408,6 +412,17 @@ json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
   for (const auto& t : v.topology_request().preferred()) preferred.push_back(topology_json(t));
   for (const auto& t : v.accessible_topology()) accessible.push_back(topology_json(t));
   auto unhealthy = volume_unhealthy(v, plugin);
+  json usage = json::array();
+  for (const auto& u : v.usage())
+    usage.push_back({{"node_id", u.node_id()},
+                     {"capacity_bytes", u.capacity_bytes()},
+                     {"used_bytes", u.used_bytes()},
+                     {"available_bytes", u.available_bytes()},
+                     {"condition", !u.condition_reported() ? ""
+                                   : u.abnormal()          ? "abnormal"
+                                                           : "ok"},
+                     {"condition_message", u.message()},
+                     {"updated_at_ms", u.updated_at_ms()}});
   return json{{"id", v.id()},
               {"name", v.name()},
               {"namespace", v.namespace_()},
@@ -429,6 +444,10 @@ json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
               {"health_description", unhealthy.value_or("")},
               {"resource_exhausted", v.resource_exhausted_at_ms() != 0},
               {"availability", name_of(v.availability())},
+              {"condition", v.condition().abnormal() ? "abnormal" : "ok"},
+              {"condition_message", v.condition().message()},
+              {"condition_since_ms", v.condition().since_ms()},
+              {"usage", usage},
               {"read_claims", readers},
               {"write_claims", writers},
               {"claims", claims},
@@ -478,6 +497,18 @@ json node_json(const v1::Node& n) {
                  {"forced", n.drain().forced()},
                  {"allocs_left", n.drain_progress().allocs_left()},
                  {"claims_left", n.drain_progress().claims_left()}};
+  json usage = json::array();
+  for (const auto& u : n.volume_usage())
+    usage.push_back({{"namespace", u.namespace_()},
+                     {"volume_id", u.volume_id()},
+                     {"capacity_bytes", u.capacity_bytes()},
+                     {"used_bytes", u.used_bytes()},
+                     {"available_bytes", u.available_bytes()},
+                     {"condition", !u.condition_reported() ? ""
+                                   : u.abnormal()          ? "abnormal"
+                                                           : "ok"},
+                     {"condition_message", u.message()},
+                     {"updated_at_ms", u.updated_at_ms()}});
   return json{{"id", n.id()},
               {"status", name_of(n.status())},
               {"address", n.address()},
@@ -489,6 +520,7 @@ json node_json(const v1::Node& n) {
               {"drain", drain},
               {"drained_at_ms", n.drained_at_ms()},
               {"plugins_withdrawn", n.plugins_withdrawn()},
+              {"volume_usage", usage},
               {"create_index", n.create_index()},
               {"modify_index", n.modify_index()}};
 }

@@ -163,8 +163,8 @@ TEST_CASE("complete: on the CLI's real commands") {
   CHECK(real("volume detach db ", "") == words{"n1", "n2"});
   CHECK(real("volume release ", "") == words{"data", "db", "logs"});
   CHECK(real("volume release db --alloc ", "") == words{"web-1", "web-2"});
-  CHECK(real("volume claim db ", "--a") ==
-        words{"--access-mode", "--address", "--alloc", "--attachment-mode"});
+  CHECK(real("volume claim db ", "--a") == words{"--access-mode", "--address", "--alloc",
+                                                  "--allow-abnormal", "--attachment-mode"});
   CHECK(real("plugin fingerprint hostpath --node ", "") == words{"n1", "n2"});
   CHECK(real("plugin fingerprint ", "") == words{"hostpath"});
   CHECK(real("node status ", "") == words{"n1", "n2"});
@@ -346,6 +346,25 @@ TEST_CASE("request: volume availability takes active, pause or drain and nothing
   auto bad = request_error({"volume", "availability", "db", "paused"});
   CHECK(bad.code == errc::invalid);
   CHECK(contains(bad.message, "availability 'paused' is not one of active, pause, drain"));
+}
+
+TEST_CASE("request: volume claim and alloc run say --allow-abnormal only when given") {
+  auto plain = request_ok({"volume", "claim", "db", "--alloc", "a1", "--node", "n1"});
+  REQUIRE(plain.command_case() == v1::Request::kVolumeClaim);
+  CHECK_FALSE(plain.volume_claim().allow_abnormal());
+  auto claim =
+      request_ok({"volume", "claim", "db", "--alloc", "a1", "--node", "n1", "--allow-abnormal"});
+  CHECK(claim.volume_claim().allow_abnormal());
+  auto run = request_ok({"alloc", "run", "--node", "n1", "--volume", "data=db"});
+  REQUIRE(run.command_case() == v1::Request::kAllocRun);
+  CHECK_FALSE(run.alloc_run().allow_abnormal());
+  auto allowed = request_ok({"alloc", "run", "--node", "n1", "--volume", "data=db",
+                             "--allow-abnormal", "--", "sleep", "1"});
+  CHECK(allowed.alloc_run().allow_abnormal());
+  // After -- it is the command's word, not the flag.
+  auto word = request_ok({"alloc", "run", "--node", "n1", "--", "echo", "--allow-abnormal"});
+  CHECK_FALSE(word.alloc_run().allow_abnormal());
+  CHECK(word.alloc_run().command(1) == "--allow-abnormal");
 }
 
 TEST_CASE("request: alloc run takes its volumes and the words after -- as they are") {

@@ -374,6 +374,7 @@ void add_volume_claim(CLI::App& volume, context& ctx) {
   struct options {
     std::string id, alloc, node, access_mode, attachment_mode;
     bool read_only = false;
+    bool allow_abnormal = false;
   };
   auto o = std::make_shared<options>();
   auto* cmd = volume.add_subcommand(
@@ -382,6 +383,9 @@ void add_volume_claim(CLI::App& volume, context& ctx) {
   cmd->add_option("--alloc", o->alloc, "The alloc that claims the volume")->required();
   cmd->add_option("--node", o->node, "The node the alloc runs on")->required();
   cmd->add_flag("--read-only", o->read_only, "Claim for reading");
+  cmd->add_flag("--allow-abnormal", o->allow_abnormal,
+                "Claim even if the volume's plugin reports it abnormal (volume status shows "
+                "its condition)");
   cmd->add_option("--access-mode", o->access_mode,
                   "Use this capability of the volume (default: one that fits)");
   cmd->add_option("--attachment-mode", o->attachment_mode,
@@ -394,6 +398,7 @@ void add_volume_claim(CLI::App& volume, context& ctx) {
     c->set_alloc_id(o->alloc);
     c->set_node_id(o->node);
     c->set_read_only(o->read_only);
+    c->set_allow_abnormal(o->allow_abnormal);
     if (!o->access_mode.empty()) {
       auto m = parse_access_mode(o->access_mode);
       if (!m) return not_one_of("--access-mode", o->access_mode, access_mode_names());
@@ -757,6 +762,7 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
   struct options {
     std::string node, id;
     std::vector<std::string> volumes, command;
+    bool allow_abnormal = false;
   };
   auto o = std::make_shared<options>();
   auto* cmd = alloc.add_subcommand(
@@ -772,6 +778,9 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
   cmd->add_option("--id", o->id,
                   "The alloc's id (default: one the shell generates). Sent again with the same "
                   "id, node, volumes and command, the request answers the alloc that exists");
+  cmd->add_flag("--allow-abnormal", o->allow_abnormal,
+                "Claim the volumes even if their plugin reports one abnormal (volume status "
+                "shows its condition)");
   cmd->add_option("command", o->command, "The command and its arguments, after --");
   cmd->callback([&ctx, o] {
     ctx.command = &o->command;
@@ -781,6 +790,7 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
       r->set_namespace_(ctx.g.ns);
       r->set_node_id(o->node);
       r->set_id(o->id.empty() ? generated_alloc_id() : o->id);
+      r->set_allow_abnormal(o->allow_abnormal);
       for (const auto& arg : o->volumes) {
         auto v = parse_alloc_volume(arg);
         if (auto* err = std::get_if<std::string>(&v)) return failure{errc::invalid, *err};

@@ -87,6 +87,8 @@ constexpr int64_t wall_base_ms = 1800000000000;  // the simulated wall clock's e
 struct null_metrics : metrics {
   void clear_state() override {}
   void volume_changed(const v1::Volume*, const v1::Volume*) override {}
+  void volume_health(const std::string&, const std::string&,
+                     const std::vector<health_series>&) override {}
   void plugin_changed(const v1::Plugin*, const v1::Plugin*) override {}
   void log_written(size_t, uint64_t, double) override {}
   void restored(uint64_t, uint64_t) override {}
@@ -742,6 +744,12 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
         return wrap(v1::SnapshotList{});
       },
       [](modify_atom, pb<v1::Volume>&, uint64_t) -> bool { return true; },
+      // Volume health and usage are not simulated (tests/integration/test_health.py):
+      // no plugin reports a condition, and no client measures.
+      [](health_atom, pb<v1::VolumeHealthRequest>&, uint64_t) -> pb<v1::VolumeHealthResult> {
+        return wrap(v1::VolumeHealthResult{});
+      },
+      [](stats_atom) {},
       [](run_atom, pb<v1::Alloc>&) -> bool { return true; },
       // Stops an alloc; with unmount, unpublishes what this node still has
       // of it (from its own records: the plugin's publications).

@@ -143,8 +143,8 @@ TEST_CASE("complete: on the CLI's real commands") {
   };
   CHECK(real("", "vo") == words{"volume"});
   CHECK(real("volume ", "") ==
-        words{"availability", "claim", "create", "delete", "deregister", "detach", "modify",
-              "register", "release", "snapshot", "status"});
+        words{"availability", "claim", "create", "delete", "deregister", "detach", "expand",
+              "modify", "register", "release", "snapshot", "status"});
   CHECK(real("volume snapshot ", "") == words{"create", "delete", "list"});
   CHECK(real("volume snapshot create ", "") == words{"data", "db", "logs"});
   CHECK(real("volume modify ", "") == words{"data", "db", "logs"});

@@ -149,7 +149,7 @@ void volume_expand(const self_ptr& self, const v1::VolumeExpandRequest& r, respo
               text += "; " + f->message + " (the leader retries; see berth volume status " +
                       key.second + ")";
             else if (!expanding(*now))
-              text += "; the plugin reports " + std::to_string(now->capacity_bytes()) + " bytes";
+              text += "; done, the plugin reports " + size_text(now->capacity_bytes());
             deliver(rp, volume_response(self->state.cat, *now, text));
           });
         });

@@ -290,9 +290,8 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
                        // steps run now (and on the tick, until done).
                        if (expanding(v)) {
                          if (!was_expanding)
-                           text += "; expansion to " +
-                                   std::to_string(v.expansion().required_bytes()) +
-                                   " bytes requested";
+                           text += "; expansion to " + size_text(v.expansion().required_bytes()) +
+                                   " requested (berth volume status shows its steps)";
                          drive_expansion(self, key, [](std::optional<failure>) {});
                        }
                        deliver(rp, volume_response(self->state.cat, v, text));

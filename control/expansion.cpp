@@ -13,6 +13,8 @@ std::string q(const std::string& s) {
   return "'" + s + "'";
 }
 
+}  // namespace
+
 std::string size_text(int64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -23,8 +25,6 @@ std::string size_text(int64_t n) {
   }
   return u == 0 ? std::to_string(n) + " bytes" : std::to_string(v) + " " + units[u];
 }
-
-}  // namespace
 
 expansion_support expansion_support_of(const v1::Plugin& p) {
   expansion_support s;

@@ -113,6 +113,9 @@ bool publish_expands(const v1::Volume& v, const expansion_support& s);
 // later): names the volume and what it waits for.
 failure expansion_waits(const v1::Volume& v, const expansion_step& s);
 
+// A size as berth says it: "2 MiB", "1536 bytes" (whole units only).
+std::string size_text(int64_t bytes);
+
 // The delay before the n-th retry (n >= 1) of a failed expansion step:
 // as release steps', 1 s doubling, at most 60 s; `jitter` in [0, 1).
 int64_t expansion_retry_delay_ms(uint32_t attempts, double jitter);

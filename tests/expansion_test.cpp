@@ -476,3 +476,11 @@ TEST_CASE("steps_random_schedules_reach_finish_and_never_shrink") {
     CHECK(finished);
   }
 }
+
+TEST_CASE("size_text_says_whole_units_else_bytes") {
+  CHECK(size_text(2 * MiB) == "2 MiB");
+  CHECK(size_text(1536) == "1536 bytes");
+  CHECK(size_text(3LL << 30) == "3 GiB");
+  CHECK(size_text(1024) == "1 KiB");
+  CHECK(size_text(0) == "0 bytes");
+}

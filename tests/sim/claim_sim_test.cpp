@@ -731,6 +731,18 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
         return wrap(v1::SnapshotList{});
       },
       [](modify_atom, pb<v1::Volume>&, uint64_t) -> bool { return true; },
+      // Expansion is not simulated: the simulated plugin advertises no
+      // EXPAND_VOLUME (tests/expansion_test.cpp, tests/integration/test_expand.py).
+      [](ctrl_expand_atom, pb<v1::NodeVolumeRequest>& r) -> pb<v1::NodeVolumeResult> {
+        v1::NodeVolumeResult res;
+        res.set_capacity_bytes(r.msg.expand_required_bytes());
+        return wrap(std::move(res));
+      },
+      [](expand_atom, pb<v1::NodeVolumeRequest>& r) -> pb<v1::NodeVolumeResult> {
+        v1::NodeVolumeResult res;
+        res.set_capacity_bytes(r.msg.expand_required_bytes());
+        return wrap(std::move(res));
+      },
       [](run_atom, pb<v1::Alloc>&) -> bool { return true; },
       // Stops an alloc; with unmount, unpublishes what this node still has
       // of it (from its own records: the plugin's publications).

@@ -338,6 +338,23 @@ TEST_CASE("request: volume availability takes active, pause or drain and nothing
   CHECK(contains(bad.message, "availability 'paused' is not one of active, pause, drain"));
 }
 
+TEST_CASE("request: volume expand reads SIZE as capacity_min in a spec") {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"2GiB", 2LL << 30}, {"500MiB", 500LL << 20}, {"1073741824", 1LL << 30}, {"3MB", 3000000}};
+  for (const auto& [word, bytes] : sizes) {
+    auto r = request_ok({"-n", "prod", "volume", "expand", "db", word});
+    REQUIRE(r.command_case() == v1::Request::kVolumeExpand);
+    CHECK(r.volume_expand().namespace_() == "prod");
+    CHECK(r.volume_expand().volume_id() == "db");
+    CHECK(r.volume_expand().required_bytes() == bytes);
+  }
+  for (const char* bad : {"lots", "2 parsecs", "0", "-1GiB", "GiB", "99999999999999999999"}) {
+    auto f = request_error({"volume", "expand", "db", bad});
+    CHECK(f.code == errc::invalid);
+    CHECK(contains(f.message, "is not a size"));
+  }
+}
+
 TEST_CASE("request: alloc run takes its volumes and the words after -- as they are") {
   auto r = request_ok({"alloc", "run", "--node", "n1", "--id", "web", "--volume", "data=db",
                        "--volume", "logs=l1:ro", "--", "sh", "-c", "echo --node"});

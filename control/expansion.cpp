@@ -28,8 +28,11 @@ std::string size_text(int64_t n) {
 
 expansion_support expansion_support_of(const v1::Plugin& p) {
   expansion_support s;
+  s.controller = p.controller_expands();
   for (const auto& c : p.controllers()) {
-    s.controller |= c.healthy() && c.expand_volume();
+    // Whether the step exists is the plugin's capability, not its health
+    // now: an unhealthy controller makes the step wait, never skips it.
+    s.controller |= c.expand_volume();
     s.online |= c.expansion_online();
     s.offline |= c.expansion_offline();
   }
@@ -88,11 +91,10 @@ std::variant<failure, expand_decision> decide_expand(const v1::Volume& v, int64_
                                         "until the plugin runs again"};
   auto s = expansion_support_of(*p);
   if (!s.controller && !s.node)
-    return failure{errc::refused,
-                   "plugin " + q(p->id()) +
-                       " advertises no EXPAND_VOLUME (controller or node capability, on a "
-                       "healthy instance), so volume " +
-                       q(v.id()) + " cannot be expanded"};
+    return failure{errc::refused, "plugin " + q(p->id()) +
+                                      " advertises no EXPAND_VOLUME (as a controller or a node "
+                                      "capability), so volume " +
+                                      q(v.id()) + " cannot be expanded"};
   d.start = true;
   d.next = v;
   d.next.set_capacity_min(required);

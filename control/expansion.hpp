@@ -29,10 +29,13 @@ namespace berth {
 
 // What a plugin can do for an expansion, from its committed instances.
 struct expansion_support {
-  bool controller = false;  // a healthy controller advertises EXPAND_VOLUME
-  bool node = false;        // a node instance advertises EXPAND_VOLUME
-  bool online = false;      // VolumeExpansion ONLINE
-  bool offline = false;     // VolumeExpansion OFFLINE
+  // A controller instance advertises EXPAND_VOLUME, or one did
+  // (Plugin.controller_expands, sticky): healthy or not, there or not now,
+  // the controller step then waits for one; it is never skipped.
+  bool controller = false;
+  bool node = false;     // a node instance advertises EXPAND_VOLUME
+  bool online = false;   // VolumeExpansion ONLINE
+  bool offline = false;  // VolumeExpansion OFFLINE
   // Expands only unpublished volumes (OFFLINE without ONLINE).
   bool offline_only() const { return offline && !online; }
 };

@@ -99,11 +99,33 @@ TEST_CASE("expansion_support_reads_the_capabilities_of_healthy_controllers_and_n
   CHECK(s.node);
   CHECK(s.online);
   CHECK_FALSE(s.offline_only());
-  CHECK_FALSE(expansion_support_of(plugin(caps_with(true, true, true, false, false))).controller);
+  // An unhealthy controller still has the capability: the step waits for
+  // it, it is never skipped (found by the claim simulation).
+  CHECK(expansion_support_of(plugin(caps_with(true, true, true, false, false))).controller);
   CHECK_FALSE(expansion_support_of(plugin(caps_with(false, true, true, false))).controller);
   CHECK(expansion_support_of(plugin(caps_with(true, true, false, true))).offline_only());
   CHECK_FALSE(expansion_support_of(plugin(caps_with(true, true, true, true))).offline_only());
   CHECK_FALSE(expansion_support_of(v1::Plugin{}).node);
+}
+
+TEST_CASE("expansion_support_keeps_the_controller_step_while_no_controller_is_there") {
+  // The controller's node went down and its instance was withdrawn: the
+  // expansion still has a ControllerExpandVolume step (found by the claim
+  // simulation: it was skipped, and NodeExpandVolume ran on a volume the
+  // controller never grew).
+  auto p = plugin();
+  upsert_instance(p, v1::PLUGIN_MONOLITH, p.controllers(0));
+  CHECK(p.controller_expands());
+  p.clear_controllers();
+  auto s = expansion_support_of(p);
+  CHECK(s.controller);
+  auto v = decided(volume(), 2 * MiB, &p).next;
+  CHECK_FALSE(v.expansion().controller_done());
+  CHECK(next_expansion_step(v, s).action == expansion_action::controller_expand);
+  // A node-only plugin never had one: the node step alone.
+  auto node_only = plugin(caps_with(false, true, true, false));
+  node_only.clear_controllers();
+  CHECK_FALSE(expansion_support_of(node_only).controller);
 }
 
 TEST_CASE("current_capacity_is_what_the_plugin_reported_else_capacity_min") {

@@ -1175,7 +1175,7 @@ class simulation {
     if (int open = w.open_requests[w.term]; open > 0)
       w.fail("liveness: " + when + ", " + std::to_string(open) +
              " request(s) to the leader are still unanswered");
-    // Known issue (open, seeds 38 and 82 of 300): an expansion of a
+    // Known issue (open; BERTH_SIM_STRICT=1 BERTH_SIM_SEED=47): an expansion of a
     // published volume is sometimes left unfinished after the faults stop;
     // counted, and a failure with BERTH_SIM_STRICT=1.
     for (const auto& [id, v] : w.volumes)

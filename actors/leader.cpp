@@ -497,6 +497,9 @@ void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
     case v1::Request::kVolumeStatsReport:
       volume_stats_report(self, std::move(*req.mutable_volume_stats_report()), rp);
       return;
+    case v1::Request::kVolumeExpand:
+      volume_expand(self, req.volume_expand(), rp);
+      return;
     case v1::Request::COMMAND_NOT_SET:
       deliver(rp, failure{errc::invalid,
                           "the request names no command this server knows; is the "

@@ -98,6 +98,14 @@ struct leader_state {
   // Volume drains (berth volume availability VOLUME drain): the claims
   // ("NAMESPACE/VOLUME/ALLOC") of command-less allocs being released.
   std::set<std::string> volume_drain_releases;
+  // Expansions being driven or waiting to be retried (the ones in progress
+  // are the catalog's `expanding`): a failed step is retried with backoff.
+  struct expansion_drive {
+    bool in_flight = false;
+    uint32_t attempts = 0;  // failed steps in a row
+    int64_t due_ms = 0;     // steady ms of the next try
+  };
+  std::map<volume_key, expansion_drive> expansions;
   // The metrics' counts of allocs per state and nodes per status.
   std::map<std::string, int64_t> alloc_counts;
   std::map<std::string, int64_t> node_counts;

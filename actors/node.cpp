@@ -49,6 +49,9 @@ void deliver_result(result_promise& rp, csi_outcome& out) {
   v1::NodeVolumeResult r;
   r.set_target_path(out.target_path);
   for (auto& [k, v] : out.publish_context) (*r.mutable_publish_context())[k] = v;
+  r.set_capacity_bytes(out.capacity_bytes);
+  r.set_node_expansion_required(out.node_expansion_required);
+  r.set_expanded(out.expanded);
   rp.deliver(wrap(std::move(r)));
 }
 
@@ -425,6 +428,41 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         measure_published(self);
         if (self->state.config.volume_stats_interval.count() >= 0)
           self->delayed_send(self, self->state.config.volume_stats_interval, stats_atom::value);
+      },
+      [self](ctrl_expand_atom,
+             pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
+        auto call = [r = req.msg](csi::client& c, const std::string& at) {
+          return controller_expand(c, r, at);
+        };
+        return controller_call<pb<v1::NodeVolumeResult>>(
+            self, req.msg.plugin_id(), req.msg.leader_term(), req.msg.volume().external_id(), call,
+            deliver_result);
+      },
+      [self](expand_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
+        auto& st = self->state;
+        const auto& r = req.msg;
+        if (auto f = st.fence.admit(*st.store, r.leader_term())) return to_error(*f);
+        // Where this client published the volume (any of its claims: they
+        // share the staging path, and one NodeExpandVolume grows it).
+        const mount_record* found = nullptr;
+        for (const auto& [key, m] : st.mounts)
+          if (m.ns == r.volume().namespace_() && m.volume_id == r.volume().id()) {
+            found = &m;
+            break;
+          }
+        if (found == nullptr)
+          return make_error(errc::not_found, "volume '" + r.volume().id() +
+                                                 "' is not published on node '" +
+                                                 st.config.node_id + "'");
+        claim_paths paths{found->staging_path, found->target_path};
+        bool staged = !found->staging_path.empty();
+        auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
+        auto make = [r, paths, staged, at = where(st.config.node_id, r.plugin_id())](bool) {
+          return csi_job{[=](csi::client& c) { return node_expand(c, r, paths, staged, at); },
+                         call_kind::node, r.volume().external_id(), r.leader_term()};
+        };
+        run(self, r.plugin_id(), make, rp, deliver_result);
+        return rp;
       },
       [self](run_atom, pb<v1::Alloc>& req) -> caf::result<bool> {
         auto& st = self->state;

@@ -139,6 +139,12 @@ csi_outcome probe_plugin(csi::client& c, v1::PluginType type) {
     inst.set_health_description("Probe: the plugin is not ready");
     return out;
   }
+  // Whether it expands volumes online or offline only; a plugin that does
+  // not answer GetPluginCapabilities is taken to expand none.
+  if (auto plugin_caps = c.get_plugin_capabilities(); plugin_caps.ok()) {
+    inst.set_expansion_online(plugin_caps.response.expansion_online);
+    inst.set_expansion_offline(plugin_caps.response.expansion_offline);
+  }
   if (type == v1::PLUGIN_CONTROLLER || type == v1::PLUGIN_MONOLITH) {
     auto caps = c.controller_get_capabilities();
     if (!caps.ok()) return fail(csi::method::controller_get_capabilities, caps.status);
@@ -150,6 +156,7 @@ csi_outcome probe_plugin(csi::client& c, v1::PluginType type) {
     inst.set_list_volumes(caps.response.list_volumes);
     inst.set_get_volume(caps.response.get_volume);
     inst.set_volume_condition(caps.response.volume_condition);
+    inst.set_expand_volume(caps.response.expand_volume);
   }
   if (type == v1::PLUGIN_NODE || type == v1::PLUGIN_MONOLITH) {
     auto caps = c.node_get_capabilities();
@@ -158,6 +165,7 @@ csi_outcome probe_plugin(csi::client& c, v1::PluginType type) {
     inst.set_get_volume_stats(caps.response.get_volume_stats);
     // A monolith's volume_condition is the controller's when it has one.
     if (type == v1::PLUGIN_NODE) inst.set_volume_condition(caps.response.volume_condition);
+    inst.set_node_expand_volume(caps.response.expand_volume);
     auto node = c.node_get_info();
     if (!node.ok()) return fail(csi::method::node_get_info, node.status);
     inst.set_csi_node_id(node.response.node_id);
@@ -189,6 +197,13 @@ csi_outcome publish_claim(csi::client& c, const v1::NodeVolumeRequest& r, const 
   if (failed(out, where, csi::method::node_publish_volume, c.node_publish_volume(p).status))
     return out;
   out.target_path = paths.target;
+  // An expansion waiting for the volume's next stage: NodeExpandVolume now.
+  // Its failure does not undo the publication (the leader tries again).
+  if (r.expand_required_bytes() > 0) {
+    auto grown = node_expand(c, r, paths, stage, where);
+    out.expanded = !grown.error;
+    out.capacity_bytes = grown.capacity_bytes;
+  }
   return out;
 }
 
@@ -365,6 +380,36 @@ csi_outcome measure_volumes(csi::client& c, const std::vector<volume_measure>& v
     }
     out.usage.push_back(std::move(u));
   }
+  return out;
+}
+
+csi_outcome controller_expand(csi::client& c, const v1::NodeVolumeRequest& r,
+                              const std::string& where) {
+  csi_outcome out;
+  csi::expand_request q;
+  q.volume_id = r.volume().external_id();
+  q.required_bytes = r.expand_required_bytes();
+  q.limit_bytes = r.expand_limit_bytes();
+  q.secrets = csi::to_map(r.volume().secrets());
+  auto res = c.controller_expand_volume(q);
+  if (failed(out, where, csi::method::controller_expand_volume, res.status)) return out;
+  out.capacity_bytes = res.response.capacity_bytes;
+  out.node_expansion_required = res.response.node_expansion_required;
+  return out;
+}
+
+csi_outcome node_expand(csi::client& c, const v1::NodeVolumeRequest& r, const claim_paths& paths,
+                        bool staged, const std::string& where) {
+  csi_outcome out;
+  csi::expand_request q;
+  q.volume_id = r.volume().external_id();
+  q.required_bytes = r.expand_required_bytes();
+  q.limit_bytes = r.expand_limit_bytes();
+  q.volume_path = paths.target;
+  if (staged) q.staging_target_path = paths.staging;
+  auto res = c.node_expand_volume(q);
+  if (failed(out, where, csi::method::node_expand_volume, res.status)) return out;
+  out.capacity_bytes = res.response.capacity_bytes;
   return out;
 }
 

@@ -139,4 +139,15 @@ struct volume_measure {
 csi_outcome measure_volumes(csi::client& c, const std::vector<volume_measure>& volumes,
                             const std::string& where);
 
+// ControllerExpandVolume of the volume's external id to
+// r.expand_required_bytes (limit r.expand_limit_bytes) with its secrets;
+// the outcome carries the capacity and node_expansion_required.
+csi_outcome controller_expand(csi::client& c, const v1::NodeVolumeRequest& r,
+                              const std::string& where);
+
+// NodeExpandVolume of the volume published at `paths` (the staging path
+// only when `staged`); the outcome carries the capacity.
+csi_outcome node_expand(csi::client& c, const v1::NodeVolumeRequest& r, const claim_paths& paths,
+                        bool staged, const std::string& where);
+
 }  // namespace berth

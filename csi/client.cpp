@@ -365,6 +365,22 @@ result<empty> client::controller_modify_volume(const std::string& volume_id,
   return r;
 }
 
+result<expand_response> client::controller_expand_volume(const expand_request& in) {
+  v1::ControllerExpandVolumeRequest req;
+  req.set_volume_id(in.volume_id);
+  req.mutable_capacity_range()->set_required_bytes(in.required_bytes);
+  req.mutable_capacity_range()->set_limit_bytes(in.limit_bytes);
+  to_proto(in.secrets, *req.mutable_secrets());
+  v1::ControllerExpandVolumeResponse resp;
+  result<expand_response> r;
+  r.status = impl_->run(method::controller_expand_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->ControllerExpandVolume(&ctx, req, &resp);
+  });
+  r.response.capacity_bytes = resp.capacity_bytes();
+  r.response.node_expansion_required = resp.node_expansion_required();
+  return r;
+}
+
 result<node_capabilities> client::node_get_capabilities() {
   v1::NodeGetCapabilitiesRequest req;
   v1::NodeGetCapabilitiesResponse resp;
@@ -499,6 +515,22 @@ result<get_volume_response> client::controller_get_volume(const std::string& vol
   if (resp.status().has_volume_condition())
     r.response.condition = {true, resp.status().volume_condition().abnormal(),
                             resp.status().volume_condition().message()};
+  return r;
+}
+
+result<expand_response> client::node_expand_volume(const expand_request& in) {
+  v1::NodeExpandVolumeRequest req;
+  req.set_volume_id(in.volume_id);
+  req.set_volume_path(in.volume_path);
+  req.set_staging_target_path(in.staging_target_path);
+  req.mutable_capacity_range()->set_required_bytes(in.required_bytes);
+  req.mutable_capacity_range()->set_limit_bytes(in.limit_bytes);
+  v1::NodeExpandVolumeResponse resp;
+  result<expand_response> r;
+  r.status = impl_->run(method::node_expand_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->node->NodeExpandVolume(&ctx, req, &resp);
+  });
+  r.response.capacity_bytes = resp.capacity_bytes();
   return r;
 }
 

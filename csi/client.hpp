@@ -214,6 +214,22 @@ struct get_volume_response {
   volume_condition condition;
 };
 
+// ControllerExpandVolume / NodeExpandVolume.
+struct expand_request {
+  std::string volume_id;
+  int64_t required_bytes = 0;
+  int64_t limit_bytes = 0;  // 0: no limit
+  string_map secrets;       // controller only
+  // node only: where the volume is published and staged ("" when not staged)
+  std::string volume_path;
+  std::string staging_target_path;
+};
+
+struct expand_response {
+  int64_t capacity_bytes = 0;
+  bool node_expansion_required = false;  // controller only
+};
+
 struct empty {};
 
 // The outcome of one call: its classified status and, when ok(), the answer.
@@ -268,6 +284,7 @@ class client {
   result<empty> controller_modify_volume(const std::string& volume_id,
                                          const string_map& mutable_parameters,
                                          const string_map& secrets = {});
+  result<expand_response> controller_expand_volume(const expand_request& req);
 
   // Node.
   result<node_capabilities> node_get_capabilities();
@@ -281,6 +298,7 @@ class client {
   result<volume_stats> node_get_volume_stats(const std::string& volume_id,
                                              const std::string& volume_path,
                                              const std::string& staging_target_path = {});
+  result<expand_response> node_expand_volume(const expand_request& req);
 
  private:
   struct impl;

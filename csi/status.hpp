@@ -32,6 +32,8 @@ enum class method {
   list_snapshots,
   controller_modify_volume,
   controller_get_volume,
+  controller_expand_volume,
+  node_expand_volume,
 };
 
 // The spec's RPC name, e.g. "NodeUnpublishVolume".

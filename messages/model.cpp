@@ -278,6 +278,10 @@ bool upsert_instance(v1::Plugin& p, v1::PluginType type, const v1::PluginInstanc
       p.set_controller_required(true);
       changed = true;
     }
+    if (inst.expand_volume() && !p.controller_expands()) {
+      p.set_controller_expands(true);
+      changed = true;
+    }
   }
   if (type == v1::PLUGIN_NODE || type == v1::PLUGIN_MONOLITH)
     changed |= upsert_into(*p.mutable_nodes(), inst);

@@ -728,6 +728,43 @@ void add_volume_availability(CLI::App& volume, context& ctx) {
   });
 }
 
+void add_volume_expand(CLI::App& volume, context& ctx) {
+  struct options {
+    std::string id, size;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = volume.add_subcommand(
+      "expand",
+      "Grow a volume to SIZE (2GiB, 500MiB or bytes): ControllerExpandVolume, then "
+      "NodeExpandVolume on every node where it is published (or at its next stage when the "
+      "plugin expands offline only).  The volume's capacity_min becomes SIZE; a smaller size "
+      "than it has is refused, the same size again changes nothing.  The steps are retried "
+      "until they succeed; berth volume status shows the capacity the plugin reported");
+  cmd->add_option("id", o->id, "The volume's id")->required();
+  cmd->add_option("size", o->size,
+                  "The new size: bytes, or with KiB, MiB, GiB, TiB (or KB, MB, ...)")
+      ->required();
+  sends(cmd, ctx, [&ctx, o]() -> plan {
+    auto size = parse_size(o->size);
+    if (!size || *size <= 0)
+      return failure{errc::invalid, "volume expand: SIZE '" + o->size + "'" +
+                                        " is not a size; give bytes (1073741824) or a number "
+                                        "with a unit (2GiB, 500MiB)"};
+    v1::Request req;
+    auto* r = req.mutable_volume_expand();
+    r->set_namespace_(ctx.g.ns);
+    r->set_volume_id(o->id);
+    r->set_required_bytes(*size);
+    auto shown = [](const v1::Response& r) {
+      auto j = single_volume_json(r);
+      j["message"] = r.message();
+      return j;
+    };
+    return shows(req, shown, message_text,
+                 "Expanding volume '" + o->id + "' (ControllerExpandVolume, NodeExpandVolume)...");
+  });
+}
+
 void add_volume_commands(CLI::App& app, context& ctx) {
   auto& volume = group(app, "volume", "Register, inspect, claim and release volumes");
   add_volume_register(volume, ctx);
@@ -742,6 +779,7 @@ void add_volume_commands(CLI::App& app, context& ctx) {
   add_volume_modify(volume, ctx);
   add_volume_availability(volume, ctx);
   add_volume_init(volume, ctx);
+  add_volume_expand(volume, ctx);
 }
 
 // --- alloc -------------------------------------------------------------------

@@ -449,6 +449,7 @@ TEST_CASE("node_fence: a deposed leader's call that waited for its turn is not s
                [&](caf::error& e) { MESSAGE(to_failure(e).message); });
   waiting.receive([&](bool) {}, [&](caf::error& e) { modify_error = to_failure(e); });
   newer.receive([&](pb<v1::Volume>&) { newer_created = true; }, [&](caf::error&) {});
+  auto term = f.recorded_term();
   // Stopped before any check, so a failed one cannot leave it running.
   me->send_exit(n, caf::exit_reason::user_shutdown);
   CHECK(snapshot_taken);  // admitted and started before term 6 was heard of
@@ -460,5 +461,5 @@ TEST_CASE("node_fence: a deposed leader's call that waited for its turn is not s
     CHECK(modify_error->message.find("term 6") != std::string::npos);
   }
   CHECK(f.plugin_calls("ControllerModifyVolume") == 0);
-  CHECK(f.recorded_term() == 6);
+  CHECK(term == 6);
 }

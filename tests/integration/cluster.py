@@ -8,6 +8,7 @@ import shutil
 import socket
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -218,6 +219,9 @@ class ClusterTestCase(unittest.TestCase):
         with open("/proc/self/mounts") as f:
             for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
                 subprocess.run(["umount", "-l", m], check=False)
+        if os.environ.get("BERTH_TEST_KEEP"):
+            print("kept the cluster's directory (servers' logs): " + self.tmp, file=sys.stderr)
+            return
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def b(self, *args, expect=0, stdin=None):

@@ -13,6 +13,8 @@ namespace caf {
 class actor_system;
 }
 
+#include "tls/tls.hpp"
+
 namespace berth {
 
 struct agent_options {
@@ -46,6 +48,7 @@ struct agent_options {
   int64_t node_gc_ms = 24 * 60 * 60 * 1000;
   std::string volume_idle_timeout = "30s";  // servers: as given; parsed into volume_idle_ms
   int64_t volume_idle_ms = 30 * 1000;       // < 0: never
+  tls::files tls;                           // --tls-ca, --tls-cert, --tls-key (all or none)
 };
 
 struct agent_started {

@@ -53,6 +53,9 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<pb<v1::Snapshot>>("berth.v1.Snapshot");
   cfg.add_message_type<pb<v1::SnapshotList>>("berth.v1.SnapshotList");
   cfg.add_message_type<pb<v1::VolumeModifyRequest>>("berth.v1.VolumeModifyRequest");
+  cfg.add_message_type<pb<v1::VolumeHealthRequest>>("berth.v1.VolumeHealthRequest");
+  cfg.add_message_type<pb<v1::VolumeHealthResult>>("berth.v1.VolumeHealthResult");
+  cfg.add_message_type<pb<v1::VolumeExpandRequest>>("berth.v1.VolumeExpandRequest");
   cfg.add_message_type<pb<raft::v1::Message>>("berth.raft.v1.Message");
   cfg.add_message_type<node_actor>("berth.node_actor");
 }

@@ -33,6 +33,7 @@ using apply_atom = caf::atom_constant<caf::atom("apply")>;
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
 using changed_atom = caf::atom_constant<caf::atom("changed")>;
 using claim_atom = caf::atom_constant<caf::atom("claim")>;
+using condition_atom = caf::atom_constant<caf::atom("condition")>;
 using create_atom = caf::atom_constant<caf::atom("create")>;
 using csi_atom = caf::atom_constant<caf::atom("csi")>;
 using ctrl_publish_atom = caf::atom_constant<caf::atom("ctrlpub")>;
@@ -41,6 +42,7 @@ using deregister_atom = caf::atom_constant<caf::atom("deregistr")>;
 using digest_atom = caf::atom_constant<caf::atom("digest")>;
 using fingerprint_atom = caf::atom_constant<caf::atom("fingerpr")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using health_atom = caf::atom_constant<caf::atom("health")>;
 using following_atom = caf::atom_constant<caf::atom("following")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using install_atom = caf::atom_constant<caf::atom("install")>;
@@ -60,6 +62,7 @@ using release_atom = caf::atom_constant<caf::atom("release")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using removed_atom = caf::atom_constant<caf::atom("removed")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
 using stream_atom = caf::atom_constant<caf::atom("stream")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
@@ -68,6 +71,9 @@ using validate_atom = caf::atom_constant<caf::atom("validate")>;
 using modify_atom = caf::atom_constant<caf::atom("modify")>;
 using snapshot_delete_atom = caf::atom_constant<caf::atom("snapdel")>;
 using snapshot_list_atom = caf::atom_constant<caf::atom("snaplist")>;
+using expand_atom = caf::atom_constant<caf::atom("expand")>;
+using expand_step_atom = caf::atom_constant<caf::atom("expandstp")>;
+using ctrl_expand_atom = caf::atom_constant<caf::atom("ctrlexpand")>;
 
 // --- interfaces ---------------------------------------------------------------
 
@@ -183,11 +189,30 @@ using node_actor = caf::typed_actor<
     // listed by a plugin that can list snapshots).
     caf::replies_to<snapshot_delete_atom, pb<v1::SnapshotRequest>, uint64_t>::with<bool>,
     // ListSnapshots (one page) through this node's controller instance.
-    caf::replies_to<snapshot_list_atom, pb<v1::SnapshotRequest>, uint64_t>::with<pb<v1::SnapshotList>>,
+    caf::replies_to<snapshot_list_atom, pb<v1::SnapshotRequest>,
+                    uint64_t>::with<pb<v1::SnapshotList>>,
     // ControllerModifyVolume of the volume's external id with its
     // modified_parameters (the ones to set) and secrets, for the leader of
     // the given term (fenced).
     caf::replies_to<modify_atom, pb<v1::Volume>, uint64_t>::with<bool>,
+    // The leader's health check of one plugin's volumes through this node's
+    // controller instance, for the leader of the given term (fenced):
+    // ListVolumes (every page) or ControllerGetVolume of each volume;
+    // replies with the conditions the plugin reported.
+    caf::replies_to<health_atom, pb<v1::VolumeHealthRequest>, uint64_t>::with<
+        pb<v1::VolumeHealthResult>>,
+    // Timer (--volume-stats-interval): NodeGetVolumeStats of every volume
+    // published here whose plugin has GET_VOLUME_STATS, reported to the
+    // leader as one volume_stats_report.
+    caf::reacts_to<stats_atom>,
+    // ControllerExpandVolume of the request's volume (expand_required_bytes,
+    // leader_term); replies with the capacity the plugin reported and
+    // whether it needs NodeExpandVolume.
+    caf::replies_to<ctrl_expand_atom, pb<v1::NodeVolumeRequest>>::with<pb<v1::NodeVolumeResult>>,
+    // NodeExpandVolume of the volume at the staging and target paths this
+    // client published it at (fenced with leader_term); replies with the
+    // capacity the plugin reported.  not_found when it is not published here.
+    caf::replies_to<expand_atom, pb<v1::NodeVolumeRequest>>::with<pb<v1::NodeVolumeResult>>,
     // Runs an alloc whose volumes are published here: records it in the
     // client's database, then starts its command (if any) with each
     // volume's path in BERTH_VOLUME_<NAME>.  Its exit is reported to the
@@ -236,9 +261,10 @@ using plugin_actor = caf::typed_actor<
 // modify index of the entry that committed it (the leader waits until its
 // catalog applied that index before it answers).
 using volume_actor = caf::typed_actor<
-    // Registers the volume (first time) or applies a re-registration;
-    // replies with the committed volume.
-    caf::replies_to<register_atom, pb<v1::Volume>>::with<pb<v1::Volume>>,
+    // Registers the volume (first time) or applies a re-registration (a
+    // larger capacity_min asks for an expansion, decided with the committed
+    // plugin given); replies with the committed volume.
+    caf::replies_to<register_atom, pb<v1::Volume>, pb<v1::Plugin>>::with<pb<v1::Volume>>,
     // Claims the volume for an alloc, checking the plugin's health through
     // the plugin actor (invalid when the plugin is unknown), committing the
     // request's alloc record in the same entry when it carries one; then has the
@@ -271,6 +297,21 @@ using volume_actor = caf::typed_actor<
     // unless it is so already; replies with the committed volume.  A drain's
     // stops and releases are the leader's (control/availability).
     caf::replies_to<availability_atom, pb<v1::VolumeAvailabilityRequest>>::with<pb<v1::Volume>>,
+    // Sets the volume's condition as the leader's health check found it,
+    // committing it unless it is so already; replies with the committed
+    // volume.
+    caf::replies_to<condition_atom, pb<v1::VolumeCondition>>::with<pb<v1::Volume>>,
+    // Asks for an expansion (control/expansion's decide_expand with the
+    // committed plugin given), committing its record unless it is the size
+    // already; replies with the committed volume.
+    caf::replies_to<expand_atom, pb<v1::VolumeExpandRequest>, pb<v1::Plugin>>::with<pb<v1::Volume>>,
+    // Runs the next step of the volume's expansion (next_expansion_step):
+    // ControllerExpandVolume through the controller node, NodeExpandVolume
+    // through the target node (whose id is given; refused when the step is
+    // another node's), or finishing; commits it and replies with the
+    // committed volume (unavailable when the step cannot run now).
+    caf::replies_to<expand_step_atom, plugin_actor, node_actor, node_actor,
+                    std::string>::with<pb<v1::Volume>>,
     // Stops the idle actor (the leader asks only when nothing of this volume
     // is in flight): replies with the modify index of the last change it
     // committed, then quits; the volume's next actor starts from the

@@ -149,10 +149,12 @@ void announce(const self_ptr& self, const applied_change& a) {
     case v1::Change::kVolumeUpsert:
       st.stats->volume_changed(before.has_volume_upsert() ? &before.volume_upsert() : nullptr,
                                &c.volume_upsert());
+      announce_volume_health(self, {c.volume_upsert().namespace_(), c.volume_upsert().id()});
       self->send(st.watcher, changed_atom::value, wrap(c.volume_upsert()));
       break;
     case v1::Change::kVolumeDelete:
       if (before.has_volume_upsert()) st.stats->volume_changed(&before.volume_upsert(), nullptr);
+      announce_volume_health(self, {c.volume_delete().namespace_(), c.volume_delete().id()});
       // Its actor quits once it committed the deregistration.
       forget_volume_actor(self, {c.volume_delete().namespace_(), c.volume_delete().id()});
       self->send(st.watcher, removed_atom::value, wrap(c.volume_delete()));
@@ -166,6 +168,18 @@ void announce(const self_ptr& self, const applied_change& a) {
       // Its actor quits once it committed the deletion.
       st.plugin_actors.erase(c.plugin_delete());
       break;
+    case v1::Change::kNodeUpsert:
+    case v1::Change::kNodeDelete: {
+      // The usage it reported (before and after) is part of its volumes'
+      // series.
+      std::set<volume_key> keys;
+      for (const auto* n : {before.has_node_upsert() ? &before.node_upsert() : nullptr,
+                            c.has_node_upsert() ? &c.node_upsert() : nullptr})
+        if (n != nullptr)
+          for (const auto& u : n->volume_usage()) keys.insert({u.namespace_(), u.volume_id()});
+      for (const auto& k : keys) announce_volume_health(self, k);
+      break;
+    }
     case v1::Change::kAllocUpsert:
       self->send(st.watcher, changed_atom::value, wrap(c.alloc_upsert()));
       break;
@@ -480,6 +494,12 @@ void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
     case v1::Request::kVolumeAvailability:
       volume_availability(self, req.volume_availability(), rp);
       return;
+    case v1::Request::kVolumeStatsReport:
+      volume_stats_report(self, std::move(*req.mutable_volume_stats_report()), rp);
+      return;
+    case v1::Request::kVolumeExpand:
+      volume_expand(self, req.volume_expand(), rp);
+      return;
     case v1::Request::COMMAND_NOT_SET:
       deliver(rp, failure{errc::invalid,
                           "the request names no command this server knows; is the "
@@ -527,6 +547,7 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, stat
   for (const auto& [id, p] : st.cat.plugins) announce(self, {upsert_change(p), {}});
   for (const auto& [id, n] : st.cat.nodes) announce(self, {upsert_change(n), {}});
   for (const auto& [id, a] : st.cat.allocs) announce(self, {upsert_change(a), {}});
+  for (const auto& [key, v] : st.cat.volumes) announce_volume_health(self, key);
   st.stats->actors("volume", 0);
   st.stats->actors("plugin", st.plugin_actors.size());
   // An alloc still pending was being started by the previous leader: it

@@ -39,6 +39,9 @@ struct leader_options {
   // A volume's actor is stopped after it has been idle this long (berthd
   // --volume-idle-timeout); < 0: never.
   int64_t volume_idle_ms = 30000;
+  // The volumes' condition is checked this often (berthd
+  // --volume-health-interval); < 0: never.
+  int64_t volume_health_ms = 60000;
 };
 
 // What the leader keeps for a volume with an actor or work under way
@@ -95,11 +98,23 @@ struct leader_state {
   // Volume drains (berth volume availability VOLUME drain): the claims
   // ("NAMESPACE/VOLUME/ALLOC") of command-less allocs being released.
   std::set<std::string> volume_drain_releases;
+  // Expansions being driven or waiting to be retried (the ones in progress
+  // are the catalog's `expanding`): a failed step is retried with backoff.
+  struct expansion_drive {
+    bool in_flight = false;
+    uint32_t attempts = 0;  // failed steps in a row
+    int64_t due_ms = 0;     // steady ms of the next try
+  };
+  std::map<volume_key, expansion_drive> expansions;
   // The metrics' counts of allocs per state and nodes per status.
   std::map<std::string, int64_t> alloc_counts;
   std::map<std::string, int64_t> node_counts;
   uint64_t ticks = 0;
   bool gc_running = false;  // a timed garbage collection is being written
+  // Volume health: when the last check started (steady ms), and the
+  // plugins whose check (and its commits) is still under way.
+  int64_t health_checked_ms = 0;
+  std::set<std::string> health_checking;
   static inline const char* name = "leader";
 };
 

@@ -127,7 +127,7 @@ void start_alloc(const self_ptr& self, std::shared_ptr<v1::Alloc> a, response_pr
 // alloc run: claims the volumes one after the other (each published on the
 // node); the first claim commits together with the pending alloc.
 void claim_alloc_volumes(const self_ptr& self, std::shared_ptr<v1::Alloc> a, int next,
-                         response_promise rp) {
+                         response_promise rp, bool allow_abnormal) {
   if (next == a->volumes_size()) {
     start_alloc(self, a, rp);
     return;
@@ -140,17 +140,19 @@ void claim_alloc_volumes(const self_ptr& self, std::shared_ptr<v1::Alloc> a, int
   c.set_node_id(a->node_id());
   c.set_read_only(av.read_only());
   *c.mutable_mount_flags() = av.mount_flags();
+  c.set_allow_abnormal(allow_abnormal);
   if (next == 0) *c.mutable_alloc() = *a;
-  claim_volume(self, std::move(c),
-               [self, a, next, rp](std::optional<failure> f, v1::ClaimResult r) mutable {
-                 auto vol = a->volumes(next).volume_id();
-                 if (f) {
-                   fail_alloc(self, *a, "claim of volume " + quoted(vol) + ": " + f->message, rp);
-                   return;
-                 }
-                 a->mutable_volumes(next)->set_published_path(r.published_path());
-                 claim_alloc_volumes(self, a, next + 1, rp);
-               });
+  claim_volume(
+      self, std::move(c),
+      [self, a, next, rp, allow_abnormal](std::optional<failure> f, v1::ClaimResult r) mutable {
+        auto vol = a->volumes(next).volume_id();
+        if (f) {
+          fail_alloc(self, *a, "claim of volume " + quoted(vol) + ": " + f->message, rp);
+          return;
+        }
+        a->mutable_volumes(next)->set_published_path(r.published_path());
+        claim_alloc_volumes(self, a, next + 1, rp, allow_abnormal);
+      });
 }
 
 // alloc run sent again with the same id, volumes and command (its answer
@@ -220,7 +222,7 @@ void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_pr
     });
     return;
   }
-  claim_alloc_volumes(self, shared, 0, rp);
+  claim_alloc_volumes(self, shared, 0, rp, req.allow_abnormal());
 }
 
 void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp) {

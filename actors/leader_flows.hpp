@@ -169,6 +169,30 @@ void volume_availability(const self_ptr& self, const v1::VolumeAvailabilityReque
 // the claims of command-less allocs (control/availability's plan).
 void drive_volume_drains(const self_ptr& self);
 
+// --- leader_health.cpp -----------------------------------------------------------
+// On the tick, every --volume-health-interval: the condition of each
+// plugin's volumes through a capable controller node (ListVolumes or
+// ControllerGetVolume), a changed one committed by the volume's actor.
+void check_volume_health(const self_ptr& self);
+// A client's volume stats report: one node upsert when a value changed.
+void volume_stats_report(const self_ptr& self, v1::VolumeStatsReport r, response_promise rp);
+// Sets the volume's health metrics from the catalog (control/health's
+// series_of; none for a deleted volume).
+void announce_volume_health(const self_ptr& self, const volume_key& key);
+
+// --- leader_expansion.cpp -------------------------------------------------------
+// berth volume expand VOLUME SIZE: the volume's actor commits the
+// expansion's record, then its steps are driven (drive_expansion).
+void volume_expand(const self_ptr& self, const v1::VolumeExpandRequest& r, response_promise rp);
+// Runs the volume's expansion steps through its actor, one at a time, each
+// after the catalog applied the one before; `done` once it finished
+// (nullopt), or with the failure of the step that could not run.
+void drive_expansion(const self_ptr& self, const volume_key& key,
+                     std::function<void(std::optional<failure>)> done);
+// On the tick: resumes every expansion in progress (the catalog's
+// `expanding`) that is not being driven, failed ones after their backoff.
+void drive_expansions(const self_ptr& self);
+
 // --- leader_nodes.cpp -------------------------------------------------------------
 void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp);
 // A client's heartbeat (its node actor registering again).

@@ -336,6 +336,8 @@ void system_gc(const self_ptr& self, response_promise rp) {
 void leader_tick(const self_ptr& self) {
   drive_drains(self);
   drive_volume_drains(self);
+  check_volume_health(self);
+  drive_expansions(self);
   auto& st = self->state;
   for (const auto& n :
        silent_nodes(st.cat, st.last_seen, steady_ms(), st.options.node_down_timeout.count()))

@@ -8,6 +8,7 @@
 #include "actors/leader_flows.hpp"
 #include "control/allocs.hpp"
 #include "control/entries.hpp"
+#include "control/expansion.hpp"
 #include "control/nodes.hpp"
 #include "control/placement.hpp"
 #include "control/release.hpp"
@@ -187,7 +188,20 @@ void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp) {
     deliver(rp, failure{errc::invalid, describe("volume " + quoted(spec.id()), problems)});
     return;
   }
-  if (find_volume(st.cat, {spec.namespace_(), spec.id()})) {
+  if (const auto* existing = find_volume(st.cat, {spec.namespace_(), spec.id()})) {
+    // Created again with a larger capacity_min: an expansion (decided and
+    // refused as berth volume expand's).
+    bool larger =
+        spec.capacity_min() > current_capacity(*existing) ||
+        (expanding(*existing) && spec.capacity_min() >= existing->expansion().required_bytes());
+    if (larger && spec.plugin_id() == existing->plugin_id()) {
+      v1::VolumeExpandRequest r;
+      r.set_namespace_(spec.namespace_());
+      r.set_volume_id(spec.id());
+      r.set_required_bytes(spec.capacity_min());
+      volume_expand(self, r, rp);
+      return;
+    }
     deliver(rp, failure{errc::refused, "volume " + quoted(spec.id()) +
                                            " is already registered in namespace " +
                                            quoted(spec.namespace_())});
@@ -263,13 +277,24 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
     }
   }
   if (!fresh) verb = "updated";
+  const auto* plugin = find_plugin(st.cat, v.plugin_id());
+  auto committed_plugin = plugin != nullptr ? *plugin : v1::Plugin{};
+  bool was_expanding = !fresh && expanding(*find_volume(st.cat, key));
   ask_volume_actor<pb<v1::Volume>>(
       self, key,
-      [self, rp, verb](pb<v1::Volume>& stored) mutable {
+      [self, rp, verb, key, was_expanding](pb<v1::Volume>& stored) mutable {
         when_applied(self, stored.msg.modify_index(),
-                     [self, rp, verb, v = std::move(stored.msg)]() mutable {
-                       deliver(rp, volume_response(self->state.cat, v,
-                                                   "volume " + quoted(v.id()) + " " + verb));
+                     [self, rp, verb, key, was_expanding, v = std::move(stored.msg)]() mutable {
+                       auto text = "volume " + quoted(v.id()) + " " + verb;
+                       // A larger capacity_min asked for an expansion: its
+                       // steps run now (and on the tick, until done).
+                       if (expanding(v)) {
+                         if (!was_expanding)
+                           text += "; expansion to " + size_text(v.expansion().required_bytes()) +
+                                   " requested (berth volume status shows its steps)";
+                         drive_expansion(self, key, [](std::optional<failure>) {});
+                       }
+                       deliver(rp, volume_response(self->state.cat, v, text));
                      });
       },
       [self, rp, key](caf::error& e) mutable {
@@ -277,7 +302,7 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
         if (!find_volume(self->state.cat, key)) stop_volume_actor_when_free(self, key);
         deliver(rp, to_failure(e));
       },
-      register_atom::value, wrap(std::move(v)));
+      register_atom::value, wrap(std::move(v)), wrap(std::move(committed_plugin)));
 }
 
 void volume_claim(const self_ptr& self, v1::ClaimRequest c, response_promise rp) {

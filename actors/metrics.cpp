@@ -203,7 +203,23 @@ class prometheus_metrics final : public metrics {
         nodes_{prometheus::BuildGauge()
                    .Name("berth_nodes")
                    .Help("Nodes by status (leader only)")
-                   .Register(*registry_)} {}
+                   .Register(*registry_)},
+        volume_capacity_(prometheus::BuildGauge()
+                             .Name("berth_volume_capacity_bytes")
+                             .Help("A volume's capacity on a node, as the node's plugin reported "
+                                   "it (NodeGetVolumeStats; leader only)")
+                             .Register(*registry_)),
+        volume_used_(prometheus::BuildGauge()
+                         .Name("berth_volume_used_bytes")
+                         .Help("Bytes used in a volume on a node, as the node's plugin reported "
+                               "it (NodeGetVolumeStats; leader only)")
+                         .Register(*registry_)),
+        volume_abnormal_(prometheus::BuildGauge()
+                             .Name("berth_volume_abnormal")
+                             .Help("1 while a volume's condition is abnormal: node \"\" is the "
+                                   "controller's health check, a node the node plugin's "
+                                   "NodeGetVolumeStats (leader only)")
+                             .Register(*registry_)) {}
 
   void clear_state() override {
     std::lock_guard<std::mutex> guard(mtx_);
@@ -211,6 +227,9 @@ class prometheus_metrics final : public metrics {
          {&volumes_, &claims_, &plugin_controllers_healthy_, &plugin_controllers_expected_,
           &plugin_nodes_healthy_, &plugin_nodes_expected_, &actors_})
       g->zero();
+    for (auto& [key, series] : health_series_)
+      for (auto [family, g] : series) family->Remove(g);
+    health_series_.clear();
   }
 
   void volume_changed(const v1::Volume* before, const v1::Volume* after) override {
@@ -224,6 +243,27 @@ class prometheus_metrics final : public metrics {
     };
     if (before) count(*before, -1);
     if (after) count(*after, +1);
+  }
+
+  void volume_health(const std::string& ns, const std::string& volume,
+                     const std::vector<health_series>& rows) override {
+    std::lock_guard<std::mutex> guard(mtx_);
+    auto& mine = health_series_[{ns, volume}];
+    for (auto [family, g] : mine) family->Remove(g);
+    mine.clear();
+    for (const auto& r : rows) {
+      Labels l{{"namespace", ns}, {"volume", volume}, {"node", r.node}};
+      auto add = [&](prometheus::Family<prometheus::Gauge>& f, double value) {
+        auto& g = f.Add(l);
+        g.Set(value);
+        mine.emplace_back(&f, &g);
+      };
+      add(volume_abnormal_, r.abnormal ? 1 : 0);
+      if (!r.has_usage) continue;
+      add(volume_capacity_, static_cast<double>(r.capacity_bytes));
+      add(volume_used_, static_cast<double>(r.used_bytes));
+    }
+    if (mine.empty()) health_series_.erase({ns, volume});
   }
 
   void plugin_changed(const v1::Plugin*, const v1::Plugin* after) override {
@@ -357,6 +397,13 @@ class prometheus_metrics final : public metrics {
   gauges allocs_;
   gauges mailbox_;
   gauges nodes_;
+  prometheus::Family<prometheus::Gauge>& volume_capacity_;
+  prometheus::Family<prometheus::Gauge>& volume_used_;
+  prometheus::Family<prometheus::Gauge>& volume_abnormal_;
+  // Each volume's health series, so that they can be removed.
+  std::map<std::pair<std::string, std::string>,
+           std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>>>
+      health_series_;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "control/health.hpp"
 #include "messages/berth.pb.h"
 
 namespace prometheus {
@@ -26,6 +27,12 @@ class metrics {
   // A volume changed from `before` to `after` (either may be null for a
   // registration or a deregistration): updates volumes and claims gauges.
   virtual void volume_changed(const v1::Volume* before, const v1::Volume* after) = 0;
+  // A volume's health series (berth_volume_capacity_bytes,
+  // berth_volume_used_bytes, berth_volume_abnormal) are now `rows`
+  // (control/health's series_of): the volume's other series are removed,
+  // all of them when `rows` is empty (a deleted volume).
+  virtual void volume_health(const std::string& ns, const std::string& volume,
+                             const std::vector<health_series>& rows) = 0;
   // Same for a plugin's healthy/expected gauges.
   virtual void plugin_changed(const v1::Plugin* before, const v1::Plugin* after) = 0;
   // One durable log write of `entries` entries that took `seconds`.

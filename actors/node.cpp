@@ -50,6 +50,9 @@ void deliver_result(result_promise& rp, csi_outcome& out) {
   v1::NodeVolumeResult r;
   r.set_target_path(out.target_path);
   for (auto& [k, v] : out.publish_context) (*r.mutable_publish_context())[k] = v;
+  r.set_capacity_bytes(out.capacity_bytes);
+  r.set_node_expansion_required(out.node_expansion_required);
+  r.set_expanded(out.expanded);
   rp.deliver(wrap(std::move(r)));
 }
 
@@ -191,6 +194,59 @@ caf::result<T> controller_call(self_ptr self, const std::string& plugin_id, uint
   return rp;
 }
 
+// --volume-stats-interval: NodeGetVolumeStats of the volumes published
+// here (one per volume, whatever the allocs using it), one job per plugin
+// that has GET_VOLUME_STATS, then one report to the leader with them all.
+// A measure still running skips the next one.
+void measure_published(self_ptr self) {
+  auto& st = self->state;
+  if (st.measuring || !st.api) return;
+  std::map<std::string, std::map<std::pair<std::string, std::string>, volume_measure>> by_plugin;
+  for (const auto& [key, m] : st.mounts) {
+    auto inst = st.instances.find(m.plugin_id);
+    if (inst == st.instances.end() || !inst->second.get_volume_stats()) continue;
+    by_plugin[m.plugin_id].emplace(
+        std::pair{m.ns, m.volume_id},
+        volume_measure{m.ns, m.volume_id, m.request.volume().external_id(), m.target_path,
+                       m.staging_path});
+  }
+  auto report = std::make_shared<v1::VolumeStatsReport>();
+  report->set_node_id(st.config.node_id);
+  report->set_measured_at_ms(wall_ms());
+  auto left = std::make_shared<size_t>(by_plugin.size());
+  auto send = [self, report]() {
+    auto& st = self->state;
+    st.measuring = false;
+    if (!st.api) return;
+    v1::Request r;
+    *r.mutable_volume_stats_report() = *report;
+    self->request(st.api, std::chrono::seconds(30), api_atom::value, wrap(std::move(r)))
+        .then([](pb<v1::Response>&) {}, [](caf::error&) {});  // again on the next measure
+  };
+  st.measuring = true;
+  if (by_plugin.empty()) {
+    send();  // nothing published: the node's usage is emptied (once)
+    return;
+  }
+  for (auto& [plugin, volumes] : by_plugin) {
+    std::vector<volume_measure> list;
+    for (auto& [k, m] : volumes) list.push_back(m);
+    auto make = [list, at = where(st.config.node_id, plugin)](bool) {
+      return csi_job{[list, at](csi::client& c) { return measure_volumes(c, list, at); },
+                     call_kind::node, ""};
+    };
+    auto one_done = [left, send]() {
+      if (--*left == 0) send();
+    };
+    auto done = [report, one_done](csi_outcome& out) {
+      for (auto& u : out.usage) *report->add_usage() = std::move(u);
+      one_done();
+    };
+    auto fail = [one_done](caf::error) { one_done(); };
+    if (run_csi(self, plugin, make, done, fail)) start_polling(self);
+  }
+}
+
 }  // namespace
 
 node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
@@ -216,6 +272,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
     });
     connect_plugins(self);
     self->send(self, tick_atom::value);
+    if (st.config.volume_stats_interval.count() >= 0)
+      self->delayed_send(self, st.config.volume_stats_interval, stats_atom::value);
     if (polling_needed(st)) start_polling(self);
   }
   return {
@@ -354,6 +412,58 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         };
         return controller_call<bool>(self, req.msg.plugin_id(), term, req.msg.external_id(), call,
                                      [](promise<bool>& rp, csi_outcome&) { rp.deliver(true); });
+      },
+      [self](health_atom, pb<v1::VolumeHealthRequest>& req,
+             uint64_t term) -> caf::result<pb<v1::VolumeHealthResult>> {
+        auto call = [r = req.msg](csi::client& c, const std::string& at) {
+          return check_volume_health(c, r, at);
+        };
+        // A read: no volume key, so it never waits behind a volume's calls.
+        return controller_call<pb<v1::VolumeHealthResult>>(
+            self, req.msg.plugin_id(), term, "", call,
+            [](promise<pb<v1::VolumeHealthResult>>& rp, csi_outcome& out) {
+              rp.deliver(wrap(std::move(out.health)));
+            });
+      },
+      [self](stats_atom) {
+        measure_published(self);
+        if (self->state.config.volume_stats_interval.count() >= 0)
+          self->delayed_send(self, self->state.config.volume_stats_interval, stats_atom::value);
+      },
+      [self](ctrl_expand_atom,
+             pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
+        auto call = [r = req.msg](csi::client& c, const std::string& at) {
+          return controller_expand(c, r, at);
+        };
+        return controller_call<pb<v1::NodeVolumeResult>>(
+            self, req.msg.plugin_id(), req.msg.leader_term(), req.msg.volume().external_id(), call,
+            deliver_result);
+      },
+      [self](expand_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
+        auto& st = self->state;
+        const auto& r = req.msg;
+        if (auto f = st.fence.admit(*st.store, r.leader_term())) return to_error(*f);
+        // Where this client published the volume (any of its claims: they
+        // share the staging path, and one NodeExpandVolume grows it).
+        const mount_record* found = nullptr;
+        for (const auto& [key, m] : st.mounts)
+          if (m.ns == r.volume().namespace_() && m.volume_id == r.volume().id()) {
+            found = &m;
+            break;
+          }
+        if (found == nullptr)
+          return make_error(errc::not_found, "volume '" + r.volume().id() +
+                                                 "' is not published on node '" +
+                                                 st.config.node_id + "'");
+        claim_paths paths{found->staging_path, found->target_path};
+        bool staged = !found->staging_path.empty();
+        auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
+        auto make = [r, paths, staged, at = where(st.config.node_id, r.plugin_id())](bool) {
+          return csi_job{[=](csi::client& c) { return node_expand(c, r, paths, staged, at); },
+                         call_kind::node, r.volume().external_id(), r.leader_term()};
+        };
+        run(self, r.plugin_id(), make, rp, deliver_result);
+        return rp;
       },
       [self](run_atom, pb<v1::Alloc>& req) -> caf::result<bool> {
         auto& st = self->state;

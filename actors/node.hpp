@@ -31,6 +31,9 @@ struct node_config {
   std::string csi_root;
   std::vector<node_plugin> plugins;
   std::chrono::milliseconds fingerprint_interval{5000};
+  // NodeGetVolumeStats of the published volumes every this long
+  // (--volume-stats-interval); < 0: never.
+  std::chrono::milliseconds volume_stats_interval{60000};
   std::chrono::milliseconds csi_timeout{30000};
   // Start with no recorded leader term (servers rebuilt as a new cluster).
   bool forget_leader_term = false;
@@ -68,6 +71,7 @@ struct node_state {
   };
   std::map<std::string, std::vector<stopping>> stops;
   bool polling = false;
+  bool measuring = false;  // a volume stats measure is under way
   // The newest leader term CSI requests or heartbeat answers came from
   // (also in client.db): requests of an older leader are refused.
   leader_fence fence;

@@ -4,6 +4,7 @@
 
 #include "csi/client.hpp"
 #include "csi/translate.hpp"
+#include "log/log.hpp"
 
 namespace berth {
 
@@ -138,6 +139,12 @@ csi_outcome probe_plugin(csi::client& c, v1::PluginType type) {
     inst.set_health_description("Probe: the plugin is not ready");
     return out;
   }
+  // Whether it expands volumes online or offline only; a plugin that does
+  // not answer GetPluginCapabilities is taken to expand none.
+  if (auto plugin_caps = c.get_plugin_capabilities(); plugin_caps.ok()) {
+    inst.set_expansion_online(plugin_caps.response.expansion_online);
+    inst.set_expansion_offline(plugin_caps.response.expansion_offline);
+  }
   if (type == v1::PLUGIN_CONTROLLER || type == v1::PLUGIN_MONOLITH) {
     auto caps = c.controller_get_capabilities();
     if (!caps.ok()) return fail(csi::method::controller_get_capabilities, caps.status);
@@ -146,11 +153,19 @@ csi_outcome probe_plugin(csi::client& c, v1::PluginType type) {
     inst.set_list_snapshots(caps.response.list_snapshots);
     inst.set_clone_volume(caps.response.clone_volume);
     inst.set_modify_volume(caps.response.modify_volume);
+    inst.set_list_volumes(caps.response.list_volumes);
+    inst.set_get_volume(caps.response.get_volume);
+    inst.set_volume_condition(caps.response.volume_condition);
+    inst.set_expand_volume(caps.response.expand_volume);
   }
   if (type == v1::PLUGIN_NODE || type == v1::PLUGIN_MONOLITH) {
     auto caps = c.node_get_capabilities();
     if (!caps.ok()) return fail(csi::method::node_get_capabilities, caps.status);
     inst.set_stage_unstage(caps.response.stage_unstage_volume);
+    inst.set_get_volume_stats(caps.response.get_volume_stats);
+    // A monolith's volume_condition is the controller's when it has one.
+    if (type == v1::PLUGIN_NODE) inst.set_volume_condition(caps.response.volume_condition);
+    inst.set_node_expand_volume(caps.response.expand_volume);
     auto node = c.node_get_info();
     if (!node.ok()) return fail(csi::method::node_get_info, node.status);
     inst.set_csi_node_id(node.response.node_id);
@@ -182,6 +197,13 @@ csi_outcome publish_claim(csi::client& c, const v1::NodeVolumeRequest& r, const 
   if (failed(out, where, csi::method::node_publish_volume, c.node_publish_volume(p).status))
     return out;
   out.target_path = paths.target;
+  // An expansion waiting for the volume's next stage: NodeExpandVolume now.
+  // Its failure does not undo the publication (the leader tries again).
+  if (r.expand_required_bytes() > 0) {
+    auto grown = node_expand(c, r, paths, stage, where);
+    out.expanded = !grown.error;
+    out.capacity_bytes = grown.capacity_bytes;
+  }
   return out;
 }
 
@@ -297,6 +319,97 @@ csi_outcome modify_volume(csi::client& c, const v1::Volume& v, const std::string
          c.controller_modify_volume(v.external_id(), csi::to_map(v.modified_parameters()),
                                     csi::to_map(v.secrets()))
              .status);
+  return out;
+}
+
+csi_outcome check_volume_health(csi::client& c, const v1::VolumeHealthRequest& r,
+                                const std::string& where, int32_t page_size) {
+  csi_outcome out;
+  auto put = [&out](const std::string& id, const csi::volume_condition& cond) {
+    if (!cond.reported) return;
+    v1::VolumeCondition vc;
+    vc.set_abnormal(cond.abnormal);
+    vc.set_message(cond.message);
+    (*out.health.mutable_conditions())[id] = vc;
+  };
+  if (r.use_list()) {
+    std::string token;
+    for (int page = 0; page < 10000; ++page) {  // a plugin repeating its token ends here
+      auto res = c.list_volumes(page_size, token);
+      if (failed(out, where, csi::method::list_volumes, res.status)) return out;
+      for (const auto& e : res.response.entries) put(e.vol.volume_id, e.condition);
+      if (res.response.next_token.empty() || res.response.next_token == token) break;
+      token = res.response.next_token;
+    }
+    return out;
+  }
+  for (const auto& id : r.external_ids()) {
+    auto res = c.controller_get_volume(id);
+    if (res.status.grpc_code == csi::code::not_found) continue;  // no information
+    if (failed(out, where, csi::method::controller_get_volume, res.status)) return out;
+    put(id, res.response.condition);
+  }
+  return out;
+}
+
+csi_outcome measure_volumes(csi::client& c, const std::vector<volume_measure>& volumes,
+                            const std::string& where) {
+  csi_outcome out;
+  for (const auto& m : volumes) {
+    auto res = c.node_get_volume_stats(m.external_id, m.target_path, m.staging_path);
+    if (!res.ok()) {
+      // One volume's failure does not hide the others' usage: the volume is
+      // left out of this report (its last committed usage stays).
+      auto f = csi::call_failure(where, csi::method::node_get_volume_stats, res.status);
+      logging::debug("node", "NodeGetVolumeStats failed",
+                     {{"namespace", m.ns},
+                      {"volume", m.volume_id},
+                      {"error", f ? f->message : std::string()}});
+      continue;
+    }
+    v1::VolumeUsage u;
+    u.set_namespace_(m.ns);
+    u.set_volume_id(m.volume_id);
+    u.set_capacity_bytes(res.response.bytes_total);
+    u.set_used_bytes(res.response.bytes_used);
+    u.set_available_bytes(res.response.bytes_available);
+    if (res.response.condition.reported) {
+      u.set_condition_reported(true);
+      u.set_abnormal(res.response.condition.abnormal);
+      if (u.abnormal()) u.set_message(res.response.condition.message);
+    }
+    out.usage.push_back(std::move(u));
+  }
+  return out;
+}
+
+csi_outcome controller_expand(csi::client& c, const v1::NodeVolumeRequest& r,
+                              const std::string& where) {
+  csi_outcome out;
+  csi::expand_request q;
+  q.volume_id = r.volume().external_id();
+  q.required_bytes = r.expand_required_bytes();
+  q.limit_bytes = r.expand_limit_bytes();
+  q.secrets = csi::to_map(r.volume().secrets());
+  auto res = c.controller_expand_volume(q);
+  if (failed(out, where, csi::method::controller_expand_volume, res.status)) return out;
+  out.capacity_bytes = res.response.capacity_bytes;
+  out.node_expansion_required = res.response.node_expansion_required;
+  return out;
+}
+
+csi_outcome node_expand(csi::client& c, const v1::NodeVolumeRequest& r, const claim_paths& paths,
+                        bool staged, const std::string& where) {
+  csi_outcome out;
+  csi::expand_request q;
+  q.volume_id = r.volume().external_id();
+  q.required_bytes = r.expand_required_bytes();
+  q.limit_bytes = r.expand_limit_bytes();
+  q.volume_path = paths.target;
+  if (staged) q.staging_target_path = paths.staging;
+  auto res = c.node_expand_volume(q);
+  if (failed(out, where, csi::method::node_expand_volume, res.status)) return out;
+  out.capacity_bytes = res.response.capacity_bytes;
   return out;
 }
 

@@ -118,4 +118,36 @@ csi_outcome list_snapshots(csi::client& c, const v1::SnapshotRequest& r,
 // modified_parameters (the mutable parameters to set) and secrets.
 csi_outcome modify_volume(csi::client& c, const v1::Volume& v, const std::string& where);
 
+// The leader's health check: ListVolumes, every page of `page_size`
+// entries (r.use_list), or ControllerGetVolume of each of r.external_ids
+// (NOT_FOUND: left out); the outcome's health carries the conditions the
+// plugin reported.
+csi_outcome check_volume_health(csi::client& c, const v1::VolumeHealthRequest& r,
+                                const std::string& where, int32_t page_size = 1000);
+
+// One published volume to measure (NodeGetVolumeStats).
+struct volume_measure {
+  std::string ns;
+  std::string volume_id;
+  std::string external_id;
+  std::string target_path;
+  std::string staging_path;  // empty when the plugin does not stage
+};
+
+// NodeGetVolumeStats of each volume; the outcome's usage carries the ones
+// the plugin answered (a failed one is left out, the rest reported).
+csi_outcome measure_volumes(csi::client& c, const std::vector<volume_measure>& volumes,
+                            const std::string& where);
+
+// ControllerExpandVolume of the volume's external id to
+// r.expand_required_bytes (limit r.expand_limit_bytes) with its secrets;
+// the outcome carries the capacity and node_expansion_required.
+csi_outcome controller_expand(csi::client& c, const v1::NodeVolumeRequest& r,
+                              const std::string& where);
+
+// NodeExpandVolume of the volume published at `paths` (the staging path
+// only when `staged`); the outcome carries the capacity.
+csi_outcome node_expand(csi::client& c, const v1::NodeVolumeRequest& r, const claim_paths& paths,
+                        bool staged, const std::string& where);
+
 }  // namespace berth

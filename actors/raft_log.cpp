@@ -1,18 +1,18 @@
 #include "actors/raft_log.hpp"
 
-#include "log/log.hpp"
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/io/middleman_actor.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <caf/io/middleman.hpp>
-#include <caf/io/middleman_actor.hpp>
-
+#include "log/log.hpp"
 #include "persistence/crashpoint.hpp"
 #include "persistence/durable_file.hpp"
 #include "persistence/integrity.hpp"
@@ -150,11 +150,54 @@ void learn_members(const self_ptr& self, const pbr::Snapshot& snap) {
   for (const auto& m : data.members()) self->state.members[m.raft_id()] = m;
 }
 
+// The snapshot file of `index` is written and fsynced as `tmp`: unless a
+// leader's snapshot was installed meanwhile, it becomes the snapshot and the
+// log is compacted behind it.
+void finish_snapshot(self_ptr self, uint64_t index, const std::string& tmp, double held_ms,
+                     std::chrono::steady_clock::time_point handed) {
+  auto& st = self->state;
+  st.snapshotting = false;
+  if (st.storage.snapshot().metadata().index() != index || index <= st.snapshot_index) {
+    std::remove(tmp.c_str());  // superseded by an installed snapshot
+    return;
+  }
+  if (auto f = rename_durably(tmp, st.snapshot_path, "snapshot"))
+    fatal("cannot write the snapshot " + st.snapshot_path + ": " + f->message);
+  st.snapshot_index = index;
+  if (index > st.opts.snapshot_keep && index - st.opts.snapshot_keep >= st.storage.first_index()) {
+    auto upto = index - st.opts.snapshot_keep;
+    st.storage.compact(upto);
+    try {
+      st.disk->compact(upto);
+    } catch (const std::exception& e) {
+      fatal(std::string("cannot compact the log: ") + e.what());
+    }
+    crashpoint("snapshot.after_compact");
+  }
+  st.stats->snapshot_taken(index);
+  std::chrono::duration<double, std::milli> written = std::chrono::steady_clock::now() - handed;
+  // held_ms: this actor's own time on it (copies in memory); written_ms:
+  // the worker's serialization, write and fsync, while this actor ran on.
+  logging::info("raft", "snapshot taken, log compacted",
+                {{"index", index},
+                 {"first_index", st.storage.first_index()},
+                 {"bytes", st.snapshot_bytes},
+                 {"held_ms", held_ms},
+                 {"written_ms", written.count()}});
+}
+
 // Compaction: when raft::snapshot_due says so (every snapshot_threshold
 // applied entries, and once the state is large only after the log grew by
 // half of it), a consistent copy of the state database becomes the Raft
 // snapshot, and the log before it (but the last snapshot_keep entries) is
 // dropped, in memory and on disk.
+//
+// Nothing slow runs on this actor's thread, which also sends the leader's
+// heartbeats: the snapshot file is serialized, written and fsynced as a
+// temporary file by a detached worker (finish_snapshot); only the rename
+// over DATA/raft-snapshot.bin and the directory's fsync, which make it the
+// snapshot, run here.  The log is compacted only after that rename is
+// durable, as before.
 void maybe_snapshot(self_ptr self) {
   auto& st = self->state;
   if (st.snapshotting ||
@@ -166,31 +209,47 @@ void maybe_snapshot(self_ptr self) {
   auto index = st.applied;
   self->request(st.machine, caf::infinite, snapshot_atom::value)
       .then([self, conf, index](uint64_t applied, std::string& db) {
+        auto began = std::chrono::steady_clock::now();
         auto& st = self->state;
-        st.snapshotting = false;
-        if (applied != index || index <= st.snapshot_index) return;  // a snapshot came in meanwhile
+        if (applied != index || index <= st.snapshot_index) {  // a snapshot came in meanwhile
+          st.snapshotting = false;
+          return;
+        }
         st.snapshot_bytes = db.size();
         st.bytes_since_snapshot = 0;
         v1::SnapshotData data;
         data.set_state_db(std::move(db));
         for (const auto& [id, info] : st.members) *data.add_members() = info;
-        if (st.storage.create_snapshot(index, conf, data.SerializeAsString()) != raft::storage_error::none)
+        if (st.storage.create_snapshot(index, conf, data.SerializeAsString()) !=
+            raft::storage_error::none) {
+          st.snapshotting = false;
           return;
-        write_snapshot(self, st.storage.snapshot(), "snapshot");
-        st.snapshot_index = index;
-        if (index > st.opts.snapshot_keep && index - st.opts.snapshot_keep >= st.storage.first_index()) {
-          auto upto = index - st.opts.snapshot_keep;
-          st.storage.compact(upto);
-          try {
-            st.disk->compact(upto);
-          } catch (const std::exception& e) {
-            fatal(std::string("cannot compact the log: ") + e.what());
-          }
-          crashpoint("snapshot.after_compact");
         }
-        st.stats->snapshot_taken(index);
-        logging::info("raft", "snapshot taken, log compacted",
-                      {{"index", index}, {"first_index", st.storage.first_index()}});
+        // The worker's own copy: an install from a leader may replace the
+        // storage's snapshot while the file is written.
+        auto snap = std::make_shared<const pbr::Snapshot>(st.storage.snapshot());
+        auto tmp = st.snapshot_path + ".taken.tmp";
+        auto writer = self->spawn<caf::detached>([snap, tmp](caf::event_based_actor* w) {
+          return caf::behavior{[w, snap, tmp](snapshot_atom) -> std::string {
+            w->quit();
+            crashpoint("snapshot", "before_write");
+            if (auto f = write_and_fsync(tmp, encode_snapshot_file(snap->SerializeAsString())))
+              return f->message;
+            crashpoint("snapshot", "after_temp_fsync");
+            return {};
+          }};
+        });
+        auto handed = std::chrono::steady_clock::now();
+        double held_ms = std::chrono::duration<double, std::milli>(handed - began).count();
+        self->request(writer, caf::infinite, snapshot_atom::value)
+            .then(
+                [self, index, tmp, held_ms, handed](const std::string& error) {
+                  if (!error.empty()) fatal("cannot write the snapshot " + tmp + ": " + error);
+                  finish_snapshot(self, index, tmp, held_ms, handed);
+                },
+                [tmp](caf::error& e) {
+                  fatal("the snapshot writer for " + tmp + " stopped: " + to_string(e));
+                });
       });
 }
 
@@ -226,12 +285,12 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
         if (cc.type() == pbr::ADD_NODE) {
           learn_member(self, cc.context());
           auto it = st.members.find(cc.node_id());
-          logging::info("raft", "server added to the cluster",
-                        {{"server", it == st.members.end() ? std::to_string(cc.node_id())
-                                                           : it->second.name()},
-                         {"raft_address",
-                          it == st.members.end() ? std::string() : it->second.raft_address()},
-                         {"index", e.index()}});
+          logging::info(
+              "raft", "server added to the cluster",
+              {{"server",
+                it == st.members.end() ? std::to_string(cc.node_id()) : it->second.name()},
+               {"raft_address", it == st.members.end() ? std::string() : it->second.raft_address()},
+               {"index", e.index()}});
         }
         if (cc.type() == pbr::REMOVE_NODE) {
           auto it = st.members.find(cc.node_id());
@@ -291,7 +350,8 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
           self->send(st.server, leading_atom::value, std::move(contents), term);
           // Applied after the load: the leader actor's catalog goes on from
           // the loaded state with these (the ones before are in it).
-          if (!st.held.entries.empty()) self->send(st.server, apply_atom::value, std::move(st.held));
+          if (!st.held.entries.empty())
+            self->send(st.server, apply_atom::value, std::move(st.held));
           st.held.entries.clear();
           st.forwarding = true;
         });
@@ -330,14 +390,14 @@ void on_soft_state(self_ptr self, const raft::soft_state& soft) {
       logging::info("raft", "this server leads", {{"server", st.opts.self.name()}, {"term", term}});
     else if (was_leader)
       logging::warn("raft", "this server lost the leadership",
-                    {{"server", st.opts.self.name()}, {"leader", soft.leader ? name_of_member(soft.leader) : std::string()},
+                    {{"server", st.opts.self.name()},
+                     {"leader", soft.leader ? name_of_member(soft.leader) : std::string()},
                      {"term", term}});
     else if (soft.leader != 0)
       logging::info("raft", "following a new leader",
                     {{"leader", name_of_member(soft.leader)}, {"term", term}});
     else
-      logging::debug("raft", "no leader known",
-                     {{"role", role_name(soft.role)}, {"term", term}});
+      logging::debug("raft", "no leader known", {{"role", role_name(soft.role)}, {"term", term}});
   }
   st.soft = soft;
   if (was_leader && soft.role != raft::role::leader)
@@ -368,7 +428,8 @@ void flush(self_ptr self) {
       write_snapshot(self, *rd.snapshot, "install");
       w.truncate_from = 1;
     }
-    for (const auto& e : rd.entries) w.entries.push_back({e.index(), e.term(), e.SerializeAsString()});
+    for (const auto& e : rd.entries)
+      w.entries.push_back({e.index(), e.term(), e.SerializeAsString()});
     // A hard state that only moved the commit index need not be synced
     // (it is learned again), but writing it with the entries is free.
     if (rd.hard_state && (rd.must_sync || !w.entries.empty()))
@@ -382,11 +443,10 @@ void flush(self_ptr self) {
     // before anyone hears of it), nor for a follower's or candidate's
     // messages (acknowledgements and votes promise what is on disk).
     const auto& persisted = st.storage.hard_state();
-    bool send_first =
-        (rd.soft_state ? rd.soft_state->role : st.soft.role) == raft::role::leader &&
-        !rd.snapshot &&
-        (!rd.hard_state || (rd.hard_state->term() == persisted.term() &&
-                            rd.hard_state->vote() == persisted.vote()));
+    bool send_first = (rd.soft_state ? rd.soft_state->role : st.soft.role) == raft::role::leader &&
+                      !rd.snapshot &&
+                      (!rd.hard_state || (rd.hard_state->term() == persisted.term() &&
+                                          rd.hard_state->vote() == persisted.vote()));
     if (send_first) send_messages(self, rd.messages);
     if (!w.entries.empty() || !w.meta.empty()) {
       auto start = std::chrono::steady_clock::now();
@@ -396,7 +456,8 @@ void flush(self_ptr self) {
         fatal(std::string("cannot write the log: ") + e.what());
       }
       std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-      st.stats->log_written(w.entries.size(), w.entries.empty() ? st.storage.last_index() : w.entries.back().index,
+      st.stats->log_written(w.entries.size(),
+                            w.entries.empty() ? st.storage.last_index() : w.entries.back().index,
                             took.count());
     }
     if (rd.snapshot) {
@@ -438,10 +499,14 @@ void flush(self_ptr self) {
 
 std::string role_name(raft::role r) {
   switch (r) {
-    case raft::role::leader: return "leader";
-    case raft::role::candidate: return "candidate";
-    case raft::role::pre_candidate: return "pre-candidate";
-    default: return "follower";
+    case raft::role::leader:
+      return "leader";
+    case raft::role::candidate:
+      return "candidate";
+    case raft::role::pre_candidate:
+      return "pre-candidate";
+    default:
+      return "follower";
   }
 }
 
@@ -475,8 +540,7 @@ void discover(self_ptr self) {
     auto peer = link(self, address);
     if (!peer) continue;
     self->request(peer, std::chrono::seconds(2), hello_atom::value, wrap(known_servers(self)))
-        .then([self](pb<v1::ServerList>& reply) { merge(self, reply.msg); },
-              [](caf::error&) {});
+        .then([self](pb<v1::ServerList>& reply) { merge(self, reply.msg); }, [](caf::error&) {});
   }
   if (st.cluster_found || st.discovered.size() < st.opts.bootstrap_expect) return;
   std::vector<raft::peer> peers;
@@ -566,7 +630,8 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
   for (auto& r : records) {
     pbr::Entry e;
     if (!e.ParseFromString(r.data))
-      fatal(damage_message(st.disk->path(), "entry " + std::to_string(r.index) + " cannot be decoded"));
+      fatal(damage_message(st.disk->path(),
+                           "entry " + std::to_string(r.index) + " cannot be decoded"));
     if (e.type() == pbr::ENTRY_CONF_CHANGE) {
       pbr::ConfChange cc;
       if (cc.ParseFromString(e.data()) && cc.type() == pbr::ADD_NODE)
@@ -583,7 +648,8 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
   raft::config cfg;
   cfg.id = st.opts.self.raft_id();
   cfg.applied = applied;
-  cfg.seed = cfg.id ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  cfg.seed =
+      cfg.id ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   st.node = std::make_unique<raft::node>(cfg, st.storage);
   self->set_down_handler([self](caf::down_msg& dm) {
     for (auto& [address, l] : self->state.links)
@@ -647,12 +713,14 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
       [self](remove_atom, const std::string& name) -> caf::result<std::string> {
         auto& st = self->state;
         const auto* m = member_by_name(self, name);
-        if (m == nullptr) return make_error(errc::not_found, "server '" + name + "' is not a member");
+        if (m == nullptr)
+          return make_error(errc::not_found, "server '" + name + "' is not a member");
         pbr::ConfChange cc;
         cc.set_type(pbr::REMOVE_NODE);
         cc.set_node_id(m->raft_id());
         auto r = st.node->propose_conf_change(cc);
-        if (!r.ok()) return make_error(errc::refused, "cannot remove '" + name + "': " + r.message());
+        if (!r.ok())
+          return make_error(errc::refused, "cannot remove '" + name + "': " + r.message());
         schedule_flush(self);
         return "removal of server '" + name + "' proposed";
       },
@@ -669,7 +737,8 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
         } else if (const auto* m = member_by_name(self, name)) {
           to = m->raft_id();
         }
-        if (to == 0) return make_error(errc::not_found, "no server '" + name + "' to hand leadership to");
+        if (to == 0)
+          return make_error(errc::not_found, "no server '" + name + "' to hand leadership to");
         auto r = st.node->transfer_leadership(to);
         if (!r.ok()) return make_error(errc::refused, "cannot transfer leadership: " + r.message());
         schedule_flush(self);

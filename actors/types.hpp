@@ -115,6 +115,13 @@ struct csi_outcome {
   v1::PluginInstance instance;  // fingerprint: the instance as probed
   v1::SnapshotList snapshots;   // CreateSnapshot (one), ListSnapshots (a page)
   bool found = true;            // DeleteSnapshot: false when it was gone already
+  v1::VolumeHealthResult health;        // ListVolumes / ControllerGetVolume conditions
+  std::vector<v1::VolumeUsage> usage;   // NodeGetVolumeStats of published volumes
+  // ControllerExpandVolume / NodeExpandVolume: the capacity the plugin
+  // reported, and whether the controller said the node must expand too.
+  int64_t capacity_bytes = 0;
+  bool node_expansion_required = false;
+  bool expanded = false;  // publish: NodeExpandVolume ran after the stage
   // The plugin answered RESOURCE_EXHAUSTED or ABORTED: the connection backs
   // off and runs the job again (control/call_gate).
   bool overloaded = false;

@@ -1,14 +1,17 @@
-#include "actors/clock.hpp"
-#include "actors/node_call.hpp"
 #include "actors/volume.hpp"
 
 #include <chrono>
 #include <functional>
 
+#include "actors/clock.hpp"
+#include "actors/node_call.hpp"
 #include "actors/propose.hpp"
 #include "control/availability.hpp"
+#include "control/health.hpp"
+#include "control/expansion.hpp"
 #include "control/release.hpp"
 #include "control/snapshots.hpp"
+#include "persistence/crashpoint.hpp"
 
 namespace berth {
 
@@ -207,10 +210,31 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
     });
   };
   auto plan = plan_publish(self->state.volume, *c, ctx.plugin, ctx.mount_flags);
-  auto node_publish = [self, ctx, reply, unwind](v1::NodeVolumeRequest req) mutable {
-    csi_step(self, ctx.target, publish_atom::value, std::move(req),
-             [reply](v1::NodeVolumeResult r) mutable { reply(r.target_path()); },
-             [unwind](std::optional<caf::error> e) mutable { unwind(std::move(*e)); });
+  // An expansion waiting for the volume's next stage: the node runs
+  // NodeExpandVolume after it, and the step is committed before the answer.
+  auto support = expansion_support_of(ctx.plugin);
+  if (publish_expands(self->state.volume, support)) {
+    plan.publish.set_expand_required_bytes(self->state.volume.expansion().required_bytes());
+    plan.publish.set_expand_limit_bytes(self->state.volume.expansion().limit_bytes());
+  }
+  auto node_publish = [self, ctx, reply, unwind, support,
+                       node = c->node_id()](v1::NodeVolumeRequest req) mutable {
+    csi_step(
+        self, ctx.target, publish_atom::value, std::move(req),
+        [self, reply, support, node](v1::NodeVolumeResult r) mutable {
+          if (!r.expanded()) {
+            reply(r.target_path());
+            return;
+          }
+          auto next = after_node_expand(self->state.volume, node, r.capacity_bytes());
+          if (next_expansion_step(next, support).action == expansion_action::finish)
+            next = expansion_finished(std::move(next));
+          persist(self, std::move(next), false,
+                  [reply, path = r.target_path()](std::optional<caf::error>) mutable {
+                    reply(path);  // published either way; a lost step runs again
+                  });
+        },
+        [unwind](std::optional<caf::error> e) mutable { unwind(std::move(*e)); });
   };
   if (!plan.controller_publish) {
     node_publish(std::move(plan.publish));
@@ -245,6 +269,84 @@ void with_plugin(self_ptr self, const plugin_actor& plugin,
              [then](caf::error&) { then(std::nullopt); });
 }
 
+// One step of the volume's expansion (control/expansion's next step, on
+// the committed volume and the plugin as its actor has it), committed
+// before the answer: ControllerExpandVolume through the controller node,
+// NodeExpandVolume through the target node, or finishing.
+void expansion_steps(self_ptr self, std::optional<v1::Plugin> p, node_actor controller,
+                     node_actor target, std::string target_node, volume_promise rp) {
+  const auto& vol = self->state.volume;
+  if (!p) {
+    rp.deliver(make_error(errc::unavailable,
+                          "volume '" + vol.id() + "': plugin '" + vol.plugin_id() +
+                              "' is not known right now; its expansion waits for it (the "
+                              "leader retries)"));
+    return;
+  }
+  auto s = expansion_support_of(*p);
+  auto step = next_expansion_step(vol, s);
+  auto fail = [rp](std::optional<caf::error> e) mutable { rp.deliver(std::move(*e)); };
+  v1::NodeVolumeRequest req;
+  req.set_plugin_id(vol.plugin_id());
+  *req.mutable_volume() = vol;
+  req.set_expand_required_bytes(vol.expansion().required_bytes());
+  req.set_expand_limit_bytes(vol.expansion().limit_bytes());
+  switch (step.action) {
+    case expansion_action::none:
+      rp.deliver(wrap(vol));
+      return;
+    case expansion_action::finish:
+      persist(self, expansion_finished(vol), false, answer(self, rp));
+      return;
+    case expansion_action::wait_for_unpublish:
+    case expansion_action::wait_for_stage:
+      rp.deliver(to_error(expansion_waits(vol, step)));
+      return;
+    case expansion_action::controller_expand:
+      if (!controller) {
+        rp.deliver(make_error(errc::unavailable,
+                              "volume '" + vol.id() + "': plugin '" + vol.plugin_id() +
+                                  "' has no healthy controller advertising EXPAND_VOLUME on a "
+                                  "node with a berth client; the expansion waits for one (the "
+                                  "leader retries)"));
+        return;
+      }
+      csi_step(
+          self, controller, ctrl_expand_atom::value, std::move(req),
+          [self, rp, s](v1::NodeVolumeResult r) mutable {
+            auto next = after_controller_expand(self->state.volume, r.capacity_bytes(),
+                                                r.node_expansion_required(), s);
+            persist(self, std::move(next), false,
+                    [self, rp](std::optional<caf::error> err) mutable {
+                      // The controller step is committed; NodeExpandVolume
+                      // has not run yet: a new leader must resume here.
+                      if (!err) crashpoint("expand.controller_committed");
+                      answer(self, rp)(std::move(err));
+                    });
+          },
+          fail);
+      return;
+    case expansion_action::node_expand:
+      if (!target || target_node != step.node_id) {
+        rp.deliver(make_error(errc::unavailable,
+                              "volume '" + vol.id() + "': the berth client of node '" +
+                                  step.node_id +
+                                  "' is not connected, so NodeExpandVolume waits for it (the "
+                                  "leader retries)"));
+        return;
+      }
+      req.mutable_volume()->clear_secrets();
+      csi_step(
+          self, target, expand_atom::value, std::move(req),
+          [self, rp, node = step.node_id](v1::NodeVolumeResult r) mutable {
+            persist(self, after_node_expand(self->state.volume, node, r.capacity_bytes()), false,
+                    answer(self, rp));
+          },
+          fail);
+      return;
+  }
+}
+
 }  // namespace
 
 volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::Volume initial,
@@ -254,13 +356,20 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
   self->state.volume = std::move(initial);
   self->state.registered = registered;
   return {
-      [self](register_atom, pb<v1::Volume>& incoming) -> caf::result<pb<v1::Volume>> {
+      [self](register_atom, pb<v1::Volume>& incoming,
+             pb<v1::Plugin>& plugin) -> caf::result<pb<v1::Volume>> {
         v1::Volume next;
         if (self->state.registered) {
           next = self->state.volume;
           if (auto f = reregister(next, incoming.msg)) return to_error(*f);
+          // A larger capacity_min asks for an expansion (a smaller one than
+          // the volume has is refused); the leader drives its steps.
+          const auto* p = plugin.msg.id().empty() ? nullptr : &plugin.msg;
+          if (auto f = reregistration_expansion(self->state.volume, next, p, wall_ms()))
+            return to_error(*f);
         } else {
           next = std::move(incoming.msg);
+          next.clear_expansion();
         }
         // (A promise takes over the reply: make it only once the checks
         // passed, or a returned error would go nowhere.)
@@ -282,6 +391,7 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
           r.attachment_mode = req.attachment_mode();
           r.now_ms = wall_ms();
           r.node_volume_count = req.node_volume_count();
+          r.allow_abnormal = req.allow_abnormal();
           auto next = self->state.volume;
           if (auto f = claim(next, r, p ? &*p : nullptr)) {
             rp.deliver(to_error(*f));
@@ -414,6 +524,40 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
         next.set_availability(to);
         auto rp = self->make_response_promise<pb<v1::Volume>>();
         persist(self, std::move(next), false, answer(self, rp));
+        return rp;
+      },
+      [self](condition_atom, pb<v1::VolumeCondition>& to) -> caf::result<pb<v1::Volume>> {
+        if (!self->state.registered) return not_registered(self);
+        if (!condition_differs(self->state.volume.condition(), to.msg))
+          return wrap(self->state.volume);  // so already: nothing to commit
+        auto next = self->state.volume;
+        *next.mutable_condition() = std::move(to.msg);
+        auto rp = self->make_response_promise<pb<v1::Volume>>();
+        persist(self, std::move(next), false, answer(self, rp));
+        return rp;
+      },
+      [self](expand_atom, pb<v1::VolumeExpandRequest>& req,
+             pb<v1::Plugin>& plugin) -> caf::result<pb<v1::Volume>> {
+        if (!self->state.registered) return not_registered(self);
+        const auto* p = plugin.msg.id().empty() ? nullptr : &plugin.msg;
+        auto d = decide_expand(self->state.volume, req.msg.required_bytes(), p, wall_ms());
+        if (auto* f = std::get_if<failure>(&d)) return to_error(*f);
+        auto& dec = std::get<expand_decision>(d);
+        if (!dec.start) return wrap(self->state.volume);  // that size already: nothing to commit
+        auto rp = self->make_response_promise<pb<v1::Volume>>();
+        persist(self, std::move(dec.next), false, answer(self, rp));
+        return rp;
+      },
+      [self](expand_step_atom, plugin_actor plugin, node_actor controller, node_actor target,
+             std::string target_node) -> caf::result<pb<v1::Volume>> {
+        if (!self->state.registered) return not_registered(self);
+        if (!expanding(self->state.volume)) return wrap(self->state.volume);
+        auto rp = self->make_response_promise<pb<v1::Volume>>();
+        with_plugin(
+            self, plugin,
+            [self, rp, controller, target, target_node](std::optional<v1::Plugin> p) mutable {
+              expansion_steps(self, std::move(p), controller, target, target_node, rp);
+            });
         return rp;
       },
       [self](stop_atom) -> caf::result<uint64_t> {

@@ -46,6 +46,10 @@ void index_claims(catalog& c, const volume_key& key, const v1::Volume* was, cons
     c.draining.insert(key);
   else
     c.draining.erase(key);
+  if (is != nullptr && is->has_expansion() && is->expansion().required_bytes() > 0)
+    c.expanding.insert(key);
+  else
+    c.expanding.erase(key);
 }
 
 }  // namespace

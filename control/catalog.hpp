@@ -41,6 +41,10 @@ struct catalog {
   // kept by apply and add_volume, so the leader's tick does not scan every
   // volume for them.
   std::set<volume_key> draining;
+  // The volumes with an expansion in progress (control/expansion): kept by
+  // apply and add_volume, so a new leader finds the expansions to resume
+  // without scanning every volume.
+  std::set<volume_key> expanding;
   // A committed operator restore replaced the state wholesale: this copy is
   // stale until it is loaded again from the state tables.
   bool restored = false;

@@ -22,6 +22,8 @@ std::string capability_name(controller_capability c) {
       return "CLONE_VOLUME";
     case controller_capability::modify_volume:
       return "MODIFY_VOLUME";
+    case controller_capability::expand_volume:
+      return "EXPAND_VOLUME";
   }
   return "?";
 }
@@ -36,6 +38,8 @@ bool advertises(const v1::PluginInstance& controller, controller_capability c) {
       return controller.clone_volume();
     case controller_capability::modify_volume:
       return controller.modify_volume();
+    case controller_capability::expand_volume:
+      return controller.expand_volume();
   }
   return false;
 }

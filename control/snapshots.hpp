@@ -28,7 +28,8 @@ enum class controller_capability {
   create_delete_snapshot,
   list_snapshots,
   clone_volume,
-  modify_volume
+  modify_volume,
+  expand_volume  // volume expansion (control/expansion)
 };
 
 // The spec's name, e.g. "CREATE_DELETE_SNAPSHOT".

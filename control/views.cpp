@@ -6,6 +6,7 @@
 
 #include "control/drain.hpp"
 #include "control/filter.hpp"
+#include "control/health.hpp"
 #include "messages/codec.hpp"
 
 namespace berth {
@@ -67,7 +68,10 @@ v1::Response error_response(const failure& f) {
 }
 
 void add_volume(const catalog& c, v1::Response& r, const v1::Volume& v) {
-  *r.add_volumes() = redacted(v);
+  auto* out = r.add_volumes();
+  *out = redacted(v);
+  out->clear_usage();
+  for (auto& u : usage_of(c, {v.namespace_(), v.id()})) *out->add_usage() = std::move(u);
   const auto* p = find_plugin(c, v.plugin_id());
   if (p == nullptr) return;
   for (const auto& known : r.plugins())

@@ -153,6 +153,8 @@ result<controller_capabilities> client::controller_get_capabilities() {
       case rpc::LIST_SNAPSHOTS: c.list_snapshots = true; break;
       case rpc::CLONE_VOLUME: c.clone_volume = true; break;
       case rpc::MODIFY_VOLUME: c.modify_volume = true; break;
+      case rpc::GET_VOLUME: c.get_volume = true; break;
+      case rpc::VOLUME_CONDITION: c.volume_condition = true; break;
       default: break;  // capabilities berth does not act on
     }
   }
@@ -266,9 +268,12 @@ result<list_volumes_response> client::list_volumes(int32_t max_entries,
     return impl_->controller->ListVolumes(&ctx, req, &resp);
   });
   for (const auto& e : resp.entries()) {
-    list_volumes_response::entry out{from_proto(e.volume()), {}};
+    list_volumes_response::entry out{from_proto(e.volume()), {}, {}};
     for (const auto& n : e.status().published_node_ids())
       out.published_node_ids.push_back(n);
+    if (e.status().has_volume_condition())
+      out.condition = {true, e.status().volume_condition().abnormal(),
+                       e.status().volume_condition().message()};
     r.response.entries.push_back(std::move(out));
   }
   r.response.next_token = resp.next_token();
@@ -360,6 +365,22 @@ result<empty> client::controller_modify_volume(const std::string& volume_id,
   return r;
 }
 
+result<expand_response> client::controller_expand_volume(const expand_request& in) {
+  v1::ControllerExpandVolumeRequest req;
+  req.set_volume_id(in.volume_id);
+  req.mutable_capacity_range()->set_required_bytes(in.required_bytes);
+  req.mutable_capacity_range()->set_limit_bytes(in.limit_bytes);
+  to_proto(in.secrets, *req.mutable_secrets());
+  v1::ControllerExpandVolumeResponse resp;
+  result<expand_response> r;
+  r.status = impl_->run(method::controller_expand_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->ControllerExpandVolume(&ctx, req, &resp);
+  });
+  r.response.capacity_bytes = resp.capacity_bytes();
+  r.response.node_expansion_required = resp.node_expansion_required();
+  return r;
+}
+
 result<node_capabilities> client::node_get_capabilities() {
   v1::NodeGetCapabilitiesRequest req;
   v1::NodeGetCapabilitiesResponse resp;
@@ -375,6 +396,7 @@ result<node_capabilities> client::node_get_capabilities() {
       case rpc::GET_VOLUME_STATS: c.get_volume_stats = true; break;
       case rpc::EXPAND_VOLUME: c.expand_volume = true; break;
       case rpc::SINGLE_NODE_MULTI_WRITER: c.single_node_multi_writer = true; break;
+      case rpc::VOLUME_CONDITION: c.volume_condition = true; break;
       default: break;
     }
   }
@@ -469,8 +491,46 @@ result<volume_stats> client::node_get_volume_stats(const std::string& volume_id,
   for (const auto& u : resp.usage()) {
     if (u.unit() != v1::VolumeUsage::BYTES)
       continue;
-    r.response = {u.total(), u.used(), u.available()};
+    r.response.bytes_total = u.total();
+    r.response.bytes_used = u.used();
+    r.response.bytes_available = u.available();
   }
+  if (resp.has_volume_condition())
+    r.response.condition = {true, resp.volume_condition().abnormal(),
+                            resp.volume_condition().message()};
+  return r;
+}
+
+result<get_volume_response> client::controller_get_volume(const std::string& volume_id) {
+  v1::ControllerGetVolumeRequest req;
+  req.set_volume_id(volume_id);
+  v1::ControllerGetVolumeResponse resp;
+  result<get_volume_response> r;
+  r.status = impl_->run(method::controller_get_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->controller->ControllerGetVolume(&ctx, req, &resp);
+  });
+  r.response.vol = from_proto(resp.volume());
+  for (const auto& n : resp.status().published_node_ids())
+    r.response.published_node_ids.push_back(n);
+  if (resp.status().has_volume_condition())
+    r.response.condition = {true, resp.status().volume_condition().abnormal(),
+                            resp.status().volume_condition().message()};
+  return r;
+}
+
+result<expand_response> client::node_expand_volume(const expand_request& in) {
+  v1::NodeExpandVolumeRequest req;
+  req.set_volume_id(in.volume_id);
+  req.set_volume_path(in.volume_path);
+  req.set_staging_target_path(in.staging_target_path);
+  req.mutable_capacity_range()->set_required_bytes(in.required_bytes);
+  req.mutable_capacity_range()->set_limit_bytes(in.limit_bytes);
+  v1::NodeExpandVolumeResponse resp;
+  result<expand_response> r;
+  r.status = impl_->run(method::node_expand_volume, [&](grpc::ClientContext& ctx) {
+    return impl_->node->NodeExpandVolume(&ctx, req, &resp);
+  });
+  r.response.capacity_bytes = resp.capacity_bytes();
   return r;
 }
 

@@ -71,6 +71,8 @@ struct controller_capabilities {
   bool list_snapshots = false;
   bool clone_volume = false;
   bool modify_volume = false;
+  bool get_volume = false;
+  bool volume_condition = false;
 };
 
 struct node_capabilities {
@@ -78,6 +80,7 @@ struct node_capabilities {
   bool get_volume_stats = false;
   bool expand_volume = false;
   bool single_node_multi_writer = false;
+  bool volume_condition = false;
 };
 
 struct node_info {
@@ -161,10 +164,18 @@ struct validate_response {
   std::string message;  // the plugin's reason when not confirmed
 };
 
+// CSI VolumeCondition (alpha): reported by plugins with VOLUME_CONDITION.
+struct volume_condition {
+  bool reported = false;  // the answer carried one
+  bool abnormal = false;
+  std::string message;
+};
+
 struct list_volumes_response {
   struct entry {
     volume vol;
     std::vector<std::string> published_node_ids;
+    volume_condition condition;
   };
   std::vector<entry> entries;
   std::string next_token;  // empty: last page
@@ -194,6 +205,29 @@ struct volume_stats {
   int64_t bytes_total = 0;
   int64_t bytes_used = 0;
   int64_t bytes_available = 0;
+  volume_condition condition;
+};
+
+struct get_volume_response {
+  volume vol;
+  std::vector<std::string> published_node_ids;
+  volume_condition condition;
+};
+
+// ControllerExpandVolume / NodeExpandVolume.
+struct expand_request {
+  std::string volume_id;
+  int64_t required_bytes = 0;
+  int64_t limit_bytes = 0;  // 0: no limit
+  string_map secrets;       // controller only
+  // node only: where the volume is published and staged ("" when not staged)
+  std::string volume_path;
+  std::string staging_target_path;
+};
+
+struct expand_response {
+  int64_t capacity_bytes = 0;
+  bool node_expansion_required = false;  // controller only
 };
 
 struct empty {};
@@ -246,9 +280,11 @@ class client {
   result<snapshot> create_snapshot(const create_snapshot_request& req);
   result<empty> delete_snapshot(const std::string& snapshot_id, const string_map& secrets = {});
   result<list_snapshots_response> list_snapshots(const list_snapshots_request& req);
+  result<get_volume_response> controller_get_volume(const std::string& volume_id);
   result<empty> controller_modify_volume(const std::string& volume_id,
                                          const string_map& mutable_parameters,
                                          const string_map& secrets = {});
+  result<expand_response> controller_expand_volume(const expand_request& req);
 
   // Node.
   result<node_capabilities> node_get_capabilities();
@@ -262,6 +298,7 @@ class client {
   result<volume_stats> node_get_volume_stats(const std::string& volume_id,
                                              const std::string& volume_path,
                                              const std::string& staging_target_path = {});
+  result<expand_response> node_expand_volume(const expand_request& req);
 
  private:
   struct impl;

@@ -28,6 +28,11 @@ std::string_view method_name(method m) {
     case method::delete_snapshot: return "DeleteSnapshot";
     case method::list_snapshots: return "ListSnapshots";
     case method::controller_modify_volume: return "ControllerModifyVolume";
+    case method::controller_get_volume: return "ControllerGetVolume";
+    case method::controller_expand_volume:
+      return "ControllerExpandVolume";
+    case method::node_expand_volume:
+      return "NodeExpandVolume";
   }
   return "?";
 }

@@ -31,6 +31,9 @@ enum class method {
   delete_snapshot,
   list_snapshots,
   controller_modify_volume,
+  controller_get_volume,
+  controller_expand_volume,
+  node_expand_volume,
 };
 
 // The spec's RPC name, e.g. "NodeUnpublishVolume".

@@ -121,7 +121,10 @@ v1::Snapshot snapshot_of(const snapshot& s, const std::string& plugin_id) {
 v1::Volume created_volume(const v1::Volume& spec, const volume& created) {
   auto v = spec;
   v.set_external_id(created.volume_id);
-  if (created.capacity_bytes > 0) v.set_capacity_min(created.capacity_bytes);
+  if (created.capacity_bytes > 0) {
+    v.set_capacity_min(created.capacity_bytes);
+    v.set_capacity_bytes(created.capacity_bytes);
+  }
   for (const auto& [k, val] : created.volume_context) (*v.mutable_context())[k] = val;
   for (const auto& t : created.accessible_topology) {
     auto* topo = v.add_accessible_topology();

@@ -1,12 +1,41 @@
 #include "messages/codec.hpp"
 
-#include <cctype>
-#include <set>
-
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <set>
+
 namespace berth {
+
+std::optional<int64_t> parse_size(std::string_view text) {
+  std::string s(text);
+  size_t i = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  if (i == 0 || i > 18) return std::nullopt;
+  int64_t n = std::stoll(s.substr(0, i));
+  std::string unit = s.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  static const std::pair<const char*, int64_t> units[] = {
+      {"", 1},
+      {"B", 1},
+      {"KB", 1000},
+      {"MB", 1000'000},
+      {"GB", 1000'000'000},
+      {"TB", 1000'000'000'000},
+      {"KiB", 1LL << 10},
+      {"MiB", 1LL << 20},
+      {"GiB", 1LL << 30},
+      {"TiB", 1LL << 40},
+  };
+  for (const auto& [name, mult] : units)
+    if (unit == name) {
+      if (n > INT64_MAX / mult) return std::nullopt;
+      return n * mult;
+    }
+  return std::nullopt;
+}
 
 using nlohmann::json;
 
@@ -142,23 +171,6 @@ class reader {
   std::vector<problem>& problems() { return problems_; }
 
  private:
-  static std::optional<int64_t> parse_size(const std::string& s) {
-    size_t i = 0;
-    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-    if (i == 0 || i > 18) return std::nullopt;
-    int64_t n = std::stoll(s.substr(0, i));
-    std::string unit = s.substr(i);
-    while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
-    static const std::pair<const char*, int64_t> units[] = {
-        {"", 1},           {"B", 1},
-        {"KB", 1000},      {"MB", 1000'000},    {"GB", 1000'000'000},  {"TB", 1000'000'000'000},
-        {"KiB", 1LL << 10}, {"MiB", 1LL << 20}, {"GiB", 1LL << 30},   {"TiB", 1LL << 40},
-    };
-    for (const auto& [name, mult] : units)
-      if (unit == name) return n * mult;
-    return std::nullopt;
-  }
-
   const json& obj_;
   std::string path_;
   std::vector<problem>& problems_;
@@ -345,6 +357,10 @@ json instance_json(const v1::PluginInstance& i) {
               {"list_snapshots", i.list_snapshots()},
               {"clone_volume", i.clone_volume()},
               {"modify_volume", i.modify_volume()},
+              {"list_volumes", i.list_volumes()},
+              {"get_volume", i.get_volume()},
+              {"volume_condition", i.volume_condition()},
+              {"get_volume_stats", i.get_volume_stats()},
               {"updated_at_ms", i.updated_at_ms()}};
 }
 
@@ -389,6 +405,23 @@ json alloc_json(const v1::Alloc& a) {
               {"modify_index", a.modify_index()}};
 }
 
+namespace {
+
+// An expansion in progress (null: none).
+json expansion_json(const v1::Volume& v) {
+  if (!v.has_expansion() || v.expansion().required_bytes() <= 0) return nullptr;
+  const auto& e = v.expansion();
+  return json{
+      {"required_bytes", e.required_bytes()},
+      {"limit_bytes", e.limit_bytes()},
+      {"controller_done", e.controller_done()},
+      {"node_required", e.node_required()},
+      {"nodes_done", json(std::vector<std::string>(e.nodes_done().begin(), e.nodes_done().end()))},
+      {"requested_at_ms", e.requested_at_ms()}};
+}
+
+}  // namespace
+
 json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
   // Render from a redacted copy so that no code path below can reach a
   // secret or a mount flag.
@@ -408,6 +441,17 @@ json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
   for (const auto& t : v.topology_request().preferred()) preferred.push_back(topology_json(t));
   for (const auto& t : v.accessible_topology()) accessible.push_back(topology_json(t));
   auto unhealthy = volume_unhealthy(v, plugin);
+  json usage = json::array();
+  for (const auto& u : v.usage())
+    usage.push_back({{"node_id", u.node_id()},
+                     {"capacity_bytes", u.capacity_bytes()},
+                     {"used_bytes", u.used_bytes()},
+                     {"available_bytes", u.available_bytes()},
+                     {"condition", !u.condition_reported() ? ""
+                                   : u.abnormal()          ? "abnormal"
+                                                           : "ok"},
+                     {"condition_message", u.message()},
+                     {"updated_at_ms", u.updated_at_ms()}});
   return json{{"id", v.id()},
               {"name", v.name()},
               {"namespace", v.namespace_()},
@@ -422,6 +466,8 @@ json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
               {"accessible_topology", accessible},
               {"capacity_min", v.capacity_min()},
               {"capacity_max", v.capacity_max()},
+              {"capacity_bytes", v.capacity_bytes()},
+              {"expansion", expansion_json(v)},
               {"snapshot_id", v.snapshot_id()},
               {"clone_id", v.clone_id()},
               {"mutable_parameters", map_json(v.modified_parameters())},
@@ -429,6 +475,10 @@ json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
               {"health_description", unhealthy.value_or("")},
               {"resource_exhausted", v.resource_exhausted_at_ms() != 0},
               {"availability", name_of(v.availability())},
+              {"condition", v.condition().abnormal() ? "abnormal" : "ok"},
+              {"condition_message", v.condition().message()},
+              {"condition_since_ms", v.condition().since_ms()},
+              {"usage", usage},
               {"read_claims", readers},
               {"write_claims", writers},
               {"claims", claims},
@@ -478,6 +528,18 @@ json node_json(const v1::Node& n) {
                  {"forced", n.drain().forced()},
                  {"allocs_left", n.drain_progress().allocs_left()},
                  {"claims_left", n.drain_progress().claims_left()}};
+  json usage = json::array();
+  for (const auto& u : n.volume_usage())
+    usage.push_back({{"namespace", u.namespace_()},
+                     {"volume_id", u.volume_id()},
+                     {"capacity_bytes", u.capacity_bytes()},
+                     {"used_bytes", u.used_bytes()},
+                     {"available_bytes", u.available_bytes()},
+                     {"condition", !u.condition_reported() ? ""
+                                   : u.abnormal()          ? "abnormal"
+                                                           : "ok"},
+                     {"condition_message", u.message()},
+                     {"updated_at_ms", u.updated_at_ms()}});
   return json{{"id", n.id()},
               {"status", name_of(n.status())},
               {"address", n.address()},
@@ -489,6 +551,7 @@ json node_json(const v1::Node& n) {
               {"drain", drain},
               {"drained_at_ms", n.drained_at_ms()},
               {"plugins_withdrawn", n.plugins_withdrawn()},
+              {"volume_usage", usage},
               {"create_index", n.create_index()},
               {"modify_index", n.modify_index()}};
 }

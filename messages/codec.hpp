@@ -21,6 +21,10 @@ namespace berth {
 // validated (validate_volume), so a returned volume is registrable.
 // For `spec_use::create`, external_id must be absent (the plugin chooses
 // it on CreateVolume).
+// A size as volume specs give it: bytes ("1073741824") or with a unit
+// ("1GiB", "500MiB", "2GB"); nullopt when it is not one.
+std::optional<int64_t> parse_size(std::string_view text);
+
 enum class spec_use { registration, create };
 std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(
     std::string_view text, spec_use use = spec_use::registration);

@@ -148,6 +148,10 @@ bool valid_id(std::string_view id) {
 
 void apply_defaults(v1::Volume& v) {
   if (v.namespace_().empty()) v.set_namespace_("default");
+  // The plugin's, never the spec's: set by the health check, shown by
+  // volume status (a status piped back in registers without them).
+  v.clear_condition();
+  v.clear_usage();
   if (v.name().empty()) v.set_name(v.id());
 }
 
@@ -272,6 +276,10 @@ bool upsert_instance(v1::Plugin& p, v1::PluginType type, const v1::PluginInstanc
     changed |= upsert_into(*p.mutable_controllers(), inst);
     if (inst.publish_unpublish() && !p.controller_required()) {
       p.set_controller_required(true);
+      changed = true;
+    }
+    if (inst.expand_volume() && !p.controller_expands()) {
+      p.set_controller_expands(true);
       changed = true;
     }
   }
@@ -433,6 +441,15 @@ std::optional<failure> refuse_unavailable(const v1::Volume& v) {
   }
 }
 
+std::optional<failure> refuse_abnormal(const v1::Volume& v, bool allow_abnormal) {
+  if (!v.condition().abnormal() || allow_abnormal) return std::nullopt;
+  return refused(
+      volume_name(v) + " is abnormal (plugin " + quoted(v.plugin_id()) + ": " +
+      (v.condition().message().empty() ? std::string("no message") : v.condition().message()) +
+      "): it takes no new claim, its existing claims are kept; claim it anyway with "
+      "--allow-abnormal");
+}
+
 std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::Plugin* plugin) {
   if (req.alloc_id.empty()) return failure{errc::invalid, "claim needs an alloc id (--alloc)"};
   if (req.node_id.empty()) return failure{errc::invalid, "claim needs a node id (--node)"};
@@ -452,6 +469,7 @@ std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::
                    std::string(name_of(want)));
   }
   if (auto f = refuse_unavailable(v)) return f;
+  if (auto f = refuse_abnormal(v, req.allow_abnormal)) return f;
   if (v.resource_exhausted_at_ms() != 0)
     return refused(volume_name(v) +
                    " is resource-exhausted (the storage provider refused more attachments); "
@@ -609,6 +627,8 @@ std::optional<failure> reregister(v1::Volume& current, const v1::Volume& incomin
   next.set_clone_external_id(current.clone_external_id());
   *next.mutable_modified_parameters() = current.modified_parameters();
   next.set_availability(current.availability());  // berth volume availability changes it
+  *next.mutable_condition() = current.condition();  // the health check changes it
+  next.clear_usage();
   if (next.accessible_topology().empty())
     *next.mutable_accessible_topology() = current.accessible_topology();
   current = std::move(next);

@@ -117,6 +117,8 @@ struct claim_request {
   // How many other volumes of the plugin are published on the node; -1 =
   // unknown (max volumes per node is not checked).
   int64_t node_volume_count = -1;
+  // --allow-abnormal: the volume's abnormal condition does not refuse it.
+  bool allow_abnormal = false;
 };
 
 // A claim counts against the volume's limits from the moment it is taken
@@ -133,6 +135,12 @@ v1::AccessMode mode_in_use(const v1::Volume& v);
 // volume availability), named with the command that allows claims again;
 // nullopt when it is active.  Existing claims are not affected by it.
 std::optional<failure> refuse_unavailable(const v1::Volume& v);
+
+// Why the volume takes no new claim now because its plugin reported it
+// abnormal (the leader's health check), naming the plugin's message and
+// --allow-abnormal; nullopt when it is ok or the operator said
+// --allow-abnormal.  Existing claims are not affected by it.
+std::optional<failure> refuse_abnormal(const v1::Volume& v, bool allow_abnormal);
 
 // Claims the volume for an alloc, by the rules of its availability (a
 // paused or draining volume takes no new claim; a claim it holds already

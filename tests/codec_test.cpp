@@ -279,3 +279,17 @@ TEST_CASE("the_volume_view_shows_the_content_source_and_modified_parameters") {
   CHECK(sj["source_volume_id"] == "db");
   CHECK(sj["ready_to_use"] == true);
 }
+
+TEST_CASE("parse_size_reads_bytes_and_units_and_refuses_the_rest") {
+  CHECK(parse_size("1048576") == 1048576);
+  CHECK(parse_size("1MiB") == 1048576);
+  CHECK(parse_size("2 GiB") == (2LL << 30));
+  CHECK(parse_size("5KB") == 5000);
+  CHECK(parse_size("7B") == 7);
+  CHECK_FALSE(parse_size(""));
+  CHECK_FALSE(parse_size("GiB"));
+  CHECK_FALSE(parse_size("1.5GiB"));
+  CHECK_FALSE(parse_size("1gib"));
+  CHECK_FALSE(parse_size("-1"));
+  CHECK_FALSE(parse_size("9000000TiB"));  // more than int64 holds
+}

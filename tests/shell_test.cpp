@@ -149,8 +149,8 @@ TEST_CASE("complete: on the CLI's real commands") {
   };
   CHECK(real("", "vo") == words{"volume"});
   CHECK(real("volume ", "") == words{"availability", "claim", "create", "delete", "deregister",
-                                     "detach", "init", "modify", "register", "release", "snapshot",
-                                     "status"});
+                                     "detach", "expand", "init", "modify", "register", "release",
+                                     "snapshot", "status"});
   CHECK(real("volume snapshot ", "") == words{"create", "delete", "list"});
   CHECK(real("volume snapshot create ", "") == words{"data", "db", "logs"});
   CHECK(real("volume modify ", "") == words{"data", "db", "logs"});
@@ -163,8 +163,8 @@ TEST_CASE("complete: on the CLI's real commands") {
   CHECK(real("volume detach db ", "") == words{"n1", "n2"});
   CHECK(real("volume release ", "") == words{"data", "db", "logs"});
   CHECK(real("volume release db --alloc ", "") == words{"web-1", "web-2"});
-  CHECK(real("volume claim db ", "--a") ==
-        words{"--access-mode", "--address", "--alloc", "--attachment-mode"});
+  CHECK(real("volume claim db ", "--a") == words{"--access-mode", "--address", "--alloc",
+                                                  "--allow-abnormal", "--attachment-mode"});
   CHECK(real("plugin fingerprint hostpath --node ", "") == words{"n1", "n2"});
   CHECK(real("plugin fingerprint ", "") == words{"hostpath"});
   CHECK(real("node status ", "") == words{"n1", "n2"});
@@ -346,6 +346,42 @@ TEST_CASE("request: volume availability takes active, pause or drain and nothing
   auto bad = request_error({"volume", "availability", "db", "paused"});
   CHECK(bad.code == errc::invalid);
   CHECK(contains(bad.message, "availability 'paused' is not one of active, pause, drain"));
+}
+
+TEST_CASE("request: volume claim and alloc run say --allow-abnormal only when given") {
+  auto plain = request_ok({"volume", "claim", "db", "--alloc", "a1", "--node", "n1"});
+  REQUIRE(plain.command_case() == v1::Request::kVolumeClaim);
+  CHECK_FALSE(plain.volume_claim().allow_abnormal());
+  auto claim =
+      request_ok({"volume", "claim", "db", "--alloc", "a1", "--node", "n1", "--allow-abnormal"});
+  CHECK(claim.volume_claim().allow_abnormal());
+  auto run = request_ok({"alloc", "run", "--node", "n1", "--volume", "data=db"});
+  REQUIRE(run.command_case() == v1::Request::kAllocRun);
+  CHECK_FALSE(run.alloc_run().allow_abnormal());
+  auto allowed = request_ok({"alloc", "run", "--node", "n1", "--volume", "data=db",
+                             "--allow-abnormal", "--", "sleep", "1"});
+  CHECK(allowed.alloc_run().allow_abnormal());
+  // After -- it is the command's word, not the flag.
+  auto word = request_ok({"alloc", "run", "--node", "n1", "--", "echo", "--allow-abnormal"});
+  CHECK_FALSE(word.alloc_run().allow_abnormal());
+  CHECK(word.alloc_run().command(1) == "--allow-abnormal");
+}
+
+TEST_CASE("request: volume expand reads SIZE as capacity_min in a spec") {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"2GiB", 2LL << 30}, {"500MiB", 500LL << 20}, {"1073741824", 1LL << 30}, {"3MB", 3000000}};
+  for (const auto& [word, bytes] : sizes) {
+    auto r = request_ok({"-n", "prod", "volume", "expand", "db", word});
+    REQUIRE(r.command_case() == v1::Request::kVolumeExpand);
+    CHECK(r.volume_expand().namespace_() == "prod");
+    CHECK(r.volume_expand().volume_id() == "db");
+    CHECK(r.volume_expand().required_bytes() == bytes);
+  }
+  for (const char* bad : {"lots", "2 parsecs", "0", "-1GiB", "GiB", "99999999999999999999"}) {
+    auto f = request_error({"volume", "expand", "db", bad});
+    CHECK(f.code == errc::invalid);
+    CHECK(contains(f.message, "is not a size"));
+  }
 }
 
 TEST_CASE("request: alloc run takes its volumes and the words after -- as they are") {

@@ -215,7 +215,10 @@ class controller_service final : public v1::Controller::Service {
   }
   Status ControllerExpandVolume(ServerContext*, const v1::ControllerExpandVolumeRequest* req,
                                 v1::ControllerExpandVolumeResponse* resp) override {
-    return d_.run("ControllerExpandVolume", {{"volume_id", req->volume_id()}},
+    return d_.run("ControllerExpandVolume",
+                  {{"volume_id", req->volume_id()},
+                   {"required_bytes", std::to_string(req->capacity_range().required_bytes())},
+                   {"limit_bytes", std::to_string(req->capacity_range().limit_bytes())}},
                   [&] { return d_.p.controller_expand(*req, *resp); });
   }
   Status ControllerGetVolume(ServerContext*, const v1::ControllerGetVolumeRequest* req,
@@ -275,7 +278,10 @@ class node_service final : public v1::Node::Service {
   Status NodeExpandVolume(ServerContext*, const v1::NodeExpandVolumeRequest* req,
                           v1::NodeExpandVolumeResponse* resp) override {
     return d_.run("NodeExpandVolume",
-                  {{"volume_id", req->volume_id()}, {"volume_path", req->volume_path()}},
+                  {{"volume_id", req->volume_id()},
+                   {"volume_path", req->volume_path()},
+                   {"staging_target_path", req->staging_target_path()},
+                   {"required_bytes", std::to_string(req->capacity_range().required_bytes())}},
                   [&] { return d_.p.node_expand(*req, *resp); });
   }
   Status NodeGetCapabilities(ServerContext*, const v1::NodeGetCapabilitiesRequest* req,

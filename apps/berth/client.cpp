@@ -104,6 +104,7 @@ bool safe_to_repeat(const v1::Request& req) {
     case v1::Request::kSnapshotDelete:
     case v1::Request::kVolumeModify:
     case v1::Request::kVolumeAvailability:
+    case v1::Request::kVolumeExpand:  // the same size again changes nothing
       return true;
     default:
       return !changes_state(req);
@@ -138,6 +139,8 @@ std::string check_command(const v1::Request& req) {
     case v1::Request::kVolumeAvailability:
       return volume(req.volume_availability().namespace_(),
                     req.volume_availability().volume_id());
+    case v1::Request::kVolumeExpand:
+      return volume(req.volume_expand().namespace_(), req.volume_expand().volume_id());
     case v1::Request::kPluginFingerprint:
       return "berth plugin status " + req.plugin_fingerprint().plugin_id();
     case v1::Request::kNodeDrain:

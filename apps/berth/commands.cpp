@@ -380,6 +380,7 @@ void add_volume_claim(CLI::App& volume, context& ctx) {
   struct options {
     std::string id, alloc, node, access_mode, attachment_mode;
     bool read_only = false;
+    bool allow_abnormal = false;
   };
   auto o = std::make_shared<options>();
   auto* cmd = volume.add_subcommand(
@@ -388,6 +389,9 @@ void add_volume_claim(CLI::App& volume, context& ctx) {
   cmd->add_option("--alloc", o->alloc, "The alloc that claims the volume")->required();
   cmd->add_option("--node", o->node, "The node the alloc runs on")->required();
   cmd->add_flag("--read-only", o->read_only, "Claim for reading");
+  cmd->add_flag("--allow-abnormal", o->allow_abnormal,
+                "Claim even if the volume's plugin reports it abnormal (volume status shows "
+                "its condition)");
   cmd->add_option("--access-mode", o->access_mode,
                   "Use this capability of the volume (default: one that fits)");
   cmd->add_option("--attachment-mode", o->attachment_mode,
@@ -400,6 +404,7 @@ void add_volume_claim(CLI::App& volume, context& ctx) {
     c->set_alloc_id(o->alloc);
     c->set_node_id(o->node);
     c->set_read_only(o->read_only);
+    c->set_allow_abnormal(o->allow_abnormal);
     if (!o->access_mode.empty()) {
       auto m = parse_access_mode(o->access_mode);
       if (!m) return not_one_of("--access-mode", o->access_mode, access_mode_names());
@@ -729,6 +734,43 @@ void add_volume_availability(CLI::App& volume, context& ctx) {
   });
 }
 
+void add_volume_expand(CLI::App& volume, context& ctx) {
+  struct options {
+    std::string id, size;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = volume.add_subcommand(
+      "expand",
+      "Grow a volume to SIZE (2GiB, 500MiB or bytes): ControllerExpandVolume, then "
+      "NodeExpandVolume on every node where it is published (or at its next stage when the "
+      "plugin expands offline only).  The volume's capacity_min becomes SIZE; a smaller size "
+      "than it has is refused, the same size again changes nothing.  The steps are retried "
+      "until they succeed; berth volume status shows the capacity the plugin reported");
+  cmd->add_option("id", o->id, "The volume's id")->required();
+  cmd->add_option("size", o->size,
+                  "The new size: bytes, or with KiB, MiB, GiB, TiB (or KB, MB, ...)")
+      ->required();
+  sends(cmd, ctx, [&ctx, o]() -> plan {
+    auto size = parse_size(o->size);
+    if (!size || *size <= 0)
+      return failure{errc::invalid, "volume expand: SIZE '" + o->size + "'" +
+                                        " is not a size; give bytes (1073741824) or a number "
+                                        "with a unit (2GiB, 500MiB)"};
+    v1::Request req;
+    auto* r = req.mutable_volume_expand();
+    r->set_namespace_(ctx.g.ns);
+    r->set_volume_id(o->id);
+    r->set_required_bytes(*size);
+    auto shown = [](const v1::Response& r) {
+      auto j = single_volume_json(r);
+      j["message"] = r.message();
+      return j;
+    };
+    return shows(req, shown, message_text,
+                 "Expanding volume '" + o->id + "' (ControllerExpandVolume, NodeExpandVolume)...");
+  });
+}
+
 void add_volume_commands(CLI::App& app, context& ctx) {
   auto& volume = group(app, "volume", "Register, inspect, claim and release volumes");
   add_volume_register(volume, ctx);
@@ -743,6 +785,7 @@ void add_volume_commands(CLI::App& app, context& ctx) {
   add_volume_modify(volume, ctx);
   add_volume_availability(volume, ctx);
   add_volume_init(volume, ctx);
+  add_volume_expand(volume, ctx);
 }
 
 // --- alloc -------------------------------------------------------------------
@@ -763,6 +806,7 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
   struct options {
     std::string node, id;
     std::vector<std::string> volumes, command;
+    bool allow_abnormal = false;
   };
   auto o = std::make_shared<options>();
   auto* cmd = alloc.add_subcommand(
@@ -778,6 +822,9 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
   cmd->add_option("--id", o->id,
                   "The alloc's id (default: one the shell generates). Sent again with the same "
                   "id, node, volumes and command, the request answers the alloc that exists");
+  cmd->add_flag("--allow-abnormal", o->allow_abnormal,
+                "Claim the volumes even if their plugin reports one abnormal (volume status "
+                "shows its condition)");
   cmd->add_option("command", o->command, "The command and its arguments, after --");
   cmd->callback([&ctx, o] {
     ctx.command = &o->command;
@@ -787,6 +834,7 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
       r->set_namespace_(ctx.g.ns);
       r->set_node_id(o->node);
       r->set_id(o->id.empty() ? generated_alloc_id() : o->id);
+      r->set_allow_abnormal(o->allow_abnormal);
       for (const auto& arg : o->volumes) {
         auto v = parse_alloc_volume(arg);
         if (auto* err = std::get_if<std::string>(&v)) return failure{errc::invalid, *err};

@@ -155,9 +155,18 @@ std::string render_volume(const v1::Volume& v, const v1::Plugin* p, int64_t now_
       {"External ID", v.external_id()},
       {"Healthy", health(v, p)},
       {"Availability", availability_text(v)},
+      {"Condition", v.condition().abnormal()
+                        ? "abnormal: " + (v.condition().message().empty()
+                                              ? std::string("(no message)")
+                                              : v.condition().message()) +
+                              " (since " + relative_time(v.condition().since_ms(), now_ms) +
+                              "; new claims need --allow-abnormal)"
+                        : std::string("ok")},
       {"Capabilities", caps},
-      {"Access Mode", in_use == v1::ACCESS_MODE_UNKNOWN ? "- (no claims)" : std::string(name_of(in_use))},
-      {"Capacity", "min " + bytes(v.capacity_min()) + ", max " + bytes(v.capacity_max())},
+      {"Access Mode",
+       in_use == v1::ACCESS_MODE_UNKNOWN ? "- (no claims)" : std::string(name_of(in_use))},
+      {"Capacity", "min " + bytes(v.capacity_min()) + ", max " + bytes(v.capacity_max()) +
+                       ", reported " + bytes(v.capacity_bytes())},
       {"Filesystem", v.mount_options().fs_type().empty() ? "-" : v.mount_options().fs_type()},
       {"Parameters", join_map(v.parameters())},
       {"Context", join_map(v.context())},
@@ -169,6 +178,16 @@ std::string render_volume(const v1::Volume& v, const v1::Plugin* p, int64_t now_
   if (!v.clone_id().empty()) more.push_back({"Clone ID", v.clone_id()});
   if (!v.modified_parameters().empty())
     more.push_back({"Mutable Parameters", join_map(v.modified_parameters())});
+  if (v.has_expansion() && v.expansion().required_bytes() > 0) {
+    const auto& e = v.expansion();
+    std::string nodes;
+    for (const auto& n : e.nodes_done()) nodes += (nodes.empty() ? "" : ", ") + n;
+    more.push_back({"Expansion", "to " + bytes(e.required_bytes()) + ": ControllerExpandVolume " +
+                                     (e.controller_done() ? "done" : "pending") +
+                                     (e.node_required() ? ", NodeExpandVolume done on " +
+                                                              (nodes.empty() ? "-" : nodes)
+                                                        : std::string())});
+  }
   if (!more.empty()) out += details(more);
   if (p != nullptr) {
     auto h = health_of(*p);
@@ -196,6 +215,18 @@ std::string render_volume(const v1::Volume& v, const v1::Plugin* p, int64_t now_
                         c.release_error().empty() ? "-" : c.release_error()});
     }
     if (!w.rows.empty()) out += "\nReleases (volume watcher)\n" + render_table(w);
+  }
+  if (!v.usage().empty()) {
+    // What each node's plugin reported (NodeGetVolumeStats).
+    table u{{"NODE", "CAPACITY", "USED", "AVAILABLE", "CONDITION", "UPDATED"}, {}};
+    for (const auto& x : v.usage())
+      u.rows.push_back({x.node_id(), bytes(x.capacity_bytes()), bytes(x.used_bytes()),
+                        bytes(x.available_bytes()),
+                        !x.condition_reported() ? "-"
+                        : x.abnormal()          ? "abnormal: " + x.message()
+                                                : "ok",
+                        relative_time(x.updated_at_ms(), now_ms)});
+    out += "\nUsage\n" + render_table(u);
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "apps/berthd/agent.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
@@ -50,6 +51,9 @@ node_config client_config(const agent_options& opts, const std::string& name) {
   cfg.fingerprint_interval =
       std::chrono::milliseconds(static_cast<int64_t>(opts.fingerprint_interval * 1000));
   cfg.csi_timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.csi_timeout * 1000));
+  // < 0: never; else at least 100 ms (0 would measure without a pause).
+  cfg.volume_stats_interval = std::chrono::milliseconds(
+      opts.volume_stats_ms < 0 ? -1 : std::max<int64_t>(opts.volume_stats_ms, 100));
   cfg.servers = opts.servers;
   cfg.alloc_dir = (fs::path(opts.data_dir) / "allocs").string();
   for (const auto& flag : opts.plugin_flags) {
@@ -291,6 +295,7 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
         std::chrono::milliseconds(static_cast<int64_t>(opts.node_down_timeout * 1000));
     lo.gc = gc_thresholds{opts.alloc_gc_ms, opts.node_gc_ms};
     lo.volume_idle_ms = opts.volume_idle_ms;
+    lo.volume_health_ms = opts.volume_health_ms;
     auto front = sys.spawn(server, machine, journal, stats, lo);
     started.port = publish(sys, front, opts.bind,
                            opts.port, "shell endpoint", "--port");

@@ -48,6 +48,10 @@ struct agent_options {
   int64_t node_gc_ms = 24 * 60 * 60 * 1000;
   std::string volume_idle_timeout = "30s";  // servers: as given; parsed into volume_idle_ms
   int64_t volume_idle_ms = 30 * 1000;       // < 0: never
+  std::string volume_health_interval = "60s";  // servers: parsed into volume_health_ms
+  int64_t volume_health_ms = 60 * 1000;        // < 0: never
+  std::string volume_stats_interval = "60s";   // clients: parsed into volume_stats_ms
+  int64_t volume_stats_ms = 60 * 1000;         // < 0: never
   tls::files tls;                           // --tls-ca, --tls-cert, --tls-key (all or none)
 };
 

@@ -114,6 +114,12 @@ int main(int argc, char** argv) {
                      "idle volume is only its row in the state, and its actor is started again "
                      "by the next request")
       ->capture_default_str();
+  server->add_option("--volume-health-interval", opts.volume_health_interval,
+                     "How often the leader asks each plugin for its volumes' condition "
+                     "(ListVolumes or ControllerGetVolume, when a controller advertises "
+                     "VOLUME_CONDITION; e.g. 60s, 5m; 'never' turns it off); a volume whose "
+                     "condition turns abnormal takes no new claim without --allow-abnormal")
+      ->capture_default_str();
   auto* client = app.add_option_group("client", "Clients: this node and its CSI plugins");
   client->add_option("--servers", opts.servers,
                      "Servers' shell endpoints HOST:PORT (comma-separated or repeated); any of "
@@ -127,6 +133,11 @@ int main(int argc, char** argv) {
                      "Seconds between plugin fingerprints (health, capabilities)")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 3600.0));
+  client->add_option("--volume-stats-interval", opts.volume_stats_interval,
+                     "How often this client measures the volumes published on it "
+                     "(NodeGetVolumeStats, when the node plugin has GET_VOLUME_STATS) and "
+                     "reports their usage to the leader (e.g. 60s; 'never' turns it off)")
+      ->capture_default_str();
   client->add_flag("--forget-leader-term", opts.forget_leader_term,
                    "Forget the newest leader term this client took CSI requests from (kept in "
                    "DATA-DIR/client.db to refuse requests of deposed leaders). Only after the "
@@ -191,7 +202,11 @@ int main(int argc, char** argv) {
   for (auto [flag, text, ms] :
        {std::tuple{"--alloc-gc-threshold", &opts.alloc_gc_threshold, &opts.alloc_gc_ms},
         std::tuple{"--node-gc-threshold", &opts.node_gc_threshold, &opts.node_gc_ms},
-        std::tuple{"--volume-idle-timeout", &opts.volume_idle_timeout, &opts.volume_idle_ms}}) {
+        std::tuple{"--volume-idle-timeout", &opts.volume_idle_timeout, &opts.volume_idle_ms},
+        std::tuple{"--volume-health-interval", &opts.volume_health_interval,
+                   &opts.volume_health_ms},
+        std::tuple{"--volume-stats-interval", &opts.volume_stats_interval,
+                   &opts.volume_stats_ms}}) {
     if (*text == "never") {
       *ms = -1;
       continue;

@@ -87,6 +87,54 @@ TEST_CASE("client: full claim and release of a volume through berth-hostpath") {
   CHECK(berth::test::mounts_under(p.dir).empty());
 }
 
+TEST_CASE("client: volume condition through ListVolumes, ControllerGetVolume, NodeGetVolumeStats") {
+  plugin_process p({"--mount-mode", "symlink"});
+  p.start();
+  client c(p.endpoint, std::chrono::seconds(5));
+  auto ccaps = c.controller_get_capabilities();
+  CHECK(ccaps.response.get_volume);
+  CHECK(ccaps.response.volume_condition);
+  CHECK(c.node_get_capabilities().response.volume_condition);
+
+  volume_capability cap;
+  create_volume_request create;
+  create.name = "health";
+  create.required_bytes = 1 << 20;
+  create.capabilities = {cap};
+  auto vol = c.create_volume(create);
+  REQUIRE(vol.ok());
+  const auto id = vol.response.volume_id;
+
+  auto got = c.controller_get_volume(id);
+  REQUIRE(got.ok());
+  CHECK(got.response.vol.volume_id == id);
+  CHECK(got.response.condition.reported);
+  CHECK_FALSE(got.response.condition.abnormal);
+  auto listed = c.list_volumes();
+  REQUIRE(listed.response.entries.size() == 1);
+  CHECK(listed.response.entries[0].condition.reported);
+  CHECK_FALSE(listed.response.entries[0].condition.abnormal);
+  auto missing = c.controller_get_volume("no-such-volume");
+  CHECK(missing.status.grpc_code == code::not_found);
+
+  // The volume's directory vanishes: every view says abnormal, with why.
+  auto dir = p.root / "volumes" / id;
+  REQUIRE(fs::is_directory(dir));
+  fs::rename(dir, p.dir / "moved");
+  got = c.controller_get_volume(id);
+  REQUIRE(got.ok());
+  CHECK(got.response.condition.abnormal);
+  CHECK(got.response.condition.message.find("missing") != std::string::npos);
+  listed = c.list_volumes();
+  REQUIRE(listed.response.entries.size() == 1);
+  CHECK(listed.response.entries[0].condition.abnormal);
+  CHECK(listed.response.entries[0].condition.message == got.response.condition.message);
+
+  fs::rename(p.dir / "moved", dir);
+  CHECK_FALSE(c.controller_get_volume(id).response.condition.abnormal);
+  CHECK(c.delete_volume(id).status.kind == outcome::done);
+}
+
 TEST_CASE("client: plugin errors are classified with the plugin's message") {
   plugin_process p({"--mount-mode", "symlink"});
   p.start();

@@ -37,8 +37,12 @@ class SnapshotsTest(unittest.TestCase):
         self.outputs = []
         self.addCleanup(self.cleanup)
         self.node = self.b("--json", "node", "status").json()[0]["id"]
-        self.wait(lambda: self.b("--json", "plugin", "status", "hostpath").json()
-                  ["controllers_healthy"] == 1, "the plugin's controller healthy")
+        self.wait(self.controller_healthy, "the plugin's controller healthy")
+
+    def controller_healthy(self):
+        # Not registered yet (not_found) until the node's first fingerprint.
+        r = berth(self.agent, "--json", "plugin", "status", "hostpath")
+        return r.code == 0 and r.json()["controllers_healthy"] == 1
 
     def cleanup(self):
         self.agent.kill()

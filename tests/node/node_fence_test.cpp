@@ -18,6 +18,8 @@
 
 #include "../csi/plugin_process.hpp"
 #include "actors/node.hpp"
+#include "actors/node_csi.hpp"
+#include "csi/client.hpp"
 #include "helpers.hpp"
 
 using namespace berth;
@@ -300,6 +302,77 @@ TEST_CASE(
   REQUIRE(std::holds_alternative<pb<v1::SnapshotList>>(listed));
   CHECK(std::get<pb<v1::SnapshotList>>(listed).msg.snapshots().empty());
   me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("node_fence: a volume health check of a deposed leader never reaches the plugin") {
+  fixture f;
+  auto n = f.spawn_node(api_actor{});
+  caf::scoped_actor me{*f.sys};
+  auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{5});
+  REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
+  auto vol = std::get<pb<v1::Volume>>(created).msg;
+  v1::VolumeHealthRequest list;
+  list.set_plugin_id("hp");
+  list.set_use_list(true);
+  v1::VolumeHealthRequest get;
+  get.set_plugin_id("hp");
+  get.add_external_ids(vol.external_id());
+  get.add_external_ids("no-such-volume");
+  using result = pb<v1::VolumeHealthResult>;
+  CHECK(refused_as_deposed(ask<result>(me, n, health_atom::value, wrap(list), uint64_t{4})));
+  CHECK(refused_as_deposed(ask<result>(me, n, health_atom::value, wrap(get), uint64_t{4})));
+  CHECK(f.plugin_calls("ListVolumes") == 0);
+  CHECK(f.plugin_calls("ControllerGetVolume") == 0);
+
+  auto listed = ask<result>(me, n, health_atom::value, wrap(list), uint64_t{5});
+  REQUIRE(std::holds_alternative<result>(listed));
+  const auto& by_list = std::get<result>(listed).msg.conditions();
+  REQUIRE(by_list.count(vol.external_id()) == 1);
+  CHECK_FALSE(by_list.at(vol.external_id()).abnormal());
+  CHECK(f.plugin_calls("ListVolumes") == 1);
+  // ControllerGetVolume per volume; one the plugin does not know is left out.
+  auto got = ask<result>(me, n, health_atom::value, wrap(get), uint64_t{5});
+  REQUIRE(std::holds_alternative<result>(got));
+  const auto& by_get = std::get<result>(got).msg.conditions();
+  CHECK(by_get.size() == 1);
+  CHECK(by_get.count(vol.external_id()) == 1);
+  CHECK(f.plugin_calls("ControllerGetVolume") == 2);
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("volume health: ListVolumes is read page by page through next_token") {
+  plugin_process plugin;
+  plugin.start();
+  csi::client c(plugin.endpoint, std::chrono::seconds(5));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    csi::create_volume_request r;
+    r.name = "v" + std::to_string(i);
+    r.required_bytes = 1 << 20;
+    r.capabilities = {csi::volume_capability{}};
+    auto v = c.create_volume(r);
+    REQUIRE(v.ok());
+    ids.push_back(v.response.volume_id);
+  }
+  // One volume's directory vanishes: its condition says so, the others' not.
+  std::filesystem::rename(plugin.root / "volumes" / ids[3], plugin.dir / "moved");
+  v1::VolumeHealthRequest r;
+  r.set_plugin_id("hp");
+  r.set_use_list(true);
+  auto out = check_volume_health(c, r, "plugin 'hp' on node 'n1'", 2);
+  REQUIRE_FALSE(out.error);
+  CHECK(out.health.conditions().size() == 5);
+  for (const auto& id : ids) {
+    REQUIRE(out.health.conditions().count(id) == 1);
+    CHECK(out.health.conditions().at(id).abnormal() == (id == ids[3]));
+  }
+  CHECK(out.health.conditions().at(ids[3]).message().find("missing") != std::string::npos);
+  // Three pages of at most two: three calls, each after the last one's token.
+  std::ifstream in(plugin.call_log);
+  std::string line;
+  int calls = 0;
+  while (std::getline(in, line)) calls += line.find("\"ListVolumes\"") != std::string::npos;
+  CHECK(calls == 3);
 }
 
 TEST_CASE("node_fence: a heartbeat answer raises the fence before the new leader calls") {

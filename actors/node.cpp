@@ -10,6 +10,7 @@
 
 #include "actors/clock.hpp"
 #include "actors/node_plugins.hpp"
+#include "tls/caf_tls.hpp"
 
 namespace berth {
 
@@ -78,8 +79,8 @@ void connect_server(self_ptr self) {
   if (st.api || st.connecting || st.config.servers.empty()) return;
   auto [host, port] = split_address(st.config.servers[st.next_server++ % st.config.servers.size()]);
   st.connecting = true;
-  self->request(self->system().middleman().actor_handle(), std::chrono::seconds(5),
-                caf::connect_atom::value, host, port)
+  self->request(tls::connector(self->system()), std::chrono::seconds(5), caf::connect_atom::value,
+                host, port)
       .then(
           [self](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
             self->state.connecting = false;

@@ -16,6 +16,7 @@
 #include "persistence/crashpoint.hpp"
 #include "persistence/durable_file.hpp"
 #include "persistence/integrity.hpp"
+#include "tls/caf_tls.hpp"
 
 namespace berth {
 
@@ -48,13 +49,20 @@ void schedule_flush(const self_ptr& self) {
 replicated_log_actor link(self_ptr self, const std::string& address) {
   auto& l = self->state.links[address];
   if (l.handle || l.connecting) return l.handle;
+  // With TLS, two servers that connect to each other at the same moment
+  // lose both connections in CAF 0.17 (each closes its outgoing one as
+  // redundant and the other side had made it its route), again at every
+  // retry.  So only the server with the smaller raft address connects; the
+  // other one answers through the sender of what it receives (learn_link).
+  if (tls::enabled(self->system()) && !(self->state.opts.self.raft_address() < address))
+    return l.handle;
   auto now = std::chrono::steady_clock::now();
   if (now - l.last_attempt < std::chrono::milliseconds(250)) return {};
   l.connecting = true;
   l.last_attempt = now;
   auto [host, port] = split_address(address);
-  self->request(self->system().middleman().actor_handle(), std::chrono::seconds(5),
-                caf::connect_atom::value, host, port)
+  self->request(tls::connector(self->system()), std::chrono::seconds(5), caf::connect_atom::value,
+                host, port)
       .then(
           [self, address](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
             auto& l = self->state.links[address];
@@ -81,6 +89,19 @@ std::string address_of(const self_ptr& self, uint64_t id) {
   for (const auto& [name, info] : self->state.discovered)
     if (info.raft_id() == id) return info.raft_address();
   return {};
+}
+
+// The link to the server that sent the message being handled, when there
+// is none yet (see link: with TLS the larger raft address never connects).
+void learn_link(self_ptr self, uint64_t from) {
+  auto sender = self->current_sender();
+  if (!sender) return;
+  auto address = address_of(self, from);
+  if (address.empty()) return;
+  auto& l = self->state.links[address];
+  if (l.handle) return;
+  l.handle = caf::actor_cast<replicated_log_actor>(sender);
+  self->monitor(l.handle);
 }
 
 void send_messages(self_ptr self, std::vector<pbr::Message>& messages) {
@@ -664,6 +685,7 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
         return promise;
       },
       [self](raft_atom, pb<pbr::Message>& m) {
+        learn_link(self, m.msg.from());
         self->state.node->step(m.msg);
         schedule_flush(self);
       },

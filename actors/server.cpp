@@ -11,6 +11,7 @@
 #include "actors/propose.hpp"
 #include "control/views.hpp"
 #include "log/log.hpp"
+#include "tls/caf_tls.hpp"
 
 namespace berth {
 
@@ -61,8 +62,8 @@ std::string outcome_name(const v1::Response& r) {
 template <class Handle, class Then>
 void connect(const self_ptr& self, const std::string& address, Then then) {
   auto [host, port] = split_address(address);
-  self->request(self->system().middleman().actor_handle(), std::chrono::seconds(5),
-                caf::connect_atom::value, host, port)
+  self->request(tls::connector(self->system()), std::chrono::seconds(5), caf::connect_atom::value,
+                host, port)
       .then(
           [then](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) mutable {
             then(caf::actor_cast<Handle>(ptr));

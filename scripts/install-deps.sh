@@ -7,6 +7,8 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config git
   libcaf-dev
+  # berth tls and TLS between berth processes (caf::openssl comes with libcaf-dev)
+  libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libsqlite3-dev sqlite3
   doctest-dev libcli11-dev

@@ -9,12 +9,28 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/io/middleman_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include "actors/actors.hpp"
 #include "control/views.hpp"
+#include "tls/caf_tls.hpp"
+#include "tls/pki.hpp"
 
 namespace berth {
+
+namespace {
+
+tls::files& process_tls() {
+  static tls::files f;
+  return f;
+}
+
+}  // namespace
+
+void use_tls(const tls::files& f) {
+  process_tls() = f;
+}
 
 struct client::impl {
   impl() : sys(config()) {}
@@ -27,6 +43,7 @@ struct client::impl {
       c.set("logger.file-verbosity", caf::atom("quiet"));
       c.set("logger.console-verbosity", caf::atom("quiet"));
       add_message_types(c);
+      tls::configure(c, process_tls());
       return c;
     }();
     return cfg;
@@ -191,12 +208,25 @@ std::variant<v1::Response, failure> client::call_once(const v1::Request& req,
     if (port <= 0 || port > 65535)
       return failure{errc::invalid, "address '" + address_ + "' has no valid port"};
     auto host = address_.substr(0, colon);
-    auto api = impl_->sys.middleman().remote_actor<api_actor>(host, static_cast<uint16_t>(port));
-    if (!api)
-      return unreachable(api.error() == caf::sec::cannot_connect_to_node
-                             ? "nothing answers there"
-                             : impl_->sys.render(api.error()));
-    impl_->api = *api;
+    // Through the middleman actor, with a deadline: a plain-text shell that
+    // reaches a TLS server waits for a handshake that never comes.
+    caf::error err;
+    {
+      caf::scoped_actor self{impl_->sys};
+      self->request(tls::connector(impl_->sys), std::chrono::seconds(std::min(timeout_, 10)),
+                    caf::connect_atom::value, host, static_cast<uint16_t>(port))
+          .receive([&](caf::node_id&, caf::strong_actor_ptr& ptr,
+                       std::set<std::string>&) { impl_->api = caf::actor_cast<api_actor>(ptr); },
+                   [&](caf::error& e) { err = std::move(e); });
+    }
+    if (!impl_->api) {
+      // Something may have answered, but not as berthd does: say why when
+      // TLS is why (a TLS server for a plain shell, another CA, ...).
+      if (auto why = tls::diagnose(host, static_cast<uint16_t>(port), process_tls()))
+        return failure{errc::unavailable, "cannot connect to berthd at " + address_ + ": " + *why};
+      return unreachable(err == caf::sec::cannot_connect_to_node || !err ? "nothing answers there"
+                                                                         : impl_->sys.render(err));
+    }
     impl_->lost = std::make_shared<std::atomic<bool>>(false);
     impl_->api->attach_functor([lost = impl_->lost] { *lost = true; });
   }

@@ -11,6 +11,7 @@
 
 #include "messages/api.pb.h"
 #include "messages/model.hpp"
+#include "tls/tls.hpp"
 
 namespace berth {
 
@@ -26,6 +27,10 @@ bool safe_to_repeat(const v1::Request& req);
 // The command that shows whether a request whose answer was lost took
 // effect, e.g. "berth alloc status web-1".
 std::string check_command(const v1::Request& req);
+
+// TLS for every client of this process (the shell's --tls-* options):
+// set once, before the first client is made; the files are checked already.
+void use_tls(const tls::files& f);
 
 class client {
  public:

@@ -18,15 +18,18 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "apps/berth/client.hpp"
 #include "apps/berth/event_stream.hpp"
 #include "apps/berth/render.hpp"
 #include "apps/berth/send.hpp"
 #include "apps/berth/shell.hpp"
+#include "apps/berth/tls_commands.hpp"
 #include "apps/berth/volume_init.hpp"
 #include "control/snapshots.hpp"
 #include "messages/codec.hpp"
+#include "tls/pki.hpp"
 
 namespace berth {
 
@@ -45,6 +48,9 @@ struct context {
   // alloc run's command, which takes the words after -- (null: no command
   // takes them).
   std::vector<std::string>* command = nullptr;
+  // The command runs here without a berthd (berth tls ...): the TLS options
+  // are not needed.
+  bool offline = false;
 };
 
 // Makes `build` the work of `cmd` when the command line chooses it.  Each
@@ -1363,6 +1369,55 @@ void add_event_commands(CLI::App& app, context& ctx) {
   add_event_stream(event, ctx);
 }
 
+// --- tls ----------------------------------------------------------------------
+
+void add_tls_commands(CLI::App& app, context& ctx) {
+  auto& tls = group(app, "tls",
+                    "Create a CA and certificates for a TLS cluster (written here, in PEM; keys "
+                    "mode 0600; never overwrites a file)");
+  auto& ca = group(tls, "ca", "The cluster's certificate authority");
+  {
+    auto o = std::make_shared<tls_ca_options>();
+    auto* cmd = ca.add_subcommand(
+        "create",
+        "Create a CA: DIR/NAME.pem and DIR/NAME-key.pem (EC P-256). Keep the key off the "
+        "servers; every berthd and shell gets NAME.pem as --tls-ca");
+    cmd->add_option("--dir", o->dir, "Directory to write to")->capture_default_str();
+    cmd->add_option("--name", o->name, "The files' name and the CA's common name")
+        ->capture_default_str();
+    cmd->add_option("--days", o->days, "Validity in days")->capture_default_str();
+    cmd->callback([&ctx, o] {
+      ctx.offline = true;
+      ctx.local = [&ctx, o] { return run_tls_ca_create(*o, ctx.g.json); };
+    });
+  }
+  auto& cert = group(tls, "cert", "Certificates signed by the cluster's CA");
+  {
+    auto o = std::make_shared<tls_cert_options>();
+    auto* cmd = cert.add_subcommand(
+        "create",
+        "Create a certificate and its key: DIR/NAME-ROLE-berth.pem and -key.pem, for "
+        "ROLE.NAME.berth (also localhost and 127.0.0.1). --server for berthd --server and "
+        "--dev (may serve and connect), --client for berthd --client, --cli for the shell "
+        "(these two may only connect)");
+    auto* role = cmd->add_option_group("role", "What the certificate is for");
+    role->add_flag("--server", o->server, "A server: server.NAME.berth");
+    role->add_flag("--client", o->client, "A client agent: client.NAME.berth");
+    role->add_flag("--cli", o->cli, "The berth shell: cli.NAME.berth");
+    role->require_option(1);
+    cmd->add_option("--name", o->name, "The cluster's name (Nomad's region)")
+        ->capture_default_str();
+    cmd->add_option("--dir", o->dir, "Directory to write to")->capture_default_str();
+    cmd->add_option("--ca-cert", o->ca_cert, "The CA's certificate")->capture_default_str();
+    cmd->add_option("--ca-key", o->ca_key, "The CA's key")->capture_default_str();
+    cmd->add_option("--days", o->days, "Validity in days")->capture_default_str();
+    cmd->callback([&ctx, o] {
+      ctx.offline = true;
+      ctx.local = [&ctx, o] { return run_tls_cert_create(*o, ctx.g.json); };
+    });
+  }
+}
+
 // --- the command line --------------------------------------------------------
 
 // The global options take the last value given: in the shell a line's own
@@ -1384,6 +1439,30 @@ void add_globals(CLI::App& app, globals& g) {
       ->capture_default_str()
       ->check(CLI::Range(1, 3600))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (auto [flag, env, file, help] :
+       {std::tuple{"--tls-ca", "BERTH_CACERT", &g.tls.ca,
+                   "TLS: the cluster's CA certificate (env BERTH_CACERT)"},
+        std::tuple{"--tls-cert", "BERTH_CLIENT_CERT", &g.tls.cert,
+                   "TLS: this shell's certificate, from `berth tls cert create --cli` (env "
+                   "BERTH_CLIENT_CERT)"},
+        std::tuple{"--tls-key", "BERTH_CLIENT_KEY", &g.tls.key,
+                   "TLS: the key of --tls-cert (env BERTH_CLIENT_KEY)"}}) {
+    if (const char* v = std::getenv(env); v && *v) *file = v;
+    app.add_option(flag, *file, help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
+}
+
+// The shell's TLS files, from the options or the environment: none, or all
+// three and readable.  Set for every client of this process.
+std::optional<failure> setup_tls(const globals& g) {
+  if (auto f = tls::check_complete(
+          g.tls, {"--tls-ca (or BERTH_CACERT)", "--tls-cert (or BERTH_CLIENT_CERT)",
+                  "--tls-key (or BERTH_CLIENT_KEY)"}))
+    return f;
+  if (!g.tls.enabled()) return std::nullopt;
+  if (auto f = tls::check_files(g.tls)) return f;
+  use_tls(g.tls);
+  return std::nullopt;
 }
 
 // The CLI11 parser and the context its callbacks fill.  Built once per
@@ -1406,7 +1485,9 @@ struct command_line {
     app.footer(
         "Exit codes: 0 ok, 1 internal error, 2 usage or invalid input, 3 not found,\n"
         "4 refused by the rules, 5 berthd unreachable or unavailable, 7 the answer was\n"
-        "lost and the change may have been made (the error says how to check).");
+        "lost and the change may have been made (the error says how to check).\n"
+        "TLS: a cluster started with --tls-* needs --tls-ca, --tls-cert and --tls-key here\n"
+        "too (or BERTH_CACERT, BERTH_CLIENT_CERT, BERTH_CLIENT_KEY); `berth tls` makes them.");
     add_shell(app, ctx);
     add_agent_status(app, ctx);
     add_volume_commands(app, ctx);
@@ -1417,6 +1498,7 @@ struct command_line {
     add_system_commands(app, ctx);
     add_monitor(app, ctx);
     add_event_commands(app, ctx);
+    add_tls_commands(app, ctx);
   }
 };
 
@@ -1481,6 +1563,9 @@ command_info tree_of(const CLI::App& app) {
 int run_command(const std::vector<std::string>& args, client* shared) {
   command_line cl(shared);
   if (auto done = parse(cl, args, std::cout, std::cerr)) return *done;
+  // The shell's lines use the TLS of the shell (set when it started).
+  if (!shared && !cl.ctx.offline)
+    if (auto f = setup_tls(cl.ctx.g)) return fail(cl.ctx.g, *f);
   if (cl.ctx.build) return send(cl.ctx.g, cl.ctx.build());
   if (cl.ctx.local) return cl.ctx.local();
   // No command: `berth` on a terminal opens the shell.

@@ -14,6 +14,8 @@
 #include "messages/api.pb.h"
 #include "messages/model.hpp"
 
+#include "tls/tls.hpp"
+
 namespace berth {
 
 class client;
@@ -24,6 +26,7 @@ struct globals {
   bool json = false;
   std::string ns = "default";
   int timeout = 30;
+  tls::files tls;  // --tls-ca, --tls-cert, --tls-key (or BERTH_CACERT, ...)
   client* shared = nullptr;  // the interactive shell's connection, if any
 };
 

@@ -26,6 +26,7 @@
 #include "actors/state_machine.hpp"
 #include "apps/berthd/dev_plugin.hpp"
 #include "apps/berthd/metrics_server.hpp"
+#include "tls/caf_tls.hpp"
 
 namespace berth {
 
@@ -104,7 +105,7 @@ stores open_stores(const std::string& data_dir) {
 template <class Handle>
 uint16_t publish(caf::actor_system& sys, const Handle& whom, const std::string& bind,
                  uint16_t port, const char* what, const char* flag) {
-  auto res = sys.middleman().publish(whom, port, bind.c_str(), true);
+  auto res = tls::publish(sys, whom, port, bind);
   if (!res)
     throw std::runtime_error("cannot listen on " + bind + ":" + std::to_string(port) + " for the " +
                              what + ": " + sys.render(res.error()) +

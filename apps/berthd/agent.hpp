@@ -13,6 +13,8 @@ namespace caf {
 class actor_system;
 }
 
+#include "tls/tls.hpp"
+
 namespace berth {
 
 struct agent_options {
@@ -50,6 +52,7 @@ struct agent_options {
   int64_t volume_health_ms = 60 * 1000;        // < 0: never
   std::string volume_stats_interval = "60s";   // clients: parsed into volume_stats_ms
   int64_t volume_stats_ms = 60 * 1000;         // < 0: never
+  tls::files tls;                           // --tls-ca, --tls-cert, --tls-key (all or none)
 };
 
 struct agent_started {

@@ -17,6 +17,8 @@
 #include "log/log.hpp"
 #include "messages/codec.hpp"
 #include "persistence/integrity.hpp"
+#include "tls/caf_tls.hpp"
+#include "tls/pki.hpp"
 
 namespace {
 
@@ -159,6 +161,15 @@ int main(int argc, char** argv) {
                  "Worker threads of the actor scheduler")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  auto* tls = app.add_option_group(
+      "TLS", "Mutual TLS for every connection (shell, servers, clients): all three or none");
+  tls->add_option("--tls-ca", opts.tls.ca,
+                  "The cluster's CA certificate (PEM), from `berth tls ca create`; peers must "
+                  "present a certificate it signed");
+  tls->add_option("--tls-cert", opts.tls.cert,
+                  "This berthd's certificate (PEM): `berth tls cert create --server` for a "
+                  "server or --dev, --client for a client");
+  tls->add_option("--tls-key", opts.tls.key, "The key of --tls-cert (PEM, mode 0600)");
   std::string log_level = "info";
   bool log_json = false;
   app.add_option("--log-level", log_level,
@@ -209,6 +220,15 @@ int main(int argc, char** argv) {
     }
     *ms = *parsed;
   }
+  if (auto f = berth::tls::check_complete(opts.tls, {"--tls-ca", "--tls-cert", "--tls-key"})) {
+    std::cerr << "berthd: " << f->message << "\n";
+    return 2;
+  }
+  if (opts.tls.enabled())
+    if (auto f = berth::tls::check_files(opts.tls)) {
+      std::cerr << "berthd: " << f->message << "\n";
+      return 2;
+    }
   if (opts.data_dir.empty()) opts.data_dir = opts.dev ? "/tmp/berth-dev" : "/var/lib/berth";
 
   // Block the stop signals in every thread; the main thread waits for them.
@@ -227,6 +247,11 @@ int main(int argc, char** argv) {
   // client talks to; connect directly so that it does not die with that
   // server.
   cfg.set("middleman.enable-automatic-connections", true);
+  // TLS: no automatic connections (CAF would open a plain-text port for
+  // them); a node's handle then reaches the leader through the server its
+  // client talks to, and the client registers again through another server
+  // when that one goes.
+  berth::tls::configure(cfg, opts.tls);
   berth::add_message_types(cfg);
   caf::actor_system sys{cfg};
 
@@ -238,6 +263,7 @@ int main(int argc, char** argv) {
     if (opts.dev || opts.server)
       std::cout << " serving the shell on " << opts.bind << ":" << s.port;
     if (opts.server) std::cout << ", raft on " << opts.bind << ":" << s.raft_port;
+    if (opts.tls.enabled()) std::cout << " (TLS)";
     std::cout << ", metrics on " << opts.metrics_bind << ":" << s.metrics_port << " (data in "
               << opts.data_dir;
     if (opts.dev || opts.server)

@@ -128,10 +128,11 @@ class Plugin(Process):
 
 
 class Client(Process):
-    def __init__(self, tmp, name, servers, plugin_socket):
+    def __init__(self, tmp, name, servers, plugin_socket, extra_args=()):
         argv = [BERTHD, "--client", "--name", name, "--data-dir", os.path.join(tmp, name),
                 "--servers", ",".join(servers), "--metrics-port", "0",
                 "--plugin", "hostpath=monolith:" + plugin_socket, "--fingerprint-interval", "0.2"]
+        argv += list(extra_args)
         super().__init__(name, argv, os.path.join(tmp, name + ".log"))
 
 
@@ -152,14 +153,16 @@ class Cluster:
         self.wait_leader()
         return self
 
-    def add_client(self, name="c1", plugin_args=(), shared_root=None):
+    def add_client(self, name="c1", plugin_args=(), shared_root=None, client_args=()):
         """Starts a berth-hostpath (node id csi-NAME, more flags in
         plugin_args; shared_root: storage shared with the other clients'
-        plugins, see Plugin) and a berthd --client NAME driving it; both stop
-        with the cluster.  Returns (plugin, client)."""
+        plugins, see Plugin) and a berthd --client NAME driving it (more
+        flags in client_args); both stop with the cluster.  Returns (plugin,
+        client)."""
         plugin = Plugin(self.tmp, "plugin-" + name, "csi-" + name, shared_root=shared_root,
                         extra_args=plugin_args)
-        client = Client(self.tmp, name, [s.address for s in self.servers], plugin.socket)
+        client = Client(self.tmp, name, [s.address for s in self.servers], plugin.socket,
+                        client_args)
         self.processes += [client, plugin]
         plugin.start()
         client.start()

@@ -193,7 +193,7 @@ void log_change(const applied_change& a, uint64_t index) {
       log_alloc(b.has_alloc_upsert() ? &b.alloc_upsert() : nullptr, c.alloc_upsert(), index);
       break;
     case v1::Change::kAllocDelete:
-      logging::debug(component, "alloc deleted", {{"alloc", c.alloc_delete()}, {"index", index}});
+      logging::info(component, "alloc deleted", {{"alloc", c.alloc_delete()}, {"index", index}});
       break;
     case v1::Change::kNodeDelete:
       logging::info(component, "node removed", {{"node", c.node_delete()}, {"index", index}});

@@ -420,6 +420,22 @@ json expansion_json(const v1::Volume& v) {
       {"requested_at_ms", e.requested_at_ms()}};
 }
 
+// One volume's usage on one node (NodeGetVolumeStats): in a volume's
+// `usage` and in a node's `volume_usage`.
+json usage_json(const v1::VolumeUsage& u) {
+  return json{{"namespace", u.namespace_()},
+              {"volume_id", u.volume_id()},
+              {"node_id", u.node_id()},
+              {"capacity_bytes", u.capacity_bytes()},
+              {"used_bytes", u.used_bytes()},
+              {"available_bytes", u.available_bytes()},
+              {"condition", !u.condition_reported() ? ""
+                            : u.abnormal()          ? "abnormal"
+                                                    : "ok"},
+              {"condition_message", u.message()},
+              {"updated_at_ms", u.updated_at_ms()}};
+}
+
 }  // namespace
 
 json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
@@ -442,16 +458,7 @@ json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
   for (const auto& t : v.accessible_topology()) accessible.push_back(topology_json(t));
   auto unhealthy = volume_unhealthy(v, plugin);
   json usage = json::array();
-  for (const auto& u : v.usage())
-    usage.push_back({{"node_id", u.node_id()},
-                     {"capacity_bytes", u.capacity_bytes()},
-                     {"used_bytes", u.used_bytes()},
-                     {"available_bytes", u.available_bytes()},
-                     {"condition", !u.condition_reported() ? ""
-                                   : u.abnormal()          ? "abnormal"
-                                                           : "ok"},
-                     {"condition_message", u.message()},
-                     {"updated_at_ms", u.updated_at_ms()}});
+  for (const auto& u : v.usage()) usage.push_back(usage_json(u));
   return json{{"id", v.id()},
               {"name", v.name()},
               {"namespace", v.namespace_()},
@@ -529,17 +536,7 @@ json node_json(const v1::Node& n) {
                  {"allocs_left", n.drain_progress().allocs_left()},
                  {"claims_left", n.drain_progress().claims_left()}};
   json usage = json::array();
-  for (const auto& u : n.volume_usage())
-    usage.push_back({{"namespace", u.namespace_()},
-                     {"volume_id", u.volume_id()},
-                     {"capacity_bytes", u.capacity_bytes()},
-                     {"used_bytes", u.used_bytes()},
-                     {"available_bytes", u.available_bytes()},
-                     {"condition", !u.condition_reported() ? ""
-                                   : u.abnormal()          ? "abnormal"
-                                                           : "ok"},
-                     {"condition_message", u.message()},
-                     {"updated_at_ms", u.updated_at_ms()}});
+  for (const auto& u : n.volume_usage()) usage.push_back(usage_json(u));
   return json{{"id", n.id()},
               {"status", name_of(n.status())},
               {"address", n.address()},

@@ -50,9 +50,12 @@ void crashpoint_reached(armed_crashpoint& armed, std::string_view prefix,
     return;
   }
   if (armed.passed.fetch_add(1) + 1 != armed.hit_at) return;
-  say("crash point ");
-  say(name);
-  say(" reached: exiting with 137 as if killed\n");
+  // One write(2) of the whole line, so another thread's log line cannot
+  // land inside it (tests look for it).
+  std::string line = "crash point ";
+  line.append(name);
+  line.append(" reached: exiting with 137 as if killed\n");
+  say(line);
   ::_exit(crashpoint_exit_code);
 }
 

@@ -27,11 +27,11 @@ void volume_availability(const self_ptr& self, const v1::VolumeAvailabilityReque
   ask_volume_actor<pb<v1::Volume>>(
       self, found.key,
       [self, rp, message, drain](pb<v1::Volume>& v) mutable {
-        when_applied(self, v.msg.modify_index(),
-                     [self, rp, message, drain, v = std::move(v.msg)]() mutable {
-                       deliver(rp, volume_response(self->state.cat, v, message));
-                       if (drain) drive_volume_drains(self);
-                     });
+        auto index = v.msg.modify_index();  // read before the lambda moves v
+        when_applied(self, index, [self, rp, message, drain, v = std::move(v.msg)]() mutable {
+          deliver(rp, volume_response(self->state.cat, v, message));
+          if (drain) drive_volume_drains(self);
+        });
       },
       [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); }, availability_atom::value,
       wrap(r));
@@ -52,25 +52,25 @@ void release_for_drain(const self_ptr& self, const volume_key& key, const std::s
   r.set_volume_id(key.second);
   r.set_alloc_id(alloc);
   r.set_reason("volume drain");
-  release_claim(self, std::move(r),
-                [self, key, alloc, slot](std::optional<failure> f, v1::Volume) {
-                  self->state.volume_drain_releases.erase(slot);
-                  if (f) {
-                    logging::warn("leader", "volume drain could not release claim",
-                                  {{"namespace", key.first}, {"volume", key.second},
-                                   {"alloc", alloc}, {"error", f->message}});
-                    return;
-                  }
-                  write(
-                      self, "alloc/" + alloc,
-                      [alloc, key](const catalog& c)
-                          -> std::variant<failure, std::vector<v1::Change>> {
-                        auto change = alloc_after_release(c, alloc, key);
-                        if (!change) return std::vector<v1::Change>{};
-                        return std::vector<v1::Change>{*change};
-                      },
-                      ignore_result());
-                });
+  release_claim(self, std::move(r), [self, key, alloc, slot](std::optional<failure> f, v1::Volume) {
+    self->state.volume_drain_releases.erase(slot);
+    if (f) {
+      logging::warn("leader", "volume drain could not release claim",
+                    {{"namespace", key.first},
+                     {"volume", key.second},
+                     {"alloc", alloc},
+                     {"error", f->message}});
+      return;
+    }
+    write(
+        self, "alloc/" + alloc,
+        [alloc, key](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+          auto change = alloc_after_release(c, alloc, key);
+          if (!change) return std::vector<v1::Change>{};
+          return std::vector<v1::Change>{*change};
+        },
+        ignore_result());
+  });
 }
 
 }  // namespace

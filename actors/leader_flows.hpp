@@ -133,7 +133,8 @@ void ask_volume(const self_ptr& self, const volume_key& key, response_promise rp
   ask_volume_actor<pb<v1::Volume>>(
       self, key,
       [self, rp, message](pb<v1::Volume>& v) mutable {
-        when_applied(self, v.msg.modify_index(),
+        auto index = v.msg.modify_index();  // read before the lambda moves v
+        when_applied(self, index,
                      [self, rp, message, v = std::move(v.msg)]() mutable {
                        deliver(rp, volume_response(self->state.cat, v, message));
                      });

@@ -283,7 +283,8 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
   ask_volume_actor<pb<v1::Volume>>(
       self, key,
       [self, rp, verb, key, was_expanding](pb<v1::Volume>& stored) mutable {
-        when_applied(self, stored.msg.modify_index(),
+        auto index = stored.msg.modify_index();  // read before the lambda moves it
+        when_applied(self, index,
                      [self, rp, verb, key, was_expanding, v = std::move(stored.msg)]() mutable {
                        auto text = "volume " + quoted(v.id()) + " " + verb;
                        // A larger capacity_min asked for an expansion: its
@@ -392,8 +393,8 @@ void deregister_volume(const self_ptr& self, const v1::DeregisterRequest& d, res
     return;
   }
   if (!d.force()) {
-    ask_volume(self, found.key, rp,
-               "volume " + quoted(d.volume_id()) + " deregistered", deregister_atom::value, false);
+    ask_volume(self, found.key, rp, "volume " + quoted(d.volume_id()) + " deregistered",
+               deregister_atom::value, false);
     return;
   }
   std::vector<std::string> allocs;
@@ -484,8 +485,8 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
   ask_volume_actor<pb<v1::Volume>>(
       self, key,
       [self, done](pb<v1::Volume>& v) {
-        when_applied(self, v.msg.modify_index(),
-                     [done, v = std::move(v.msg)] { done(std::nullopt, v); });
+        auto index = v.msg.modify_index();  // read before the lambda moves v
+        when_applied(self, index, [done, v = std::move(v.msg)] { done(std::nullopt, v); });
       },
       [done](caf::error& e) { done(to_failure(e), {}); }, release_atom::value, wrap(std::move(r)),
       plugin_of(self, plugin_id), target, pick_controller(self, plugin_id));

@@ -62,14 +62,7 @@ void release_for_drain(const self_ptr& self, const volume_key& key, const std::s
                      {"error", f->message}});
       return;
     }
-    write(
-        self, "alloc/" + alloc,
-        [alloc, key](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-          auto change = alloc_after_release(c, alloc, key);
-          if (!change) return std::vector<v1::Change>{};
-          return std::vector<v1::Change>{*change};
-        },
-        ignore_result());
+    leave_released_volume(self, alloc, key);
   });
 }
 

@@ -364,23 +364,15 @@ void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise
   auto text = "claim of alloc " + quoted(r.alloc_id()) + " on volume " + quoted(r.volume_id()) +
               " released";
   auto alloc = r.alloc_id();
-  release_claim(
-      self, r, [self, key, alloc, text, rp](std::optional<failure> f, v1::Volume v) mutable {
-        if (f) {
-          deliver(rp, *f);
-          return;
-        }
-        // The volume leaves a command-less alloc; an empty one is deleted.
-        write(
-            self, "alloc/" + alloc,
-            [alloc, key](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-              auto change = alloc_after_release(c, alloc, key);
-              if (!change) return std::vector<v1::Change>{};
-              return std::vector<v1::Change>{*change};
-            },
-            ignore_result());
-        deliver(rp, volume_response(self->state.cat, v, text));
-      });
+  release_claim(self, r,
+                [self, key, alloc, text, rp](std::optional<failure> f, v1::Volume v) mutable {
+                  if (f) {
+                    deliver(rp, *f);
+                    return;
+                  }
+                  leave_released_volume(self, alloc, key);
+                  deliver(rp, volume_response(self->state.cat, v, text));
+                });
 }
 
 // volume deregister: refused while claimed; with --force, every claim is
@@ -465,6 +457,17 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
 
 // Releases one claim through its volume actor (the watcher, detach, volume
 // release and force-deregister all come here).
+void leave_released_volume(const self_ptr& self, const std::string& alloc, const volume_key& key) {
+  write(
+      self, "alloc/" + alloc,
+      [alloc, key](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+        auto change = alloc_after_release(c, alloc, key);
+        if (!change) return std::vector<v1::Change>{};
+        return std::vector<v1::Change>{*change};
+      },
+      ignore_result());
+}
+
 void release_claim(const self_ptr& self, v1::ReleaseRequest r,
                    std::function<void(std::optional<failure>, v1::Volume)> done) {
   auto& st = self->state;

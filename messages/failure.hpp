@@ -14,6 +14,7 @@ enum class errc : uint8_t {
   refused = 3,      // the rules refuse it in the current state
   unavailable = 4,  // try again later
   internal = 5,
+  forbidden = 6,    // the caller's ACL token lacks a capability (berthd --acl)
 };
 
 // Crosses every module boundary as a value (as caf::error between actors,

@@ -23,7 +23,7 @@ enum exit_code : int {
   exit_not_found = 3,    // the named volume, plugin or node does not exist
   exit_refused = 4,      // the rules refuse it in the current state
   exit_unreachable = 5,  // no berthd answered (or it is unavailable)
-  // 6 is kept for refusals by ACLs (to come)
+  exit_forbidden = 6,    // ACLs: the token lacks the capability (or is unknown)
   exit_maybe_applied = 7,  // the answer was lost: the change may have been made; check
 };
 

@@ -24,6 +24,8 @@ int code_of(errc c) {
       return exit_refused;
     case errc::unavailable:
       return exit_unreachable;
+    case errc::forbidden:
+      return exit_forbidden;
     default:
       return exit_internal;
   }
@@ -39,6 +41,8 @@ const char* code_name(errc c) {
       return "refused";
     case errc::unavailable:
       return "unavailable";
+    case errc::forbidden:
+      return "forbidden";
     default:
       return "internal";
   }

@@ -154,6 +154,23 @@ class AclTest(ClusterTestCase):
                                   "--alloc", "t1").code, 0)
         self.expect(self.as_(ts, "volume", "status", "vd"), 6, "csi-read-volume")
 
+        # The event stream: each token gets only the events it may read.
+        last = max(p["commit_index"] for p in self.cluster.peers())
+
+        def stream(token):
+            r = self.as_(token, "event", "stream", "--index", "1", "--until-index", str(last))
+            self.assertEqual(r.code, 0, r)
+            return {(e["topic"], e["namespace"]) for e in map(json.loads, r.out.splitlines())}
+        seen = stream(rs)
+        self.assertIn(("volume", "default"), seen)
+        self.assertIn(("node", ""), seen)  # node read
+        self.assertFalse({("volume", "team-a"), ("claim", "team-a")} & seen, seen)
+        seen = stream(ts)
+        self.assertIn(("claim", "team-a"), seen)
+        self.assertFalse({("volume", "default"), ("node", "")} & seen, seen)
+        self.expect(self.as_("", "event", "stream", "--index", "1", "--until-index", str(last)),
+                    6, "needs a token")
+
         # A deleted token is refused at once, on every server.
         self.assertEqual(self.as_(mgmt, "acl", "token", "delete", reader["accessor_id"]).code, 0)
         for s in self.cluster.servers:

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 #include <algorithm>
 
@@ -32,22 +34,28 @@ catalog catalog_of(state_contents c) {
 std::vector<v1::Event> apply_entries(self_ptr self, const committed_batch& batch) {
   auto& st = self->state;
   std::vector<v1::Event> events;
-  auto& entries = batch.entries;
-  size_t start = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
+  // Each entry is decoded once, for the catalog and the state tables.
+  state_store::decoded entries;
+  entries.reserve(batch.entries.size());
+  for (const auto& [index, bytes] : batch.entries) {
+    if (index <= st.cat.applied_index) continue;
     v1::LogEntry entry;
-    // (One that cannot be decoded stops the store's apply below.)
-    if (entries[i].first <= st.cat.applied_index || !entry.ParseFromString(entries[i].second))
-      continue;
-    for (auto& e : events_of(entries[i].first, apply(st.cat, entries[i].first, entry)))
+    if (!entry.ParseFromString(bytes))
+      throw std::runtime_error("log entry " + std::to_string(index) +
+                               " cannot be decoded; the log is damaged (restore a snapshot or "
+                               "rejoin the cluster)");
+    entries.emplace_back(index, std::move(entry));
+  }
+  auto start = entries.cbegin();
+  for (auto it = entries.cbegin(); it != entries.cend(); ++it) {
+    for (auto& e : events_of(it->first, apply(st.cat, it->first, it->second)))
       events.push_back(std::move(e));
     if (!st.cat.restored) continue;
-    st.store->apply({entries.begin() + static_cast<long>(start),
-                     entries.begin() + static_cast<long>(i) + 1});
-    start = i + 1;
+    st.store->apply(start, it + 1);
+    start = it + 1;
     st.cat = catalog_of(st.store->load());
   }
-  st.store->apply({entries.begin() + static_cast<long>(start), entries.end()});
+  st.store->apply(start, entries.cend());
   return events;
 }
 

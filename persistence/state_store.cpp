@@ -78,30 +78,8 @@ uint64_t state_store::applied_index() {
 }
 
 void state_store::apply(const std::vector<std::pair<uint64_t, std::string>>& entries) {
-  // A restore replaces the database: apply what comes before it, install
-  // it, and go on from its index.
-  for (size_t i = 0; i < entries.size(); ++i) {
-    v1::LogEntry entry;
-    if (entries[i].first <= applied_index() || !entry.ParseFromString(entries[i].second)) continue;
-    for (const auto& c : entry.changes()) {
-      if (c.change_case() != v1::Change::kRestoreState) continue;
-      apply_batch({entries.begin(), entries.begin() + static_cast<long>(i)});
-      install(c.restore_state());
-      sql::transaction tx(*db_);
-      db_->cached("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
-          .bind(1, std::to_string(entries[i].first))
-          .run();
-      tx.commit();
-      apply({entries.begin() + static_cast<long>(i) + 1, entries.end()});
-      return;
-    }
-  }
-  apply_batch(entries);
-}
-
-void state_store::apply_batch(const std::vector<std::pair<uint64_t, std::string>>& entries) {
-  if (entries.empty()) return;
-  sql::transaction tx(*db_);
+  decoded out;
+  out.reserve(entries.size());
   uint64_t applied = applied_index();
   for (const auto& [index, bytes] : entries) {
     if (index <= applied) continue;
@@ -110,11 +88,46 @@ void state_store::apply_batch(const std::vector<std::pair<uint64_t, std::string>
       throw sql::sqlite_error("log entry " + std::to_string(index) +
                               " cannot be decoded; the log is damaged (restore a snapshot or "
                               "rejoin the cluster)");
-    for (auto change : entry.changes()) {
-      stamp(change, index);
+    out.emplace_back(index, std::move(entry));
+  }
+  apply(out.begin(), out.end());
+}
+
+void state_store::apply(decoded::const_iterator first, decoded::const_iterator last) {
+  // A restore replaces the database: apply what comes before it, install
+  // it, and go on from its index.
+  uint64_t applied = applied_index();
+  auto start = first;
+  for (auto it = first; it != last; ++it) {
+    if (it->first <= applied) continue;
+    for (const auto& c : it->second.changes()) {
+      if (c.change_case() != v1::Change::kRestoreState) continue;
+      apply_batch(start, it);
+      install(c.restore_state());
+      sql::transaction tx(*db_);
+      db_->cached("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
+          .bind(1, std::to_string(it->first))
+          .run();
+      tx.commit();
+      applied = it->first;
+      start = it + 1;
+      break;
+    }
+  }
+  apply_batch(start, last);
+}
+
+void state_store::apply_batch(decoded::const_iterator first, decoded::const_iterator last) {
+  if (first == last) return;
+  sql::transaction tx(*db_);
+  uint64_t applied = applied_index();
+  for (auto it = first; it != last; ++it) {
+    if (it->first <= applied) continue;
+    for (auto change : it->second.changes()) {
+      stamp(change, it->first);
       apply_change(change);
     }
-    applied = index;
+    applied = it->first;
   }
   db_->cached("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
       .bind(1, std::to_string(applied))

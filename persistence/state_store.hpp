@@ -43,6 +43,11 @@ class state_store {
   // Applies entries (index, encoded v1::LogEntry) in index order in one
   // transaction.  Throws when an entry cannot be decoded (naming its index).
   void apply(const std::vector<std::pair<uint64_t, std::string>>& entries);
+  // The same for entries decoded already (the state machine decodes each
+  // entry once, for its catalog and for these tables).  An operator
+  // restore's entry replaces the tables at its index.
+  using decoded = std::vector<std::pair<uint64_t, v1::LogEntry>>;
+  void apply(decoded::const_iterator first, decoded::const_iterator last);
 
   state_contents load();
 
@@ -64,7 +69,7 @@ class state_store {
 
  private:
   void open();
-  void apply_batch(const std::vector<std::pair<uint64_t, std::string>>& entries);
+  void apply_batch(decoded::const_iterator first, decoded::const_iterator last);
   void apply_change(const v1::Change& c);
 
   std::string path_;

@@ -131,6 +131,11 @@ function health(healthy, expected) {
   return badge(healthy + ' / ' + expected + ' healthy', tone);
 }
 
+// The access mode the claims use ("-" while it has none).
+function accessMode(v) {
+  return v.access_mode && v.access_mode !== 'unknown' ? v.access_mode : '-';
+}
+
 function capacity(v) {
   if (v.capacity_bytes > 0) return size(v.capacity_bytes);
   if (v.capacity_min > 0) return '≥ ' + size(v.capacity_min);
@@ -150,7 +155,7 @@ function table(columns, rows, rowAttrs, emptyText) {
     h('table', {},
       h('thead', {}, h('tr', {}, columns.map(c => h('th', {scope: 'col'}, c.label)))),
       h('tbody', {}, rows.map(r => h('tr', rowAttrs ? rowAttrs(r) : {},
-        columns.map(c => h('td', {class: c.class || null, 'data-label': c.label}, c.cell(r))))))));
+        columns.map(c => h('td', {class: c.class || null, 'data-label': c.label || null}, c.cell(r))))))));
 }
 
 function facts(pairs) {
@@ -375,7 +380,7 @@ const volumesPage = {
       {label: 'Plugin', cell: v => pluginLink(v.plugin_id)},
       {label: 'Use', cell: v => [volumeUse(v), ' ', availability(v)]},
       {label: 'Claims', cell: v => v.claims.length ? v.claims.map(c => c.alloc_id + ' on ' + c.node_id).join(', ') : '-'},
-      {label: 'Access mode', cell: v => v.access_mode || '-'},
+      {label: 'Access mode', cell: v => accessMode(v)},
       {label: 'Capacity', class: 'num', cell: capacity},
       {label: 'Health', cell: volumeHealth},
     ], rows, v => ({dataset: {volume: v.namespace + '/' + v.id}}),
@@ -403,7 +408,7 @@ const volumePage = {
         ['External id', h('span', {class: 'mono'}, v.external_id || '-')],
         ['Capacity', [capacity(v), h('span', {class: 'small'},
           'min ' + size(v.capacity_min) + ', max ' + size(v.capacity_max))]],
-        ['Access mode in use', v.access_mode || '-'],
+        ['Access mode in use', accessMode(v)],
         ['Capabilities', v.capabilities.map(c => c.access_mode + ' (' + c.attachment_mode + ')').join(', ')],
         ['Condition', cond],
         ['Health', [volumeHealth(v), v.health_description ? h('span', {class: 'small'}, v.health_description) : null]],
@@ -792,6 +797,8 @@ function onEvent(line) {
 
 function start() {
   updateTokenButton();
+  const t = document.getElementById('toast');
+  t.addEventListener('click', () => { t.hidden = true; });
   document.getElementById('token-button').addEventListener('click', () => askToken(''));
   window.addEventListener('hashchange', show);
   setInterval(tick, 1000);

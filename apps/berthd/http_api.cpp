@@ -145,7 +145,7 @@ const std::vector<route>& routes() {
          r.set_plugin_status(param(p, "id"));
          return r;
        },
-       [](const v1::Response& r) { return plugin_json(r.plugins(0)); }},
+       [](const v1::Response& r) { return r.plugins().empty() ? json() : plugin_json(r.plugins(0)); }},
       {"GET", "/v1/nodes",
        [](const params&) -> built {
          v1::Request r;
@@ -160,7 +160,7 @@ const std::vector<route>& routes() {
          r.set_node_status(param(p, "id"));
          return r;
        },
-       node_with_volumes_json},
+       [](const v1::Response& r) { return r.nodes().empty() ? json() : node_with_volumes_json(r); }},
       {"GET", "/v1/allocs",
        [](const params& p) -> built {
          v1::Request r;
@@ -176,7 +176,9 @@ const std::vector<route>& routes() {
          return r;
        },
        // The id is the alloc's own (the answer names it).
-       [](const v1::Response& r) { return alloc_with_claims_json(r, r.allocs(0).id()); }},
+       [](const v1::Response& r) {
+         return r.allocs().empty() ? json() : alloc_with_claims_json(r, r.allocs(0).id());
+       }},
       {"GET", "/v1/raft/peers",
        [](const params&) -> built {
          v1::Request r;

@@ -368,6 +368,10 @@ class WebUiTest(unittest.TestCase):
                  ("nodes", "#/nodes"), ("node", "#/node/" + self.node),
                  ("allocs", "#/allocs"), ("alloc", "#/alloc/web-1"), ("peers", "#/peers")]
         paths = []
+        # The answer of an earlier action, closed as one would (a click).
+        if ui.eval("!document.getElementById('toast').hidden"):
+            ui.click("#toast")
+            ui.wait("document.getElementById('toast').hidden", "the message closed")
         for width, suffix in ((1280, ""), (420, "-narrow")):
             ui.size(width, 800)
             for name, route in pages:

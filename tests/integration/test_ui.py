@@ -339,6 +339,28 @@ class WebUiTest(unittest.TestCase):
         ui.wait("!document.getElementById('confirm').open", "the dialog closed")
         self.assertEqual(self.alloc("web-1")["state"], "running")
 
+    def test_the_drain_button_drains_a_node(self):
+        ui = self.browser
+        ui.open("#/node/c3")
+        ui.click("button[data-action=drain]")
+        ui.wait("document.getElementById('confirm').open", "the drain dialog")
+        ui.click("#drain-keep-plugins")
+        self.assertTrue(ui.eval("document.getElementById('drain-keep-plugins').checked"))
+        ui.screenshot("confirm-drain")
+        ui.click("#confirm-ok")
+
+        # Nothing runs on c3: the drain finishes on the leader's next ticks.
+        def drained():
+            n = self.b("--json", "node", "status", "c3").json()
+            return n["drained_at_ms"] and n
+        node = wait(drained, "c3 drained")
+        self.assertFalse(node["eligible"])
+        # The checkbox reached the leader: the plugin instance stays.
+        self.assertEqual((node["plugin_ids"], node["plugins_withdrawn"]), (["remote"], False))
+        ui.wait("document.querySelector('h1 .badge:nth-of-type(2)')?.textContent === 'ineligible'",
+                "the drained node ineligible on the page")
+        self.b("node", "eligibility", "c3", "--enable")
+
     def test_the_stop_button_stops_a_running_alloc(self):
         ui = self.browser
         ui.open("#/allocs")

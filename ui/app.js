@@ -497,7 +497,8 @@ const pluginPage = {
         {label: 'Node', cell: i => nodeLink(i.node_id)},
         {label: 'Type', cell: i => i.type},
         {label: 'Health', cell: i => [i.healthy ? badge('healthy', 'ok') : badge('unhealthy', 'bad'),
-                                      i.health_description ? h('div', {class: 'note'}, i.health_description) : null]},
+                                      i.health_description && i.health_description !== 'healthy'
+                                        ? h('div', {class: 'note'}, i.health_description) : null]},
         {label: 'Version', cell: i => i.provider_version || '-'},
         {label: 'Capabilities', cell: capabilitiesOf},
         {label: 'Max volumes', class: 'num', cell: i => i.max_volumes || 'unlimited'},

@@ -143,6 +143,11 @@ class Browser:
             self.send("Input.dispatchMouseEvent", type=kind, x=rect[0], y=rect[1],
                       button="left", clickCount=1)
 
+    def ask(self, selector):
+        """Clicks an action's button and waits for its confirmation dialog."""
+        self.click(selector)
+        self.wait("document.getElementById('confirm').open", "the confirmation dialog")
+
     def open(self, hash_route):
         """Shows a page of the UI (client-side route) and waits until it is drawn."""
         self.eval("location.hash = %s" % json.dumps(hash_route))
@@ -290,8 +295,7 @@ class WebUiTest(unittest.TestCase):
         """Clicks "Detach from NODE", then the dialog's confirmation; returns the answer shown."""
         ui = self.browser
         ui.eval("document.getElementById('toast').hidden = true")
-        ui.click("button[data-action=detach][data-node=%s]" % json.dumps(node))
-        ui.wait("document.getElementById('confirm').open", "the confirmation dialog")
+        ui.ask("button[data-action=detach][data-node=%s]" % json.dumps(node))
         self.assertIn("Detach volume shared from node " + node,
                       ui.eval("document.getElementById('confirm-title').textContent"))
         ui.screenshot("confirm-detach")
@@ -333,8 +337,7 @@ class WebUiTest(unittest.TestCase):
     def test_cancelling_the_confirmation_does_nothing(self):
         ui = self.browser
         ui.open("#/allocs")
-        ui.click("tr[data-alloc=web-1] button[data-action=stop]")
-        ui.wait("document.getElementById('confirm').open", "the confirmation dialog")
+        ui.ask("tr[data-alloc=web-1] button[data-action=stop]")
         ui.click("#confirm-cancel")
         ui.wait("!document.getElementById('confirm').open", "the dialog closed")
         self.assertEqual(self.alloc("web-1")["state"], "running")
@@ -342,8 +345,7 @@ class WebUiTest(unittest.TestCase):
     def test_the_drain_button_drains_a_node(self):
         ui = self.browser
         ui.open("#/node/c3")
-        ui.click("button[data-action=drain]")
-        ui.wait("document.getElementById('confirm').open", "the drain dialog")
+        ui.ask("button[data-action=drain]")
         ui.click("#drain-keep-plugins")
         self.assertTrue(ui.eval("document.getElementById('drain-keep-plugins').checked"))
         ui.screenshot("confirm-drain")
@@ -374,8 +376,7 @@ class WebUiTest(unittest.TestCase):
                "data=scratch", "--id", "web-2")
         ui.wait("document.querySelector('tr[data-alloc=web-2]')?.dataset.state === 'running'",
                 "web-2 running on the page")
-        ui.click("tr[data-alloc=web-2] button[data-action=stop]")
-        ui.wait("document.getElementById('confirm').open", "the confirmation dialog")
+        ui.ask("tr[data-alloc=web-2] button[data-action=stop]")
         ui.click("#confirm-ok")
         wait(lambda: self.alloc("web-2")["state"] == "complete", "web-2 complete", 40)
         wait(lambda: self.b("--namespace", "team", "--json", "volume", "status", "scratch")

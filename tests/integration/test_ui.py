@@ -29,6 +29,7 @@ from cluster import Plugin, Process
 from harness import BERTHD, Agent, berth
 
 SECRET = "ui-secret-4b9e1d"
+TOKEN = "ui-token-secret-93c2"  # an ACL token's secret (ignored without --acl)
 OUT_DIR = os.path.join(os.environ.get("BERTH_TEST_OUTPUT", os.path.join(os.getcwd(), "test-output")),
                        "ui")
 
@@ -86,6 +87,7 @@ class Browser:
                                               suppress_origin=True)
         self.next_id = 0
         self.responses = {}  # requestId -> URL of every /v1/ response but the stream
+        self.requests = []   # (URL, headers) of every /v1/ request, in order
         self.send("Network.enable", maxTotalBufferSize=64 << 20, maxResourceBufferSize=16 << 20)
         self.send("Page.enable")
         self.size(1280, 800)
@@ -99,6 +101,10 @@ class Browser:
             self.log.close()
 
     def _event(self, msg):
+        if msg.get("method") == "Network.requestWillBeSent":
+            r = msg["params"]["request"]
+            if "/v1/" in r["url"]:
+                self.requests.append((r["url"], r["headers"]))
         if msg.get("method") == "Network.responseReceived":
             url = msg["params"]["response"]["url"]
             if "/v1/" in url and "/v1/event/stream" not in url:
@@ -262,6 +268,7 @@ class WebUiTest(unittest.TestCase):
         # Secrets never appear in berthd's log or in the shell's output.
         for text in cls.outputs + [log]:
             assert SECRET not in text, "the volume's secret leaked: " + text[:500]
+            assert TOKEN not in text, "the token leaked: " + text[:500]
 
     def rows(self, selector, attribute):
         return self.browser.eval("[...document.querySelectorAll(%s)].map(e => e.dataset.%s)"
@@ -341,6 +348,36 @@ class WebUiTest(unittest.TestCase):
         ui.click("#confirm-cancel")
         ui.wait("!document.getElementById('confirm').open", "the dialog closed")
         self.assertEqual(self.alloc("web-1")["state"], "running")
+
+    def test_a_token_goes_with_every_request_and_stays_out_of_the_page(self):
+        ui = self.browser
+        ui.open("#/volumes")
+        ui.click("#token-button")
+        ui.wait("document.getElementById('token-dialog').open", "the token dialog")
+        ui.click("#token-input")
+        ui.send("Input.insertText", text=TOKEN)
+        sent = len(ui.requests)
+        ui.click("#token-save")
+        ui.wait("sessionStorage.getItem('berth-token') === %s" % json.dumps(TOKEN), "the token kept")
+        self.assertEqual(ui.eval("document.getElementById('token-button').textContent"), "Token ✓")
+        # The page and the event stream are asked again, with the token.
+        ui.wait("document.getElementById('live').dataset.mode === 'on'", "the stream followed again")
+
+        def with_token(path):
+            ui.eval("0")  # reads the browser's events that came meanwhile
+            return [h.get("X-Berth-Token") for u, h in ui.requests[sent:] if path in u]
+        wait(lambda: TOKEN in with_token("/v1/event/stream") and TOKEN in with_token("/v1/volumes"),
+             "requests with the token")
+        self.assertNotIn(TOKEN, ui.eval("document.documentElement.outerHTML"))
+        # Forgotten, it is sent no more.
+        ui.click("#token-button")
+        ui.wait("document.getElementById('token-dialog').open", "the token dialog")
+        ui.click("#token-clear")
+        ui.wait("sessionStorage.getItem('berth-token') === null", "the token forgotten")
+        sent = len(ui.requests)
+        ui.open("#/nodes")
+        wait(lambda: with_token("/v1/nodes"), "the nodes asked for")
+        self.assertEqual(set(with_token("/v1/")), {None})
 
     def test_the_drain_button_drains_a_node(self):
         ui = self.browser

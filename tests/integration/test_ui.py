@@ -229,6 +229,8 @@ class WebUiTest(unittest.TestCase):
             cls.processes += [plugin, client.start()]
             if name == "c2":
                 cls.client = client
+            else:
+                cls.c3_plugin = plugin
 
         def remote_healthy():
             r = berth(cls.agent, "--json", "plugin", "status", "remote")
@@ -348,6 +350,27 @@ class WebUiTest(unittest.TestCase):
         ui.click("#confirm-cancel")
         ui.wait("!document.getElementById('confirm').open", "the dialog closed")
         self.assertEqual(self.alloc("web-1")["state"], "running")
+
+    def test_a_release_the_watcher_retries_shows_its_attempts_and_last_error(self):
+        ui = self.browser
+        ui.open("#/volume/default/shared")
+        self.b("volume", "claim", "shared", "--alloc", "ui-r1", "--node", "c3")
+        ui.wait("document.querySelector('tr[data-claim=\"ui-r1\"] .badge')?.textContent === 'taken'",
+                "the claim on the page")
+        # c3's plugin dies: NodeUnpublishVolume fails, the watcher retries.
+        self.c3_plugin.kill()
+        berth(self.agent, "volume", "release", "shared", "--alloc", "ui-r1")
+        row = "document.querySelector('tr[data-claim=\"ui-r1\"]')"
+        text = ui.wait("(() => { const r = %s; return r && /next retry/.test(r.innerText) &&"
+                       " /last error: /.test(r.innerText) && r.innerText; })()" % row,
+                       "the watcher's attempts and last error on the page")
+        self.assertRegex(text, r"\d+ attempt\(s\); next retry (in \d+ s|now)")
+        self.assertNotEqual(ui.eval(row + ".querySelector('.badge').textContent"), "taken")
+        ui.screenshot("volume-release-retrying")
+        # Back, the plugin lets the watcher finish the release.
+        self.c3_plugin.start()
+        wait(lambda: self.volume("shared")["claims"] == [], "the release done", 40)
+        ui.wait("!" + row, "the claim gone from the page")
 
     def test_a_token_goes_with_every_request_and_stays_out_of_the_page(self):
         ui = self.browser

@@ -733,10 +733,11 @@ function refreshSoon() {
 
 // --- the event stream --------------------------------------------------------
 
-function setLive(mode, text) {
+function setLive(mode, text, why) {
   const el = document.getElementById('live');
   el.className = 'live live-' + mode;
   el.textContent = text;
+  el.title = why || 'Lists follow the event stream';
   el.dataset.mode = mode;
 }
 
@@ -755,7 +756,7 @@ async function follow() {
       if (r.status === 403) {
         let why = 'the token may not read events';
         try { why = (await r.json()).error || why; } catch (e) { /* keep */ }
-        setLive('refused', 'not live: ' + why);
+        setLive('refused', 'not live: refused', why);
         return;  // a new token follows again
       }
       if (!r.ok) throw new Error('HTTP ' + r.status);
@@ -789,7 +790,7 @@ function onEvent(line) {
   if (!line.trim()) return;
   let e;
   try { e = JSON.parse(line); } catch (err) { return; }
-  if (e.error) { setLive('off', 'stream: ' + e.error); return; }
+  if (e.error) { setLive('off', 'stream ended', e.error); return; }
   if (!e.topic || !state.page) return;  // {} is the stream's heartbeat
   if (state.page.page.topics.includes(e.topic)) refreshSoon();
 }

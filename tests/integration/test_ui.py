@@ -541,5 +541,95 @@ class WebUiTest(unittest.TestCase):
         self.assertEqual(self.get("/ui/nope.js")[0], 404)
 
 
+
+READER = """
+namespace "default" {
+  policy = "read"
+}
+node { policy = "read" }
+plugin { policy = "read" }
+"""
+
+
+class WebUiAclTest(unittest.TestCase):
+    """The UI of a berthd --dev --acl: it asks for a token, shows what the
+    token may read, and a button the token may not use is refused."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="berth-ui-acl-")
+        cls.agent = Agent(os.path.join(cls.tmp, "data"), ["--acl"]).start()
+        cls.browser = None
+        cls.outputs = []
+        try:
+            cls.mgmt = cls.b("", "--json", "acl", "bootstrap").json()["secret_id"]
+            node = wait(lambda: [n["id"] for n in cls.b(cls.mgmt, "--json", "node", "status").json()],
+                        "the dev agent's node")[0]
+            wait(lambda: cls.b(cls.mgmt, "--json", "plugin", "status", "hostpath").json()
+                 ["nodes_healthy"] == 1, "the hostpath plugin healthy")
+            cls.b(cls.mgmt, "volume", "create", "-", stdin=spec("db", SECRET))
+            cls.b(cls.mgmt, "alloc", "run", "--node", node, "--volume", "data=db", "--id", "web-1")
+            cls.b(cls.mgmt, "acl", "policy", "apply", "reader", "-", stdin=READER)
+            cls.reader = cls.b(cls.mgmt, "--json", "acl", "token", "create", "--name", "ui",
+                               "--policy", "reader").json()["secret_id"]
+            cls.base = "http://127.0.0.1:%d" % cls.agent.metrics_port
+            cls.browser = Browser(cls.tmp)
+            cls.browser.send("Page.navigate", url=cls.base + "/ui/")
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.browser:
+            cls.browser.close()
+        cls.agent.kill()
+        with open(cls.agent.log_path) as f:
+            log = f.read()
+        with open("/proc/self/mounts") as f:
+            for m in reversed([l.split()[1] for l in f if cls.tmp in l.split()[1]]):
+                subprocess.run(["umount", "-l", m], check=False)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        for text in cls.outputs[1:] + [log]:  # [0]: bootstrap prints the management secret
+            assert SECRET not in text, "the volume's secret leaked: " + text[:500]
+
+    @classmethod
+    def b(cls, token, *args, stdin=None):
+        r = berth(cls.agent, *((["--token", token] if token else []) + list(args)), stdin=stdin)
+        cls.outputs += [r.out, r.err]
+        if r.code != 0:
+            raise AssertionError("berth %s: %r" % (" ".join(args), r))
+        return r
+
+    def test_the_ui_asks_for_a_token_and_the_token_decides(self):
+        ui = self.browser
+        # Without a token: refused, and the UI asks for one, saying why.
+        reason = ui.wait("document.getElementById('token-dialog').open &&"
+                         " document.getElementById('token-reason').textContent", "the token prompt")
+        self.assertIn("token", reason)
+        ui.wait("document.querySelector('.error-box')?.dataset.status === '403'", "the refusal")
+        ui.wait("document.getElementById('live').dataset.mode === 'refused'", "the stream refused")
+        ui.screenshot("acl-token-prompt")
+        ui.click("#token-input")
+        ui.send("Input.insertText", text=self.reader)
+        ui.click("#token-save")
+        # The reader's token reads the volumes and follows the events.
+        ui.wait("!!document.querySelector('tr[data-volume=\"default/db\"]')", "db listed")
+        ui.wait("document.getElementById('live').dataset.mode === 'on'", "the stream followed")
+        ui.open("#/allocs")
+        ui.wait("document.querySelector('tr[data-alloc=web-1]')?.dataset.state === 'running'",
+                "web-1 listed")
+        # It may not stop an alloc: the leader refuses, the UI says so and asks again.
+        ui.ask("tr[data-alloc=web-1] button[data-action=stop]")
+        ui.click("#confirm-ok")
+        ui.wait("document.getElementById('toast').classList.contains('bad')", "the refusal shown")
+        ui.wait("document.getElementById('token-dialog').open", "the token asked again")
+        ui.click("#token-cancel")
+        self.assertEqual(self.b(self.mgmt, "--json", "alloc", "status", "web-1").json()["state"],
+                         "running")
+        html = ui.eval("document.documentElement.outerHTML")
+        for secret in (SECRET, self.reader, self.mgmt):
+            self.assertNotIn(secret, html)
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

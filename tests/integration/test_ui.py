@@ -149,6 +149,12 @@ class Browser:
             self.send("Input.dispatchMouseEvent", type=kind, x=rect[0], y=rect[1],
                       button="left", clickCount=1)
 
+    def load(self, url):
+        """Loads the UI and waits until its page is there (not the one before)."""
+        self.send("Page.navigate", url=url)
+        self.wait("document.location.href.startsWith(%s) && !!document.getElementById('view')"
+                  % json.dumps(url), "the page of " + url)
+
     def ask(self, selector):
         """Clicks an action's button and waits for its confirmation dialog."""
         self.click(selector)
@@ -249,8 +255,8 @@ class WebUiTest(unittest.TestCase):
               "--", "true")
         cls.base = "http://127.0.0.1:%d" % cls.agent.metrics_port
         cls.browser = Browser(cls.tmp)
-        cls.browser.send("Page.navigate", url=cls.base + "/ui/")
-        cls.browser.wait("document.getElementById('live')?.dataset.mode === 'on'",
+        cls.browser.load(cls.base + "/ui/")
+        cls.browser.wait("document.getElementById('live').dataset.mode === 'on'",
                          "the UI following the event stream")
         print("set-up: %.1f s" % (time.time() - started), file=sys.stderr)
 
@@ -574,7 +580,7 @@ class WebUiAclTest(unittest.TestCase):
                                "--policy", "reader").json()["secret_id"]
             cls.base = "http://127.0.0.1:%d" % cls.agent.metrics_port
             cls.browser = Browser(cls.tmp)
-            cls.browser.send("Page.navigate", url=cls.base + "/ui/")
+            cls.browser.load(cls.base + "/ui/")
         except BaseException:
             cls.tearDownClass()
             raise

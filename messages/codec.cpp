@@ -575,6 +575,51 @@ json raft_json(const v1::RaftStatus& s) {
               {"error", s.error()}};
 }
 
+const v1::Plugin* plugin_in(const v1::Response& r, const std::string& id) {
+  for (const auto& p : r.plugins())
+    if (p.id() == id) return &p;
+  return nullptr;
+}
+
+json volumes_json(const v1::Response& r) {
+  json out = json::array();
+  for (const auto& v : r.volumes()) out.push_back(volume_json(v, plugin_in(r, v.plugin_id())));
+  return out;
+}
+
+json single_volume_json(const v1::Response& r) {
+  if (r.volumes().empty()) return json();
+  const auto& v = r.volumes(0);
+  return volume_json(v, plugin_in(r, v.plugin_id()));
+}
+
+json alloc_with_claims_json(const v1::Response& r, const std::string& id) {
+  auto j = alloc_json(r.allocs(0));
+  j["claims"] = json::array();
+  for (const auto& v : r.volumes())
+    for (const auto& c : v.claims())
+      if (c.alloc_id() == id) {
+        auto cj = claim_json(c);
+        cj["volume_id"] = v.id();
+        j["claims"].push_back(cj);
+      }
+  return j;
+}
+
+json node_with_volumes_json(const v1::Response& r) {
+  auto j = node_json(r.nodes(0));
+  j["volumes"] = volumes_json(r);
+  j["allocs"] = json::array();
+  for (const auto& a : r.allocs()) j["allocs"].push_back(alloc_json(a));
+  return j;
+}
+
+json node_message_json(const v1::Response& r) {
+  json j = r.nodes().empty() ? json::object() : node_json(r.nodes(0));
+  j["message"] = r.message();
+  return j;
+}
+
 std::string_view name_of(v1::EventTopic t) {
   switch (t) {
     case v1::EVENT_VOLUME: return "volume";

@@ -42,6 +42,22 @@ nlohmann::json raft_json(const v1::RaftStatus& s);
 // A CSI snapshot as volume snapshot create and list show it.
 nlohmann::json snapshot_json(const v1::Snapshot& s);
 
+// The answers of the shell's requests as its --json prints them and the
+// HTTP views serve them (one renderer for both).
+// The plugin of the answer with this id (null: none).
+const v1::Plugin* plugin_in(const v1::Response& r, const std::string& id);
+// The answer's volumes, each with its plugin's health.
+nlohmann::json volumes_json(const v1::Response& r);
+// The answer's single volume (null without one).
+nlohmann::json single_volume_json(const v1::Response& r);
+// One alloc (the answer's first) with the claims it holds, each naming its
+// volume.
+nlohmann::json alloc_with_claims_json(const v1::Response& r, const std::string& id);
+// One node (the answer's first) with its volumes and allocs.
+nlohmann::json node_with_volumes_json(const v1::Response& r);
+// The node a drain or eligibility answer names, with the answer's message.
+nlohmann::json node_message_json(const v1::Response& r);
+
 // An event of the event stream (one line of `berth event stream` and of
 // /v1/event/stream): index, seq, topic, type, namespace, key and the object
 // ("object": a volume without its health, which derives from the plugin; a

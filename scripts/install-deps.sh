@@ -20,6 +20,9 @@ PACKAGES=(
   # tests/foreign_plugin/plugin.py, a CSI plugin in Python (integration.foreign_plugin)
   python3-grpcio python3-protobuf python3-grpc-tools
   prometheus
+  # tests/integration/test_ui.py drives the web UI in a headless browser
+  # over the DevTools protocol (a websocket)
+  chromium python3-websocket
 )
 # Extra packages for one target, e.g. `make fuzz`: clang libclang-rt-14-dev.
 PACKAGES+=("$@")

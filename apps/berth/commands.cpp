@@ -75,19 +75,6 @@ json array_of(const Items& items, ToJson to_json) {
   return out;
 }
 
-json volume_json_of(const v1::Response& r, const v1::Volume& v) {
-  return volume_json(v, plugin_in(r, v.plugin_id()));
-}
-
-json volumes_json(const v1::Response& r) {
-  return array_of(r.volumes(), [&](const v1::Volume& v) { return volume_json_of(r, v); });
-}
-
-// The single volume of an answer (null, which prints nothing, without one).
-json single_volume_json(const v1::Response& r) {
-  return r.volumes().empty() ? json() : volume_json_of(r, r.volumes(0));
-}
-
 std::string single_volume_text(const v1::Response& r) {
   if (r.volumes().empty()) return "";
   const auto& v = r.volumes(0);
@@ -864,20 +851,6 @@ void add_alloc_stop(CLI::App& alloc, context& ctx) {
   });
 }
 
-// One alloc with the claims it holds, each naming its volume.
-json alloc_with_claims_json(const v1::Response& r, const std::string& id) {
-  auto j = alloc_json(r.allocs(0));
-  j["claims"] = json::array();
-  for (const auto& v : r.volumes())
-    for (const auto& c : v.claims())
-      if (c.alloc_id() == id) {
-        auto cj = claim_json(c);
-        cj["volume_id"] = v.id();
-        j["claims"].push_back(cj);
-      }
-  return j;
-}
-
 void add_alloc_status(CLI::App& alloc, context& ctx) {
   auto id = std::make_shared<std::string>();
   auto list = std::make_shared<list_options>();
@@ -1098,14 +1071,6 @@ void add_operator_commands(CLI::App& app, context& ctx) {
 
 // --- node --------------------------------------------------------------------
 
-// One node with its volumes and allocs.
-json node_with_volumes_json(const v1::Response& r) {
-  auto j = node_json(r.nodes(0));
-  j["volumes"] = volumes_json(r);
-  j["allocs"] = array_of(r.allocs(), alloc_json);
-  return j;
-}
-
 void add_node_status(CLI::App& node, context& ctx) {
   auto id = std::make_shared<std::string>();
   auto list = std::make_shared<list_options>();
@@ -1125,13 +1090,6 @@ void add_node_status(CLI::App& node, context& ctx) {
                             [](const v1::Response& r) { return array_of(r.nodes(), node_json); }),
                  paged_text(*list, at_now(render_node_list)));
   });
-}
-
-// The node a drain or eligibility answer names, with what was done.
-json node_message_json(const v1::Response& r) {
-  json j = r.nodes().empty() ? json::object() : node_json(r.nodes(0));
-  j["message"] = r.message();
-  return j;
 }
 
 void add_node_drain(CLI::App& node, context& ctx) {

@@ -38,12 +38,6 @@ std::string relative_time(int64_t then_ms, int64_t now_ms) {
   return std::to_string(s / 86400) + "d ago";
 }
 
-const v1::Plugin* plugin_in(const v1::Response& r, const std::string& id) {
-  for (const auto& p : r.plugins())
-    if (p.id() == id) return &p;
-  return nullptr;
-}
-
 namespace {
 
 std::string yes_no(bool b) { return b ? "yes" : "no"; }

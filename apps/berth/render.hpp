@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "messages/api.pb.h"
+#include "messages/codec.hpp"  // plugin_in
 
 namespace berth {
 
@@ -21,8 +22,6 @@ std::string render_table(const table& t);
 
 // "3s ago", "5m ago", "2h ago", "4d ago"; "-" for 0.
 std::string relative_time(int64_t then_ms, int64_t now_ms);
-
-const v1::Plugin* plugin_in(const v1::Response& r, const std::string& id);
 
 std::string render_volume_list(const v1::Response& r, int64_t now_ms);
 std::string render_volume(const v1::Volume& v, const v1::Plugin* p, int64_t now_ms);

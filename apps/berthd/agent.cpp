@@ -31,6 +31,7 @@
 #include "actors/server.hpp"
 #include "actors/state_machine.hpp"
 #include "apps/berthd/dev_plugin.hpp"
+#include "apps/berthd/http_api.hpp"
 #include "apps/berthd/metrics_server.hpp"
 #include "tls/caf_tls.hpp"
 #include "persistence/durable_file.hpp"
@@ -165,143 +166,6 @@ void wait_for_leader(caf::actor_system& sys, const server_actor& front) {
   throw std::runtime_error("the single-member cluster elected no leader within 10 s");
 }
 
-// The /v1/ JSON views: what the shell's --json prints, asked of this
-// berthd's server (which forwards to the leader); never secrets (volumes
-// are rendered redacted).
-std::optional<json_view> view(caf::actor_system& sys, const api_actor& api,
-                              const std::string& name, const std::string& path) {
-  v1::Request req;
-  if (path == "/v1/status") {
-    if (!api) return json_view{200, nlohmann::json{{"node_name", name}, {"server", false}}.dump()};
-    req.mutable_agent_status();
-  } else if (path == "/v1/volumes") {
-    req.mutable_volume_list();
-  } else if (path == "/v1/plugins") {
-    req.mutable_plugin_list();
-  } else if (path == "/v1/nodes") {
-    req.mutable_node_list();
-  } else {
-    return std::nullopt;
-  }
-  if (!api) return json_view{404, R"({"error":"this berthd is a client; ask a server"})"};
-  json_view out{503, R"({"error":"no answer"})"};
-  caf::scoped_actor self{sys};
-  self->request(api, std::chrono::seconds(10), api_atom::value, wrap(std::move(req)))
-      .receive(
-          [&](pb<v1::Response>& r) {
-            const auto& resp = r.msg;
-            if (resp.error().code() != v1::OK) {
-              out = {503, nlohmann::json{{"error", resp.error().message()}}.dump(
-                             -1, ' ', false, nlohmann::json::error_handler_t::replace)};
-              return;
-            }
-            nlohmann::json body = nlohmann::json::array();
-            if (path == "/v1/status") {
-              body = agent_json(resp.agent());
-            } else if (path == "/v1/volumes") {
-              for (const auto& v : resp.volumes()) {
-                const v1::Plugin* p = nullptr;
-                for (const auto& pl : resp.plugins())
-                  if (pl.id() == v.plugin_id()) p = &pl;
-                body.push_back(volume_json(v, p));
-              }
-            } else if (path == "/v1/plugins") {
-              for (const auto& p : resp.plugins()) body.push_back(plugin_json(p));
-            } else {
-              for (const auto& n : resp.nodes()) body.push_back(node_json(n));
-            }
-            // Invalid UTF-8 (never accepted by the spec parser, but a view
-            // must not throw on a civetweb thread): replaced, not fatal.
-            out = {200, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
-          },
-          [&](caf::error& e) { out = {503, nlohmann::json{{"error", to_failure(e).message}}.dump()}; });
-  return out;
-}
-
-// GET /v1/event/stream?index=N&topic=T,...&namespace=NS&until_index=M: the
-// event stream as newline-delimited JSON (the lines of `berth event
-// stream`), chunked and held open; a `{}` line every 10 s without events
-// (a heartbeat: the stream notices a client that went away).  Answered by
-// this server from its own journal, like the shell's.
-void event_stream_view(caf::actor_system& sys, const api_actor& api,
-                       const std::map<std::string, std::string>& query, http_stream& out) {
-  auto refuse = [&](int status, nlohmann::json body) {
-    out.start(status, "application/json");
-    out.write(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  };
-  auto number = [](const std::string& s) -> std::optional<uint64_t> {
-    if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos)
-      return std::nullopt;
-    return std::stoull(s);
-  };
-  v1::EventStreamRequest req;
-  uint64_t until = 0;
-  for (const auto& [key, value] : query) {
-    if (key == "index" || key == "until_index") {
-      auto n = number(value);
-      if (!n) return refuse(400, {{"error", key + " must be a log index (a number)"}});
-      if (key == "index")
-        req.set_index(*n);
-      else
-        until = *n;
-    } else if (key == "namespace") {
-      req.set_namespace_(value);
-    } else if (key == "topic") {
-      size_t start = 0;
-      while (start <= value.size()) {
-        auto comma = value.find(',', start);
-        auto t = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        start = comma == std::string::npos ? value.size() + 1 : comma + 1;
-        if (t.empty()) continue;
-        auto topic = parse_event_topic(t);
-        if (!topic || *topic == v1::EVENT_STATE)
-          return refuse(400, {{"error", "topic '" + t + "' is not a topic; the topics are volume, "
-                                                        "claim, alloc, node, plugin"}});
-        req.add_topics(*topic);
-      }
-    } else {
-      return refuse(400, {{"error", "unknown parameter '" + key +
-                                        "'; the parameters are index, topic, namespace, until_index"}});
-    }
-  }
-  caf::scoped_actor self{sys};
-  bool started = false;
-  for (;;) {
-    if (until != 0 && req.index() > until) {
-      if (!started) out.start(200, "application/x-ndjson");
-      return;
-    }
-    // The first poll does not wait: the status line goes out at once.
-    req.set_wait_ms(started ? 10'000 : 0);
-    v1::Request r;
-    *r.mutable_event_stream() = req;
-    std::optional<v1::Response> resp;
-    std::string why = "no answer";
-    self->request(api, std::chrono::seconds(30), api_atom::value, wrap(std::move(r)))
-        .receive([&](pb<v1::Response>& x) { resp = std::move(x.msg); },
-                 [&](caf::error& e) { why = to_failure(e).message; });
-    if (resp && resp->error().code() != v1::OK) why = resp->error().message();
-    if (!resp || resp->error().code() != v1::OK) {
-      nlohmann::json body{{"error", why}};
-      if (resp && resp->journal_first_index() != 0) body["first_index"] = resp->journal_first_index();
-      if (!started)
-        return refuse(resp && resp->journal_first_index() != 0 ? 410 : 503, body);
-      out.write(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-      return;
-    }
-    if (!started) out.start(200, "application/x-ndjson");
-    std::string lines;
-    for (const auto& e : resp->events()) {
-      if (until != 0 && e.index() > until) break;
-      lines += event_json(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    }
-    if (lines.empty() && started) lines = "{}\n";
-    started = true;
-    if (!out.write(lines)) return;
-    req.set_index(std::max(req.index(), resp->next_index()));
-  }
-}
-
 }  // namespace
 
 agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
@@ -379,15 +243,14 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
     }
     sys.spawn(node, std::move(client), api, stats, std::move(cs));
   }
-  started.metrics_port = serve_metrics(opts.metrics_bind, opts.metrics_port, stats->registry(),
-                                       [&sys, api, name = started.name](const std::string& path) {
-                                         return view(sys, api, name, path);
-                                       },
-                                       !api ? stream_view{}
-                                            : stream_view([&sys, api](const std::map<std::string, std::string>& q,
-                                                                      http_stream& out) {
-                                                event_stream_view(sys, api, q, out);
-                                              }));
+  started.metrics_port = serve_metrics(
+      opts.metrics_bind, opts.metrics_port, stats->registry(),
+      [&sys, api, name = started.name](const http_request& req) {
+        return answer_http(sys, api, name, req);
+      },
+      !api ? stream_view{} : stream_view([&sys, api](const http_request& req, http_stream& out) {
+        event_stream_view(sys, api, req, out);
+      }));
   return started;
 }
 

@@ -1,5 +1,7 @@
 #include "apps/berthd/metrics_server.hpp"
 
+#include "apps/berthd/ui_assets.hpp"
+
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
@@ -15,7 +17,7 @@ namespace berth {
 namespace {
 
 // civetweb's callbacks are plain function pointers: the views live here.
-std::function<std::optional<json_view>(const std::string&)> views_fn;
+http_view views_fn;
 stream_view events_fn;
 
 // Worker threads of the HTTP server, and how many of them event streams
@@ -75,9 +77,36 @@ std::map<std::string, std::string> query_of(const char* query) {
 void reply(mg_connection* conn, const json_view& view) {
   mg_printf(conn,
             "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-            "Connection: close\r\n\r\n",
+            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
             view.status, view.status == 200 ? "OK" : "Error", view.body.size());
   mg_write(conn, view.body.data(), view.body.size());
+}
+
+// The request as the API sees it; the body of a POST is read here.
+http_request request_of(mg_connection* conn, const mg_request_info* info, bool token_in_query) {
+  http_request req;
+  req.method = info->request_method;
+  req.path = info->local_uri;
+  req.query = query_of(info->query_string);
+  if (const char* t = mg_get_header(conn, "X-Berth-Token")) req.token = t;
+  auto q = req.query.find("token");
+  if (q != req.query.end()) {
+    if (token_in_query && req.token.empty()) req.token = q->second;
+    req.query.erase(q);
+  }
+  if (const char* ct = mg_get_header(conn, "Content-Type")) {
+    req.content_type = ct;
+    req.content_type = req.content_type.substr(0, req.content_type.find(';'));
+    while (!req.content_type.empty() && req.content_type.back() == ' ') req.content_type.pop_back();
+  }
+  if (req.method == "POST") {
+    constexpr size_t most = 64 * 1024;
+    char buf[4096];
+    int n;
+    while (req.body.size() <= most && (n = mg_read(conn, buf, sizeof buf)) > 0)
+      req.body.append(buf, static_cast<size_t>(n));
+  }
+  return req;
 }
 
 int stream_events(mg_connection* conn, const mg_request_info* info) {
@@ -92,9 +121,40 @@ int stream_events(mg_connection* conn, const mg_request_info* info) {
     return 503;
   }
   chunked_stream out(conn);
-  events_fn(query_of(info->query_string), out);
+  events_fn(request_of(conn, info, true), out);
   out.end();
   --streams;
+  return 200;
+}
+
+void redirect(mg_connection* conn, const char* to) {
+  mg_printf(conn,
+            "HTTP/1.1 302 Found\r\nLocation: %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            to);
+}
+
+// GET /ui/NAME: a file of ui/ from memory (/ui/ is index.html).  The pages
+// may load nothing but this server's files (the Content-Security-Policy).
+int serve_ui(mg_connection* conn, const std::string& path, bool head) {
+  auto name = path.substr(4);
+  const ui_asset* a = find_ui_asset(name.empty() ? "index.html" : name);
+  if (a == nullptr) {
+    static const std::string none = "no such file of the web UI; open /ui/\n";
+    mg_printf(conn,
+              "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n"
+              "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+              none.size());
+    if (!head) mg_write(conn, none.data(), none.size());
+    return 404;
+  }
+  mg_printf(conn,
+            "HTTP/1.1 200 OK\r\nContent-Type: %.*s\r\nContent-Length: %zu\r\n"
+            "Cache-Control: no-cache\r\nX-Content-Type-Options: nosniff\r\n"
+            "X-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n"
+            "Content-Security-Policy: default-src 'self'; img-src 'self' data:; "
+            "frame-ancestors 'none'\r\nConnection: close\r\n\r\n",
+            static_cast<int>(a->content_type.size()), a->content_type.data(), a->body.size());
+  if (!head) mg_write(conn, a->body.data(), a->body.size());
   return 200;
 }
 
@@ -102,26 +162,37 @@ int begin_request(mg_connection* conn) {
   const auto* info = mg_get_request_info(conn);
   if (info == nullptr || info->local_uri == nullptr) return 0;
   std::string path = info->local_uri;
-  if (path.rfind("/v1/", 0) != 0) return 0;  // /metrics: prometheus-cpp's
-  if (path == "/v1/event/stream" && std::strcmp(info->request_method, "GET") == 0)
-    return stream_events(conn, info);
-  json_view view{404, "{\"error\":\"no such view; try /v1/status, /v1/volumes, /v1/plugins, "
-                      "/v1/nodes, /v1/event/stream\"}"};
-  if (std::strcmp(info->request_method, "GET") != 0) {
-    view = {405, "{\"error\":\"only GET\"}"};
-  } else if (views_fn) {
-    if (auto v = views_fn(path)) view = std::move(*v);
+  std::string method = info->request_method;
+  if (path == "/" || path == "/ui") {
+    redirect(conn, "/ui/");
+    return 302;
   }
-  reply(conn, view);
-  return view.status;
+  if (path.rfind("/ui/", 0) == 0) {
+    if (method != "GET" && method != "HEAD") {
+      reply(conn, {405, "{\"error\":\"the web UI's files are GET only\"}"});
+      return 405;
+    }
+    return serve_ui(conn, path, method == "HEAD");
+  }
+  if (path.rfind("/v1/", 0) != 0) return 0;  // /metrics: prometheus-cpp's
+  if (path == "/v1/event/stream") {
+    if (method == "GET") return stream_events(conn, info);
+    reply(conn, {405, "{\"error\":\"/v1/event/stream is GET only\"}"});
+    return 405;
+  }
+  std::optional<json_view> view;
+  if (views_fn) view = views_fn(request_of(conn, info, false));
+  if (!view)
+    view = json_view{404, "{\"error\":\"no such path\"}"};
+  reply(conn, *view);
+  return view->status;
 }
 
 }  // namespace
 
 uint16_t serve_metrics(const std::string& bind, uint16_t port,
                        std::shared_ptr<prometheus::Registry> registry,
-                       std::function<std::optional<json_view>(const std::string& path)> views,
-                       stream_view events) {
+                       http_view views, stream_view events) {
   // Lives as long as the process: berthd stops with _Exit.
   static std::unique_ptr<prometheus::Exposer> exposer;
   static std::shared_ptr<prometheus::Registry> keep;

@@ -1,5 +1,6 @@
-// The HTTP endpoint of every berthd: /metrics (Prometheus text format) and
-// JSON views of the actor state under /v1/ (never secrets).
+// The HTTP endpoint of every berthd: /metrics (Prometheus text format),
+// the /v1/ API (JSON views and actions, never secrets; apps/berthd/http_api)
+// and the web UI under /ui/ (the files of ui/, embedded at build time).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,20 @@ struct json_view {
   std::string body;
 };
 
+// A /v1/ request as the API sees it.
+struct http_request {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // "/v1/volumes"
+  // The query's parameters (URL-decoded; a repeated one joined with
+  // commas), without `token`.
+  std::map<std::string, std::string> query;
+  // The caller's ACL token: the X-Berth-Token header; for the event stream
+  // also the `token` query parameter (EventSource cannot set headers).
+  std::string token;
+  std::string content_type;  // without parameters ("application/json")
+  std::string body;          // POST: at most 64 KiB
+};
+
 // A response written while it is produced (chunked, held open): the first
 // `start` sends the status line and headers; `write` sends a chunk and
 // returns false once the client went away.
@@ -32,19 +47,19 @@ class http_stream {
   virtual bool write(std::string_view chunk) = 0;
 };
 
-// A streamed /v1/ path: the query's parameters (URL-decoded; a repeated
-// one joined with commas) and the stream to write the response to.
-using stream_view =
-    std::function<void(const std::map<std::string, std::string>& query, http_stream& out)>;
+// A /v1/ path answered at once (nullopt: no such path).
+using http_view = std::function<std::optional<json_view>(const http_request& req)>;
+// A streamed /v1/ path: the request and the stream to write the response to.
+using stream_view = std::function<void(const http_request& req, http_stream& out)>;
 
 // Starts serving `registry` on bind:port for the life of the process and
-// answers GET /v1/... through `views` (nullopt: 404), and GET
-// /v1/event/stream through `events` (at most a few at once: 503 beyond);
-// returns the port (useful with port 0).  Throws std::runtime_error naming
-// the address when it cannot listen.
+// answers /v1/... through `views` (nullopt: 404), GET /v1/event/stream
+// through `events` (at most a few at once: 503 beyond), and GET /ui/... from
+// the embedded files of ui/ (apps/berthd/ui_assets.hpp); returns the port
+// (useful with port 0).  Throws std::runtime_error naming the address when
+// it cannot listen.
 uint16_t serve_metrics(const std::string& bind, uint16_t port,
-                       std::shared_ptr<prometheus::Registry> registry,
-                       std::function<std::optional<json_view>(const std::string& path)> views,
+                       std::shared_ptr<prometheus::Registry> registry, http_view views,
                        stream_view events);
 
 }  // namespace berth

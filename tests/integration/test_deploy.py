@@ -171,6 +171,51 @@ class LocalClusterTest(unittest.TestCase):
         self.assertIn("stopped 0 processes", self.script("down").stdout)
         self.assertRegex(self.script("status", expect=1).stdout, r"(?m)^s1\s+-\s+stopped")
 
+    def test_up_with_tls(self):
+        """--tls: berth tls makes the certificates, every process runs with
+        them; a shell without a certificate is refused, one with DIR/env's
+        serves claims through every server (followers forward over TLS)."""
+        started = time.time()
+        r = self.script("up", "--base-port", str(self.base), "--tls")
+        print("local-cluster up --tls took %.1fs" % (time.time() - started), file=sys.stderr)
+        self.assertIn("mutual TLS", r.stdout)
+        tls_dir = os.path.join(self.dir, "tls")
+        for f in ("berth-agent-ca.pem", "global-server-berth.pem", "global-client-berth.pem",
+                  "global-cli-berth.pem"):
+            self.assertTrue(os.path.exists(os.path.join(tls_dir, f)), f)
+        plain = {k: v for k, v in env().items()
+                 if k not in ("BERTH_CACERT", "BERTH_CLIENT_CERT", "BERTH_CLIENT_KEY")}
+        refused = subprocess.run([BERTH, "--address", "127.0.0.1:%d" % self.base, "--timeout",
+                                  "10", "status"], env=plain, capture_output=True, text=True,
+                                 timeout=60)
+        self.assertEqual(refused.returncode, 5, refused)
+        self.assertIn("requires TLS", refused.stderr)
+        tls_env = dict(plain)
+        with open(os.path.join(self.dir, "env")) as f:
+            for m in re.finditer(r"export (BERTH_\w+)=(\S+)", f.read()):
+                tls_env[m.group(1)] = m.group(2)
+        self.assertIn("BERTH_CLIENT_CERT", tls_env)
+
+        def b(port, *args, stdin=None):
+            r = subprocess.run([BERTH, "--address", "127.0.0.1:%d" % port, "--json",
+                                "--timeout", "30"] + list(args), input=stdin, env=tls_env,
+                               capture_output=True, text=True, timeout=90)
+            self.assertEqual(r.returncode, 0, "%s\n%s\n%s" % (args, r.stdout, r.stderr))
+            return json.loads(r.stdout) if r.stdout.strip() else None
+
+        shells = [self.base + 3 * i for i in range(3)]
+        b(shells[0], "volume", "create", "-", stdin=json.dumps(VOLUME))
+        for i, port in enumerate(shells):  # the leader and both followers
+            peers = b(port, "operator", "raft", "list-peers")
+            self.assertEqual(sorted(p["role"] for p in peers), ["follower", "follower", "leader"])
+            node = "c%d" % (i % 2 + 1)
+            claim = b(port, "volume", "claim", "shared", "--alloc", "t%d" % i, "--node", node)
+            self.assertTrue(claim["published_path"].startswith(self.dir + "/" + node + "/"))
+            b(port, "volume", "release", "shared", "--alloc", "t%d" % i)
+        self.assertRegex(self.script("status").stdout, r"\bleader\b")
+        self.assertIn("stopped 7 processes", self.script("down").stdout)
+        self.assertEqual(processes_under(self.dir), [])
+
     def test_usage(self):
         r = subprocess.run([LOCAL_CLUSTER], capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)

@@ -26,6 +26,7 @@ namespace berth {
 
 // --- atoms (verbs) ---------------------------------------------------------
 
+using acl_atom = caf::atom_constant<caf::atom("acl")>;
 using api_atom = caf::atom_constant<caf::atom("api")>;
 using availability_atom = caf::atom_constant<caf::atom("availabl")>;
 using append_atom = caf::atom_constant<caf::atom("append")>;
@@ -106,6 +107,13 @@ using state_machine_actor = caf::typed_actor<
     // A --stale read (any status or list, with its filter and page):
     // answered from this server's catalog as of its applied index.
     caf::replies_to<read_atom, pb<v1::Request>>::with<pb<v1::Response>>,
+    // ACLs (berthd --acl): checks a request the server answers itself
+    // (event stream, monitor, raft, snapshots) against its token with this
+    // server's catalog; replies OK or the refusal.
+    caf::replies_to<acl_atom, pb<v1::Request>>::with<pb<v1::Response>>,
+    // ACLs: the answer to a request (events, lists) without what the
+    // request's token may not see (or the refusal).
+    caf::replies_to<acl_atom, pb<v1::Request>, pb<v1::Response>>::with<pb<v1::Response>>,
     // Replies with the applied index and a consistent copy of the state
     // database (after every apply sent before this request).
     caf::replies_to<snapshot_atom>::with<uint64_t, std::string>,
@@ -304,8 +312,10 @@ using leader_actor = caf::typed_actor<
     // Timer: marks nodes whose client stopped heartbeating down (their
     // allocs lost) and garbage-collects empty plugins.
     caf::reacts_to<tick_atom>,
-    // A node actor (a berth client) serves the node with this id.
-    caf::reacts_to<node_atom, std::string, node_actor>>;
+    // A node actor (a berth client) serves the node with this id; with
+    // ACLs on, only when the node secret given is the one its id is bound
+    // to (or binds it, the first time).
+    caf::reacts_to<node_atom, std::string, std::string, node_actor>>;
 
 // The volume watcher (actors/watcher.hpp), spawned by the leader: releases
 // the claims of terminal, lost and vanished allocs, retrying failed steps
@@ -343,7 +353,9 @@ using api_actor = caf::typed_actor<
     // every fingerprint, so a new leader learns it); replies with the newest
     // Raft term in which this server knows a leader (0: none yet), so the
     // client fences off older leaders before the new one calls it.
-    caf::replies_to<node_atom, std::string, node_actor>::with<uint64_t>>;
+    // The second string is the client's node secret (ACLs: checked by the
+    // leader against the one the node id is bound to).
+    caf::replies_to<node_atom, std::string, std::string, node_actor>::with<uint64_t>>;
 
 // The replicated log: Raft across the servers (one member in --dev),
 // durable in SQLite.  Runs detached: it fsyncs.  Published on the raft port

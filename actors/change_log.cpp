@@ -201,6 +201,27 @@ void log_change(const applied_change& a, uint64_t index) {
     case v1::Change::kRestoreState:
       logging::warn(component, "state restored from an operator's snapshot", {{"index", index}});
       break;
+    // ACLs: names and accessor ids only, never a secret or its hash.
+    case v1::Change::kAclPolicyUpsert:
+      logging::info(component, b.has_acl_policy_upsert() ? "ACL policy updated" : "ACL policy created",
+                    {{"policy", c.acl_policy_upsert().name()}, {"index", index}});
+      break;
+    case v1::Change::kAclPolicyDelete:
+      logging::info(component, "ACL policy deleted",
+                    {{"policy", c.acl_policy_delete()}, {"index", index}});
+      break;
+    case v1::Change::kAclBootstrap:
+    case v1::Change::kAclTokenUpsert: {
+      const auto& t = c.has_acl_bootstrap() ? c.acl_bootstrap() : c.acl_token_upsert();
+      logging::info(component, c.has_acl_bootstrap() ? "ACL bootstrapped" : "ACL token created",
+                    {{"accessor", t.accessor_id()}, {"name", t.name()}, {"type", t.type()},
+                     {"index", index}});
+      break;
+    }
+    case v1::Change::kAclTokenDelete:
+      logging::info(component, "ACL token deleted",
+                    {{"accessor", c.acl_token_delete()}, {"index", index}});
+      break;
     default:
       break;
   }

@@ -42,6 +42,8 @@ struct leader_options {
   // The volumes' condition is checked this often (berthd
   // --volume-health-interval); < 0: never.
   int64_t volume_health_ms = 60000;
+  // berthd --acl: every request is checked against its token (control/acl).
+  bool acl = false;
 };
 
 // What the leader keeps for a volume with an actor or work under way

@@ -78,7 +78,7 @@ void heartbeat(self_ptr self) {
   auto& st = self->state;
   if (!st.api) return;
   self->request(st.api, std::chrono::seconds(30), node_atom::value, st.config.node_id,
-                caf::actor_cast<node_actor>(self))
+                st.config.node_secret, caf::actor_cast<node_actor>(self))
       .then(
           [self](uint64_t term) {
             auto& st = self->state;
@@ -114,7 +114,7 @@ void report_exit(self_ptr self, const std::string& id) {
   auto it = st.allocs.find(id);
   if (it == st.allocs.end() || !st.api) return;
   self->request(st.api, std::chrono::seconds(30), api_atom::value,
-                wrap(exit_report(it->second, st.config.node_id)))
+                wrap(exit_report(it->second, st.config.node_id, st.config.node_secret)))
       .then(
           [self, id](pb<v1::Response>& r) {
             if (!exit_report_taken(r.msg.error().code())) return;  // again on the next poll
@@ -234,6 +234,7 @@ void measure_published(self_ptr self) {
     if (!st.api) return;
     v1::Request r;
     *r.mutable_volume_stats_report() = *report;
+    r.set_node_secret(st.config.node_secret);
     self->request(st.api, std::chrono::seconds(30), api_atom::value, wrap(std::move(r)))
         .then([](pb<v1::Response>&) {}, [](caf::error&) {});  // again on the next measure
   };

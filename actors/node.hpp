@@ -28,6 +28,9 @@ namespace berth {
 
 struct node_config {
   std::string node_id;
+  // Sent with the node's own reports: the servers bind the node id to it
+  // (ACLs, control/acl).  Made at the client's first start (DATA/node-secret).
+  std::string node_secret;
   std::string csi_root;
   std::vector<node_plugin> plugins;
   std::chrono::milliseconds fingerprint_interval{5000};

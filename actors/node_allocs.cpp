@@ -26,8 +26,10 @@ int32_t exit_code_of(const alloc_table& allocs, const std::string& id) {
   return it == allocs.end() ? 0 : it->second.exit_code;
 }
 
-v1::Request exit_report(const alloc_record& a, const std::string& node_id) {
+v1::Request exit_report(const alloc_record& a, const std::string& node_id,
+                        const std::string& node_secret) {
   v1::Request req;
+  req.set_node_secret(node_secret);
   auto* u = req.mutable_alloc_update();
   u->set_id(a.alloc.id());
   u->set_node_id(node_id);

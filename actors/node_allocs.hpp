@@ -35,7 +35,8 @@ int32_t exit_code_of(const alloc_table& allocs, const std::string& id);
 
 // The alloc_update request that reports an exited alloc to the leader:
 // complete with exit code 0, else failed, with how it ended.
-v1::Request exit_report(const alloc_record& a, const std::string& node_id);
+v1::Request exit_report(const alloc_record& a, const std::string& node_id,
+                        const std::string& node_secret);
 
 // Whether the leader took an exit report (or no longer knows the alloc):
 // then the client forgets it; otherwise it reports again on the next poll.

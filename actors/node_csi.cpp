@@ -74,8 +74,9 @@ v1::PluginInstance probed_instance(const v1::PluginInstance* known, v1::PluginIn
 }
 
 v1::Request fingerprint_report(const node_plugin& p, const std::string& node_id,
-                               const v1::PluginInstance& inst) {
+                               const std::string& node_secret, const v1::PluginInstance& inst) {
   v1::Request req;
+  req.set_node_secret(node_secret);
   auto* f = req.mutable_plugin_fingerprint();
   f->set_plugin_id(p.id);
   f->set_node_id(node_id);

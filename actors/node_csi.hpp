@@ -45,7 +45,7 @@ v1::PluginInstance probed_instance(const v1::PluginInstance* known, v1::PluginIn
 
 // The fingerprint request that reports an instance to the leader.
 v1::Request fingerprint_report(const node_plugin& p, const std::string& node_id,
-                               const v1::PluginInstance& inst);
+                               const std::string& node_secret, const v1::PluginInstance& inst);
 
 // CSI calls waiting for their plugin's first healthy probe since the
 // client started (after a restart the plugin may not be back yet, and what

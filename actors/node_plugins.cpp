@@ -21,7 +21,7 @@ void on_probed(node_self self, const node_plugin& p, v1::PluginInstance inst) {
   auto key = inst.SerializeAsString();
   if (st.reported[p.id] == key || !st.api) return;
   self->request(st.api, std::chrono::seconds(30), api_atom::value,
-                wrap(fingerprint_report(p, st.config.node_id, inst)))
+                wrap(fingerprint_report(p, st.config.node_id, st.config.node_secret, inst)))
       .then(
           [self, id = p.id, key](pb<v1::Response>& r) {
             // Remember only what the leader accepted; otherwise the next

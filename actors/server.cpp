@@ -53,6 +53,7 @@ std::string outcome_name(const v1::Response& r) {
     case v1::NOT_FOUND: return "not_found";
     case v1::REFUSED: return "refused";
     case v1::UNAVAILABLE: return "unavailable";
+    case v1::FORBIDDEN: return "forbidden";
     default: return "internal";
   }
 }
@@ -98,7 +99,8 @@ void connect_leader(self_ptr self) {
       st.remote = handle;
       self->monitor(st.remote);
       // (anon: the reply, a term, is for the client, not for this server.)
-      for (const auto& [id, node] : st.nodes) caf::anon_send(st.remote, node_atom::value, id, node);
+      for (const auto& [id, node] : st.nodes)
+        caf::anon_send(st.remote, node_atom::value, id, st.node_secrets[id], node);
       flush_waiting(self);
       return;
     }
@@ -267,7 +269,7 @@ void monitor(self_ptr self, const v1::MonitorRequest& m, promise rp) {
 }
 
 // event stream: a long poll on this server's event journal.
-void stream_events(self_ptr self, v1::EventStreamRequest req, promise rp) {
+void stream_events(self_ptr self, v1::EventStreamRequest req, std::string token, promise rp) {
   for (auto t : req.topics())
     if (t == v1::EVENT_TOPIC_UNKNOWN || !v1::EventTopic_IsValid(t)) {
       rp.deliver(failure_response(errc::invalid, "unknown event topic; the topics are volume, "
@@ -276,15 +278,68 @@ void stream_events(self_ptr self, v1::EventStreamRequest req, promise rp) {
     }
   std::chrono::milliseconds wait{req.wait_ms()};
   self->request(self->state.journal, wait + std::chrono::seconds(10), stream_atom::value,
-                wrap(std::move(req)))
-      .then([rp](pb<v1::Response>& r) mutable { rp.deliver(std::move(r)); },
+                wrap(req))
+      .then([self, token, rp](pb<v1::Response>& r) mutable {
+              if (!self->state.options.acl) {
+                rp.deliver(std::move(r));
+                return;
+              }
+              // ACLs: only the events the token may see.
+              v1::Request asked;
+              asked.mutable_event_stream();
+              asked.set_token(token);
+              self->request(self->state.machine, std::chrono::seconds(10), acl_atom::value,
+                            wrap(std::move(asked)), std::move(r))
+                  .then([rp](pb<v1::Response>& filtered) mutable { rp.deliver(std::move(filtered)); },
+                        [rp](caf::error& e) mutable {
+                          auto f = to_failure(e);
+                          rp.deliver(failure_response(f.code, f.message));
+                        });
+            },
             [rp](caf::error& e) mutable {
               auto f = to_failure(e);
               rp.deliver(failure_response(f.code, f.message));
             });
 }
 
+// The requests this server answers itself, without the leader actor:
+// with ACLs on, their token is checked against this server's catalog
+// (the state machine's) first.
+bool answered_here(const v1::Request& req) {
+  return (req.has_monitor() && req.monitor().node_id().empty()) || req.has_raft_list_peers() ||
+         req.has_event_stream() || req.has_raft_remove_peer() ||
+         req.has_raft_transfer_leadership() || req.has_snapshot_save() ||
+         req.command_case() == v1::Request::kSnapshotRestore || (req.stale() && is_read(req));
+}
+
+void execute_checked(self_ptr self, v1::Request req, promise rp);
+
 void execute(self_ptr self, v1::Request req, promise rp) {
+  // A stale read is checked by the state machine as it answers it.
+  if (!self->state.options.acl || !answered_here(req) ||
+      (req.stale() && is_read(req))) {
+    execute_checked(self, std::move(req), rp);
+    return;
+  }
+  auto check = req;
+  // The check needs no snapshot's bytes.
+  if (req.command_case() == v1::Request::kSnapshotRestore) check.set_snapshot_restore("");
+  self->request(self->state.machine, std::chrono::seconds(10), acl_atom::value, wrap(std::move(check)))
+      .then(
+          [self, req = std::move(req), rp](pb<v1::Response>& r) mutable {
+            if (r.msg.error().code() != v1::OK) {
+              rp.deliver(std::move(r));
+              return;
+            }
+            execute_checked(self, std::move(req), rp);
+          },
+          [rp](caf::error& e) mutable {
+            auto f = to_failure(e);
+            rp.deliver(failure_response(f.code, f.message));
+          });
+}
+
+void execute_checked(self_ptr self, v1::Request req, promise rp) {
   auto& st = self->state;
   if (req.has_monitor() && req.monitor().node_id().empty()) {
     monitor(self, req.monitor(), rp);
@@ -302,7 +357,7 @@ void execute(self_ptr self, v1::Request req, promise rp) {
   // applies the same entries, so a consumer streams on through a leader
   // change.
   if (req.has_event_stream()) {
-    stream_events(self, std::move(*req.mutable_event_stream()), rp);
+    stream_events(self, std::move(*req.mutable_event_stream()), req.token(), rp);
     return;
   }
   if (req.stale() && is_read(req)) {
@@ -345,7 +400,8 @@ void start_leader(self_ptr self, state_contents contents) {
   st.leader =
       self->spawn<caf::linked>(leader, st.log, std::move(contents), st.stats, options);
   st.remote = nullptr;
-  for (const auto& [id, node] : st.nodes) self->send(st.leader, node_atom::value, id, node);
+  for (const auto& [id, node] : st.nodes)
+    self->send(st.leader, node_atom::value, id, st.node_secrets[id], node);
 }
 
 // operator snapshot save: a consistent copy of the state, as of a
@@ -455,13 +511,15 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
         execute(self, std::move(req.msg), rp);
         return rp;
       },
-      [self](node_atom, const std::string& id, node_actor node) -> uint64_t {
+      [self](node_atom, const std::string& id, const std::string& secret,
+             node_actor node) -> uint64_t {
         auto& st = self->state;
         st.nodes[id] = node;
+        st.node_secrets[id] = secret;
         if (st.leader)
-          self->send(st.leader, node_atom::value, id, node);
+          self->send(st.leader, node_atom::value, id, secret, node);
         else if (st.remote)
-          caf::anon_send(st.remote, node_atom::value, id, node);
+          caf::anon_send(st.remote, node_atom::value, id, secret, node);
         else
           // After a leader change nothing may be forwarded through this
           // server for a while: connect now (it tells the new leader every

@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <algorithm>
+
+#include "control/acl.hpp"
 #include "control/events.hpp"
 #include "control/views.hpp"
 
@@ -19,6 +22,7 @@ catalog catalog_of(state_contents c) {
   for (auto& p : c.plugins) out.plugins.emplace(p.id(), std::move(p));
   for (auto& n : c.nodes) out.nodes.emplace(n.id(), std::move(n));
   for (auto& a : c.allocs) out.allocs.emplace(a.id(), std::move(a));
+  add_acl(out, std::move(c.acl_policies), std::move(c.acl_tokens), c.acl_bootstrap_index);
   return out;
 }
 
@@ -52,7 +56,8 @@ std::vector<v1::Event> apply_entries(self_ptr self, const committed_batch& batch
 state_machine_actor::behavior_type state_machine(
     state_machine_actor::stateful_pointer<state_machine_state> self,
     std::shared_ptr<state_store> store, std::shared_ptr<metrics> stats,
-    event_journal_actor journal) {
+    event_journal_actor journal, bool acl) {
+  self->state.acl = acl;
   self->state.store = std::move(store);
   self->state.stats = std::move(stats);
   self->state.journal = std::move(journal);
@@ -74,10 +79,29 @@ state_machine_actor::behavior_type state_machine(
       [self](applied_atom) -> uint64_t { return self->state.store->applied_index(); },
       [self](load_atom) -> state_contents { return self->state.store->load(); },
       [self](read_atom, const pb<v1::Request>& req) -> pb<v1::Response> {
+        acl::grant g;
+        if (self->state.acl)
+          if (auto f = acl::check(self->state.cat, req.msg, g)) return wrap(error_response(*f));
         auto r = answer_read(self->state.cat, req.msg,
                              [](const std::string&) { return int64_t{0}; });
         if (!r) return wrap(error_response(failure{errc::invalid, "not a read"}));
+        if (self->state.acl) acl::filter_response(g, req.msg, *r);
         return wrap(std::move(*r));
+      },
+      [self](acl_atom, const pb<v1::Request>& req) -> pb<v1::Response> {
+        acl::grant g;
+        if (auto f = acl::check(self->state.cat, req.msg, g)) return wrap(error_response(*f));
+        return wrap(v1::Response{});
+      },
+      [self](acl_atom, const pb<v1::Request>& req, pb<v1::Response>& resp) -> pb<v1::Response> {
+        acl::grant g;
+        if (auto f = acl::check(self->state.cat, req.msg, g)) return wrap(error_response(*f));
+        acl::filter_response(g, req.msg, resp.msg);
+        auto* events = resp.msg.mutable_events();
+        events->erase(std::remove_if(events->begin(), events->end(),
+                                     [&](const v1::Event& e) { return !acl::may_see(g, e); }),
+                      events->end());
+        return std::move(resp);
       },
       [self](snapshot_atom) -> std::tuple<uint64_t, std::string> {
         try {

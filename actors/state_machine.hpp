@@ -19,12 +19,15 @@ struct state_machine_state {
   // The state tables' contents in memory, as of the same applied index:
   // what each change replaced, for its events (control/events).
   catalog cat;
+  // berthd --acl: reads and the server's own answers are checked against
+  // the request's token (control/acl) with this catalog.
+  bool acl = false;
   static inline const char* name = "state_machine";
 };
 
 state_machine_actor::behavior_type state_machine(
     state_machine_actor::stateful_pointer<state_machine_state> self,
     std::shared_ptr<state_store> store, std::shared_ptr<metrics> stats,
-    event_journal_actor journal);
+    event_journal_actor journal, bool acl);
 
 }  // namespace berth

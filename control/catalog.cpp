@@ -68,6 +68,24 @@ std::set<volume_key> volumes_claimed_on(const catalog& c, const std::string& nod
   return out;
 }
 
+namespace {
+
+void put_token(catalog& c, const v1::AclToken& t) {
+  auto it = c.acl_tokens.find(t.accessor_id());
+  if (it != c.acl_tokens.end()) c.acl_by_hash.erase(it->second.secret_hash());
+  c.acl_tokens[t.accessor_id()] = t;
+  c.acl_by_hash[t.secret_hash()] = t.accessor_id();
+}
+
+}  // namespace
+
+void add_acl(catalog& c, std::vector<v1::AclPolicy> policies, std::vector<v1::AclToken> tokens,
+             uint64_t bootstrap_index) {
+  for (auto& p : policies) c.acl_policies[p.name()] = std::move(p);
+  for (const auto& t : tokens) put_token(c, t);
+  c.acl_bootstrap_index = bootstrap_index;
+}
+
 std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry) {
   std::vector<applied_change> out;
   if (index <= c.applied_index) return out;
@@ -107,6 +125,27 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
       case v1::Change::kAllocDelete:
         before = erase(c.allocs, change.alloc_delete());
         break;
+      case v1::Change::kAclPolicyUpsert:
+        before = put(c.acl_policies, change.acl_policy_upsert().name(), change.acl_policy_upsert());
+        break;
+      case v1::Change::kAclPolicyDelete:
+        before = erase(c.acl_policies, change.acl_policy_delete());
+        break;
+      case v1::Change::kAclBootstrap:
+        c.acl_bootstrap_index = index;
+        put_token(c, change.acl_bootstrap());
+        break;
+      case v1::Change::kAclTokenUpsert:
+        put_token(c, change.acl_token_upsert());
+        break;
+      case v1::Change::kAclTokenDelete: {
+        auto it = c.acl_tokens.find(change.acl_token_delete());
+        if (it != c.acl_tokens.end()) {
+          c.acl_by_hash.erase(it->second.secret_hash());
+          c.acl_tokens.erase(it);
+        }
+        break;
+      }
       case v1::Change::kRestoreState:
         c.restored = true;
         change.set_restore_state("");  // the bytes stay in the log, not here

@@ -45,6 +45,13 @@ struct catalog {
   // apply and add_volume, so a new leader finds the expansions to resume
   // without scanning every volume.
   std::set<volume_key> expanding;
+  // ACLs (control/acl): policies by name, tokens by accessor id, the
+  // accessor id of each token's secret hash, and the index of the committed
+  // bootstrap (0: none yet).
+  std::map<std::string, v1::AclPolicy> acl_policies;
+  std::map<std::string, v1::AclToken> acl_tokens;
+  std::map<std::string, std::string> acl_by_hash;
+  uint64_t acl_bootstrap_index = 0;
   // A committed operator restore replaced the state wholesale: this copy is
   // stale until it is loaded again from the state tables.
   bool restored = false;
@@ -64,6 +71,10 @@ void alloc_upserts_first(std::vector<applied_change>& changes);
 // Adds a volume loaded from the state tables (no entry, no stamp), with
 // its claims indexed.
 void add_volume(catalog& c, v1::Volume v);
+
+// Adds the ACL objects loaded from the state tables (no entry, no stamp).
+void add_acl(catalog& c, std::vector<v1::AclPolicy> policies, std::vector<v1::AclToken> tokens,
+             uint64_t bootstrap_index);
 
 // The volumes with a claim (any state) on the node, from claimed_on.
 std::set<volume_key> volumes_claimed_on(const catalog& c, const std::string& node_id);

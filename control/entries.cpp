@@ -33,6 +33,12 @@ v1::Change upsert_change(v1::Alloc a) {
   return c;
 }
 
+v1::Change upsert_change(v1::AclPolicy p) {
+  v1::Change c;
+  *c.mutable_acl_policy_upsert() = std::move(p);
+  return c;
+}
+
 v1::Change volume_delete_change(const std::string& ns, const std::string& id) {
   v1::Change c;
   c.mutable_volume_delete()->set_namespace_(ns);
@@ -80,6 +86,9 @@ void stamp(v1::Change& change, uint64_t index) {
     case v1::Change::kPluginUpsert: stamp_object(*change.mutable_plugin_upsert(), index); break;
     case v1::Change::kNodeUpsert: stamp_object(*change.mutable_node_upsert(), index); break;
     case v1::Change::kAllocUpsert: stamp_object(*change.mutable_alloc_upsert(), index); break;
+    case v1::Change::kAclPolicyUpsert: stamp_object(*change.mutable_acl_policy_upsert(), index); break;
+    case v1::Change::kAclTokenUpsert: stamp_object(*change.mutable_acl_token_upsert(), index); break;
+    case v1::Change::kAclBootstrap: stamp_object(*change.mutable_acl_bootstrap(), index); break;
     default: break;
   }
 }

@@ -22,6 +22,7 @@ v1::Change upsert_change(v1::Volume v);
 v1::Change upsert_change(v1::Plugin p);
 v1::Change upsert_change(v1::Node n);
 v1::Change upsert_change(v1::Alloc a);
+v1::Change upsert_change(v1::AclPolicy p);
 v1::Change volume_delete_change(const std::string& ns, const std::string& id);
 v1::Change plugin_delete_change(const std::string& id);
 v1::Change alloc_delete_change(const std::string& id);

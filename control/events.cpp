@@ -180,6 +180,13 @@ std::vector<v1::Event> events_of(uint64_t index, const std::vector<applied_chang
       case v1::Change::kRestoreState:
         b.add(v1::EVENT_STATE, "StateRestored", "", "");
         break;
+      // ACL policies and tokens are not in the event stream (as in Nomad,
+      // whose ACL topics need a management token): nothing to derive.
+      case v1::Change::kAclPolicyUpsert:
+      case v1::Change::kAclPolicyDelete:
+      case v1::Change::kAclTokenUpsert:
+      case v1::Change::kAclTokenDelete:
+      case v1::Change::kAclBootstrap:
       case v1::Change::CHANGE_NOT_SET:
         break;
     }

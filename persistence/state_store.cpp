@@ -34,7 +34,11 @@ const char* schema =
     "CREATE TABLE IF NOT EXISTS nodes(id TEXT PRIMARY KEY, modify_index INTEGER NOT NULL,"
     " data BLOB NOT NULL);"
     "CREATE TABLE IF NOT EXISTS allocs(id TEXT PRIMARY KEY, modify_index INTEGER NOT NULL,"
-    " data BLOB NOT NULL);";
+    " data BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS acl_policies(name TEXT PRIMARY KEY, modify_index INTEGER NOT NULL,"
+    " data BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS acl_tokens(accessor_id TEXT PRIMARY KEY,"
+    " modify_index INTEGER NOT NULL, data BLOB NOT NULL);";
 
 const char* claim_mode_name(v1::ClaimMode m) {
   return m == v1::CLAIM_WRITE ? "write" : m == v1::CLAIM_READ ? "read" : "unknown";
@@ -191,6 +195,35 @@ void state_store::apply_change(const v1::Change& c) {
     case v1::Change::kAllocDelete:
       db_->cached("DELETE FROM allocs WHERE id=?").bind(1, c.alloc_delete()).run();
       break;
+    case v1::Change::kAclPolicyUpsert: {
+      const auto& x = c.acl_policy_upsert();
+      db_->cached("INSERT OR REPLACE INTO acl_policies(name, modify_index, data) VALUES(?,?,?)")
+          .bind(1, x.name())
+          .bind(2, static_cast<int64_t>(x.modify_index()))
+          .bind_blob(3, x.SerializeAsString())
+          .run();
+      break;
+    }
+    case v1::Change::kAclPolicyDelete:
+      db_->cached("DELETE FROM acl_policies WHERE name=?").bind(1, c.acl_policy_delete()).run();
+      break;
+    case v1::Change::kAclBootstrap:
+    case v1::Change::kAclTokenUpsert: {
+      const auto& x = c.has_acl_bootstrap() ? c.acl_bootstrap() : c.acl_token_upsert();
+      db_->cached("INSERT OR REPLACE INTO acl_tokens(accessor_id, modify_index, data) VALUES(?,?,?)")
+          .bind(1, x.accessor_id())
+          .bind(2, static_cast<int64_t>(x.modify_index()))
+          .bind_blob(3, x.SerializeAsString())
+          .run();
+      if (c.has_acl_bootstrap())
+        db_->cached("INSERT OR REPLACE INTO meta(key, value) VALUES('acl_bootstrap_index', ?)")
+            .bind(1, std::to_string(x.modify_index()))
+            .run();
+      break;
+    }
+    case v1::Change::kAclTokenDelete:
+      db_->cached("DELETE FROM acl_tokens WHERE accessor_id=?").bind(1, c.acl_token_delete()).run();
+      break;
     case v1::Change::kRestoreState:  // handled by apply()
     case v1::Change::CHANGE_NOT_SET:
       break;
@@ -222,6 +255,15 @@ state_contents state_store::load() {
   c.plugins = load_table<v1::Plugin>(*db_, "SELECT data FROM plugins ORDER BY id");
   c.nodes = load_table<v1::Node>(*db_, "SELECT data FROM nodes ORDER BY id");
   c.allocs = load_table<v1::Alloc>(*db_, "SELECT data FROM allocs ORDER BY id");
+  c.acl_policies = load_table<v1::AclPolicy>(*db_, "SELECT data FROM acl_policies ORDER BY name");
+  c.acl_tokens = load_table<v1::AclToken>(*db_, "SELECT data FROM acl_tokens ORDER BY accessor_id");
+  auto s = db_->prepare("SELECT value FROM meta WHERE key='acl_bootstrap_index'");
+  if (s.step()) {
+    auto text = s.column_text(0);
+    if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos)
+      throw damaged_file(damage_message(path_, "its ACL bootstrap index is not a number"));
+    c.acl_bootstrap_index = std::stoull(text);
+  }
   return c;
 }
 
@@ -240,7 +282,9 @@ std::string state_store::digest() {
                         "SELECT alloc_id || node_id || mode || state FROM claims"
                         " ORDER BY namespace, volume_id, alloc_id",
                         "SELECT data FROM plugins ORDER BY id", "SELECT data FROM nodes ORDER BY id",
-                        "SELECT data FROM allocs ORDER BY id"}) {
+                        "SELECT data FROM allocs ORDER BY id",
+                        "SELECT data FROM acl_policies ORDER BY name",
+                        "SELECT data FROM acl_tokens ORDER BY accessor_id"}) {
     auto s = db_->prepare(q);
     while (s.step()) mix(s.column_blob(0));
   }

@@ -28,6 +28,9 @@ struct state_contents {
   std::vector<v1::Plugin> plugins;
   std::vector<v1::Node> nodes;
   std::vector<v1::Alloc> allocs;
+  std::vector<v1::AclPolicy> acl_policies;
+  std::vector<v1::AclToken> acl_tokens;
+  uint64_t acl_bootstrap_index = 0;
 };
 
 

@@ -12,7 +12,7 @@ build=$(cd "$1" && pwd)
 seconds=${2:-60}
 shift $(( $# >= 2 ? 2 : $# ))
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(spec entry shell hostpath)
+[ ${#targets[@]} -eq 0 ] && targets=(spec entry shell hostpath policy)
 src=$(cd "$(dirname "$0")/.." && pwd)
 status=0
 for t in "${targets[@]}"; do

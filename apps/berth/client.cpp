@@ -77,6 +77,11 @@ bool changes_state(const v1::Request& req) {
     case v1::Request::kMonitor:
     case v1::Request::kEventStream:
     case v1::Request::kSnapshotList:
+    case v1::Request::kAclPolicyList:
+    case v1::Request::kAclPolicyInfo:
+    case v1::Request::kAclTokenList:
+    case v1::Request::kAclTokenInfo:
+    case v1::Request::kAclTokenSelf:
     case v1::Request::COMMAND_NOT_SET:
       return false;
     default:
@@ -105,6 +110,10 @@ bool safe_to_repeat(const v1::Request& req) {
     case v1::Request::kVolumeModify:
     case v1::Request::kVolumeAvailability:
     case v1::Request::kVolumeExpand:  // the same size again changes nothing
+    // The shell made the token's ids: a second send finds the first's token.
+    case v1::Request::kAclBootstrap:
+    case v1::Request::kAclTokenCreate:
+    case v1::Request::kAclPolicyApply:  // the same document again changes nothing
       return true;
     default:
       return !changes_state(req);
@@ -154,12 +163,34 @@ std::string check_command(const v1::Request& req) {
       return "berth volume snapshot list";
     case v1::Request::kVolumeModify:
       return volume(req.volume_modify().namespace_(), req.volume_modify().volume_id());
+    case v1::Request::kAclBootstrap:
+    case v1::Request::kAclTokenCreate:
+    case v1::Request::kAclTokenDelete:
+      return "berth acl token list";
+    case v1::Request::kAclPolicyApply:
+    case v1::Request::kAclPolicyDelete:
+      return "berth acl policy list";
     default:
       return "berth operator raft list-peers";
   }
 }
 
-std::variant<v1::Response, failure> client::call(const v1::Request& req) {
+namespace {
+std::string& process_token() {
+  static std::string token;
+  return token;
+}
+}  // namespace
+
+void client::set_token(std::string secret) { process_token() = std::move(secret); }
+
+std::variant<v1::Response, failure> client::call(const v1::Request& given) {
+  std::optional<v1::Request> with_token;
+  if (given.token().empty() && !process_token().empty()) {
+    with_token = given;
+    with_token->set_token(process_token());
+  }
+  const v1::Request& req = with_token ? *with_token : given;
   // A server answers "retry" when it did nothing (no leader elected yet,
   // the leader's server not reachable): send the same request again until
   // the timeout, so the shell just works through an election.  A lost

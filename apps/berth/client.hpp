@@ -47,6 +47,10 @@ class client {
   // safe_to_repeat are sent again until the timeout, so one effect results.
   std::variant<v1::Response, failure> call(const v1::Request& req);
 
+  // The ACL token's secret every request of this process carries (berth
+  // --token, BERTH_TOKEN) unless it has its own.
+  static void set_token(std::string secret);
+
   const std::string& address() const { return address_; }
   int timeout() const { return timeout_; }
 

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "apps/berth/acl_commands.hpp"
 #include "apps/berth/client.hpp"
 #include "apps/berth/event_stream.hpp"
 #include "apps/berth/render.hpp"
@@ -1439,6 +1440,10 @@ void add_globals(CLI::App& app, globals& g) {
       ->capture_default_str()
       ->check(CLI::Range(1, 3600))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  if (const char* env = std::getenv("BERTH_TOKEN"); env && *env) g.token = env;
+  app.add_option("--token", g.token,
+                 "ACL token's Secret ID to send (env BERTH_TOKEN), when the servers run with --acl")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   for (auto [flag, env, file, help] :
        {std::tuple{"--tls-ca", "BERTH_CACERT", &g.tls.ca,
                    "TLS: the cluster's CA certificate (env BERTH_CACERT)"},
@@ -1484,8 +1489,9 @@ struct command_line {
     add_globals(app, ctx.g);
     app.footer(
         "Exit codes: 0 ok, 1 internal error, 2 usage or invalid input, 3 not found,\n"
-        "4 refused by the rules, 5 berthd unreachable or unavailable, 7 the answer was\n"
-        "lost and the change may have been made (the error says how to check).\n"
+        "4 refused by the rules, 5 berthd unreachable or unavailable, 6 refused by ACLs\n"
+        "(the --token lacks a capability), 7 the answer was lost and the change may have\n"
+        "been made (the error says how to check).\n"
         "TLS: a cluster started with --tls-* needs --tls-ca, --tls-cert and --tls-key here\n"
         "too (or BERTH_CACERT, BERTH_CLIENT_CERT, BERTH_CLIENT_KEY); `berth tls` makes them.");
     add_shell(app, ctx);
@@ -1499,6 +1505,9 @@ struct command_line {
     add_monitor(app, ctx);
     add_event_commands(app, ctx);
     add_tls_commands(app, ctx);
+    add_acl_commands(app, [this](CLI::App* cmd, std::function<plan()> build) {
+      sends(cmd, ctx, std::move(build));
+    });
   }
 };
 
@@ -1566,6 +1575,7 @@ int run_command(const std::vector<std::string>& args, client* shared) {
   // The shell's lines use the TLS of the shell (set when it started).
   if (!shared && !cl.ctx.offline)
     if (auto f = setup_tls(cl.ctx.g)) return fail(cl.ctx.g, *f);
+  if (!cl.ctx.g.token.empty()) client::set_token(cl.ctx.g.token);
   if (cl.ctx.build) return send(cl.ctx.g, cl.ctx.build());
   if (cl.ctx.local) return cl.ctx.local();
   // No command: `berth` on a terminal opens the shell.

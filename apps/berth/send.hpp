@@ -26,6 +26,7 @@ struct globals {
   bool json = false;
   std::string ns = "default";
   int timeout = 30;
+  std::string token;  // --token (or BERTH_TOKEN): an ACL token's secret
   tls::files tls;  // --tls-ca, --tls-cert, --tls-key (or BERTH_CACERT, ...)
   client* shared = nullptr;  // the interactive shell's connection, if any
 };

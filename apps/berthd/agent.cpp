@@ -1,6 +1,12 @@
 #include "apps/berthd/agent.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
@@ -29,6 +35,7 @@
 #include "apps/berthd/dev_plugin.hpp"
 #include "apps/berthd/metrics_server.hpp"
 #include "tls/caf_tls.hpp"
+#include "persistence/durable_file.hpp"
 
 namespace berth {
 
@@ -43,11 +50,40 @@ std::string host_name() {
   return name.substr(0, name.find('.'));
 }
 
+// This client's node secret (control/acl: the servers bind its node id to
+// it): made once from /dev/urandom into DATA/node-secret (0600, fsynced
+// with the directory before it is used), read at every later start.
+std::string node_secret(const std::string& data_dir) {
+  auto path = (fs::path(data_dir) / "node-secret").string();
+  std::ifstream in(path);
+  std::string secret;
+  if (in && std::getline(in, secret) && secret.size() >= 32) return secret;
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  unsigned char bytes[24];
+  if (!random.read(reinterpret_cast<char*>(bytes), sizeof bytes))
+    throw std::runtime_error("cannot read /dev/urandom to make this client's node secret");
+  static const char* hex = "0123456789abcdef";
+  for (unsigned char b : bytes) {
+    secret += hex[b >> 4];
+    secret += hex[b & 15];
+  }
+  // Created 0600 before the secret is written into it.
+  int fd = ::open((path + ".tmp").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || ::fchmod(fd, 0600) != 0)
+    throw std::runtime_error("cannot create " + path + ".tmp: " + std::strerror(errno));
+  ::close(fd);
+  if (auto f = write_and_fsync(path + ".tmp", secret + "\n"))
+    throw std::runtime_error(f->message);
+  if (auto f = rename_durably(path + ".tmp", path, "node_secret")) throw std::runtime_error(f->message);
+  return secret;
+}
+
 // The node actor's configuration from the options; --dev without --plugin
 // starts berth-hostpath and uses it.
 node_config client_config(const agent_options& opts, const std::string& name) {
   node_config cfg;
   cfg.node_id = name;
+  cfg.node_secret = node_secret(opts.data_dir);
   cfg.csi_root = opts.csi_root.empty() ? (fs::path(opts.data_dir) / "csi").string() : opts.csi_root;
   cfg.forget_leader_term = opts.forget_leader_term;
   cfg.fingerprint_interval =
@@ -293,13 +329,14 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
     started.plugins = s.plugins;
     stats->restored(s.log->last_index(), s.applied);
     auto journal = sys.spawn(event_journal_server, opts.event_journal_size, s.applied);
-    auto machine = sys.spawn<caf::detached>(state_machine, s.state, stats, journal);
+    auto machine = sys.spawn<caf::detached>(state_machine, s.state, stats, journal, opts.acl);
     leader_options lo;
     lo.node_down_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(opts.node_down_timeout * 1000));
     lo.gc = gc_thresholds{opts.alloc_gc_ms, opts.node_gc_ms};
     lo.volume_idle_ms = opts.volume_idle_ms;
     lo.volume_health_ms = opts.volume_health_ms;
+    lo.acl = opts.acl;
     auto front = sys.spawn(server, machine, journal, stats, lo);
     started.port = publish(sys, front, opts.bind,
                            opts.port, "shell endpoint", "--port");

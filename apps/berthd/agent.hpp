@@ -52,6 +52,7 @@ struct agent_options {
   int64_t volume_health_ms = 60 * 1000;        // < 0: never
   std::string volume_stats_interval = "60s";   // clients: parsed into volume_stats_ms
   int64_t volume_stats_ms = 60 * 1000;         // < 0: never
+  bool acl = false;                         // servers: --acl (every server of the cluster)
   tls::files tls;                           // --tls-ca, --tls-cert, --tls-key (all or none)
 };
 

@@ -120,6 +120,11 @@ int main(int argc, char** argv) {
                      "VOLUME_CONDITION; e.g. 60s, 5m; 'never' turns it off); a volume whose "
                      "condition turns abnormal takes no new claim without --allow-abnormal")
       ->capture_default_str();
+  server->add_flag("--acl", opts.acl,
+                   "Turn ACLs on (give it to every server): each request must carry a token "
+                   "(berth --token, BERTH_TOKEN) whose policies allow it; `berth acl bootstrap` "
+                   "makes the first management token. Clients need no token: each binds its "
+                   "node id to its own node secret (DATA/node-secret)");
   auto* client = app.add_option_group("client", "Clients: this node and its CSI plugins");
   client->add_option("--servers", opts.servers,
                      "Servers' shell endpoints HOST:PORT (comma-separated or repeated); any of "

@@ -77,15 +77,16 @@ TEST_CASE("allocs: a stop that must unmount what the client still has waits for 
 TEST_CASE("allocs: an exit is reported complete with 0, failed otherwise") {
   auto ok = record("a1", 42, true, 0);
   ok.alloc.set_message("exited with 0");
-  auto r = exit_report(ok, "n1");
+  auto r = exit_report(ok, "n1", "node-secret-of-n1");
   REQUIRE(r.has_alloc_update());
+  CHECK(r.node_secret() == "node-secret-of-n1");
   CHECK(r.alloc_update().id() == "a1");
   CHECK(r.alloc_update().node_id() == "n1");
   CHECK(r.alloc_update().state() == v1::ALLOC_COMPLETE);
   CHECK(r.alloc_update().message() == "the command exited with 0");
   auto bad = record("a2", 42, true, 137);
   bad.alloc.set_message("killed by signal 9");
-  r = exit_report(bad, "n1");
+  r = exit_report(bad, "n1", "node-secret-of-n1");
   CHECK(r.alloc_update().state() == v1::ALLOC_FAILED);
   CHECK(r.alloc_update().exit_code() == 137);
 }

@@ -1528,7 +1528,8 @@ class simulation {
   }
 
   void heartbeat(sim_node& n) {
-    caf::anon_send(w_.leader, node_atom::value, n.id, caf::actor_cast<node_actor>(n.actor));
+    caf::anon_send(w_.leader, node_atom::value, n.id, std::string(),
+                   caf::actor_cast<node_actor>(n.actor));
     // The answer tells the newest term with a leader: the client raises
     // its fence to it (leader_fence::heard).
     n.term_seen = std::max(n.term_seen, w_.term);

@@ -116,8 +116,11 @@ class FileSecurityTest(ClusterTestCase):
 
         # --- secrets: in the servers' state, in no client file or any log.
         leader_dir = self.cluster.leader().data_dir
-        state = b"".join(open(os.path.join(leader_dir, f), "rb").read()
-                         for f in os.listdir(leader_dir) if f.startswith("state.db"))
+        state = b""
+        for f in os.listdir(leader_dir):
+            if f.startswith("state.db"):
+                with open(os.path.join(leader_dir, f), "rb") as db:
+                    state += db.read()
         self.assertIn(SECRET.encode(), state)  # the check below can fail
         for c in ("c1", "c2"):
             for f in files_under(os.path.join(self.tmp, c)):

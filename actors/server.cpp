@@ -113,9 +113,17 @@ void connect_leader(self_ptr self) {
     connect<api_actor>(self, address, connected);  // (not yet told its log: at start only)
     return;
   }
+  // A leader of an older berth does not answer api_atom (a rolling
+  // upgrade): in plain text, its shell port then, as before (over TLS a
+  // second connection would not serve either).
   self->request(st.log, std::chrono::seconds(5), api_atom::value, st.leader_id)
       .then([connected](api_actor& handle) mutable { connected(std::move(handle)); },
-            [connected](caf::error&) mutable { connected(api_actor{}); });
+            [self, address, connected](caf::error&) mutable {
+              if (tls::enabled(self->system()))
+                connected(api_actor{});
+              else
+                connect<api_actor>(self, address, connected);
+            });
 }
 
 // Hands a request to the leader's server (this one does not lead).

@@ -1,7 +1,5 @@
 #include "actors/node.hpp"
 
-#include "actors/log_monitor.hpp"
-
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
 #include <cstdio>
@@ -9,6 +7,7 @@
 #include <set>
 
 #include "actors/clock.hpp"
+#include "actors/log_monitor.hpp"
 #include "actors/node_plugins.hpp"
 #include "log/log.hpp"
 #include "tls/caf_tls.hpp"

@@ -844,7 +844,8 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
         if (auto* f = std::get_if<failure>(&r)) {
           if (st.refusal_logged.insert(node).second)
             logging::warn("raft", "ignoring a peer: it did not prove it holds a server certificate",
-                          {{"peer", who.name()}, {"raft_address", who.raft_address()},
+                          {{"peer", who.name()},
+                           {"raft_address", who.raft_address()},
                            {"error", f->message}});
           return to_error(*f);
         }

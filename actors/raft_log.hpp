@@ -9,13 +9,10 @@
 // single-member cluster.
 #pragma once
 
-#include "persistence/recovery.hpp"
-
-#include <optional>
-
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +21,7 @@
 #include "actors/metrics.hpp"
 #include "persistence/raft/compaction.hpp"
 #include "persistence/raft/raft.hpp"
+#include "persistence/recovery.hpp"
 #include "tls/proof.hpp"
 
 namespace berth {

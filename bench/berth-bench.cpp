@@ -21,7 +21,15 @@
 //   unstorm releases the claims a storm made, all at once.
 //
 // Numbers only: it never judges them.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -30,18 +38,9 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
-#include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
-#include <caf/event_based_actor.hpp>
-#include <caf/io/middleman.hpp>
-#include <caf/scoped_actor.hpp>
-#include <CLI/CLI.hpp>
-
 #include "actors/actors.hpp"
-#include "messages/model.hpp"
 #include "control/entries.hpp"
+#include "messages/model.hpp"
 #include "persistence/state_store.hpp"
 #include "tls/caf_tls.hpp"
 
@@ -468,8 +467,9 @@ int main(int argc, char** argv) {
   caf::actor_system sys{cfg};
 
   auto colon = o.address.rfind(':');
-  auto api = tls::remote_actor<api_actor>(sys, o.address.substr(0, colon),
-                                          static_cast<uint16_t>(std::stoi(o.address.substr(colon + 1))));
+  auto api =
+      tls::remote_actor<api_actor>(sys, o.address.substr(0, colon),
+                                   static_cast<uint16_t>(std::stoi(o.address.substr(colon + 1))));
   if (!api) {
     std::cerr << "berth-bench: cannot reach " << o.address << ": " << sys.render(api.error()) << "\n";
     return 5;

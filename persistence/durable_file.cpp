@@ -1,12 +1,12 @@
 #include "persistence/durable_file.hpp"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include "persistence/crashpoint.hpp"
 

@@ -1,12 +1,11 @@
 #include "persistence/state_store.hpp"
 
-#include "control/entries.hpp"
-
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <iterator>
 
+#include "control/entries.hpp"
 #include "persistence/crashpoint.hpp"
 #include "persistence/durable_file.hpp"
 #include "persistence/file_modes.hpp"

@@ -2,40 +2,37 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <filesystem>
-#include <memory>
-#include <stdexcept>
 #include <unistd.h>
 
+#include <algorithm>
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <thread>
 
-#include <caf/actor_system.hpp>
-#include <caf/scoped_actor.hpp>
-#include <caf/io/middleman.hpp>
-#include <caf/send.hpp>
-
-#include <nlohmann/json.hpp>
-
-#include "actors/log_monitor.hpp"
 #include "actors/event_journal.hpp"
+#include "actors/log_monitor.hpp"
 #include "actors/metrics.hpp"
-#include "messages/codec.hpp"
 #include "actors/node.hpp"
-#include "persistence/client_store.hpp"
-#include "persistence/file_modes.hpp"
-#include "log/log.hpp"
 #include "actors/raft_log.hpp"
 #include "actors/server.hpp"
 #include "actors/state_machine.hpp"
 #include "apps/berthd/dev_plugin.hpp"
 #include "apps/berthd/metrics_server.hpp"
-#include "tls/caf_tls.hpp"
+#include "log/log.hpp"
+#include "messages/codec.hpp"
+#include "persistence/client_store.hpp"
 #include "persistence/durable_file.hpp"
+#include "persistence/file_modes.hpp"
+#include "tls/caf_tls.hpp"
 
 namespace berth {
 
@@ -312,7 +309,8 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
   if (auto f = private_dir(opts.data_dir, &made))
     throw std::runtime_error("the data directory: " + f->message + " (pass a writable --data-dir)");
   if (made == dir_outcome::tightened)
-    logging::info("berthd", "data directory made private (mode 0700): it had group or other permissions",
+    logging::info("berthd",
+                  "data directory made private (mode 0700): it had group or other permissions",
                   {{"dir", opts.data_dir}});
   start_log_monitor(sys);
   agent_started started;

@@ -160,11 +160,12 @@ any_running() {
 # something other than berthd listens; never let a wait loop hang on that.
 berth_cmd() { timeout 10 "$BERTH" --address "$ADDRESS" "$@"; }
 
-# The list-peers table through the first server that answers.
+# The list-peers table through the first server that answers (--timeout 8: a
+# server asks every member over the raft link, up to 5 s for one that is slow).
 list_peers() {
   local i
   for i in 1 2 3; do
-    if timeout 10 "$BERTH" --address "127.0.0.1:$(shell_port "$i")" --timeout 3 "$@" operator raft list-peers 2>/dev/null; then
+    if timeout 15 "$BERTH" --address "127.0.0.1:$(shell_port "$i")" --timeout 8 "$@" operator raft list-peers 2>/dev/null; then
       return 0
     fi
   done
@@ -242,8 +243,15 @@ wait_for() {  # wait_for WHAT COMMAND...: until COMMAND succeeds or WAIT_SECONDS
 }
 
 has_leader() { list_peers --json 2>/dev/null | grep -q '"role": *"leader"'; }
-plugins_healthy() {
-  berth_cmd --json --timeout 3 plugin status hostpath 2>/dev/null | grep -q '"nodes_healthy": *2\b'
+plugins_healthy() {  # asked of every server: the leader answers without forwarding
+  local i
+  for i in 1 2 3; do
+    if timeout 10 "$BERTH" --address "127.0.0.1:$(shell_port "$i")" --json --timeout 3 \
+      plugin status hostpath 2>/dev/null | grep -q '"nodes_healthy": *2\b'; then
+      return 0
+    fi
+  done
+  return 1
 }
 sockets_exist() { [ -S "$DIR/c1/plugin/csi.sock" ] && [ -S "$DIR/c2/plugin/csi.sock" ]; }
 all_alive() {

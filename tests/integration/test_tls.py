@@ -371,6 +371,7 @@ class TlsRoleTest(unittest.TestCase):
             r = run([BERTH, "--address", leader.address, "--json", "--timeout", "10",
                      "operator", "raft", "list-peers"])
             if r.returncode == 5:  # unavailable (an election): retry, as a script would
+                time.sleep(0.2)
                 continue
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertNotIn("rogue", [p["id"] for p in json.loads(r.stdout)])

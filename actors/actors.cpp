@@ -41,6 +41,7 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<pb<v1::EventStreamRequest>>("berth.v1.EventStreamRequest");
   cfg.add_message_type<pb<v1::ServerList>>("berth.v1.ServerList");
   cfg.add_message_type<pb<v1::ServerInfo>>("berth.v1.ServerInfo");
+  cfg.add_message_type<pb<v1::ServerProof>>("berth.v1.ServerProof");
   cfg.add_message_type<pb<v1::RaftStatus>>("berth.v1.RaftStatus");
   cfg.add_message_type<pb<v1::LogEntry>>("berth.v1.LogEntry");
   cfg.add_message_type<pb<v1::Volume>>("berth.v1.Volume");
@@ -58,6 +59,7 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<pb<v1::VolumeExpandRequest>>("berth.v1.VolumeExpandRequest");
   cfg.add_message_type<pb<raft::v1::Message>>("berth.raft.v1.Message");
   cfg.add_message_type<node_actor>("berth.node_actor");
+  cfg.add_message_type<api_actor>("berth.api_actor");
 }
 
 }  // namespace berth

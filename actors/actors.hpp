@@ -46,6 +46,7 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using health_atom = caf::atom_constant<caf::atom("health")>;
 using following_atom = caf::atom_constant<caf::atom("following")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using prove_atom = caf::atom_constant<caf::atom("prove")>;
 using install_atom = caf::atom_constant<caf::atom("install")>;
 using leading_atom = caf::atom_constant<caf::atom("leading")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
@@ -118,37 +119,6 @@ using state_machine_actor = caf::typed_actor<
     caf::replies_to<snapshot_atom>::with<uint64_t, std::string>,
     // Replaces the state database with a snapshot's copy.
     caf::reacts_to<install_atom, std::string>>;
-
-// The replicated log: Raft across the servers (one member in --dev),
-// durable in SQLite.  Runs detached: it fsyncs.  Published on the raft port
-// for the other servers.
-using replicated_log_actor = caf::typed_actor<
-    // Appends an entry; replies with its index once it is committed
-    // (durable on a majority).  Entries that arrive while an fsync runs
-    // share the next one (group commit).  Committed entries go to the state
-    // machine in index order.  Fails when this server does not lead.
-    caf::replies_to<propose_atom, pb<v1::LogEntry>>::with<uint64_t>,
-    // ReadIndex: replies once this server has confirmed with a quorum that
-    // it still leads and has applied everything committed before the
-    // request; a read served after that is linearizable.
-    caf::replies_to<read_atom>::with<uint64_t>,
-    // A Raft message from a peer server.
-    caf::reacts_to<raft_atom, pb<raft::v1::Message>>,
-    // Bootstrap discovery: a server announces the servers it knows; the
-    // reply lists the ones this server knows.
-    caf::replies_to<hello_atom, pb<v1::ServerList>>::with<pb<v1::ServerList>>,
-    // Replies with this server's view of the log and its members.
-    caf::replies_to<status_atom>::with<pb<v1::RaftStatus>>,
-    // Removes a member (by server name) through a committed configuration
-    // change; replies with what was done.
-    caf::replies_to<remove_atom, std::string>::with<std::string>,
-    // Hands leadership to a member (by name; "" = the most up to date
-    // other); replies with what was asked.
-    caf::replies_to<transfer_atom, std::string>::with<std::string>,
-    // Timer: drives Raft's elections and heartbeats.
-    caf::reacts_to<tick_atom>,
-    // Group commit: persists, sends and applies what Raft made ready.
-    caf::reacts_to<flush_atom>>;
 
 // One CSI plugin connection on a node.  Its jobs run on a pool of
 // detached workers (gRPC calls block, CAF's threads never do): up to the
@@ -386,6 +356,54 @@ using api_actor = caf::typed_actor<
     // The second string is the client's node secret (ACLs: checked by the
     // leader against the one the node id is bound to).
     caf::replies_to<node_atom, std::string, std::string, node_actor>::with<uint64_t>>;
+
+// The replicated log: Raft across the servers (one member in --dev),
+// durable in SQLite.  Runs detached: it fsyncs.  Published on the raft port
+// for the other servers.
+using replicated_log_actor = caf::typed_actor<
+    // Appends an entry; replies with its index once it is committed
+    // (durable on a majority).  Entries that arrive while an fsync runs
+    // share the next one (group commit).  Committed entries go to the state
+    // machine in index order.  Fails when this server does not lead.
+    caf::replies_to<propose_atom, pb<v1::LogEntry>>::with<uint64_t>,
+    // ReadIndex: replies once this server has confirmed with a quorum that
+    // it still leads and has applied everything committed before the
+    // request; a read served after that is linearizable.
+    caf::replies_to<read_atom>::with<uint64_t>,
+    // A Raft message from a peer server.
+    caf::reacts_to<raft_atom, pb<raft::v1::Message>>,
+    // With TLS, a peer proves it holds a server certificate before its Raft
+    // and discovery messages count (tls/proof.hpp): it asks for a challenge
+    // (fresh for each ask) ...
+    caf::replies_to<prove_atom>::with<std::string>,
+    // ... and sends its certificate and its signature over the challenge;
+    // replies true, or refused naming why (logged here once per peer).
+    caf::replies_to<prove_atom, pb<v1::ServerProof>>::with<bool>,
+    // Bootstrap discovery: a server announces the servers it knows; the
+    // reply lists the ones this server knows.
+    caf::replies_to<hello_atom, pb<v1::ServerList>>::with<pb<v1::ServerList>>,
+    // Replies with this server's view of the log and its members.
+    caf::replies_to<status_atom>::with<pb<v1::RaftStatus>>,
+    // The view of the member with this raft id, asked of its replicated log
+    // over the raft link (never a second connection between two servers:
+    // over CAF 0.17.6's TLS, requests on one time out).
+    caf::replies_to<status_atom, uint64_t>::with<pb<v1::RaftStatus>>,
+    // A peer asks for this server's shell endpoint (its server actor's api),
+    // to forward requests to it over the raft link.
+    caf::replies_to<api_atom>::with<api_actor>,
+    // The shell endpoint of the member with this raft id, asked of its
+    // replicated log over the raft link (this server's own for its own id).
+    caf::replies_to<api_atom, uint64_t>::with<api_actor>,
+    // Removes a member (by server name) through a committed configuration
+    // change; replies with what was done.
+    caf::replies_to<remove_atom, std::string>::with<std::string>,
+    // Hands leadership to a member (by name; "" = the most up to date
+    // other); replies with what was asked.
+    caf::replies_to<transfer_atom, std::string>::with<std::string>,
+    // Timer: drives Raft's elections and heartbeats.
+    caf::reacts_to<tick_atom>,
+    // Group commit: persists, sends and applies what Raft made ready.
+    caf::reacts_to<flush_atom>>;
 
 // The server actor: the api (published), plus what the replicated log
 // tells it about leadership.  It runs the leader actor while this server

@@ -225,10 +225,13 @@ void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp) {
                             "; volumes of it cannot be created now"});
     return;
   }
+  // The controller node's answer carries no secrets: the volume keeps the spec's.
+  auto secrets = spec.secrets();
   self->request(controller, csi_step_timeout, create_atom::value, wrap(std::move(spec)),
                 self->state.options.term)
       .then(
-          [self, rp](pb<v1::Volume>& created) mutable {
+          [self, rp, secrets = std::move(secrets)](pb<v1::Volume>& created) mutable {
+            *created.msg.mutable_secrets() = std::move(secrets);
             register_volume(self, std::move(created.msg), rp, "created");
           },
           [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });

@@ -1,7 +1,5 @@
 #include "actors/node.hpp"
 
-#include "actors/log_monitor.hpp"
-
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
 #include <cstdio>
@@ -9,7 +7,9 @@
 #include <set>
 
 #include "actors/clock.hpp"
+#include "actors/log_monitor.hpp"
 #include "actors/node_plugins.hpp"
+#include "log/log.hpp"
 #include "tls/caf_tls.hpp"
 
 namespace berth {
@@ -44,6 +44,19 @@ void run(self_ptr self, const std::string& plugin_id, std::function<csi_job(bool
   };
   auto fail = [rp](caf::error e) mutable { rp.deliver(std::move(e)); };
   if (run_csi(self, plugin_id, std::move(make_job), done, fail)) start_polling(self);
+}
+
+// Which of a volume's steps reached this node, and whether its request
+// carried the volume's secrets (how many keys: never their names or
+// values), so that an operator (and integration.secrets) can see that only
+// the calls that send them to the plugin bring them here.
+void log_request(const char* step, const v1::NodeVolumeRequest& r) {
+  logging::debug("node", "volume step received",
+                 {{"step", step},
+                  {"namespace", r.volume().namespace_()},
+                  {"volume", r.volume().id()},
+                  {"alloc", r.alloc_id()},
+                  {"secrets", r.volume().secrets_size()}});
 }
 
 void deliver_result(result_promise& rp, csi_outcome& out) {
@@ -280,6 +293,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
   return {
       [self](publish_atom,
              pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
+        log_request("publish", req.msg);
         auto& st = self->state;
         const auto& r = req.msg;
         if (auto f = st.fence.admit(*st.store, r.leader_term())) return to_error(*f);
@@ -310,6 +324,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       },
       [self](unpublish_atom,
              pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
+        log_request("unpublish", req.msg);
         auto& st = self->state;
         const auto& r = req.msg;
         if (auto f = st.fence.admit(*st.store, r.leader_term())) return to_error(*f);
@@ -333,6 +348,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       },
       [self](ctrl_publish_atom,
              pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
+        log_request("controller_publish", req.msg);
         auto call = [r = req.msg](csi::client& c, const std::string& at) {
           return controller_publish(c, r, at);
         };
@@ -342,6 +358,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       },
       [self](ctrl_unpublish_atom,
              pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
+        log_request("controller_unpublish", req.msg);
         auto call = [r = req.msg](csi::client& c, const std::string& at) {
           return controller_unpublish(c, r, at);
         };
@@ -433,6 +450,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       },
       [self](ctrl_expand_atom,
              pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
+        log_request("controller_expand", req.msg);
         auto call = [r = req.msg](csi::client& c, const std::string& at) {
           return controller_expand(c, r, at);
         };
@@ -441,6 +459,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
             deliver_result);
       },
       [self](expand_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
+        log_request("node_expand", req.msg);
         auto& st = self->state;
         const auto& r = req.msg;
         if (auto f = st.fence.admit(*st.store, r.leader_term())) return to_error(*f);

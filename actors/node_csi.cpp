@@ -253,6 +253,8 @@ csi_outcome create_volume(csi::client& c, const v1::Volume& spec, const std::str
   auto res = c.create_volume(csi::create_request(spec));
   if (failed(out, where, csi::method::create_volume, res.status)) return out;
   out.volume = csi::created_volume(spec, res.response);
+  // The reply goes back to the leader, which has the secrets already.
+  out.volume.clear_secrets();
   return out;
 }
 

@@ -44,6 +44,8 @@ void schedule_flush(const self_ptr& self) {
   self->send(self, flush_atom::value);
 }
 
+void prove_to(self_ptr self, const std::string& address);
+
 // The replicated log of the server at `address`, connecting on demand
 // (asynchronously, through the middleman).  Invalid until connected.
 replicated_log_actor link(self_ptr self, const std::string& address) {
@@ -69,7 +71,10 @@ replicated_log_actor link(self_ptr self, const std::string& address) {
             l.connecting = false;
             if (!ptr) return;
             l.handle = caf::actor_cast<replicated_log_actor>(ptr);
+            l.proven_to = false;
+            l.last_proof = {};
             self->monitor(l.handle);
+            prove_to(self, address);
           },
           [self, address](caf::error&) { self->state.links[address].connecting = false; });
   return {};
@@ -101,7 +106,97 @@ void learn_link(self_ptr self, uint64_t from) {
   auto& l = self->state.links[address];
   if (l.handle) return;
   l.handle = caf::actor_cast<replicated_log_actor>(sender);
+  l.proven_to = false;
+  l.last_proof = {};
   self->monitor(l.handle);
+  prove_to(self, address);
+}
+
+// With TLS: whether the message being handled counts: from this process,
+// or from a peer process whose server proof verified (tls/proof.hpp).
+bool from_proven(const self_ptr& self) {
+  if (!self->state.opts.identity) return true;
+  auto sender = self->current_sender();
+  if (!sender) return false;
+  auto node = sender->node();
+  return node == self->node() || self->state.proven.count(node) > 0;
+}
+
+// With TLS: proves to the peer at `address`, over its link, that this
+// server holds a server certificate: asks for a challenge, signs it, sends
+// the certificate and the signature.  Once per link (again after it went
+// down), retried every second while refused.
+void prove_to(self_ptr self, const std::string& address) {
+  auto& st = self->state;
+  if (!st.opts.identity) return;
+  auto& l = st.links[address];
+  if (!l.handle || l.proven_to || l.proving) return;
+  auto now = std::chrono::steady_clock::now();
+  if (now - l.last_proof < std::chrono::seconds(1)) return;
+  l.proving = true;
+  l.last_proof = now;
+  auto peer = l.handle;
+  auto failed = [self, address, peer](const std::string& why) {
+    auto& l = self->state.links[address];
+    if (l.handle == peer) l.proving = false;
+    logging::warn("raft", "a peer did not accept this server's certificate as a server's",
+                  {{"peer", address}, {"error", why}});
+  };
+  self->request(peer, std::chrono::seconds(5), prove_atom::value)
+      .then(
+          [self, address, peer, failed](std::string& challenge) {
+            auto proof = self->state.opts.identity->prove(challenge);
+            if (auto* f = std::get_if<failure>(&proof)) {
+              failed(f->message);
+              return;
+            }
+            v1::ServerProof msg;
+            *msg.mutable_server() = self->state.opts.self;
+            msg.set_certificate(std::get<tls::server_proof>(proof).certificate);
+            msg.set_signature(std::get<tls::server_proof>(proof).signature);
+            self->request(peer, std::chrono::seconds(5), prove_atom::value, wrap(std::move(msg)))
+                .then(
+                    [self, address, peer](bool) {
+                      auto& l = self->state.links[address];
+                      if (l.handle != peer) return;
+                      l.proving = false;
+                      l.proven_to = true;
+                      logging::debug("raft", "a peer accepted this server's certificate",
+                                     {{"peer", address}});
+                    },
+                    [failed](caf::error& e) { failed(to_failure(e).message); });
+          },
+          [failed](caf::error& e) { failed(to_failure(e).message); });
+}
+
+// The raft link to member `id` (connected by this server, or learned from
+// what the peer sent), for asking the peer something besides Raft: a
+// second connection between two servers fails over CAF 0.17.6's TLS.
+// Invalid while there is none (yet).
+replicated_log_actor peer_link(self_ptr self, uint64_t id) {
+  auto address = address_of(self, id);
+  if (address.empty()) return {};
+  return link(self, address);
+}
+
+std::string member_name(const self_ptr& self, uint64_t id) {
+  if (auto it = self->state.members.find(id); it != self->state.members.end())
+    return it->second.name();
+  return std::to_string(id);
+}
+
+// Asks member `id`'s replicated log over the raft link and relays its answer.
+template <class Reply, class... Ts>
+caf::result<Reply> ask_peer(self_ptr self, uint64_t id, Ts... xs) {
+  auto peer = peer_link(self, id);
+  if (!peer)
+    return make_error(errc::unavailable, "no raft connection to server '" + member_name(self, id) +
+                                             "' yet (it is down or still connecting); retry");
+  auto rp = self->make_response_promise<Reply>();
+  self->request(peer, std::chrono::seconds(3), xs...)
+      .then([rp](Reply& r) mutable { rp.deliver(std::move(r)); },
+            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  return rp;
 }
 
 void send_messages(self_ptr self, std::vector<pbr::Message>& messages) {
@@ -539,6 +634,10 @@ void discover(self_ptr self) {
   for (const auto& address : targets) {
     auto peer = link(self, address);
     if (!peer) continue;
+    if (st.opts.identity && !st.links[address].proven_to) {
+      prove_to(self, address);  // a hello counts only after the proof
+      continue;
+    }
     self->request(peer, std::chrono::seconds(2), hello_atom::value, wrap(known_servers(self)))
         .then([self](pb<v1::ServerList>& reply) { merge(self, reply.msg); }, [](caf::error&) {});
   }
@@ -653,7 +752,14 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
   st.node = std::make_unique<raft::node>(cfg, st.storage);
   self->set_down_handler([self](caf::down_msg& dm) {
     for (auto& [address, l] : self->state.links)
-      if (l.handle && l.handle.address() == dm.source) l.handle = nullptr;
+      if (l.handle && l.handle.address() == dm.source) {
+        l.handle = nullptr;
+        l.proven_to = false;
+        l.proving = false;
+      }
+    // A new connection of that process proves itself again.
+    self->state.proven.erase(dm.source.node());
+    self->state.challenges.erase(dm.source.node());
   });
   self->send(self, tick_atom::value);
   return {
@@ -685,11 +791,16 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
         return promise;
       },
       [self](raft_atom, pb<pbr::Message>& m) {
+        if (!from_proven(self)) return;  // (prove_atom logs why once)
         learn_link(self, m.msg.from());
         self->state.node->step(m.msg);
         schedule_flush(self);
       },
-      [self](hello_atom, pb<v1::ServerList>& list) -> pb<v1::ServerList> {
+      [self](hello_atom, pb<v1::ServerList>& list) -> caf::result<pb<v1::ServerList>> {
+        if (!from_proven(self))
+          return make_error(errc::refused,
+                            "this server has not seen a proof that the sender holds a server "
+                            "certificate (tls/proof.hpp); it sends one first");
         if (self->state.storage.last_index() == 0)
           merge(self, list.msg);
         else
@@ -709,6 +820,59 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
         out.set_last_index(s.last_index);
         for (const auto& [id, info] : st.members) *out.add_members() = info;
         return wrap(std::move(out));
+      },
+      [self](prove_atom) -> std::string {
+        auto sender = self->current_sender();
+        auto challenge = tls::new_challenge();
+        if (sender) self->state.challenges[sender->node()] = challenge;
+        return challenge;
+      },
+      [self](prove_atom, pb<v1::ServerProof>& p) -> caf::result<bool> {
+        auto& st = self->state;
+        if (!st.opts.identity) return true;
+        auto sender = self->current_sender();
+        if (!sender) return make_error(errc::refused, "a server proof needs a sender");
+        auto node = sender->node();
+        auto it = st.challenges.find(node);
+        if (it == st.challenges.end())
+          return make_error(errc::refused, "no challenge was asked for this proof; ask first");
+        auto challenge = std::move(it->second);
+        st.challenges.erase(it);
+        const auto& who = p.msg.server();
+        auto r = tls::verify_server_proof(st.opts.identity->ca_pem(), challenge,
+                                          {p.msg.certificate(), p.msg.signature()});
+        if (auto* f = std::get_if<failure>(&r)) {
+          if (st.refusal_logged.insert(node).second)
+            logging::warn("raft", "ignoring a peer: it did not prove it holds a server certificate",
+                          {{"peer", who.name()},
+                           {"raft_address", who.raft_address()},
+                           {"error", f->message}});
+          return to_error(*f);
+        }
+        st.proven.insert(node);
+        st.refusal_logged.erase(node);
+        logging::debug("raft", "a peer proved it holds a server certificate",
+                       {{"peer", who.name()}, {"certificate", std::get<std::string>(r)}});
+        // The sender is the peer's replicated log: the link back to it.
+        if (!who.raft_address().empty() && who.name() != st.opts.self.name()) {
+          auto& l = st.links[who.raft_address()];
+          if (!l.handle) {
+            l.handle = caf::actor_cast<replicated_log_actor>(sender);
+            l.proven_to = false;
+            l.last_proof = {};
+            self->monitor(l.handle);
+          }
+          prove_to(self, who.raft_address());
+        }
+        return true;
+      },
+      [self](status_atom, uint64_t id) -> caf::result<pb<v1::RaftStatus>> {
+        return ask_peer<pb<v1::RaftStatus>>(self, id, status_atom::value);
+      },
+      [self](api_atom) -> api_actor { return self->state.server; },
+      [self](api_atom, uint64_t id) -> caf::result<api_actor> {
+        if (id == self->state.opts.self.raft_id()) return api_actor{self->state.server};
+        return ask_peer<api_actor>(self, id, api_atom::value);
       },
       [self](remove_atom, const std::string& name) -> caf::result<std::string> {
         auto& st = self->state;
@@ -754,6 +918,8 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
         for (const auto& [id, info] : st.members)
           if (id != st.opts.self.raft_id() && !info.raft_address().empty())
             link(self, info.raft_address());
+        if (st.opts.identity)
+          for (auto& [address, l] : st.links) prove_to(self, address);
         st.node->tick();
         schedule_flush(self);
         self->delayed_send(self, st.opts.tick, tick_atom::value);

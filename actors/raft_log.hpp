@@ -9,13 +9,10 @@
 // single-member cluster.
 #pragma once
 
-#include "persistence/recovery.hpp"
-
-#include <optional>
-
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +21,8 @@
 #include "actors/metrics.hpp"
 #include "persistence/raft/compaction.hpp"
 #include "persistence/raft/raft.hpp"
+#include "persistence/recovery.hpp"
+#include "tls/proof.hpp"
 
 namespace berth {
 
@@ -34,6 +33,10 @@ struct raft_options {
   std::chrono::milliseconds tick{100};   // election timeout: 10-20 ticks
   uint64_t snapshot_threshold = 8192;    // applied entries between snapshots
   uint64_t snapshot_keep = 256;          // entries kept behind a snapshot
+  // With TLS: this server's certificate and key, to prove to each peer that
+  // it holds a server certificate, and the CA to check theirs
+  // (tls/proof.hpp).  Null without TLS: nothing is proved or checked.
+  std::shared_ptr<const tls::identity> identity;
 };
 
 // The Raft id of a server: a hash of its name (never 0).
@@ -48,6 +51,11 @@ struct raft_log_state {
     replicated_log_actor handle;
     bool connecting = false;
     std::chrono::steady_clock::time_point last_attempt{};
+    // With TLS: whether the peer accepted this server's proof (tls/proof.hpp)
+    // over this handle, one in flight, the last try.
+    bool proven_to = false;
+    bool proving = false;
+    std::chrono::steady_clock::time_point last_proof{};
   };
   raft_options opts;
   std::shared_ptr<log_store> disk;
@@ -78,6 +86,12 @@ struct raft_log_state {
   committed_batch held;
   uint64_t announcement = 0;  // which load a reply belongs to
   bool cluster_found = false;
+  // With TLS: the challenge given to each peer process, the processes
+  // whose server proof verified (their Raft and discovery messages count),
+  // and those whose refusal was logged already.
+  std::map<caf::node_id, std::string> challenges;
+  std::set<caf::node_id> proven;
+  std::set<caf::node_id> refusal_logged;
   state_machine_actor machine;
   server_actor server;
   std::shared_ptr<metrics> stats;

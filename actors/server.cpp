@@ -83,12 +83,16 @@ void flush_waiting(self_ptr self) {
 
 // Connects to the leader's server (this one does not lead): then tells it
 // every client that registered here and forwards the waiting requests.
+// The handle comes over the raft link the two servers have (asked of the
+// leader's replicated log), not from a second connection to its shell
+// port: over CAF 0.17.6's TLS, requests on a second connection between two
+// servers time out.
 void connect_leader(self_ptr self) {
   auto& st = self->state;
   if (st.remote || st.connecting || st.leader_info.api_address().empty()) return;
   st.connecting = true;
   auto address = st.leader_info.api_address();
-  connect<api_actor>(self, address, [self, address](api_actor handle) {
+  auto connected = [self, address](api_actor handle) {
     auto& st = self->state;
     st.connecting = false;
     if (handle && st.leader_info.api_address() == address) {
@@ -104,7 +108,22 @@ void connect_leader(self_ptr self) {
     st.waiting.clear();
     for (auto& [r, p] : waiting)
       p.deliver(retry_response("cannot reach the leader at " + address + "; retry"));
-  });
+  };
+  if (!st.log) {
+    connect<api_actor>(self, address, connected);  // (not yet told its log: at start only)
+    return;
+  }
+  // A leader of an older berth does not answer api_atom (a rolling
+  // upgrade): in plain text, its shell port then, as before (over TLS a
+  // second connection would not serve either).
+  self->request(st.log, std::chrono::seconds(5), api_atom::value, st.leader_id)
+      .then([connected](api_actor& handle) mutable { connected(std::move(handle)); },
+            [self, address, connected](caf::error&) mutable {
+              if (tls::enabled(self->system()))
+                connected(api_actor{});
+              else
+                connect<api_actor>(self, address, connected);
+            });
 }
 
 // Hands a request to the leader's server (this one does not lead).
@@ -177,15 +196,11 @@ void list_peers(self_ptr self, promise rp) {
                 }
                 if (--g->missing == 0) g->rp.deliver(wrap(std::move(g->response)));
               };
-              connect<replicated_log_actor>(self, m.raft_address(), [self, done](replicated_log_actor peer) {
-                if (!peer) {
-                  done(std::nullopt, "cannot connect");
-                  return;
-                }
-                self->request(peer, std::chrono::seconds(3), status_atom::value)
-                    .then([done](pb<v1::RaftStatus>& s) { done(std::move(s.msg), ""); },
-                          [done](caf::error& e) { done(std::nullopt, to_failure(e).message); });
-              });
+              // Over the raft link, through this server's replicated log.
+              self->request(self->state.log, std::chrono::seconds(5), status_atom::value,
+                            m.raft_id())
+                  .then([done](pb<v1::RaftStatus>& s) { done(std::move(s.msg), ""); },
+                        [done](caf::error& e) { done(std::nullopt, to_failure(e).message); });
             }
           },
           [rp](caf::error& e) mutable { rp.deliver(failure_response(errc::internal, to_failure(e).message)); });

@@ -158,7 +158,7 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
                           "watcher retries)"));
       return;
     case release_action::node_unpublish: {
-      auto req = node_request(vol, *c, ctx.plugin);
+      auto req = request_for(node_request(vol, *c, ctx.plugin), node_step::unpublish_unstage);
       req.set_unstage(step.unstage);
       csi_step(self, ctx.target, unpublish_atom::value, std::move(req),
                [commit, to = step.to](v1::NodeVolumeResult) { commit(to); }, done);
@@ -335,9 +335,8 @@ void expansion_steps(self_ptr self, std::optional<v1::Plugin> p, node_actor cont
                                   "leader retries)"));
         return;
       }
-      req.mutable_volume()->clear_secrets();
       csi_step(
-          self, target, expand_atom::value, std::move(req),
+          self, target, expand_atom::value, request_for(std::move(req), node_step::node_expand),
           [self, rp, node = step.node_id](v1::NodeVolumeResult r) mutable {
             persist(self, after_node_expand(self->state.volume, node, r.capacity_bytes()), false,
                     answer(self, rp));

@@ -21,7 +21,15 @@
 //   unstorm releases the claims a storm made, all at once.
 //
 // Numbers only: it never judges them.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -30,19 +38,11 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
-#include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
-#include <caf/event_based_actor.hpp>
-#include <caf/io/middleman.hpp>
-#include <caf/scoped_actor.hpp>
-#include <CLI/CLI.hpp>
-
 #include "actors/actors.hpp"
-#include "messages/model.hpp"
 #include "control/entries.hpp"
+#include "messages/model.hpp"
 #include "persistence/state_store.hpp"
+#include "tls/caf_tls.hpp"
 
 using namespace berth;
 using clk = std::chrono::steady_clock;
@@ -52,6 +52,7 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 namespace {
 
 struct options {
+  tls::files tls;  // --tls-ca, --tls-cert, --tls-key (all or none)
   std::string address = "127.0.0.1:4747";
   std::string workload = "log";
   size_t concurrency = 1;
@@ -403,6 +404,9 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"berth-bench: load generator for a berthd's shell endpoint; prints one JSON line"};
   app.add_option("--address", o.address, "HOST:PORT of a berthd (any server; followers forward)");
+  app.add_option("--tls-ca", o.tls.ca, "TLS: the cluster's CA (with --tls-cert and --tls-key)");
+  app.add_option("--tls-cert", o.tls.cert, "TLS: a cli certificate of berth tls cert create");
+  app.add_option("--tls-key", o.tls.key, "TLS: its key");
   app.add_option("--workload", o.workload, "log, claims, setup, register, storm or unstorm")
       ->check(CLI::IsMember({"log", "claims", "setup", "register", "storm", "unstorm"}));
   app.add_option("--concurrency,-c", o.concurrency, "requests (operations) in flight")
@@ -455,11 +459,17 @@ int main(int argc, char** argv) {
   cfg.set("logger.file-verbosity", caf::atom("quiet"));
   cfg.set("logger.console-verbosity", caf::atom("quiet"));
   add_message_types(cfg);
+  if (auto f = tls::check_complete(o.tls, {"--tls-ca", "--tls-cert", "--tls-key"})) {
+    std::cerr << "berth-bench: " << f->message << "\n";
+    return 2;
+  }
+  tls::configure(cfg, o.tls);
   caf::actor_system sys{cfg};
 
   auto colon = o.address.rfind(':');
-  auto api = sys.middleman().remote_actor<api_actor>(o.address.substr(0, colon),
-                                                     static_cast<uint16_t>(std::stoi(o.address.substr(colon + 1))));
+  auto api =
+      tls::remote_actor<api_actor>(sys, o.address.substr(0, colon),
+                                   static_cast<uint16_t>(std::stoi(o.address.substr(colon + 1))));
   if (!api) {
     std::cerr << "berth-bench: cannot reach " << o.address << ": " << sys.render(api.error()) << "\n";
     return 5;

@@ -68,6 +68,9 @@ def parse_args():
     p.add_argument("--server-args", default="",
                    help="more berthd flags for every server, e.g. '--volume-idle-timeout never'")
     p.add_argument("--raft-tick", default="0.1", help="seconds per Raft tick (berthd's default: 0.1)")
+    p.add_argument("--tls", action="store_true",
+                   help="after the log levels, run them again on a second cluster with mutual TLS "
+                        "(certificates made with berth tls), for the cost of TLS")
     p.add_argument("--report", default=os.path.join(HERE, "report.json"))
     p.add_argument("--keep", action="store_true", help="keep the cluster's directory and logs")
     p.add_argument("--perf", action="store_true",
@@ -891,7 +894,7 @@ ISSUE_LIBRAFT_1, ISSUE_LIBRAFT_1024 = 1300, 14000  # entries/s: 1 and 1024 in fl
 def summary(report):
     """target / berth / etcd here / etcd (issue) / libraft (issue)."""
     runs = [r for r in report["runs"] if not r.get("side_by_side")]
-    log = {r["concurrency"]: r for r in runs if r["workload"] == "log"}
+    log = {r["concurrency"]: r for r in runs if r["workload"] == "log" and not r.get("tls")}
     claims = [r for r in runs if r["workload"] == "claims"]
     side = next((r for r in report["runs"] if r.get("side_by_side")), None)
     etcd = report.get("etcd") or {}
@@ -995,6 +998,53 @@ def summary(report):
           "Issue figures: quoted, not measured here.)" % (cp.get("clients") or "-"), flush=True)
 
 
+def tls_log_part(tmp, levels, report):
+    """The log levels again, on a second 3-server cluster whose every
+    connection is mutual TLS (berth tls makes the CA and certificates;
+    berth-bench connects with the cli certificate), while the plain cluster
+    keeps running idle.  Rows are tagged tls."""
+    certs = os.path.join(tmp, "tls-certs")
+    os.makedirs(certs)
+    berth_bin = os.environ["BERTH_BIN"]
+    for args in (["ca", "create"], ["cert", "create", "--server"], ["cert", "create", "--cli"]):
+        subprocess.run([berth_bin, "tls"] + args, cwd=certs, check=True, capture_output=True)
+
+    def files(role):
+        return ["--tls-ca", certs + "/berth-agent-ca.pem",
+                "--tls-cert", "%s/global-%s-berth.pem" % (certs, role),
+                "--tls-key", "%s/global-%s-berth-key.pem" % (certs, role)]
+
+    saved = {k: os.environ.get(k) for k in ("BERTH_CACERT", "BERTH_CLIENT_CERT", "BERTH_CLIENT_KEY")}
+    os.environ.update(BERTH_CACERT=certs + "/berth-agent-ca.pem",
+                      BERTH_CLIENT_CERT=certs + "/global-cli-berth.pem",
+                      BERTH_CLIENT_KEY=certs + "/global-cli-berth-key.pem")
+    tmp2 = os.path.join(tmp, "tls-cluster")
+    os.makedirs(tmp2)
+    c = bench_cluster(tmp2)
+    for s in c.servers:
+        s.argv += files("server")
+    try:
+        c.start()
+        leader = c.leader() or c.wait_leader()
+        print("TLS cluster in %s; leader %s: the log levels with mutual TLS" % (tmp2, leader.name),
+              flush=True)
+        print(HEADER, flush=True)
+        for n in levels:
+            r = run_bench(leader.address, "log", n, ARGS.duration, c.processes, leader,
+                          extra=files("cli"))
+            r["leader"] = leader.name
+            r["tls"] = True
+            report["runs"].append(r)
+            print_row(r, leader.name)
+    finally:
+        c.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 # --- main --------------------------------------------------------------------
 
 def main():
@@ -1034,6 +1084,9 @@ def main():
             r["leader"] = leader.name
             report["runs"].append(r)
             print_row(r, leader.name)
+
+        if ARGS.tls and levels:
+            tls_log_part(tmp, levels, report)
 
         if ARGS.etcd != "none" and "etcd" in ARGS.parts:
             # berth at check perf's concurrency for check perf's 60 s, right

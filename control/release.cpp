@@ -69,6 +69,25 @@ v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
   return r;
 }
 
+bool step_uses_secrets(node_step s) {
+  switch (s) {
+    case node_step::controller_publish:
+    case node_step::controller_unpublish:
+    case node_step::stage_publish:
+    case node_step::controller_expand:
+      return true;
+    case node_step::unpublish_unstage:
+    case node_step::node_expand:
+      return false;
+  }
+  return false;
+}
+
+v1::NodeVolumeRequest request_for(v1::NodeVolumeRequest r, node_step s) {
+  if (!step_uses_secrets(s)) r.mutable_volume()->clear_secrets();
+  return r;
+}
+
 publish_plan plan_publish(const v1::Volume& v, const v1::Claim& c, const v1::Plugin& plugin,
                           const std::vector<std::string>& mount_flags) {
   publish_plan plan;

@@ -64,6 +64,26 @@ detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string
 v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
                                    const v1::Plugin& plugin);
 
+// The CSI calls a node actor runs for a NodeVolumeRequest, and whether each
+// sends the volume's secrets to the plugin.  CSI gives secrets to
+// ControllerPublish/Unpublish, NodeStage, NodePublish and
+// ControllerExpandVolume; berth sends none with NodeUnpublish, NodeUnstage
+// (CSI has no field for them) and NodeExpandVolume.  A request carries the
+// secrets to a node only for a call that sends them (request_for), so a node
+// that only unpublishes or expands never holds them.
+enum class node_step {
+  controller_publish,
+  controller_unpublish,
+  stage_publish,      // NodeStage (when the plugin stages) and NodePublish
+  unpublish_unstage,  // NodeUnpublish, then NodeUnstage when asked
+  controller_expand,
+  node_expand,
+};
+bool step_uses_secrets(node_step s);
+
+// `r` as sent for `s`: without the volume's secrets unless the step uses them.
+v1::NodeVolumeRequest request_for(v1::NodeVolumeRequest r, node_step s);
+
 // A claim's publication: ControllerPublishVolume first when the plugin
 // requires it, then NodeStage/NodePublish with the claim's mount flags (when
 // given, they replace the volume's).  The attachment is per volume and node,

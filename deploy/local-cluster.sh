@@ -2,7 +2,7 @@
 # A 3-server, 2-client berth cluster on 127.0.0.1, every process in the
 # background, all its data, logs and pids under one directory.
 #
-#   deploy/local-cluster.sh up     [--dir DIR] [--base-port N]
+#   deploy/local-cluster.sh up     [--dir DIR] [--base-port N] [--tls]
 #   deploy/local-cluster.sh status [--dir DIR]
 #   deploy/local-cluster.sh down   [--dir DIR]
 #
@@ -12,6 +12,12 @@
 # (own socket, own CSI node id); both plugins share one root, DIR/hostpath-root
 # (--shared-root), standing in for network storage, so a volume can be
 # claimed on either client.
+#
+# --tls: every connection is mutual TLS. `berth tls` makes a CA and a server,
+# a client and a cli certificate in DIR/tls (kept: a later 'up' reuses them);
+# servers and clients start with --tls-ca/--tls-cert/--tls-key, and DIR/env
+# exports BERTH_CACERT, BERTH_CLIENT_CERT and BERTH_CLIENT_KEY for the shell.
+# Remembered in DIR (status and down need only --dir).
 #
 # Ports, from the base port B (default 14740):
 #   s1: shell B,   raft B+1, metrics B+2
@@ -29,7 +35,7 @@ WAIT_SECONDS="${LOCAL_CLUSTER_WAIT:-60}"
 
 usage() {
   cat <<EOF
-usage: $(basename "$0") up|down|status [--dir DIR] [--base-port N]
+usage: $(basename "$0") up|down|status [--dir DIR] [--base-port N] [--tls]
 
   up       start 3 servers, 2 clients and a berth-hostpath per client; wait until a
            leader exists and both clients' plugins are healthy
@@ -39,6 +45,8 @@ usage: $(basename "$0") up|down|status [--dir DIR] [--base-port N]
 
   --dir DIR        where data, logs and pids live (default ./.local-cluster)
   --base-port N    first of the 11 ports used (default 14740; 'up' only, remembered in DIR)
+  --tls            mutual TLS everywhere, certificates made with berth tls in DIR/tls ('up'
+                   only, remembered in DIR)
 
 environment: BERTHD, BERTH, BERTH_HOSTPATH (binaries; default ./build/apps/... or PATH)
 EOF
@@ -70,12 +78,14 @@ CMD="$1"
 shift
 DIR="./.local-cluster"
 BASE_PORT=""
+TLS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) [ $# -ge 2 ] || die "--dir needs a directory"; DIR="$2"; shift 2 ;;
     --dir=*) DIR="${1#--dir=}"; shift ;;
     --base-port) [ $# -ge 2 ] || die "--base-port needs a port"; BASE_PORT="$2"; shift 2 ;;
     --base-port=*) BASE_PORT="${1#--base-port=}"; shift ;;
+    --tls) TLS=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "local-cluster: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -96,6 +106,16 @@ DIR="$(cd "$DIR" && pwd)"
 # The base port is remembered so that status and down need only --dir.
 if [ -z "$BASE_PORT" ] && [ -f "$DIR/base-port" ]; then BASE_PORT="$(cat "$DIR/base-port")"; fi
 BASE_PORT="${BASE_PORT:-14740}"
+# 'up' without --tls of a cluster made with it (its data expects it) keeps TLS.
+if [ "$CMD" = up ] && [ -z "$TLS" ] && [ -f "$DIR/tls-enabled" ] && [ -d "$DIR/s1" ]; then TLS=1; fi
+if [ "$CMD" != up ] && [ -f "$DIR/tls-enabled" ]; then TLS=1; fi
+TLS_DIR="$DIR/tls"
+# The shell's certificate, for every berth command of this script.
+if [ -n "$TLS" ]; then
+  export BERTH_CACERT="$TLS_DIR/berth-agent-ca.pem"
+  export BERTH_CLIENT_CERT="$TLS_DIR/global-cli-berth.pem"
+  export BERTH_CLIENT_KEY="$TLS_DIR/global-cli-berth-key.pem"
+fi
 
 shell_port() { echo $((BASE_PORT + 3 * ($1 - 1))); }
 raft_port() { echo $((BASE_PORT + 3 * ($1 - 1) + 1)); }
@@ -140,11 +160,12 @@ any_running() {
 # something other than berthd listens; never let a wait loop hang on that.
 berth_cmd() { timeout 10 "$BERTH" --address "$ADDRESS" "$@"; }
 
-# The list-peers table through the first server that answers.
+# The list-peers table through the first server that answers (--timeout 8: a
+# server asks every member over the raft link, up to 5 s for one that is slow).
 list_peers() {
   local i
   for i in 1 2 3; do
-    if timeout 10 "$BERTH" --address "127.0.0.1:$(shell_port "$i")" --timeout 3 "$@" operator raft list-peers 2>/dev/null; then
+    if timeout 15 "$BERTH" --address "127.0.0.1:$(shell_port "$i")" --timeout 8 "$@" operator raft list-peers 2>/dev/null; then
       return 0
     fi
   done
@@ -222,8 +243,15 @@ wait_for() {  # wait_for WHAT COMMAND...: until COMMAND succeeds or WAIT_SECONDS
 }
 
 has_leader() { list_peers --json 2>/dev/null | grep -q '"role": *"leader"'; }
-plugins_healthy() {
-  berth_cmd --json --timeout 3 plugin status hostpath 2>/dev/null | grep -q '"nodes_healthy": *2\b'
+plugins_healthy() {  # asked of every server: the leader answers without forwarding
+  local i
+  for i in 1 2 3; do
+    if timeout 10 "$BERTH" --address "127.0.0.1:$(shell_port "$i")" --json --timeout 3 \
+      plugin status hostpath 2>/dev/null | grep -q '"nodes_healthy": *2\b'; then
+      return 0
+    fi
+  done
+  return 1
 }
 sockets_exist() { [ -S "$DIR/c1/plugin/csi.sock" ] && [ -S "$DIR/c2/plugin/csi.sock" ]; }
 all_alive() {
@@ -231,6 +259,29 @@ all_alive() {
   for p in "${PROCESSES[@]}"; do
     pid_of "$p" >/dev/null || { echo "local-cluster: $p exited; its log:" >&2; tail -n 20 "$DIR/$p.log" >&2; return 1; }
   done
+}
+
+# The CA and the certificates in DIR/tls, made once with berth tls (berth
+# never overwrites a file; existing ones are kept).
+make_certificates() {
+  mkdir -p "$TLS_DIR"
+  chmod 700 "$TLS_DIR"
+  local ca="$TLS_DIR/berth-agent-ca.pem" key="$TLS_DIR/berth-agent-ca-key.pem" role
+  if [ ! -f "$ca" ]; then
+    env -u BERTH_CACERT -u BERTH_CLIENT_CERT -u BERTH_CLIENT_KEY \
+      "$BERTH" tls ca create --dir "$TLS_DIR" >/dev/null
+  fi
+  for role in server client cli; do
+    [ -f "$TLS_DIR/global-$role-berth.pem" ] && continue
+    env -u BERTH_CACERT -u BERTH_CLIENT_CERT -u BERTH_CLIENT_KEY \
+      "$BERTH" tls cert create "--$role" --dir "$TLS_DIR" --ca-cert "$ca" --ca-key "$key" >/dev/null
+  done
+}
+
+tls_args() {  # tls_args ROLE: berthd's --tls-* options for a server or client certificate
+  [ -n "$TLS" ] || return 0
+  echo --tls-ca "$TLS_DIR/berth-agent-ca.pem" --tls-cert "$TLS_DIR/global-$1-berth.pem" \
+    --tls-key "$TLS_DIR/global-$1-berth-key.pem"
 }
 
 write_prometheus_config() {
@@ -263,6 +314,12 @@ do_up() {
     return 0
   fi
   echo "$BASE_PORT" >"$DIR/base-port"
+  if [ -n "$TLS" ]; then
+    make_certificates
+    touch "$DIR/tls-enabled"
+  else
+    rm -f "$DIR/tls-enabled"
+  fi
   # From here on a failure stops whatever was started.
   trap 'echo "local-cluster: up failed; stopping what was started (logs stay in $DIR)" >&2; do_down >&2 || true' ERR
 
@@ -283,13 +340,14 @@ do_up() {
     done
     start "s$i" "$BERTHD" --config "$CONFIG_DIR/server$i.toml" --data-dir "$DIR/s$i" \
       --bind 127.0.0.1 --port "$(shell_port "$i")" --raft-port "$(raft_port "$i")" \
-      --metrics-bind 127.0.0.1 --metrics-port "$(server_metrics_port "$i")" "${joins[@]}"
+      --metrics-bind 127.0.0.1 --metrics-port "$(server_metrics_port "$i")" "${joins[@]}" \
+      $(tls_args server)
   done
   for i in 1 2; do
     start "c$i" "$BERTHD" --config "$CONFIG_DIR/client$i.toml" --data-dir "$DIR/c$i/data" \
       --csi-root "$DIR/c$i/data/csi" --servers "$ALL_SERVERS" \
       --plugin "hostpath=monolith:$DIR/c$i/plugin/csi.sock" --fingerprint-interval 1 \
-      --metrics-bind 127.0.0.1 --metrics-port "$(client_metrics_port "$i")"
+      --metrics-bind 127.0.0.1 --metrics-port "$(client_metrics_port "$i")" $(tls_args client)
   done
 
   wait_for "a leader" has_leader
@@ -303,12 +361,20 @@ do_up() {
 export BERTH_ADDRESS=$ADDRESS
 export PATH="$(dirname "$BERTH"):\$PATH"
 EOF
+  if [ -n "$TLS" ]; then
+    cat >>"$DIR/env" <<EOF
+export BERTH_CACERT=$BERTH_CACERT
+export BERTH_CLIENT_CERT=$BERTH_CLIENT_CERT
+export BERTH_CLIENT_KEY=$BERTH_CLIENT_KEY
+EOF
+  fi
   cat <<EOF
 local-cluster: up in $DIR
   servers   s1 127.0.0.1:$(shell_port 1)  s2 127.0.0.1:$(shell_port 2)  s3 127.0.0.1:$(shell_port 3)  (any of them serves the shell)
   clients   c1 and c2, plugin hostpath (CSI nodes csi-c1, csi-c2, shared root $DIR/hostpath-root)
   metrics   servers :$(server_metrics_port 1) :$(server_metrics_port 2) :$(server_metrics_port 3), clients :$(client_metrics_port 1) :$(client_metrics_port 2) (Prometheus config: $DIR/prometheus.yml)
   logs      $DIR/*.log
+  TLS       $([ -n "$TLS" ] && echo "mutual TLS, certificates in $TLS_DIR (source $DIR/env for the shell's)" || echo "off (--tls to turn it on)")
 
 Use it:
   export BERTH_ADDRESS=$ADDRESS      # or: source $DIR/env

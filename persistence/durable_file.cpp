@@ -1,11 +1,12 @@
 #include "persistence/durable_file.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include "persistence/crashpoint.hpp"
 
@@ -29,6 +30,12 @@ std::string dir_of(const std::string& path) {
 std::optional<failure> write_and_fsync(const std::string& path, std::string_view bytes) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return io_failure("create", path, errno);
+  // A file that existed keeps its mode through O_TRUNC: 0600 before any byte.
+  if (::fchmod(fd, 0600) != 0) {
+    int err = errno;
+    ::close(fd);
+    return io_failure("change the mode of", path, err);
+  }
   while (!bytes.empty()) {
     auto n = ::write(fd, bytes.data(), bytes.size());
     if (n < 0 && errno == EINTR) continue;

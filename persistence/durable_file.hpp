@@ -21,7 +21,8 @@
 
 namespace berth {
 
-// Writes `bytes` to `path` (created or truncated) and fsyncs it.
+// Writes `bytes` to `path` (created or truncated, mode 0600 before any byte
+// is written) and fsyncs it.
 std::optional<failure> write_and_fsync(const std::string& path, std::string_view bytes);
 
 // fsyncs the directory `dir`: the entries created, renamed or removed in it

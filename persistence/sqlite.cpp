@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include "persistence/file_modes.hpp"
 #include "persistence/integrity.hpp"
 
 namespace berth::sql {
@@ -17,6 +18,9 @@ bool is_damage(int rc) {
 
 database::database(const std::string& path) : path_(path) {
   check_sqlite_header(path);
+  // Created 0600 before SQLite sees it: its -wal, -shm and -journal files
+  // take the database file's mode.
+  if (auto f = private_file(path)) throw sqlite_error(f->message);
   int rc = sqlite3_open_v2(path.c_str(), &db_,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);

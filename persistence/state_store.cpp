@@ -1,14 +1,14 @@
 #include "persistence/state_store.hpp"
 
-#include "control/entries.hpp"
-
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <iterator>
 
+#include "control/entries.hpp"
 #include "persistence/crashpoint.hpp"
 #include "persistence/durable_file.hpp"
+#include "persistence/file_modes.hpp"
 #include "persistence/integrity.hpp"
 
 namespace berth {
@@ -307,7 +307,9 @@ std::string state_store::digest() {
 
 std::string state_store::snapshot() {
   auto tmp = path_ + ".snapshot";
-  std::remove(tmp.c_str());
+  // VACUUM INTO would create it with SQLite's default mode (0644): the copy
+  // holds the volumes' secrets, so it is made empty and 0600 first.
+  if (auto f = fresh_private_file(tmp)) throw sql::sqlite_error(f->message);
   db_->prepare("VACUUM INTO ?").bind(1, tmp).run();
   std::ifstream in(tmp, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -790,6 +790,28 @@ TEST_CASE("publish_plan_attaches_read_only_exactly_when_no_writer_is_allowed") {
   CHECK(plan_publish(v, *c, p, {}).publish.csi_node_id() == "n9");
 }
 
+TEST_CASE("a_node_request_carries_the_secrets_only_for_a_call_that_sends_them") {
+  auto v = make_volume("db");
+  (*v.mutable_secrets())["password"] = "hunter2";
+  auto* c = add_claim(v, "a", "n1");
+  auto p = controller_plugin({{"n1", true}});
+  auto plan = plan_publish(v, *c, p, {});
+  // Publication: ControllerPublish and NodeStage/NodePublish use them.
+  CHECK(request_for(plan.attach, node_step::controller_publish).volume().secrets().at("password") ==
+        "hunter2");
+  CHECK(request_for(plan.publish, node_step::stage_publish).volume().secrets().size() == 1);
+  CHECK(request_for(plan.attach, node_step::controller_unpublish).volume().secrets().size() == 1);
+  CHECK(request_for(plan.attach, node_step::controller_expand).volume().secrets().size() == 1);
+  // NodeUnpublish/NodeUnstage and NodeExpandVolume send none: the node gets none.
+  auto unpublish = request_for(node_request(v, *c, p), node_step::unpublish_unstage);
+  CHECK(unpublish.volume().secrets().empty());
+  CHECK(unpublish.volume().id() == "db");  // the rest of the request is kept
+  CHECK(unpublish.alloc_id() == "a");
+  CHECK(request_for(plan.publish, node_step::node_expand).volume().secrets().empty());
+  CHECK_FALSE(step_uses_secrets(node_step::unpublish_unstage));
+  CHECK_FALSE(step_uses_secrets(node_step::node_expand));
+}
+
 // --- filters and pages of the list commands --------------------------------------
 
 namespace {

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "tls/pki.hpp"
+#include "tls/proof.hpp"
 
 namespace fs = std::filesystem;
 using namespace berth;
@@ -225,4 +226,84 @@ TEST_CASE("cert_create_names_a_wrong_ca_key") {
   REQUIRE(f);
   CHECK(f->code == errc::invalid);
   CHECK_FALSE(fs::exists(p.key_file));
+}
+
+// --- the server proof over the raft link (tls/proof.hpp) ---------------------
+
+namespace {
+
+identity load_identity(const ca_plan& ca, const cert_plan& c) {
+  auto id = identity::load({ca.cert_file, c.cert_file, c.key_file});
+  REQUIRE_MESSAGE(std::holds_alternative<identity>(id),
+                  (std::holds_alternative<failure>(id) ? std::get<failure>(id).message : ""));
+  return std::get<identity>(id);
+}
+
+server_proof prove(const identity& id, const std::string& challenge) {
+  auto p = id.prove(challenge);
+  REQUIRE(std::holds_alternative<server_proof>(p));
+  return std::get<server_proof>(p);
+}
+
+std::string refusal(const std::variant<std::string, failure>& r) {
+  REQUIRE(std::holds_alternative<failure>(r));
+  CHECK(std::get<failure>(r).code == errc::refused);
+  return std::get<failure>(r).message;
+}
+
+}  // namespace
+
+TEST_CASE("a_server_certificate_proves_a_server") {
+  temp_dir d;
+  auto ca = make_ca(d, "berth-agent-ca");
+  auto id = load_identity(ca, make_cert(d, role::server, ca, "global"));
+  auto challenge = new_challenge();
+  CHECK(challenge.size() == 64);
+  CHECK(new_challenge() != challenge);
+  auto r = verify_server_proof(id.ca_pem(), challenge, prove(id, challenge));
+  REQUIRE(std::holds_alternative<std::string>(r));
+  CHECK(std::get<std::string>(r) == "server.global.berth");
+}
+
+TEST_CASE("a_client_or_cli_certificate_does_not_prove_a_server") {
+  temp_dir d;
+  auto ca = make_ca(d, "berth-agent-ca");
+  for (auto r : {role::client, role::cli}) {
+    auto id = load_identity(ca, make_cert(d, r, ca, "global"));
+    auto challenge = new_challenge();
+    auto why = refusal(verify_server_proof(id.ca_pem(), challenge, prove(id, challenge)));
+    CHECK(why.find("is not a server certificate") != std::string::npos);
+    CHECK(why.find(role_name(r, "global")) != std::string::npos);
+  }
+}
+
+TEST_CASE("a_server_proof_holds_for_its_challenge_only") {
+  temp_dir d;
+  auto ca = make_ca(d, "berth-agent-ca");
+  auto id = load_identity(ca, make_cert(d, role::server, ca, "global"));
+  auto old = prove(id, new_challenge());
+  auto why = refusal(verify_server_proof(id.ca_pem(), new_challenge(), old));
+  CHECK(why.find("not signed with its key over this challenge") != std::string::npos);
+}
+
+TEST_CASE("a_server_certificate_without_its_key_does_not_prove") {
+  temp_dir d;
+  auto ca = make_ca(d, "berth-agent-ca");
+  auto server = make_cert(d, role::server, ca, "global");
+  auto client = make_cert(d, role::client, ca, "global");
+  // The server's certificate (public), signed with the client's key.
+  auto forged = prove(load_identity(ca, client), "c");
+  forged.certificate = prove(load_identity(ca, server), "c").certificate;
+  refusal(verify_server_proof(load_identity(ca, server).ca_pem(), "c", forged));
+}
+
+TEST_CASE("a_server_certificate_of_another_ca_does_not_prove") {
+  temp_dir d;
+  auto ca = make_ca(d, "berth-agent-ca");
+  auto other = make_ca(d, "other-ca");
+  auto theirs = load_identity(other, make_cert(d, role::server, other, "global"));
+  auto ours = load_identity(ca, make_cert(d, role::client, ca, "global"));
+  auto why = refusal(verify_server_proof(ours.ca_pem(), "c", prove(theirs, "c")));
+  CHECK(why.find("is not a server certificate of this cluster's CA") != std::string::npos);
+  refusal(verify_server_proof(ours.ca_pem(), "c", server_proof{"not a pem", "x"}));
 }

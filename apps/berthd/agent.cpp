@@ -2,39 +2,38 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <filesystem>
-#include <memory>
-#include <stdexcept>
 #include <unistd.h>
 
+#include <algorithm>
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <thread>
 
-#include <caf/actor_system.hpp>
-#include <caf/scoped_actor.hpp>
-#include <caf/io/middleman.hpp>
-#include <caf/send.hpp>
-
-#include <nlohmann/json.hpp>
-
-#include "actors/log_monitor.hpp"
 #include "actors/event_journal.hpp"
+#include "actors/log_monitor.hpp"
 #include "actors/metrics.hpp"
-#include "messages/codec.hpp"
 #include "actors/node.hpp"
-#include "persistence/client_store.hpp"
 #include "actors/raft_log.hpp"
 #include "actors/server.hpp"
 #include "actors/state_machine.hpp"
 #include "apps/berthd/dev_plugin.hpp"
 #include "apps/berthd/http_api.hpp"
 #include "apps/berthd/metrics_server.hpp"
-#include "tls/caf_tls.hpp"
+#include "log/log.hpp"
+#include "messages/codec.hpp"
+#include "persistence/client_store.hpp"
 #include "persistence/durable_file.hpp"
+#include "persistence/file_modes.hpp"
+#include "tls/caf_tls.hpp"
 
 namespace berth {
 
@@ -169,11 +168,14 @@ void wait_for_leader(caf::actor_system& sys, const server_actor& front) {
 }  // namespace
 
 agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
-  std::error_code ec;
-  fs::create_directories(opts.data_dir, ec);
-  if (ec)
-    throw std::runtime_error("cannot create the data directory " + opts.data_dir + ": " +
-                             ec.message() + " (pass a writable --data-dir)");
+  // 0700: the databases in it hold the volumes' secrets.
+  dir_outcome made = dir_outcome::kept;
+  if (auto f = private_dir(opts.data_dir, &made))
+    throw std::runtime_error("the data directory: " + f->message + " (pass a writable --data-dir)");
+  if (made == dir_outcome::tightened)
+    logging::info("berthd",
+                  "data directory made private (mode 0700): it had group or other permissions",
+                  {{"dir", opts.data_dir}});
   start_log_monitor(sys);
   agent_started started;
   started.name = opts.name.empty() ? host_name() : opts.name;
@@ -215,6 +217,13 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
       if (opts.raft_port == 0)
         throw std::runtime_error("--raft-port must be a fixed port (the other servers store it)");
       ro.self.set_raft_address(opts.bind + ":" + std::to_string(opts.raft_port));
+    }
+    if (opts.server && opts.tls.enabled()) {
+      // Each peer is asked to prove it holds a server certificate, and so
+      // is this server (CAF checks only that a certificate is the CA's).
+      auto id = tls::identity::load(opts.tls);
+      if (auto* f = std::get_if<failure>(&id)) throw std::runtime_error(f->message);
+      ro.identity = std::make_shared<const tls::identity>(std::get<tls::identity>(id));
     }
     auto log = sys.spawn<caf::detached>(raft_log, ro, s.log, s.applied, machine, front, stats);
     if (opts.server) {

@@ -205,13 +205,14 @@ class Cluster:
 class ClusterTestCase(unittest.TestCase):
     """A test on a fresh 3-server cluster in its own temporary directory,
     stopped (and its mounts undone) after the test. SERVER_ARGS: more berthd
-    flags for the servers."""
+    flags for the servers; SNAPSHOT_THRESHOLD: their --snapshot-threshold."""
     PREFIX = "berth-test-"
     SERVER_ARGS = ()
+    SNAPSHOT_THRESHOLD = 100000
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix=self.PREFIX)
-        self.cluster = Cluster(self.tmp, snapshot_threshold=100000,
+        self.cluster = Cluster(self.tmp, snapshot_threshold=self.SNAPSHOT_THRESHOLD,
                                server_args=self.SERVER_ARGS)
         self.addCleanup(self.cleanup)
         self.cluster.start()

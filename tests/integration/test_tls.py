@@ -5,9 +5,13 @@ certificate, or with one from another CA, cannot connect and says why; a TLS
 shell at a plain-text berthd says so; a partial set of --tls-* options is
 refused naming what is missing.
 
-TlsClusterTest (3 servers and a client over TLS) runs only with
-BERTH_TEST_TLS_CLUSTER=1: it reproduces the known problem the user guide
-describes ("Two connections between two servers"); it fails today."""
+A 3-server TLS cluster: a berthd --server started with a client
+certificate does not join (TlsRoleTest).  TlsClusterTest (claims and
+list-peers through every server) runs only with BERTH_TEST_TLS_CLUSTER=1:
+forwarding and list-peers now go over the raft links; list-peers passes, the
+claims fail in most runs: connections between servers, and a client's to the
+leader, still drop now and then over CAF 0.17.6's TLS (user guide,
+"Connections between servers")."""
 
 import json
 import os
@@ -18,7 +22,8 @@ import tempfile
 import time
 import unittest
 
-from cluster import Cluster
+from cluster import Cluster, Server, free_port
+import socket
 from harness import BERTH, BERTHD, Agent
 
 VOLUME = {"plugin_id": "hostpath", "capabilities": [
@@ -247,26 +252,133 @@ class TlsClusterTest(unittest.TestCase):
             time.sleep(0.2)
         self.fail("the client's plugin never became healthy through TLS")
 
-    def test_claim_cycle_through_a_follower(self):
+    def b(self, via, *args, stdin=None):
+        """The TLS shell through `via`; exit 5 (retry: e.g. an election
+        after a connection between two servers dropped) is retried, as a
+        script would, within a deadline."""
+        deadline = time.time() + 30
+        while True:
+            r = run([BERTH, "--address", via, "--json", "--timeout", "20"] + list(args),
+                    stdin=stdin)
+            if r.returncode != 5 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual(r.returncode, 0, "%s via %s\n%s\n%s" % (args, via, r.stdout, r.stderr))
+        return json.loads(r.stdout) if r.stdout.strip() else None
+
+    def test_claim_cycle_through_every_server(self):
+        """Forwarded to the leader over the raft link (the leader's shell
+        handle is asked of its replicated log), whichever follower has the
+        larger raft address; the leader reaches the client's node through
+        the server the client connected to."""
         leader = self.cluster.wait_leader()
         self.wait_plugin(leader.address)
-        follower = next(s for s in self.cluster.servers if s is not leader)
+        self.b(leader.address, "volume", "create", "-", stdin=json.dumps(dict(VOLUME, id="tv1")))
+        for i, s in enumerate(self.cluster.servers):
+            alloc = "a%d" % i
+            claim = self.b(s.address, "volume", "claim", "tv1", "--alloc", alloc, "--node", "c1")
+            self.assertTrue(os.path.isdir(claim["published_path"]), claim)
+            self.b(s.address, "volume", "release", "tv1", "--alloc", alloc)
+            self.assertFalse(os.path.isdir(claim["published_path"]))
 
-        def b(*args, stdin=None):
-            r = run([BERTH, "--address", follower.address, "--json", "--timeout", "30"] +
-                    list(args), stdin=stdin)
-            self.assertEqual(r.returncode, 0, "%s\n%s" % (r.stdout, r.stderr))
-            return json.loads(r.stdout) if r.stdout.strip() else None
+    def test_list_peers_through_every_server(self):
+        """Each server asks the others over the raft links, not over a
+        second connection."""
+        for s in self.cluster.servers:
+            deadline = time.time() + 30
+            while True:
+                peers = self.b(s.address, "operator", "raft", "list-peers")
+                roles = sorted(p["role"] for p in peers)
+                if roles == ["follower", "follower", "leader"] or time.time() > deadline:
+                    break
+                time.sleep(0.2)  # an election in progress
+            self.assertEqual(roles, ["follower", "follower", "leader"], (s.name, peers))
 
-        # Forwarded to the leader, which reaches the client's node through
-        # the server the client connected to.
-        b("volume", "create", "-", stdin=json.dumps(dict(VOLUME, id="tv1")))
-        claim = b("volume", "claim", "tv1", "--alloc", "a1", "--node", "c1")
-        self.assertTrue(os.path.isdir(claim["published_path"]), claim)
-        b("volume", "release", "tv1", "--alloc", "a1")
-        self.assertFalse(os.path.isdir(claim["published_path"]))
-        peers = b("operator", "raft", "list-peers")
-        self.assertEqual(sorted(p["role"] for p in peers), ["follower", "follower", "leader"])
+
+class TlsRoleTest(unittest.TestCase):
+    """A berthd --server started with a client certificate (of the cluster's
+    CA) does not join: it cannot prove to the servers' replicated logs that
+    it holds a server certificate (tls/proof.hpp), so its hello and Raft
+    messages are ignored; the servers and it log why."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="berth-tls-role-")
+        self.saved_env = {k: os.environ.get(k) for k in TLS_ENV}
+        self.addCleanup(self.cleanup)
+        self.certs, _ = make_certificates(self.tmp)
+        d = self.certs
+        os.environ["BERTH_CACERT"] = d + "/berth-agent-ca.pem"
+        os.environ["BERTH_CLIENT_CERT"] = d + "/global-cli-berth.pem"
+        os.environ["BERTH_CLIENT_KEY"] = d + "/global-cli-berth-key.pem"
+        self.cluster = Cluster(self.tmp, server_args=tls_args(d, "server"))
+        self.cluster.start()
+
+    def cleanup(self):
+        self.cluster.stop()
+        for k, v in self.saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def rogue_raft_port(self):
+        """A free port whose address sorts before every server's: with TLS
+        only the smaller raft address connects, so the rogue is the one that
+        dials the servers (and, unchecked, would announce itself to them)."""
+        servers = ["127.0.0.1:%d" % s.raft_port for s in self.cluster.servers]
+        for port in range(10000, 19999, 37):
+            if all("127.0.0.1:%d" % port < a for a in servers):
+                try:
+                    with socket.socket() as sk:
+                        sk.bind(("127.0.0.1", port))
+                    return port
+                except OSError:
+                    continue
+        self.skipTest("no free port below the servers' raft ports")
+
+    def test_a_client_certificate_cannot_join_as_a_server(self):
+        port = self.rogue_raft_port()
+        rogue = Server(self.tmp, "rogue", free_port(), port,
+                       ["127.0.0.1:%d" % s.raft_port for s in self.cluster.servers],
+                       extra_args=tls_args(self.certs, "client"))
+        self.cluster.processes.append(rogue)
+        rogue.start()
+        why = "is not a server certificate of this cluster's CA"
+
+        def logged(path):
+            with open(path) as f:
+                return why in f.read()
+
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if logged(rogue.log_path) and any(logged(s.log_path) for s in self.cluster.servers):
+                break
+            time.sleep(0.2)
+        self.assertTrue(logged(rogue.log_path), "the rogue's log does not say why")
+        refusing = [s for s in self.cluster.servers if logged(s.log_path)]
+        self.assertTrue(refusing, "no server logged the refusal")
+        with open(refusing[0].log_path) as f:
+            line = next(l for l in f if why in l)
+        self.assertIn("rogue", line)
+        self.assertIn("client.global.berth", line)
+        # Had its hello counted, the leader would have added it by now (a
+        # membership change within a tick); it is never listed.
+        leader = self.cluster.wait_leader()
+        answers = 0
+        deadline = time.time() + 30
+        while answers < 10 and time.time() < deadline:
+            r = run([BERTH, "--address", leader.address, "--json", "--timeout", "10",
+                     "operator", "raft", "list-peers"])
+            if r.returncode == 5:  # unavailable (an election): retry, as a script would
+                time.sleep(0.2)
+                continue
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn("rogue", [p["id"] for p in json.loads(r.stdout)])
+            answers += 1
+            time.sleep(0.2)
+        self.assertEqual(answers, 10, "list-peers did not answer")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

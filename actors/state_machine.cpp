@@ -35,17 +35,7 @@ std::vector<v1::Event> apply_entries(self_ptr self, const committed_batch& batch
   auto& st = self->state;
   std::vector<v1::Event> events;
   // Each entry is decoded once, for the catalog and the state tables.
-  state_store::decoded entries;
-  entries.reserve(batch.entries.size());
-  for (const auto& [index, bytes] : batch.entries) {
-    if (index <= st.cat.applied_index) continue;
-    v1::LogEntry entry;
-    if (!entry.ParseFromString(bytes))
-      throw std::runtime_error("log entry " + std::to_string(index) +
-                               " cannot be decoded; the log is damaged (restore a snapshot or "
-                               "rejoin the cluster)");
-    entries.emplace_back(index, std::move(entry));
-  }
+  auto entries = state_store::decode(batch.entries, st.cat.applied_index);
   auto start = entries.cbegin();
   for (auto it = entries.cbegin(); it != entries.cend(); ++it) {
     for (auto& e : events_of(it->first, apply(st.cat, it->first, it->second)))

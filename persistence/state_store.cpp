@@ -77,12 +77,12 @@ uint64_t state_store::applied_index() {
   return static_cast<uint64_t>(std::stoull(text));
 }
 
-void state_store::apply(const std::vector<std::pair<uint64_t, std::string>>& entries) {
+state_store::decoded state_store::decode(
+    const std::vector<std::pair<uint64_t, std::string>>& entries, uint64_t after) {
   decoded out;
   out.reserve(entries.size());
-  uint64_t applied = applied_index();
   for (const auto& [index, bytes] : entries) {
-    if (index <= applied) continue;
+    if (index <= after) continue;
     v1::LogEntry entry;
     if (!entry.ParseFromString(bytes))
       throw sql::sqlite_error("log entry " + std::to_string(index) +
@@ -90,6 +90,11 @@ void state_store::apply(const std::vector<std::pair<uint64_t, std::string>>& ent
                               "rejoin the cluster)");
     out.emplace_back(index, std::move(entry));
   }
+  return out;
+}
+
+void state_store::apply(const std::vector<std::pair<uint64_t, std::string>>& entries) {
+  auto out = decode(entries, applied_index());
   apply(out.begin(), out.end());
 }
 

@@ -48,6 +48,10 @@ class state_store {
   // restore's entry replaces the tables at its index.
   using decoded = std::vector<std::pair<uint64_t, v1::LogEntry>>;
   void apply(decoded::const_iterator first, decoded::const_iterator last);
+  // Decodes the entries after index `after`; throws when one cannot be
+  // decoded (naming its index: the log is damaged).
+  static decoded decode(const std::vector<std::pair<uint64_t, std::string>>& entries,
+                        uint64_t after);
 
   state_contents load();
 

@@ -1,5 +1,7 @@
 #include "tls/pki.hpp"
 
+#include "tls/openssl_ptr.hpp"
+
 #include <fcntl.h>
 #include <netdb.h>
 #include <openssl/bio.h>
@@ -25,18 +27,6 @@
 namespace berth::tls {
 
 namespace {
-
-template <class T, void (*F)(T*)>
-struct deleter {
-  void operator()(T* p) const { F(p); }
-};
-using bio_ptr = std::unique_ptr<BIO, deleter<BIO, BIO_free_all>>;
-using key_ptr = std::unique_ptr<EVP_PKEY, deleter<EVP_PKEY, EVP_PKEY_free>>;
-using x509_ptr = std::unique_ptr<X509, deleter<X509, X509_free>>;
-using store_ptr = std::unique_ptr<X509_STORE, deleter<X509_STORE, X509_STORE_free>>;
-using store_ctx_ptr = std::unique_ptr<X509_STORE_CTX, deleter<X509_STORE_CTX, X509_STORE_CTX_free>>;
-using ssl_ctx_ptr = std::unique_ptr<SSL_CTX, deleter<SSL_CTX, SSL_CTX_free>>;
-using ssl_ptr = std::unique_ptr<SSL, deleter<SSL, SSL_free>>;
 
 // OpenSSL's queued errors as one line (never key material: these are
 // library and reason strings).
@@ -121,7 +111,7 @@ x509_ptr new_cert(EVP_PKEY* key, const std::string& cn, int days) {
   unsigned char serial[16];
   if (RAND_bytes(serial, sizeof serial) != 1) return nullptr;
   serial[0] &= 0x7f;
-  std::unique_ptr<BIGNUM, deleter<BIGNUM, BN_free>> bn{BN_bin2bn(serial, sizeof serial, nullptr)};
+  std::unique_ptr<BIGNUM, openssl_deleter<BIGNUM, BN_free>> bn{BN_bin2bn(serial, sizeof serial, nullptr)};
   if (!bn || !BN_to_ASN1_INTEGER(bn.get(), X509_get_serialNumber(c.get()))) return nullptr;
   X509_gmtime_adj(X509_getm_notBefore(c.get()), -60);  // clocks a little behind
   X509_time_adj_ex(X509_getm_notAfter(c.get()), days, 0, nullptr);

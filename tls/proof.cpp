@@ -1,5 +1,7 @@
 #include "tls/proof.hpp"
 
+#include "tls/openssl_ptr.hpp"
+
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -14,17 +16,6 @@
 namespace berth::tls {
 
 namespace {
-
-template <class T, void (*F)(T*)>
-struct deleter {
-  void operator()(T* p) const { F(p); }
-};
-using bio_ptr = std::unique_ptr<BIO, deleter<BIO, BIO_free_all>>;
-using key_ptr = std::unique_ptr<EVP_PKEY, deleter<EVP_PKEY, EVP_PKEY_free>>;
-using x509_ptr = std::unique_ptr<X509, deleter<X509, X509_free>>;
-using store_ptr = std::unique_ptr<X509_STORE, deleter<X509_STORE, X509_STORE_free>>;
-using store_ctx_ptr = std::unique_ptr<X509_STORE_CTX, deleter<X509_STORE_CTX, X509_STORE_CTX_free>>;
-using md_ctx_ptr = std::unique_ptr<EVP_MD_CTX, deleter<EVP_MD_CTX, EVP_MD_CTX_free>>;
 
 std::optional<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

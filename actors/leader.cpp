@@ -411,74 +411,6 @@ void monitor_node(const self_ptr& self, const v1::MonitorRequest& m, response_pr
           [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
 }
 
-// berth acl ...: reads answered from the catalog; policy and token changes
-// committed one at a time (key "acl"), answered once applied.
-void acl_command(const self_ptr& self, const v1::Request& req, const acl::grant& g,
-                 response_promise rp) {
-  using R = v1::Request;
-  switch (req.command_case()) {
-    case R::kAclPolicyList:
-    case R::kAclPolicyInfo:
-    case R::kAclTokenList:
-    case R::kAclTokenInfo:
-    case R::kAclTokenSelf: {
-      auto r = acl::read(self->state.cat, g, req);
-      if (auto* f = std::get_if<failure>(&r))
-        deliver(rp, *f);
-      else
-        deliver(rp, std::move(std::get<v1::Response>(r)));
-      return;
-    }
-    default:
-      break;
-  }
-  // What the shell is told once the change applied: the token (with the
-  // secret it made, echoed once) or a summary.
-  auto answer = [self, req, rp](std::optional<failure> f) mutable {
-    if (f) {
-      deliver(rp, *f);
-      return;
-    }
-    v1::Response r;
-    const auto& c = self->state.cat;
-    const v1::AclRequest* made = req.has_acl_bootstrap()      ? &req.acl_bootstrap()
-                                 : req.has_acl_token_create() ? &req.acl_token_create()
-                                                              : nullptr;
-    if (made) {
-      auto it = c.acl_tokens.find(made->accessor_id());
-      if (it != c.acl_tokens.end()) {
-        auto* t = r.add_acl_tokens();
-        *t = it->second;
-        t->clear_secret_hash();
-      }
-      r.set_acl_secret(made->secret());
-    } else if (req.has_acl_policy_apply()) {
-      auto it = c.acl_policies.find(req.acl_policy_apply().name());
-      if (it != c.acl_policies.end()) *r.add_acl_policies() = it->second;
-      r.set_message("ACL policy '" + req.acl_policy_apply().name() + "' applied");
-    } else if (req.has_acl_policy_delete()) {
-      r.set_message("ACL policy '" + req.acl_policy_delete() + "' deleted");
-    } else {
-      r.set_message("ACL token '" + req.acl_token_delete() + "' deleted");
-    }
-    deliver(rp, std::move(r));
-  };
-  int64_t now = wall_ms();
-  write(
-      self, "acl",
-      [req, now](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-        switch (req.command_case()) {
-          case R::kAclBootstrap: return acl::bootstrap(c, req.acl_bootstrap(), now);
-          case R::kAclPolicyApply: return acl::policy_apply(c, req.acl_policy_apply());
-          case R::kAclPolicyDelete: return acl::policy_delete(c, req.acl_policy_delete());
-          case R::kAclTokenCreate: return acl::token_create(c, req.acl_token_create(), now);
-          case R::kAclTokenDelete: return acl::token_delete(c, req.acl_token_delete());
-          default: return failure{errc::invalid, "not an ACL command"};
-        }
-      },
-      answer);
-}
-
 void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
   auto& st = self->state;
   // An operator restore replaced the state: the server starts this leader
@@ -500,31 +432,16 @@ void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
     }
     // A node's own report: from the client bound to that node id (bound
     // by its first report, then the report runs).
-    if (acl::is_node_request(req)) {
-      auto node = acl::node_of(req);
-      auto refusal = acl::node_refusal(st.cat, node, req.node_secret());
-      if (refusal && refusal->code != errc::not_found) {
-        logging::warn("leader", "node report refused: another node secret",
-                      {{"node", node}});
-        deliver(rp, *refusal);
-        return;
-      }
-      if (refusal) {
-        int64_t now = wall_ms();
-        write(
-            self, "acl",
-            [node, secret = req.node_secret(), now](const catalog& c) {
-              return acl::bind_node(c, node, secret, now);
-            },
-            [self, req, rp](std::optional<failure> f) mutable {
-              if (f) {
-                deliver(rp, *f);
-                return;
-              }
-              execute(self, req, rp);
-            });
-        return;
-      }
+    if (acl::is_node_request(req) &&
+        acl::node_refusal(st.cat, acl::node_of(req), req.node_secret())) {
+      with_node_identity(self, acl::node_of(req), req.node_secret(),
+                         [self, req, rp](std::optional<failure> f) mutable {
+                           if (f)
+                             deliver(rp, *f);
+                           else
+                             execute(self, req, rp);
+                         });
+      return;
     }
   } else if (acl::is_acl_command(req)) {
     deliver(rp, failure{errc::refused, "ACLs are off on this cluster: start every server with "
@@ -713,34 +630,16 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, stat
         self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
       },
       [self](node_atom, const std::string& node_id, const std::string& secret, node_actor node) {
-        auto& st = self->state;
-        if (!st.options.acl) {
+        if (!self->state.options.acl) {
           heartbeat(self, node_id, std::move(node));
           return;
         }
-        // ACLs: only the client bound to this node id serves it (the first
-        // one to report binds it); another is ignored, so no CSI call and
-        // no volume secret goes to it.
-        auto refusal = acl::node_refusal(st.cat, node_id, secret);
-        if (!refusal) {
-          heartbeat(self, node_id, std::move(node));
-          return;
-        }
-        if (refusal->code != errc::not_found) {
-          logging::warn("leader", "node client refused: another node secret", {{"node", node_id}});
-          return;
-        }
-        int64_t now = wall_ms();
-        write(
-            self, "acl",
-            [node_id, secret, now](const catalog& c) { return acl::bind_node(c, node_id, secret, now); },
-            [self, node_id, node](std::optional<failure> f) mutable {
-              if (f) {
-                logging::warn("leader", "node client refused", {{"node", node_id}, {"why", f->message}});
-                return;
-              }
-              heartbeat(self, node_id, std::move(node));
-            });
+        // ACLs: only the client bound to this node id serves it; another
+        // is ignored, so no CSI call and no volume secret goes to it.
+        with_node_identity(self, node_id, secret,
+                           [self, node_id, node](std::optional<failure> f) mutable {
+                             if (!f) heartbeat(self, node_id, std::move(node));
+                           });
       },
   };
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/leader.hpp"
+#include "control/acl.hpp"
 #include "control/snapshots.hpp"
 #include "control/views.hpp"
 
@@ -218,6 +219,18 @@ void stop_alloc(const self_ptr& self, const std::string& node_id, const std::str
 // empty plugins, and (every 30 s) terminal allocs and down nodes past their
 // thresholds.
 void leader_tick(const self_ptr& self);
+
+// --- leader_acl.cpp (control/acl) ------------------------------------------------------
+
+// berth acl ...: reads answered from the catalog; policy and token changes
+// committed one at a time (key "acl"), answered once applied.
+void acl_command(const self_ptr& self, const v1::Request& req, const acl::grant& g,
+                 response_promise rp);
+// A client node's identity (ACLs on): runs `then` with nothing once the
+// node id is bound to this node secret (binding it the first time), else
+// with the refusal (logged).
+void with_node_identity(const self_ptr& self, const std::string& node_id, const std::string& secret,
+                        std::function<void(std::optional<failure>)> then);
 
 // --- leader_snapshots.cpp ----------------------------------------------------------
 // pick_controller among the controllers that advertise `cap`.

@@ -364,8 +364,11 @@ using replicated_log_actor = caf::typed_actor<
     // Appends an entry; replies with its index once it is committed
     // (durable on a majority).  Entries that arrive while an fsync runs
     // share the next one (group commit).  Committed entries go to the state
-    // machine in index order.  Fails when this server does not lead.
-    caf::replies_to<propose_atom, pb<v1::LogEntry>>::with<uint64_t>,
+    // machine in index order.  Fails when this server does not lead, or
+    // leads another term than the one given (the proposer's leader term; 0:
+    // any): an actor that outlived its leader never writes its old state
+    // (persistence/raft/proposal.hpp).
+    caf::replies_to<propose_atom, pb<v1::LogEntry>, uint64_t>::with<uint64_t>,
     // ReadIndex: replies once this server has confirmed with a quorum that
     // it still leads and has applied everything committed before the
     // request; a read served after that is linearizable.

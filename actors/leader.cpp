@@ -66,7 +66,7 @@ void commit(const self_ptr& self, std::vector<v1::Change> changes, then_fn then)
     then(std::nullopt);
     return;
   }
-  propose(self, self->state.log, std::move(changes))
+  propose(self, self->state.log, self->state.options.term, std::move(changes))
       .then([self,
              then](uint64_t index) { when_applied(self, index, [then] { then(std::nullopt); }); },
             [then](caf::error& e) { then(to_failure(e)); });
@@ -358,7 +358,7 @@ size_t count_volume_actors(const self_ptr& self) {
 }
 
 plugin_actor spawn_plugin(const self_ptr& self, v1::Plugin p) {
-  return self->spawn<caf::linked>(plugin, self->state.log, std::move(p));
+  return self->spawn<caf::linked>(plugin, self->state.log, std::move(p), self->state.options.term);
 }
 
 node_actor pick_controller(const self_ptr& self, const std::string& plugin_id,

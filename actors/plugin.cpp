@@ -70,7 +70,7 @@ result_promise queue_controller_call(self_ptr self, Atom atom, v1::NodeVolumeReq
 // committed plugin.  await(): the next fingerprint builds on this one.
 void persist(self_ptr self, v1::Plugin next, bool remove, std::function<void(caf::error)> then) {
   auto change = remove ? plugin_delete_change(next.id()) : upsert_change(next);
-  propose(self, self->state.log, {std::move(change)})
+  propose(self, self->state.log, self->state.term, {std::move(change)})
       .await(
           [self, next, then](uint64_t index) mutable {
             auto stamped = upsert_change(std::move(next));
@@ -84,8 +84,9 @@ void persist(self_ptr self, v1::Plugin next, bool remove, std::function<void(caf
 }  // namespace
 
 plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> self,
-                                   replicated_log_actor log, v1::Plugin initial) {
+                                   replicated_log_actor log, v1::Plugin initial, uint64_t term) {
   self->state.log = std::move(log);
+  self->state.term = term;
   self->state.plugin = std::move(initial);
   self->attach_functor([open = self->state.open_calls,
                         id = self->state.plugin.id()](const caf::error&) {

@@ -15,6 +15,7 @@ namespace berth {
 struct plugin_state {
   v1::Plugin plugin;
   replicated_log_actor log;
+  uint64_t term = 0;  // the leader term it serves: its proposals carry it
   // Controller RPCs of this plugin run one at a time: the next waits here.
   std::deque<std::function<void()>> controller_queue;
   int controller_running = 0;  // at most controller_call_limit(plugin)
@@ -32,6 +33,6 @@ struct plugin_state {
 };
 
 plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> self,
-                                   replicated_log_actor log, v1::Plugin initial);
+                                   replicated_log_actor log, v1::Plugin initial, uint64_t term);
 
 }  // namespace berth

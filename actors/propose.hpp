@@ -11,10 +11,13 @@
 
 namespace berth {
 
+// `term`: the leader term the proposing actor serves (its leader's); the
+// log refuses the proposal once it leads another term.
 template <class Self>
-auto propose(Self self, const replicated_log_actor& log, std::vector<v1::Change> changes) {
+auto propose(Self self, const replicated_log_actor& log, uint64_t term,
+             std::vector<v1::Change> changes) {
   return self->request(log, caf::infinite, propose_atom::value,
-                       wrap(make_entry(std::move(changes))));
+                       wrap(make_entry(std::move(changes))), term);
 }
 
 }  // namespace berth

@@ -1,5 +1,7 @@
 #include "actors/raft_log.hpp"
 
+#include "persistence/raft/proposal.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -763,13 +765,14 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
   });
   self->send(self, tick_atom::value);
   return {
-      [self](propose_atom, pb<v1::LogEntry>& entry) -> caf::result<uint64_t> {
+      [self](propose_atom, pb<v1::LogEntry>& entry, uint64_t term) -> caf::result<uint64_t> {
         auto& st = self->state;
-        if (st.soft.role != raft::role::leader || !st.leading_announced) {
+        if (auto why = raft::proposal_refusal(
+                st.soft.role == raft::role::leader && st.leading_announced, st.node->term(), term)) {
           std::string leader;
           if (auto it = st.members.find(st.soft.leader); it != st.members.end())
             leader = " (the leader is " + it->second.name() + ")";
-          return make_error(errc::unavailable, "this server does not lead" + leader + "; retry");
+          return make_error(errc::unavailable, *why + leader + "; retry");
         }
         auto r = st.node->propose(entry.msg.SerializeAsString());
         if (!r.ok()) return make_error(errc::unavailable, "cannot propose: " + r.message());

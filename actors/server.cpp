@@ -441,7 +441,7 @@ void snapshot_restore(self_ptr self, std::string bytes, promise rp) {
   }
   // Once committed, the replicated log starts the leader actor again from
   // the restored state (the same way as when this server began to lead).
-  propose(self, self->state.log, {restore_change(std::move(bytes))})
+  propose(self, self->state.log, self->state.term, {restore_change(std::move(bytes))})
       .then(
           [self, rp](uint64_t index) mutable { self->state.restoring.emplace_back(index, rp); },
           [rp](caf::error& e) mutable {

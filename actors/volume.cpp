@@ -35,7 +35,7 @@ void persist(self_ptr self, v1::Volume next, bool remove, then_fn then,
   changes.push_back(remove ? volume_delete_change(next.namespace_(), next.id())
                            : upsert_change(next));
   for (auto& c : also) changes.push_back(std::move(c));
-  propose(self, self->state.log, std::move(changes))
+  propose(self, self->state.log, self->state.term, std::move(changes))
       .await(
           [self, next, remove, then](uint64_t index) mutable {
             auto stamped = upsert_change(std::move(next));

@@ -601,9 +601,10 @@ sim_log_actor::behavior_type sim_log(sim_log_actor::pointer self, world* w, uint
   self->attach_functor([] { --live_debug["log"]; });
   auto unavailable = [] { return make_error(errc::unavailable, "this server does not lead"); };
   return {
-      [self, w, term, unavailable](propose_atom, pb<v1::LogEntry>& e) -> caf::result<uint64_t> {
+      [self, w, term, unavailable](propose_atom, pb<v1::LogEntry>& e,
+                                   uint64_t proposer_term) -> caf::result<uint64_t> {
         auto& f = w->fronts[term];
-        if (f.deposed) {
+        if (f.deposed || (proposer_term != 0 && proposer_term != term)) {
           ++totals.proposals_failed;
           return unavailable();
         }

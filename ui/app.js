@@ -689,6 +689,16 @@ function show() {
   refresh();
 }
 
+// A redraw that changes nothing keeps the elements on the page: a click in
+// progress (pressed on one button, released on its copy), the focus and what
+// was typed survive the 5 s polls and the event stream's refreshes.
+function keepOrReplace(parent, next) {
+  const nodes = next instanceof DocumentFragment ? Array.from(next.childNodes) : [next];
+  const now = parent.childNodes;
+  const same = now.length === nodes.length && nodes.every((n, i) => n.isEqualNode(now[i]));
+  if (!same) parent.replaceChildren(...nodes);
+}
+
 function draw() {
   const body = document.getElementById('body');
   if (!body || !state.page) return;
@@ -703,7 +713,7 @@ function draw() {
   } else if (state.data !== null) {
     const filters = document.getElementById('filters');
     if (page.filters && !filters.firstChild) filters.append(page.filters(state.data));
-    body.replaceChildren(page.render(state.data, ...args));
+    keepOrReplace(body, page.render(state.data, ...args));
   }
   body.setAttribute('aria-busy', 'false');
   document.title = 'berth · ' + (location.hash.slice(2) || 'volumes');

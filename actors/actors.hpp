@@ -115,9 +115,14 @@ using state_machine_actor = caf::typed_actor<
     // request's token may not see (or the refusal).
     caf::replies_to<acl_atom, pb<v1::Request>, pb<v1::Response>>::with<pb<v1::Response>>,
     // Replies with the applied index and a consistent copy of the state
-    // database (after every apply sent before this request).
+    // database (after every apply sent before this request): a backup.
     caf::replies_to<snapshot_atom>::with<uint64_t, std::string>,
-    // Replaces the state database with a snapshot's copy.
+    // Writes that copy to the file at the path given (mode 0600) and replies
+    // with its applied index: a Raft snapshot's database.
+    caf::replies_to<snapshot_atom, std::string>::with<uint64_t>,
+    // Replaces the state database with the one inside the Raft snapshot
+    // file at the path given (persistence/snapshot_file.hpp), then removes
+    // that path (a link the replicated log made for this install).
     caf::reacts_to<install_atom, std::string>>;
 
 // One CSI plugin connection on a node.  Its jobs run on a pool of
@@ -375,6 +380,13 @@ using replicated_log_actor = caf::typed_actor<
     caf::replies_to<read_atom>::with<uint64_t>,
     // A Raft message from a peer server.
     caf::reacts_to<raft_atom, pb<raft::v1::Message>>,
+    // A piece of the leader's snapshot file (persistence/snapshot_file.hpp)
+    // for a MSG_SNAP that follows the last piece: the sender's raft id, the
+    // snapshot's index and term, the piece's offset and bytes, whether it is
+    // the last.  Replies with the bytes received so far; an error when the
+    // piece does not follow the one before (the leader starts again).
+    caf::replies_to<snapshot_atom, uint64_t, uint64_t, uint64_t, uint64_t, std::string,
+                    bool>::with<uint64_t>,
     // With TLS, a peer proves it holds a server certificate before its Raft
     // and discovery messages count (tls/proof.hpp): it asks for a challenge
     // (fresh for each ask) ...

@@ -1,5 +1,7 @@
 #include "actors/raft_log.hpp"
 
+#include "actors/raft_log_internal.hpp"
+
 #include "persistence/raft/proposal.hpp"
 
 #include <fcntl.h>
@@ -22,13 +24,13 @@
 
 namespace berth {
 
-namespace pbr = raft::v1;
+using namespace raft_log_detail;
 
 namespace {
-
-using self_ptr = replicated_log_actor::stateful_pointer<raft_log_state>;
-
 std::string role_name(raft::role r);
+}  // namespace
+
+namespace raft_log_detail {
 
 void fatal(const std::string& what) {
   // Nothing after this point could be made durable: stop at once rather
@@ -45,6 +47,18 @@ void schedule_flush(const self_ptr& self) {
   self->state.flush_scheduled = true;
   self->send(self, flush_atom::value);
 }
+
+bool from_proven(const self_ptr& self) {
+  if (!self->state.opts.identity) return true;
+  auto sender = self->current_sender();
+  if (!sender) return false;
+  auto node = sender->node();
+  return node == self->node() || self->state.proven.count(node) > 0;
+}
+
+}  // namespace raft_log_detail
+
+namespace {
 
 void prove_to(self_ptr self, const std::string& address);
 
@@ -116,13 +130,6 @@ void learn_link(self_ptr self, uint64_t from) {
 
 // With TLS: whether the message being handled counts: from this process,
 // or from a peer process whose server proof verified (tls/proof.hpp).
-bool from_proven(const self_ptr& self) {
-  if (!self->state.opts.identity) return true;
-  auto sender = self->current_sender();
-  if (!sender) return false;
-  auto node = sender->node();
-  return node == self->node() || self->state.proven.count(node) > 0;
-}
 
 // With TLS: proves to the peer at `address`, over its link, that this
 // server holds a server certificate: asks for a challenge, signs it, sends
@@ -207,26 +214,17 @@ void send_messages(self_ptr self, std::vector<pbr::Message>& messages) {
     if (address.empty()) continue;
     auto peer = link(self, address);
     bool snap = m.type() == pbr::MSG_SNAP;
-    if (snap) self->state.snapshots_sent.emplace_back(m.to(), static_cast<bool>(peer));
     if (!peer) {
+      if (snap) self->state.snapshots_sent.emplace_back(m.to(), false);
       // Raft copes with loss; tell it so it probes instead of streaming.
       self->state.unreachable.push_back(m.to());
       continue;
     }
-    self->send(peer, raft_atom::value, wrap(std::move(m)));
+    if (snap)  // the file in pieces first; the core hears how it went
+      send_snapshot(self, peer, std::move(m));
+    else
+      self->send(peer, raft_atom::value, wrap(std::move(m)));
   }
-}
-
-// Writes a snapshot durably (persistence/durable_file.hpp: temp file and
-// directory fsynced) before anything relies on it: the log is compacted, or
-// truncated for a leader's snapshot, only once the snapshot would survive a
-// power loss.  `step` names the crash points: "snapshot" when this server
-// took it, "install" when it came from the leader.
-void write_snapshot(const self_ptr& self, const pbr::Snapshot& snap, std::string_view step) {
-  crashpoint(step, "before_write");
-  const auto& path = self->state.snapshot_path;
-  if (auto f = write_file_durably(path, encode_snapshot_file(snap.SerializeAsString()), step))
-    fatal("cannot write the snapshot " + path + ": " + f->message);
 }
 
 // Whether the log on disk is what an install of the snapshot (`snap`) left
@@ -239,115 +237,6 @@ bool interrupted_install(const std::vector<log_record>& log, const pbr::Snapshot
   for (const auto& r : log)
     if (r.index == snap.index()) return r.term != snap.term();
   return true;
-}
-
-void learn_members(const self_ptr& self, const pbr::Snapshot& snap) {
-  v1::SnapshotData data;
-  if (!data.ParseFromString(snap.data())) return;
-  for (const auto& m : data.members()) self->state.members[m.raft_id()] = m;
-}
-
-// The snapshot file of `index` is written and fsynced as `tmp`: unless a
-// leader's snapshot was installed meanwhile, it becomes the snapshot and the
-// log is compacted behind it.
-void finish_snapshot(self_ptr self, uint64_t index, const std::string& tmp, double held_ms,
-                     std::chrono::steady_clock::time_point handed) {
-  auto& st = self->state;
-  st.snapshotting = false;
-  if (st.storage.snapshot().metadata().index() != index || index <= st.snapshot_index) {
-    std::remove(tmp.c_str());  // superseded by an installed snapshot
-    return;
-  }
-  if (auto f = rename_durably(tmp, st.snapshot_path, "snapshot"))
-    fatal("cannot write the snapshot " + st.snapshot_path + ": " + f->message);
-  st.snapshot_index = index;
-  if (index > st.opts.snapshot_keep && index - st.opts.snapshot_keep >= st.storage.first_index()) {
-    auto upto = index - st.opts.snapshot_keep;
-    st.storage.compact(upto);
-    try {
-      st.disk->compact(upto);
-    } catch (const std::exception& e) {
-      fatal(std::string("cannot compact the log: ") + e.what());
-    }
-    crashpoint("snapshot.after_compact");
-  }
-  st.stats->snapshot_taken(index);
-  std::chrono::duration<double, std::milli> written = std::chrono::steady_clock::now() - handed;
-  // held_ms: this actor's own time on it (copies in memory); written_ms:
-  // the worker's serialization, write and fsync, while this actor ran on.
-  logging::info("raft", "snapshot taken, log compacted",
-                {{"index", index},
-                 {"first_index", st.storage.first_index()},
-                 {"bytes", st.snapshot_bytes},
-                 {"held_ms", held_ms},
-                 {"written_ms", written.count()}});
-}
-
-// Compaction: when raft::snapshot_due says so (every snapshot_threshold
-// applied entries, and once the state is large only after the log grew by
-// half of it), a consistent copy of the state database becomes the Raft
-// snapshot, and the log before it (but the last snapshot_keep entries) is
-// dropped, in memory and on disk.
-//
-// Nothing slow runs on this actor's thread, which also sends the leader's
-// heartbeats: the snapshot file is serialized, written and fsynced as a
-// temporary file by a detached worker (finish_snapshot); only the rename
-// over DATA/raft-snapshot.bin and the directory's fsync, which make it the
-// snapshot, run here.  The log is compacted only after that rename is
-// durable, as before.
-void maybe_snapshot(self_ptr self) {
-  auto& st = self->state;
-  if (st.snapshotting ||
-      !raft::snapshot_due({st.applied, st.snapshot_index, st.opts.snapshot_threshold,
-                           st.bytes_since_snapshot, st.snapshot_bytes}))
-    return;
-  st.snapshotting = true;
-  auto conf = st.node->conf_state();
-  auto index = st.applied;
-  self->request(st.machine, caf::infinite, snapshot_atom::value)
-      .then([self, conf, index](uint64_t applied, std::string& db) {
-        auto began = std::chrono::steady_clock::now();
-        auto& st = self->state;
-        if (applied != index || index <= st.snapshot_index) {  // a snapshot came in meanwhile
-          st.snapshotting = false;
-          return;
-        }
-        st.snapshot_bytes = db.size();
-        st.bytes_since_snapshot = 0;
-        v1::SnapshotData data;
-        data.set_state_db(std::move(db));
-        for (const auto& [id, info] : st.members) *data.add_members() = info;
-        if (st.storage.create_snapshot(index, conf, data.SerializeAsString()) !=
-            raft::storage_error::none) {
-          st.snapshotting = false;
-          return;
-        }
-        // The worker's own copy: an install from a leader may replace the
-        // storage's snapshot while the file is written.
-        auto snap = std::make_shared<const pbr::Snapshot>(st.storage.snapshot());
-        auto tmp = st.snapshot_path + ".taken.tmp";
-        auto writer = self->spawn<caf::detached>([snap, tmp](caf::event_based_actor* w) {
-          return caf::behavior{[w, snap, tmp](snapshot_atom) -> std::string {
-            w->quit();
-            crashpoint("snapshot", "before_write");
-            if (auto f = write_and_fsync(tmp, encode_snapshot_file(snap->SerializeAsString())))
-              return f->message;
-            crashpoint("snapshot", "after_temp_fsync");
-            return {};
-          }};
-        });
-        auto handed = std::chrono::steady_clock::now();
-        double held_ms = std::chrono::duration<double, std::milli>(handed - began).count();
-        self->request(writer, caf::infinite, snapshot_atom::value)
-            .then(
-                [self, index, tmp, held_ms, handed](const std::string& error) {
-                  if (!error.empty()) fatal("cannot write the snapshot " + tmp + ": " + error);
-                  finish_snapshot(self, index, tmp, held_ms, handed);
-                },
-                [tmp](caf::error& e) {
-                  fatal("the snapshot writer for " + tmp + " stopped: " + to_string(e));
-                });
-      });
 }
 
 void learn_member(const self_ptr& self, const std::string& context) {
@@ -522,7 +411,7 @@ void flush(self_ptr self) {
     if (!rd.entries.empty()) w.truncate_from = rd.entries.front().index();
     if (rd.snapshot) {
       // The leader's snapshot replaces this server's log and state.
-      write_snapshot(self, *rd.snapshot, "install");
+      place_received_snapshot(self, *rd.snapshot);
       w.truncate_from = 1;
     }
     for (const auto& e : rd.entries)
@@ -559,16 +448,7 @@ void flush(self_ptr self) {
     }
     if (rd.snapshot) {
       crashpoint("install.after_log_write");
-      st.storage.apply_snapshot(*rd.snapshot);
-      v1::SnapshotData data;
-      data.ParseFromString(rd.snapshot->data());
-      learn_members(self, *rd.snapshot);
-      self->send(st.machine, install_atom::value, data.state_db());
-      st.applied = st.snapshot_index = rd.snapshot->metadata().index();
-      st.snapshot_bytes = data.state_db().size();
-      st.bytes_since_snapshot = 0;
-      st.stats->snapshot_taken(st.snapshot_index);
-      logging::info("raft", "installed the leader's snapshot", {{"index", st.snapshot_index}});
+      install_snapshot(self, *rd.snapshot);
     }
     st.storage.append(rd.entries);
     if (rd.hard_state) st.storage.set_hard_state(*rd.hard_state);
@@ -697,20 +577,7 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
   // Restart: the core's storage is what the disk holds: the snapshot, then
   // the entries after it.
   st.snapshot_path = snapshot_path_of(*st.disk);
-  if (std::filesystem::exists(st.snapshot_path)) {
-    // check_data_dir checked it before berthd started; a failure now is new.
-    pbr::Snapshot snap;
-    try {
-      if (!snap.ParseFromString(read_snapshot_file(st.snapshot_path)))
-        throw damaged_file(damage_message(st.snapshot_path, "it cannot be decoded"));
-    } catch (const std::exception& e) {
-      fatal(e.what());
-    }
-    st.storage.apply_snapshot(snap);
-    learn_members(self, snap);
-    st.snapshot_index = snap.metadata().index();
-    st.snapshot_bytes = snap.data().size();
-  }
+  load_snapshot(self);
   std::vector<pbr::Entry> entries;
   std::vector<log_record> records;
   try {
@@ -796,8 +663,13 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
       [self](raft_atom, pb<pbr::Message>& m) {
         if (!from_proven(self)) return;  // (prove_atom logs why once)
         learn_link(self, m.msg.from());
+        if (m.msg.type() == pbr::MSG_SNAP && !snapshot_arrived(self, m.msg)) return;
         self->state.node->step(m.msg);
         schedule_flush(self);
+      },
+      [self](snapshot_atom, uint64_t from, uint64_t term, uint64_t index, uint64_t offset,
+             std::string& bytes, bool last) -> caf::result<uint64_t> {
+        return receive_piece(self, from, term, index, offset, bytes, last);
       },
       [self](hello_atom, pb<v1::ServerList>& list) -> caf::result<pb<v1::ServerList>> {
         if (!from_proven(self))

@@ -33,6 +33,7 @@ struct raft_options {
   std::chrono::milliseconds tick{100};   // election timeout: 10-20 ticks
   uint64_t snapshot_threshold = 8192;    // applied entries between snapshots
   uint64_t snapshot_keep = 256;          // entries kept behind a snapshot
+  uint64_t snapshot_piece = 1 << 20;     // bytes per piece of a snapshot sent
   // With TLS: this server's certificate and key, to prove to each peer that
   // it holds a server certificate, and the CA to check theirs
   // (tls/proof.hpp).  Null without TLS: nothing is proved or checked.
@@ -75,6 +76,14 @@ struct raft_log_state {
   uint64_t bytes_since_snapshot = 0;  // of the entries applied since it
   bool snapshotting = false;
   std::string snapshot_path;                       // DATA/raft-snapshot.bin
+  // A leader's snapshot file coming in, in pieces, as
+  // DATA/raft-snapshot.bin.incoming (actors/raft_log_snapshots.cpp; the
+  // rules in persistence/raft/compaction.hpp), with the running checksum of
+  // the bytes after the file's header and that header.
+  raft::incoming_pieces incoming;
+  uint32_t incoming_crc = 0;
+  std::string incoming_header;
+  uint64_t transfers = 0;  // snapshot transfers started (each reads its own link)
   raft::soft_state soft;
   uint64_t applied = 0;
   bool flush_scheduled = false;

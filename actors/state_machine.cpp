@@ -109,9 +109,19 @@ state_machine_actor::behavior_type state_machine(
           std::_Exit(70);
         }
       },
-      [self](install_atom, const std::string& bytes) {
+      [self](snapshot_atom, const std::string& path) -> uint64_t {
         try {
-          self->state.store->install(bytes);
+          self->state.store->snapshot_to(path);
+          return self->state.store->applied_index();
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "berthd: fatal: cannot snapshot the state: %s\n", e.what());
+          std::_Exit(70);
+        }
+      },
+      [self](install_atom, const std::string& snapshot_path) {
+        try {
+          self->state.store->install_snapshot_file(snapshot_path);
+          std::remove(snapshot_path.c_str());
           self->state.stats->applied(self->state.store->applied_index());
           // The events up to the snapshot's index were never applied here.
           self->state.cat = catalog_of(self->state.store->load());

@@ -1,10 +1,13 @@
 #include "persistence/recovery.hpp"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "messages/api.pb.h"
 #include "messages/raft.pb.h"
+#include "persistence/durable_file.hpp"
 #include "persistence/integrity.hpp"
+#include "persistence/snapshot_file.hpp"
 
 namespace berth {
 
@@ -33,19 +36,44 @@ std::string snapshot_path_of(const log_store& disk) {
   return (std::filesystem::path(disk.path()).parent_path() / "raft-snapshot.bin").string();
 }
 
+namespace {
+
+// The raft Snapshot of a snapshot file (format 2), checked whole.
+pbr::Snapshot read_snapshot_meta(const std::string& path, bool verify) {
+  auto parts = read_snapshot_file_parts(path, verify);
+  pbr::Snapshot snap;
+  v1::SnapshotData data;
+  if (!snap.ParseFromString(parts.snapshot) || !data.ParseFromString(snap.data()))
+    throw damaged_file(damage_message(path, "it cannot be decoded"));
+  return snap;
+}
+
+}  // namespace
+
+void upgrade_snapshot_file(const std::string& path) {
+  if (!std::filesystem::exists(path) || is_streamed_snapshot_file(path)) return;
+  pbr::Snapshot snap;
+  v1::SnapshotData data;
+  if (!snap.ParseFromString(read_snapshot_file(path)) || !data.ParseFromString(snap.data()))
+    throw damaged_file(damage_message(path, "it cannot be decoded"));
+  if (data.state_db().compare(0, 16, std::string("SQLite format 3\0", 16)) != 0)
+    throw damaged_file(damage_message(path, "the state database inside it is not one"));
+  auto db = path + ".upgrade.db", tmp = path + ".upgrade.tmp";
+  if (auto f = write_and_fsync(db, data.state_db())) throw damaged_file(f->message);
+  data.clear_state_db();
+  snap.set_data(data.SerializeAsString());
+  if (auto f = write_snapshot_file(tmp, snap.SerializeAsString(), db)) throw damaged_file(f->message);
+  if (auto f = rename_durably(tmp, path)) throw damaged_file(f->message);
+  std::remove(db.c_str());
+}
+
 void check_data_dir(log_store& disk, uint64_t applied) {
   auto snap_path = snapshot_path_of(disk);
   auto state_path = (std::filesystem::path(disk.path()).parent_path() / "state.db").string();
   uint64_t snap_index = 0;
-  if (std::filesystem::exists(snap_path)) {
-    pbr::Snapshot snap;
-    v1::SnapshotData data;
-    if (!snap.ParseFromString(read_snapshot_file(snap_path)) || !data.ParseFromString(snap.data()))
-      throw damaged_file(damage_message(snap_path, "it cannot be decoded"));
-    if (data.state_db().compare(0, 16, std::string("SQLite format 3\0", 16)) != 0)
-      throw damaged_file(damage_message(snap_path, "the state database inside it is not one"));
-    snap_index = snap.metadata().index();
-  }
+  upgrade_snapshot_file(snap_path);
+  if (std::filesystem::exists(snap_path))
+    snap_index = read_snapshot_meta(snap_path, true).metadata().index();
   if (auto bytes = disk.meta("hard_state")) {
     pbr::HardState hs;
     if (!hs.ParseFromString(*bytes))
@@ -85,18 +113,16 @@ void check_data_dir(log_store& disk, uint64_t applied) {
 std::optional<std::string> snapshot_to_install(log_store& disk, uint64_t applied) {
   auto snap_path = snapshot_path_of(disk);
   if (!std::filesystem::exists(snap_path)) return std::nullopt;
-  pbr::Snapshot snap;
-  v1::SnapshotData data;
-  if (!snap.ParseFromString(read_snapshot_file(snap_path)) || !data.ParseFromString(snap.data()))
-    throw damaged_file(damage_message(snap_path, "it cannot be decoded"));
-  if (applied >= snap.metadata().index()) return std::nullopt;
+  if (applied >= read_snapshot_meta(snap_path, false).metadata().index()) return std::nullopt;
   // Even when the log still holds the entries up to the snapshot, they are
   // no way to catch up: Raft restarts from the snapshot and hands out only
   // what follows it, and start-up applies only up to the commit index on
   // disk.  A crash after writing a leader's snapshot but before truncating
   // the log (or its hard state) leaves exactly that, and the entries in
   // between would never reach the state tables.
-  return std::move(*data.mutable_state_db());
+  return snap_path;
 }
+
+pbr::Snapshot read_snapshot_of(const std::string& path) { return read_snapshot_meta(path, false); }
 
 }  // namespace berth

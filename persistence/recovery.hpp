@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "messages/raft.pb.h"
 #include "persistence/log_store.hpp"
 
 namespace berth {
@@ -29,10 +30,20 @@ std::string snapshot_path_of(const log_store& disk);
 // file and the way to recover.
 void check_data_dir(log_store& disk, uint64_t applied);
 
-// The state database of the snapshot file when the state tables (at
-// `applied`) are behind it (a crash while installing a leader's snapshot,
-// or a lost state.db): start-up installs it before applying the log after
-// it.
+// The snapshot file's path when the state tables (at `applied`) are
+// behind it (a crash while installing a leader's snapshot, or a lost
+// state.db): start-up installs its database (state_store::
+// install_snapshot_file) before applying the log after it.
 std::optional<std::string> snapshot_to_install(log_store& disk, uint64_t applied);
+
+// Rewrites a snapshot file of format 1 (the database inside the serialized
+// Snapshot, written by berth before the streamed format) in format 2
+// (persistence/snapshot_file.hpp), durably; a file in format 2, or none,
+// is left alone.  check_data_dir calls it first.
+void upgrade_snapshot_file(const std::string& path);
+
+// The raft Snapshot (metadata and members, no database) of a snapshot file
+// of format 2; not checksummed (check_data_dir did that at start-up).
+raft::v1::Snapshot read_snapshot_of(const std::string& path);
 
 }  // namespace berth

@@ -10,6 +10,7 @@
 #include "persistence/durable_file.hpp"
 #include "persistence/file_modes.hpp"
 #include "persistence/integrity.hpp"
+#include "persistence/snapshot_file.hpp"
 
 namespace berth {
 
@@ -310,12 +311,16 @@ std::string state_store::digest() {
   return buf;
 }
 
-std::string state_store::snapshot() {
-  auto tmp = path_ + ".snapshot";
+void state_store::snapshot_to(const std::string& path) {
   // VACUUM INTO would create it with SQLite's default mode (0644): the copy
   // holds the volumes' secrets, so it is made empty and 0600 first.
-  if (auto f = fresh_private_file(tmp)) throw sql::sqlite_error(f->message);
-  db_->prepare("VACUUM INTO ?").bind(1, tmp).run();
+  if (auto f = fresh_private_file(path)) throw sql::sqlite_error(f->message);
+  db_->prepare("VACUUM INTO ?").bind(1, path).run();
+}
+
+std::string state_store::snapshot() {
+  auto tmp = path_ + ".snapshot";
+  snapshot_to(tmp);
   std::ifstream in(tmp, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::remove(tmp.c_str());
@@ -329,6 +334,17 @@ void state_store::install(const std::string& bytes) {
     throw sql::sqlite_error("the snapshot is not a berth state database");
   auto tmp = path_ + ".incoming";
   if (auto f = write_and_fsync(tmp, bytes)) throw sql::sqlite_error(f->message);
+  replace_with(tmp);
+}
+
+void state_store::install_snapshot_file(const std::string& snapshot_path) {
+  auto parts = read_snapshot_file_parts(snapshot_path, false);
+  auto tmp = path_ + ".incoming";
+  if (auto f = extract_snapshot_db(snapshot_path, parts, tmp)) throw sql::sqlite_error(f->message);
+  replace_with(tmp);
+}
+
+void state_store::replace_with(const std::string& tmp) {
   crashpoint("state_db.after_temp_fsync");
   db_.reset();  // closes the database (and checkpoints its WAL)
   std::remove((path_ + "-wal").c_str());

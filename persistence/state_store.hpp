@@ -60,8 +60,12 @@ class state_store {
   std::string digest();
 
   // A consistent copy of the whole state database (VACUUM INTO), as bytes:
-  // a Raft snapshot, or a backup.
+  // a backup (`berth operator snapshot save`).
   std::string snapshot();
+
+  // The same copy written to the file `path` (created 0600; not fsynced):
+  // a Raft snapshot's database, streamed from there into the snapshot file.
+  void snapshot_to(const std::string& path);
 
   // Replaces the whole state database with a snapshot's bytes (atomically
   // and durably: written next to it, fsynced, renamed over it, directory
@@ -69,10 +73,16 @@ class state_store {
   // berth state database or cannot be written.
   void install(const std::string& bytes);
 
+  // The same with the database inside a Raft snapshot file (format 2,
+  // persistence/snapshot_file.hpp), copied out in pieces.
+  void install_snapshot_file(const std::string& snapshot_path);
+
   const std::string& path() const { return path_; }
 
  private:
   void open();
+  // Renames the fsynced database file `tmp` over the state database.
+  void replace_with(const std::string& tmp);
   void apply_batch(decoded::const_iterator first, decoded::const_iterator last);
   void apply_change(const v1::Change& c);
 

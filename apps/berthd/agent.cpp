@@ -122,7 +122,8 @@ stores open_stores(const std::string& data_dir) {
     s.state = std::make_shared<state_store>((fs::path(data_dir) / "state.db").string());
     // A damaged file stops berthd here (damaged_file names it and the fix).
     check_data_dir(*s.log, s.state->applied_index());
-    if (auto db = snapshot_to_install(*s.log, s.state->applied_index())) s.state->install(*db);
+    if (auto snap = snapshot_to_install(*s.log, s.state->applied_index()))
+      s.state->install_snapshot_file(*snap);
     auto missing = committed_after(*s.log, s.state->applied_index());
     if (!missing.empty()) s.state->apply(missing);
     auto contents = s.state->load();
@@ -211,6 +212,7 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
     ro.tick = std::chrono::milliseconds(static_cast<int64_t>(opts.raft_tick * 1000));
     ro.snapshot_threshold = opts.snapshot_threshold;
     ro.snapshot_keep = std::min<uint64_t>(256, opts.snapshot_threshold / 2);
+    ro.snapshot_piece = opts.snapshot_piece_size;
     if (opts.server) {
       // The raft address is part of the server's identity in the cluster
       // configuration, so it must be known before the log starts.

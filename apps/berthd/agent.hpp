@@ -31,6 +31,7 @@ struct agent_options {
   std::vector<std::string> servers;  // clients: servers' shell endpoints
   double raft_tick = 0.1;            // seconds
   uint64_t snapshot_threshold = 8192;  // applied entries between Raft snapshots
+  uint64_t snapshot_piece_size = 1 << 20;  // bytes per piece of a snapshot sent
   size_t event_journal_size = 20000;   // recent events kept for the event stream
   std::string metrics_bind = "127.0.0.1";
   uint16_t metrics_port = 4746;

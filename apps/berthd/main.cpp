@@ -88,6 +88,11 @@ int main(int argc, char** argv) {
                      "half the state, so that large states are not copied every few seconds")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{4}, uint64_t{1} << 40));
+  server->add_option("--snapshot-piece-size", opts.snapshot_piece_size,
+                     "Bytes per piece when the leader sends its snapshot file to a server that "
+                     "catches up (each piece waits for the one before to arrive)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{4096}, uint64_t{64} << 20));
   server->add_option("--event-journal-size", opts.event_journal_size,
                      "Recent events each server keeps for `berth event stream` and "
                      "/v1/event/stream (older ones answer with the oldest index still kept)")

@@ -28,3 +28,30 @@ constexpr uint64_t small_snapshot_bytes = 4ULL << 20;
 bool snapshot_due(const compaction_input& in);
 
 }  // namespace berth::raft
+
+namespace berth::raft {
+
+// A leader's snapshot file arriving in pieces (actors/raft_log_snapshots.cpp):
+// from whom, the snapshot's index and term, the bytes so far; complete once
+// the last piece arrived and the file checked out.
+struct incoming_pieces {
+  uint64_t from = 0, index = 0, term = 0, offset = 0;
+  bool complete = false;
+};
+
+enum class piece_verdict {
+  start,   // offset 0: a transfer (again) from its start; what came before is dropped
+  next,    // the next piece of the transfer under way
+  refuse,  // out of order, another transfer's, or after the last: the sender starts again
+};
+
+// What to do with a piece at `offset` of the snapshot (index, term) that
+// server `from` sends.
+piece_verdict judge_piece(const incoming_pieces& in, uint64_t from, uint64_t index, uint64_t term,
+                          uint64_t offset);
+
+// Whether a MSG_SNAP from `from` for the snapshot (index, term) may reach
+// the core: only after its file arrived whole from that server.
+bool pieces_arrived(const incoming_pieces& in, uint64_t from, uint64_t index, uint64_t term);
+
+}  // namespace berth::raft

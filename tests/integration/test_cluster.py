@@ -6,6 +6,7 @@ with identical state tables at the same applied index."""
 
 import json
 import os
+import re
 import random
 import shutil
 import subprocess
@@ -24,7 +25,9 @@ VOLUME = {"plugin_id": "hostpath", "capabilities": [
 class ClusterTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="berth-cluster-")
-        self.cluster = Cluster(self.tmp)
+        # Snapshots go to a catching-up server in pieces of 4 KiB (1 MiB by
+        # default), so that even this small state takes several.
+        self.cluster = Cluster(self.tmp, server_args=("--snapshot-piece-size", "4096"))
         # Cleanups run even when setUp fails (tearDown would not).
         self.addCleanup(self.cluster.stop)
         self.cluster.start()
@@ -213,6 +216,12 @@ class ClusterTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(victim.data_dir, "raft-snapshot.bin")))
         victim.kill()
         self.assertGreater(victim.first_log_index(), 1)
+        # The leader sent its snapshot file in pieces: more bytes than one.
+        with open(leader.log_path) as f:
+            sent = [l for l in f if "snapshot sent" in l]
+        self.assertTrue(sent, "the leader logged no snapshot sent")
+        size = max(int(re.search(r"bytes=(\d+)", l).group(1)) for l in sent)
+        self.assertGreater(size, 4096, sent)
 
     def test_snapshot_save_and_restore(self):
         self.wait_plugin()

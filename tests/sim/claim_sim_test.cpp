@@ -621,6 +621,8 @@ sim_log_actor::behavior_type sim_log(sim_log_actor::pointer self, world* w, uint
         return w->commit_index;
       },
       [](raft_atom, pb<raft::v1::Message>&) {},
+      [](snapshot_atom, uint64_t, uint64_t, uint64_t, uint64_t, std::string&,
+         bool) -> caf::result<uint64_t> { return make_error(errc::refused, "not simulated"); },
       [](hello_atom, pb<v1::ServerList>& l) -> pb<v1::ServerList> { return l; },
       [](status_atom) -> pb<v1::RaftStatus> { return wrap(v1::RaftStatus{}); },
       [](prove_atom) -> std::string { return "not simulated"; },

@@ -253,6 +253,7 @@ void stop_volume_actor(const self_ptr& self, const volume_key& key) {
   auto& slot = self->state.volume_actors.at(key);
   auto actor = std::move(slot.actor);
   slot.actor = volume_actor{};
+  if (actor) --self->state.running_volume_actors;
   slot.stop_when_free = false;
   stop_sent(slot.activity);
   self->state.stats->volume_actor_event("stopped");
@@ -298,6 +299,7 @@ void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use u
     const auto* v = find_volume(st.cat, key);
     slot.actor = self->spawn<caf::linked>(volume, st.log, v ? *v : v1::Volume{}, v != nullptr,
                                           st.options.term);
+    ++st.running_volume_actors;
     slot.activity.idle_since_ms = steady_ms();
     st.stats->actors("volume", count_volume_actors(self));
     st.stats->volume_actor_event("started");
@@ -343,6 +345,7 @@ void forget_volume_actor(const self_ptr& self, const volume_key& key) {
   if (it == self->state.volume_actors.end()) return;
   // It quit after committing the deletion; a request for the volume that
   // comes later finds no volume (a new actor answers "not registered").
+  if (it->second.actor) --self->state.running_volume_actors;
   it->second.actor = volume_actor{};
   self->state.stats->actors("volume", count_volume_actors(self));
   if (!it->second.waiting.empty() && !it->second.activity.stopping)
@@ -351,11 +354,7 @@ void forget_volume_actor(const self_ptr& self, const volume_key& key) {
     forget_if_done(self, key);
 }
 
-size_t count_volume_actors(const self_ptr& self) {
-  size_t n = 0;
-  for (const auto& [key, slot] : self->state.volume_actors) n += slot.actor ? 1 : 0;
-  return n;
-}
+size_t count_volume_actors(const self_ptr& self) { return self->state.running_volume_actors; }
 
 plugin_actor spawn_plugin(const self_ptr& self, v1::Plugin p) {
   return self->spawn<caf::linked>(plugin, self->state.log, std::move(p), self->state.options.term);

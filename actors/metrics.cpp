@@ -3,6 +3,8 @@
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
 #include <algorithm>
@@ -32,6 +34,83 @@ struct gauges {
   void zero() {
     for (auto* g : series) g->Set(0);
   }
+};
+
+// The volumes' health series ({namespace, volume, node}) of
+// berth_volume_abnormal, berth_volume_capacity_bytes and
+// berth_volume_used_bytes, kept by volume in a map and rendered at each
+// scrape: replacing or removing one volume's series costs O(log volumes).
+// (prometheus-cpp's Family::Remove is linear in the family's series: with a
+// series per volume, the first health check of 95,000 volumes, which
+// replaced each volume's series, kept the leader busy for minutes until it
+// lost the leadership.)
+class health_collector final : public prometheus::Collectable {
+ public:
+  void set(const std::pair<std::string, std::string>& volume, std::vector<health_series> rows) {
+    std::lock_guard<std::mutex> guard(mtx_);
+    if (rows.empty())
+      rows_.erase(volume);
+    else
+      rows_[volume] = std::move(rows);
+  }
+  void clear() {
+    std::lock_guard<std::mutex> guard(mtx_);
+    rows_.clear();
+  }
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    auto family = [](const char* name, const char* help) {
+      prometheus::MetricFamily f;
+      f.name = name;
+      f.help = help;
+      f.type = prometheus::MetricType::Gauge;
+      return f;
+    };
+    auto abnormal = family("berth_volume_abnormal",
+                           "1 while a volume's condition is abnormal: node \"\" is the "
+                           "controller's health check, a node the node plugin's "
+                           "NodeGetVolumeStats (leader only)");
+    auto capacity = family("berth_volume_capacity_bytes",
+                           "A volume's capacity on a node, as the node's plugin reported it "
+                           "(NodeGetVolumeStats; leader only)");
+    auto used = family("berth_volume_used_bytes",
+                       "Bytes used in a volume on a node, as the node's plugin reported it "
+                       "(NodeGetVolumeStats; leader only)");
+    std::lock_guard<std::mutex> guard(mtx_);
+    for (const auto& [volume, rows] : rows_)
+      for (const auto& r : rows) {
+        prometheus::ClientMetric m;
+        m.label = {{"namespace", volume.first}, {"node", r.node}, {"volume", volume.second}};
+        m.gauge.value = r.abnormal ? 1 : 0;
+        abnormal.metric.push_back(m);
+        if (!r.has_usage) continue;
+        m.gauge.value = static_cast<double>(r.capacity_bytes);
+        capacity.metric.push_back(m);
+        m.gauge.value = static_cast<double>(r.used_bytes);
+        used.metric.push_back(std::move(m));
+      }
+    return {std::move(abnormal), std::move(capacity), std::move(used)};
+  }
+
+ private:
+  mutable std::mutex mtx_;
+  std::map<std::pair<std::string, std::string>, std::vector<health_series>> rows_;
+};
+
+// What /metrics serves: the registry's families and the health series.
+class all_series final : public prometheus::Collectable {
+ public:
+  all_series(std::shared_ptr<prometheus::Registry> registry,
+             std::shared_ptr<health_collector> health)
+      : registry_(std::move(registry)), health_(std::move(health)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    auto out = registry_->Collect();
+    for (auto& f : health_->Collect()) out.push_back(std::move(f));
+    return out;
+  }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<health_collector> health_;
 };
 
 const char* volume_state(const v1::Volume& v) {
@@ -204,22 +283,8 @@ class prometheus_metrics final : public metrics {
                    .Name("berth_nodes")
                    .Help("Nodes by status (leader only)")
                    .Register(*registry_)},
-        volume_capacity_(prometheus::BuildGauge()
-                             .Name("berth_volume_capacity_bytes")
-                             .Help("A volume's capacity on a node, as the node's plugin reported "
-                                   "it (NodeGetVolumeStats; leader only)")
-                             .Register(*registry_)),
-        volume_used_(prometheus::BuildGauge()
-                         .Name("berth_volume_used_bytes")
-                         .Help("Bytes used in a volume on a node, as the node's plugin reported "
-                               "it (NodeGetVolumeStats; leader only)")
-                         .Register(*registry_)),
-        volume_abnormal_(prometheus::BuildGauge()
-                             .Name("berth_volume_abnormal")
-                             .Help("1 while a volume's condition is abnormal: node \"\" is the "
-                                   "controller's health check, a node the node plugin's "
-                                   "NodeGetVolumeStats (leader only)")
-                             .Register(*registry_)) {}
+        health_(std::make_shared<health_collector>()),
+        all_(std::make_shared<all_series>(registry_, health_)) {}
 
   void clear_state() override {
     std::lock_guard<std::mutex> guard(mtx_);
@@ -227,9 +292,7 @@ class prometheus_metrics final : public metrics {
          {&volumes_, &claims_, &plugin_controllers_healthy_, &plugin_controllers_expected_,
           &plugin_nodes_healthy_, &plugin_nodes_expected_, &actors_})
       g->zero();
-    for (auto& [key, series] : health_series_)
-      for (auto [family, g] : series) family->Remove(g);
-    health_series_.clear();
+    health_->clear();
   }
 
   void volume_changed(const v1::Volume* before, const v1::Volume* after) override {
@@ -247,23 +310,7 @@ class prometheus_metrics final : public metrics {
 
   void volume_health(const std::string& ns, const std::string& volume,
                      const std::vector<health_series>& rows) override {
-    std::lock_guard<std::mutex> guard(mtx_);
-    auto& mine = health_series_[{ns, volume}];
-    for (auto [family, g] : mine) family->Remove(g);
-    mine.clear();
-    for (const auto& r : rows) {
-      Labels l{{"namespace", ns}, {"volume", volume}, {"node", r.node}};
-      auto add = [&](prometheus::Family<prometheus::Gauge>& f, double value) {
-        auto& g = f.Add(l);
-        g.Set(value);
-        mine.emplace_back(&f, &g);
-      };
-      add(volume_abnormal_, r.abnormal ? 1 : 0);
-      if (!r.has_usage) continue;
-      add(volume_capacity_, static_cast<double>(r.capacity_bytes));
-      add(volume_used_, static_cast<double>(r.used_bytes));
-    }
-    if (mine.empty()) health_series_.erase({ns, volume});
+    health_->set({ns, volume}, rows);
   }
 
   void plugin_changed(const v1::Plugin*, const v1::Plugin* after) override {
@@ -360,7 +407,7 @@ class prometheus_metrics final : public metrics {
     nodes_.set({{"status", status}}, static_cast<double>(count));
   }
 
-  std::shared_ptr<prometheus::Registry> registry() override { return registry_; }
+  std::shared_ptr<prometheus::Collectable> registry() override { return all_; }
 
  private:
   std::mutex mtx_;
@@ -397,13 +444,8 @@ class prometheus_metrics final : public metrics {
   gauges allocs_;
   gauges mailbox_;
   gauges nodes_;
-  prometheus::Family<prometheus::Gauge>& volume_capacity_;
-  prometheus::Family<prometheus::Gauge>& volume_used_;
-  prometheus::Family<prometheus::Gauge>& volume_abnormal_;
-  // Each volume's health series, so that they can be removed.
-  std::map<std::pair<std::string, std::string>,
-           std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>>>
-      health_series_;
+  std::shared_ptr<health_collector> health_;
+  std::shared_ptr<all_series> all_;
 };
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include "messages/berth.pb.h"
 
 namespace prometheus {
-class Registry;
+class Collectable;
 }
 
 namespace berth {
@@ -80,7 +80,8 @@ class metrics {
   virtual void allocs(const std::string& state, size_t count) = 0;
   virtual void nodes(const std::string& status, size_t count) = 0;
 
-  virtual std::shared_ptr<prometheus::Registry> registry() = 0;
+  // What /metrics serves (every family, the health series included).
+  virtual std::shared_ptr<prometheus::Collectable> registry() = 0;
 };
 
 std::shared_ptr<metrics> make_metrics();

@@ -191,11 +191,11 @@ int begin_request(mg_connection* conn) {
 }  // namespace
 
 uint16_t serve_metrics(const std::string& bind, uint16_t port,
-                       std::shared_ptr<prometheus::Registry> registry,
+                       std::shared_ptr<prometheus::Collectable> registry,
                        http_view views, stream_view events) {
   // Lives as long as the process: berthd stops with _Exit.
   static std::unique_ptr<prometheus::Exposer> exposer;
-  static std::shared_ptr<prometheus::Registry> keep;
+  static std::shared_ptr<prometheus::Collectable> keep;
   static CivetCallbacks callbacks;
   views_fn = std::move(views);
   events_fn = std::move(events);

@@ -12,7 +12,7 @@
 #include <string_view>
 
 namespace prometheus {
-class Registry;
+class Collectable;
 }
 
 namespace berth {
@@ -59,7 +59,7 @@ using stream_view = std::function<void(const http_request& req, http_stream& out
 // (useful with port 0).  Throws std::runtime_error naming the address when
 // it cannot listen.
 uint16_t serve_metrics(const std::string& bind, uint16_t port,
-                       std::shared_ptr<prometheus::Registry> registry, http_view views,
+                       std::shared_ptr<prometheus::Collectable> registry, http_view views,
                        stream_view events);
 
 }  // namespace berth

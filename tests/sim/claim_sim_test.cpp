@@ -118,7 +118,7 @@ struct null_metrics : metrics {
   void watcher_pending(size_t) override {}
   void allocs(const std::string&, size_t) override {}
   void nodes(const std::string&, size_t) override {}
-  std::shared_ptr<prometheus::Registry> registry() override { return nullptr; }
+  std::shared_ptr<prometheus::Collectable> registry() override { return nullptr; }
 };
 
 // Totals over all seeds: evidence that the schedules reach what they test.

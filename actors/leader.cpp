@@ -3,6 +3,7 @@
 #include "control/acl.hpp"
 
 #include <caf/typed_event_based_actor.hpp>
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -318,15 +319,16 @@ void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use u
 void stop_idle_volume_actors(const self_ptr& self) {
   auto& st = self->state;
   auto now = steady_ms();
-  std::vector<volume_key> idle, done;
+  std::vector<std::pair<int64_t, volume_key>> idle;
+  std::vector<volume_key> done;
   for (const auto& [key, slot] : st.volume_actors) {
     if (should_stop(slot.activity, static_cast<bool>(slot.actor), now,
                     st.options.volume_idle_ms))
-      idle.push_back(key);
+      idle.emplace_back(slot.activity.idle_since_ms, key);
     else if (!slot.actor)
       done.push_back(key);
   }
-  for (const auto& key : idle) stop_volume_actor(self, key);
+  for (const auto& key : idle_stops(std::move(idle))) stop_volume_actor(self, key);
   for (const auto& key : done) forget_if_done(self, key);
 }
 

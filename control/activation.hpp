@@ -10,7 +10,11 @@
 // change the stopped actor committed.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace berth {
 
@@ -28,6 +32,27 @@ struct volume_activity {
 // that failed).
 bool should_stop(const volume_activity& a, bool has_actor, int64_t now_ms, int64_t idle_after_ms,
                  bool force = false);
+
+// Idle actors stopped per leader tick (500 ms) at the most, the longest idle
+// first: after a burst of registrations every actor of the burst falls idle
+// within seconds, and stopping 100,000 at once (each a request, a reply, an
+// exit) starved the servers' threads until the leader lost its leadership.
+constexpr size_t max_idle_stops_per_tick = 500;
+
+// Of the idle actors (idle since, key), the ones to stop this tick: the
+// longest idle first, at most `max` (the rest wait for the next tick).
+template <class Key>
+std::vector<Key> idle_stops(std::vector<std::pair<int64_t, Key>> idle,
+                            size_t max = max_idle_stops_per_tick) {
+  if (idle.size() > max) {
+    std::nth_element(idle.begin(), idle.begin() + static_cast<std::ptrdiff_t>(max), idle.end());
+    idle.resize(max);
+  }
+  std::vector<Key> out;
+  out.reserve(idle.size());
+  for (auto& [since, key] : idle) out.push_back(std::move(key));
+  return out;
+}
 
 // Whether a new actor may be spawned from the catalog: no stop is under
 // way, and the catalog (at `applied`) holds everything the last actor

@@ -10,6 +10,9 @@
 #include <deque>
 #include <optional>
 #include <random>
+#include <set>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "control/activation.hpp"
@@ -212,4 +215,20 @@ TEST_CASE("random schedules keep one actor per volume and lose no request") {
       CHECK_FALSE(m.quitting.has_value());
     }
   }
+}
+
+TEST_CASE("idle actors are stopped a bounded number per tick, the longest idle first") {
+  std::vector<std::pair<int64_t, std::string>> idle;
+  for (int i = 0; i < 1200; ++i) idle.emplace_back(10000 - i, "v" + std::to_string(i));
+  auto first = idle_stops(idle);
+  REQUIRE(first.size() == max_idle_stops_per_tick);
+  // The ones idle longest (smallest idle_since) are v1199 down to v700.
+  std::set<std::string> picked(first.begin(), first.end());
+  for (int i = 1200 - static_cast<int>(max_idle_stops_per_tick); i < 1200; ++i)
+    CHECK(picked.count("v" + std::to_string(i)) == 1);
+  // Fewer than the bound: all of them; none: none.
+  idle.resize(3);
+  CHECK(idle_stops(idle).size() == 3);
+  CHECK(idle_stops(std::vector<std::pair<int64_t, std::string>>{}).empty());
+  CHECK(idle_stops(idle, 1) == std::vector<std::string>{"v2"});
 }

@@ -122,6 +122,9 @@ struct leader_state {
   int64_t health_checked_ms = 0;
   std::set<std::string> health_checking;
   static inline const char* name = "leader";
+  // Stops the volume actors still running: they are not linked to the
+  // leader (see with_volume_actor).
+  ~leader_state();
 };
 
 // Starts with the committed state (restored from the state tables) and

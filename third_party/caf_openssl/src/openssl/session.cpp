@@ -104,9 +104,14 @@ rw_state session::do_some(int (*f)(SSL*, void*, int), size_t& result, void* buf,
   auto check_ssl_res = [&](int res) -> rw_state {
     result = 0;
     switch (SSL_get_error(ssl_, res)) {
-      default:
-        CAF_LOG_INFO("SSL error:" << get_ssl_error());
+      default: {
+        // berth patch 1: drain the thread's error queue here, not inside a
+        // log statement (compiled out below CAF_LOG_LEVEL_INFO).
+        auto msg = get_ssl_error();
+        CAF_LOG_INFO("SSL error:" << msg);
+        CAF_IGNORE_UNUSED(msg);
         return rw_state::failure;
+      }
       case SSL_ERROR_WANT_READ:
         CAF_LOG_DEBUG("SSL_ERROR_WANT_READ reported");
         // Report success to poll on this socket.
@@ -123,6 +128,7 @@ rw_state session::do_some(int (*f)(SSL*, void*, int), size_t& result, void* buf,
   CAF_IGNORE_UNUSED(debug_name);
   if (connecting_) {
     CAF_LOG_DEBUG(debug_name << ": connecting");
+    ERR_clear_error(); // berth patch 1
     auto res = SSL_connect(ssl_);
     if (res == 1) {
       CAF_LOG_DEBUG("SSL connection established");
@@ -134,6 +140,7 @@ rw_state session::do_some(int (*f)(SSL*, void*, int), size_t& result, void* buf,
   }
   if (accepting_) {
     CAF_LOG_DEBUG(debug_name << ": accepting");
+    ERR_clear_error(); // berth patch 1
     auto res = SSL_accept(ssl_);
     if (res == 1) {
       CAF_LOG_DEBUG("SSL connection accepted");
@@ -148,6 +155,7 @@ rw_state session::do_some(int (*f)(SSL*, void*, int), size_t& result, void* buf,
     result = 0;
     return rw_state::indeterminate;
   }
+  ERR_clear_error(); // berth patch 1
   auto ret = f(ssl_, buf, static_cast<int>(len));
   if (ret > 0) {
     result = static_cast<size_t>(ret);
@@ -177,6 +185,7 @@ bool session::try_connect(native_socket fd) {
   CAF_BLOCK_SIGPIPE();
   SSL_set_fd(ssl_, fd);
   SSL_set_connect_state(ssl_);
+  ERR_clear_error(); // berth patch 1
   auto ret = SSL_connect(ssl_);
   if (ret == 1)
     return true;
@@ -189,6 +198,7 @@ bool session::try_accept(native_socket fd) {
   CAF_BLOCK_SIGPIPE();
   SSL_set_fd(ssl_, fd);
   SSL_set_accept_state(ssl_);
+  ERR_clear_error(); // berth patch 1
   auto ret = SSL_accept(ssl_);
   if (ret == 1)
     return true;
@@ -282,6 +292,9 @@ std::string session::get_ssl_error() {
 
 bool session::handle_ssl_result(int ret) {
   auto err = SSL_get_error(ssl_, ret);
+  // berth patch 1: whatever the outcome, leave the thread's error queue
+  // empty (the default case below drained it only inside a log statement).
+  auto msg = get_ssl_error();
   switch (err) {
     case SSL_ERROR_WANT_READ:
       CAF_LOG_DEBUG("Nonblocking call to SSL returned want_read");
@@ -293,7 +306,8 @@ bool session::handle_ssl_result(int ret) {
     case SSL_ERROR_SYSCALL:     // Socket connection closed.
       return false;
     default: // Other error
-      CAF_LOG_INFO("SSL call failed:" << get_ssl_error());
+      CAF_LOG_INFO("SSL call failed:" << msg);
+      CAF_IGNORE_UNUSED(msg);
       return false;
   }
 }

@@ -18,6 +18,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -185,86 +186,103 @@ class TlsDevAgentTest(unittest.TestCase):
             agent.kill()
 
 
-@unittest.skipUnless(os.environ.get("BERTH_TEST_TLS_CLUSTER") == "1",
-                     "known problem (user guide, Securing a cluster): set BERTH_TEST_TLS_CLUSTER=1")
-class TlsClusterTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="berth-tls-")
-        cls.saved_env = {k: os.environ.get(k) for k in TLS_ENV}
-        cls.cluster = None
+class TlsCluster:
+    """A 3-server cluster with TLS everywhere (servers: the server
+    certificate; clients: the client certificate; every shell of the test,
+    the cluster helpers' too, the cli certificate through the environment, as
+    an operator sets it).  Clients are added with add_client."""
+
+    def __init__(self, prefix):
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        self.saved_env = {k: os.environ.get(k) for k in TLS_ENV}
+        self.cluster = None
         try:
-            cls.certs, cls.other = make_certificates(cls.tmp)
-            d = cls.certs
-            server = ["--tls-ca", d + "/berth-agent-ca.pem",
-                      "--tls-cert", d + "/global-server-berth.pem",
-                      "--tls-key", d + "/global-server-berth-key.pem"]
-            client = ["--tls-ca", d + "/berth-agent-ca.pem",
-                      "--tls-cert", d + "/global-client-berth.pem",
-                      "--tls-key", d + "/global-client-berth-key.pem"]
-            # Every shell of this test (the cluster helpers' too) uses the
-            # cli certificate, through the environment as an operator would.
+            self.certs, self.other = make_certificates(self.tmp)
+            d = self.certs
             os.environ["BERTH_CACERT"] = d + "/berth-agent-ca.pem"
             os.environ["BERTH_CLIENT_CERT"] = d + "/global-cli-berth.pem"
             os.environ["BERTH_CLIENT_KEY"] = d + "/global-cli-berth-key.pem"
-            cls.cluster = Cluster(cls.tmp, server_args=server)
-            cls.cluster.start()
-            cls.plugin, cls.client = cls.cluster.add_client("c1", client_args=client)
+            self.cluster = Cluster(self.tmp, server_args=tls_args(d, "server"))
+            self.cluster.start()
         except BaseException:
-            cls.tearDownClass()
+            self.stop()
             raise
 
-    @classmethod
-    def tearDownClass(cls):
-        if cls.cluster:
-            cls.cluster.stop()
-        for k, v in cls.saved_env.items():
+    def add_client(self, name, shared_root):
+        return self.cluster.add_client(name, shared_root=shared_root,
+                                       client_args=tls_args(self.certs, "client"))
+
+    def stop(self):
+        if self.cluster:
+            self.cluster.stop()
+        for k, v in self.saved_env.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
         with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if cls.tmp in l.split()[1]]):
+            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
                 subprocess.run(["umount", "-l", m], check=False)
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+        # Alloc commands still running (a test failed): kill them.
+        subprocess.run(["pkill", "-f", "berth-alloc.*" + os.path.basename(self.tmp)], check=False)
+        if os.environ.get("BERTH_TEST_KEEP"):
+            print("kept the cluster's directory (logs): " + self.tmp, file=sys.stderr)
+            return
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def shell(self, *args, stdin=None, expect=0, env=None):
-        """The TLS shell through any server; exit 5 (the leader has not heard
-        the client yet) is retried briefly, as a script would."""
-        deadline = time.time() + 20
-        while True:
-            r = run([BERTH, "--address", self.cluster.any_address(), "--timeout", "20"] +
-                    list(args), env=env, stdin=stdin)
-            if r.returncode != 5 or expect == 5 or time.time() > deadline:
-                break
-            time.sleep(0.2)
-        self.assertEqual(r.returncode, expect, "%s\n%s" % (r.stdout, r.stderr))
-        return r
 
-    def wait_plugin(self, via):
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            r = run([BERTH, "--address", via, "--json", "--timeout", "5", "plugin", "status",
-                     "hostpath"])
-            if r.returncode == 0 and json.loads(r.stdout)["nodes_healthy"] == 1 and \
-                    json.loads(r.stdout)["controllers_healthy"] == 1:
-                return
-            time.sleep(0.2)
-        self.fail("the client's plugin never became healthy through TLS")
+class TlsShell:
+    """The TLS shell (cli certificate from the environment) for the cluster
+    tests, with the retries a script would do."""
 
-    def b(self, via, *args, stdin=None):
-        """The TLS shell through `via`; exit 5 (retry: e.g. an election
-        after a connection between two servers dropped) is retried, as a
-        script would, within a deadline."""
+    def b(self, via, *args, stdin=None, expect=0):
+        """The shell through `via`; exit 5 (unavailable: e.g. an election
+        after the leader was killed) is retried, as a script would, within
+        a deadline."""
         deadline = time.time() + 30
         while True:
             r = run([BERTH, "--address", via, "--json", "--timeout", "20"] + list(args),
                     stdin=stdin)
-            if r.returncode != 5 or time.time() > deadline:
+            if r.returncode != 5 or expect == 5 or time.time() > deadline:
                 break
             time.sleep(0.2)
-        self.assertEqual(r.returncode, 0, "%s via %s\n%s\n%s" % (args, via, r.stdout, r.stderr))
-        return json.loads(r.stdout) if r.stdout.strip() else None
+        self.assertEqual(r.returncode, expect, "%s via %s\n%s\n%s" % (args, via, r.stdout, r.stderr))
+        return json.loads(r.stdout) if expect == 0 and r.stdout.strip() else r
+
+    def poll(self, cond, what, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if cond():
+                return
+            time.sleep(0.1)
+        self.fail("never: " + what)
+
+    def nodes_healthy(self, via):
+        r = run([BERTH, "--address", via, "--json", "--timeout", "5", "plugin", "status",
+                 "hostpath"])
+        if r.returncode != 0:
+            return -1
+        s = json.loads(r.stdout)
+        return s["nodes_healthy"] if s["controllers_healthy"] >= 1 else -1
+
+
+class TlsClusterTest(TlsShell, unittest.TestCase):
+    """3 servers and a client c1, TLS everywhere: claims and list-peers
+    through every server (forwarded to the leader over the raft links)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tls = TlsCluster("berth-tls-")
+        cls.cluster = cls.tls.cluster
+        try:
+            cls.plugin, cls.client = cls.tls.add_client("c1", None)
+        except BaseException:
+            cls.tls.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tls.stop()
 
     def test_claim_cycle_through_every_server(self):
         """Forwarded to the leader over the raft link (the leader's shell
@@ -272,7 +290,7 @@ class TlsClusterTest(unittest.TestCase):
         larger raft address; the leader reaches the client's node through
         the server the client connected to."""
         leader = self.cluster.wait_leader()
-        self.wait_plugin(leader.address)
+        self.poll(lambda: self.nodes_healthy(leader.address) == 1, "c1's plugin healthy")
         self.b(leader.address, "volume", "create", "-", stdin=json.dumps(dict(VOLUME, id="tv1")))
         for i, s in enumerate(self.cluster.servers):
             alloc = "a%d" % i
@@ -293,6 +311,58 @@ class TlsClusterTest(unittest.TestCase):
                     break
                 time.sleep(0.2)  # an election in progress
             self.assertEqual(roles, ["follower", "follower", "leader"], (s.name, peers))
+
+
+class TlsLeaderChangeTest(TlsShell, unittest.TestCase):
+    """The whole claim cycle through TLS on 3 servers and 2 clients whose
+    plugins share one storage: create through a follower (forwarded), an
+    alloc on c1 writes the volume, the leader is SIGKILLed, an alloc on c2
+    (its claim sent to a follower of the new leader) reads what c1 wrote,
+    then the volume is deleted."""
+
+    def setUp(self):
+        self.tls = TlsCluster("berth-tls-lc-")
+        self.addCleanup(self.tls.stop)
+        self.cluster = self.tls.cluster
+        shared = os.path.join(self.tls.tmp, "storage")
+        self.tls.add_client("c1", shared)
+        self.tls.add_client("c2", shared)
+
+    def alloc_state(self, via, aid):
+        r = run([BERTH, "--address", via, "--json", "--timeout", "10", "alloc", "status", aid])
+        return json.loads(r.stdout)["state"] if r.returncode == 0 else None
+
+    def follower(self, leader):
+        return next(s for s in self.cluster.servers if s.alive() and s is not leader)
+
+    def test_claim_cycle_across_a_leader_change(self):
+        leader = self.cluster.wait_leader()
+        via = self.follower(leader)
+        self.poll(lambda: self.nodes_healthy(leader.address) == 2, "both clients' plugins healthy")
+        spec = dict(VOLUME, id="lc1", secrets={"token": "lc-secret-1"})
+        spec["capabilities"] = [{"access_mode": "multi-node-single-writer",
+                                 "attachment_mode": "file-system"}]
+        self.b(via.address, "volume", "create", "-", stdin=json.dumps(spec))
+        writer = self.b(via.address, "alloc", "run", "--node", "c1", "--volume", "data=lc1", "--",
+                        "sh", "-c", 'echo "written by $BERTH_ALLOC_ID" > "$BERTH_VOLUME_DATA/f"')
+        self.poll(lambda: self.alloc_state(via.address, writer["id"]) == "complete",
+                  "the writer complete")
+        self.poll(lambda: self.b(via.address, "volume", "status", "lc1")["claims"] == [],
+                  "the writer's claim released")
+
+        leader.kill()  # SIGKILL
+        new_leader = self.cluster.wait_leader(timeout=30, exclude=leader)
+        via = self.follower(new_leader)
+        reader = self.b(via.address, "alloc", "run", "--node", "c2", "--volume", "data=lc1:ro",
+                        "--", "sh", "-c", 'cat "$BERTH_VOLUME_DATA/f"')
+        self.poll(lambda: self.alloc_state(via.address, reader["id"]) == "complete",
+                  "the reader complete")
+        with open(os.path.join(self.tls.tmp, "c2", "allocs", reader["id"], "stdout")) as f:
+            self.assertEqual(f.read().strip(), "written by " + writer["id"])
+        self.poll(lambda: self.b(via.address, "volume", "status", "lc1")["claims"] == [],
+                  "the reader's claim released")
+        self.b(via.address, "volume", "delete", "lc1")
+        self.b(new_leader.address, "volume", "status", "lc1", expect=3)
 
 
 class TlsRoleTest(unittest.TestCase):

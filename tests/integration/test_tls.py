@@ -23,8 +23,10 @@ import tempfile
 import time
 import unittest
 
-from cluster import Cluster, Server, free_port
 import socket
+import threading
+
+from cluster import Client, Cluster, Plugin, Server, free_port
 from harness import BERTH, BERTHD, Agent
 
 VOLUME = {"plugin_id": "hostpath", "capabilities": [
@@ -363,6 +365,166 @@ class TlsLeaderChangeTest(TlsShell, unittest.TestCase):
                   "the reader's claim released")
         self.b(via.address, "volume", "delete", "lc1")
         self.b(new_leader.address, "volume", "status", "lc1", expect=3)
+
+
+class RecordingProxy:
+    """A TCP proxy on 127.0.0.1 in front of 127.0.0.1:PORT: each connection
+    it accepts is forwarded there, and every byte is recorded, both ways."""
+
+    def __init__(self, port):
+        self.target = port
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.address = "127.0.0.1:%d" % self.port
+        self.lock = threading.Lock()
+        self.streams = []  # per connection: (bytes to the server, bytes to the client)
+        self.sockets = []
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    def accept_loop(self):
+        while True:
+            try:
+                c, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                s = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                c.close()
+                continue
+            up, down = bytearray(), bytearray()
+            with self.lock:
+                self.streams.append((up, down))
+                self.sockets += [c, s]
+            threading.Thread(target=self.pipe, args=(c, s, up), daemon=True).start()
+            threading.Thread(target=self.pipe, args=(s, c, down), daemon=True).start()
+
+    def pipe(self, src, dst, record):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                with self.lock:
+                    record.extend(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def recorded(self):
+        """[(bytes to the server, bytes to the client)] per connection."""
+        with self.lock:
+            return [(bytes(up), bytes(down)) for up, down in self.streams]
+
+    def close(self):
+        self.listener.close()
+        with self.lock:
+            for s in self.sockets:
+                s.close()
+
+
+class ProxyRecordingTest(TlsShell, unittest.TestCase):
+    """Issue 13: nothing on the wire between berth processes shows a
+    volume's secret.  Recording proxies sit between the shell and a server,
+    and between a client (c1, given only the proxies' addresses as
+    --servers) and each server; a volume with a secret is created, claimed
+    on c1 (ControllerPublish, NodeStage and NodePublish carry the secret to
+    the client), released and deleted.  Over a plain cluster the same
+    recording holds the secret both in the shell's and in the client's
+    traffic: the proxies see what crosses them."""
+
+    SECRET = "proxy-recorded-secret-6c1f0d"
+
+    def claim_through_proxies(self, use_tls):
+        """Runs the claim cycle; returns the shell's and the client's
+        recordings."""
+        tmp = tempfile.mkdtemp(prefix="berth-tls-proxy-")
+        saved_env = {k: os.environ.get(k) for k in TLS_ENV}
+        cluster, proxies = None, []
+
+        def cleanup():
+            for p in proxies:
+                p.close()
+            if cluster:
+                cluster.stop()
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            with open("/proc/self/mounts") as f:
+                for m in reversed([l.split()[1] for l in f if tmp in l.split()[1]]):
+                    subprocess.run(["umount", "-l", m], check=False)
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.addCleanup(cleanup)
+
+        server_args, client_args = (), ()
+        for k in TLS_ENV:
+            os.environ.pop(k, None)
+        if use_tls:
+            certs, _ = make_certificates(tmp)
+            server_args, client_args = tls_args(certs, "server"), tls_args(certs, "client")
+            os.environ["BERTH_CACERT"] = certs + "/berth-agent-ca.pem"
+            os.environ["BERTH_CLIENT_CERT"] = certs + "/global-cli-berth.pem"
+            os.environ["BERTH_CLIENT_KEY"] = certs + "/global-cli-berth-key.pem"
+        cluster = Cluster(tmp, server_args=server_args).start()
+        leader = cluster.wait_leader()
+        follower = next(s for s in cluster.servers if s is not leader)
+        # The leader's first: a client talks to the first of its --servers
+        # that answers, and the leader sends the CSI requests over that
+        # connection (a plain cluster would otherwise open a direct one,
+        # CAF's automatic connection, past the proxies).
+        to_servers = [RecordingProxy(s.port) for s in
+                      [leader] + [s for s in cluster.servers if s is not leader]]
+        shell_proxy = RecordingProxy(follower.port)
+        proxies += to_servers + [shell_proxy]
+        plugin = Plugin(tmp, "plugin-c1", "csi-c1")
+        client = Client(tmp, "c1", [p.address for p in to_servers], plugin.socket, client_args)
+        cluster.processes += [client, plugin]
+        plugin.start()
+        client.start()
+
+        via = shell_proxy.address
+        self.poll(lambda: self.nodes_healthy(via) == 1, "c1's plugin healthy")
+        spec = dict(VOLUME, id="pv1", secrets={"token": self.SECRET})
+        self.b(via, "volume", "create", "-", stdin=json.dumps(spec))
+        claim = self.b(via, "volume", "claim", "pv1", "--alloc", "a1", "--node", "c1")
+        self.assertTrue(os.path.isdir(claim["published_path"]), claim)
+        self.b(via, "volume", "release", "pv1", "--alloc", "a1")
+        self.b(via, "volume", "delete", "pv1")
+        shell = shell_proxy.recorded()
+        clients = [c for p in to_servers for c in p.recorded()]
+        self.assertTrue(shell and clients, "a proxy saw no connection")
+        return shell, clients
+
+    def assert_secret(self, recording, present):
+        found = [self.SECRET.encode() in up or self.SECRET.encode() in down
+                 for up, down in recording]
+        self.assertEqual(any(found), present, "%d connection(s), %d bytes" % (
+            len(recording), sum(len(u) + len(d) for u, d in recording)))
+
+    def test_a_plain_cluster_shows_the_secret_to_the_proxies(self):
+        shell, clients = self.claim_through_proxies(use_tls=False)
+        self.assert_secret(shell, True)
+        self.assert_secret(clients, True)
+
+    def test_a_tls_cluster_shows_the_secret_to_no_proxy(self):
+        shell, clients = self.claim_through_proxies(use_tls=True)
+        self.assert_secret(shell, False)
+        self.assert_secret(clients, False)
+        # What crossed the proxies is TLS: each connection opens with a
+        # handshake record (content type 22) and carried the claim's traffic.
+        for up, down in shell + clients:
+            if up:
+                self.assertEqual(up[0], 22, up[:16])
+        self.assertGreater(sum(len(u) + len(d) for u, d in clients), 10000)
 
 
 class TlsRoleTest(unittest.TestCase):

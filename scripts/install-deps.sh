@@ -7,7 +7,8 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config git
   libcaf-dev
-  # berth tls and TLS between berth processes (caf::openssl comes with libcaf-dev)
+  # berth tls and TLS between berth processes (CAF's TLS module, caf::openssl, is
+  # built from third_party/caf_openssl against libcaf-dev's core and io)
   libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libsqlite3-dev sqlite3

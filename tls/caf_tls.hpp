@@ -2,6 +2,8 @@
 // the configuration, and the two calls that differ (publish, and the
 // middleman actor that connects).  With TLS every connection of the actor
 // system verifies the peer's certificate against the CA, on both sides.
+// The module is CAF 0.17.6's, built from third_party/caf_openssl with the
+// fixes its PATCHES.md lists (not Debian's libcaf_openssl.so).
 //
 // What CAF 0.17.6 does not allow: a check of the peer certificate's name.
 // Its session sets SSL_VERIFY_PEER without a verify callback and keeps the

@@ -175,8 +175,7 @@ class LocalClusterTest(unittest.TestCase):
         """--tls: berth tls makes the certificates, every process runs with
         them; a shell without a certificate is refused, one with DIR/env's
         sees the three servers and both clients' plugins.  (Claims through
-        a TLS cluster of several servers are a known problem: user guide,
-        "Connections between servers".)"""
+        a TLS cluster of several servers: integration.tls.)"""
         started = time.time()
         r = self.script("up", "--base-port", str(self.base), "--tls")
         print("local-cluster up --tls took %.1fs" % (time.time() - started), file=sys.stderr)
@@ -199,9 +198,8 @@ class LocalClusterTest(unittest.TestCase):
         self.assertIn("BERTH_CLIENT_CERT", tls_env)
 
         def b(port, *args, stdin=None):
-            """Exit 5 (unavailable: retry) is retried within a minute, as a
-            script would: a connection between two servers drops now and
-            then over TLS (user guide, "Connections between servers")."""
+            """Exit 5 (unavailable: retry, e.g. during the first
+            election) is retried within a minute, as a script would."""
             until = time.time() + 60
             while True:
                 r = subprocess.run([BERTH, "--address", "127.0.0.1:%d" % port, "--json",
@@ -213,8 +211,7 @@ class LocalClusterTest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, "%s\n%s\n%s" % (args, r.stdout, r.stderr))
             return json.loads(r.stdout) if r.stdout.strip() else None
 
-        # Through the leader: forwarding between servers over TLS is a known
-        # problem (user guide, "Connections between servers").
+        # Through the leader (forwarding over TLS: integration.tls).
         shells = [self.base + 3 * i for i in range(3)]
         deadline = time.time() + 60
         while True:
@@ -234,7 +231,7 @@ class LocalClusterTest(unittest.TestCase):
             if sorted(p["role"] for p in peers) == ["follower", "follower", "leader"] or \
                     time.time() > deadline:
                 break
-            time.sleep(0.2)  # a connection between two servers came back
+            time.sleep(0.2)  # an election in progress
         self.assertEqual(sorted(p["id"] for p in peers), ["s1", "s2", "s3"])
         self.assertEqual(sorted(p["role"] for p in peers), ["follower", "follower", "leader"])
         # Both clients registered their plugin with the leader over TLS.

@@ -5,25 +5,28 @@ certificate, or with one from another CA, cannot connect and says why; a TLS
 shell at a plain-text berthd says so; a partial set of --tls-* options is
 refused naming what is missing.
 
-A 3-server TLS cluster: a berthd --server started with a client
-certificate does not join (TlsRoleTest).  TlsClusterTest (claims and
-list-peers through every server) runs only with BERTH_TEST_TLS_CLUSTER=1:
-forwarding and list-peers now go over the raft links; list-peers passes, the
-claims fail in most runs: connections between servers, and a client's to the
-leader, still drop now and then over CAF 0.17.6's TLS (user guide,
-"Connections between servers")."""
+A 3-server TLS cluster: claims and list-peers through every server
+(TlsClusterTest); the whole claim cycle on 3 servers and 2 clients across a
+SIGKILLed leader (TlsLeaderChangeTest); a recording proxy between shell,
+client and servers never sees a volume's secret over TLS, and sees it over a
+plain cluster (ProxyRecordingTest); a berthd --server started with a client
+certificate does not join (TlsRoleTest).  The cluster cases failed about 5
+runs in 6 with Debian's libcaf_openssl (third_party/caf_openssl/PATCHES.md)."""
 
 import json
 import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
 
-from cluster import Cluster, Server, free_port
 import socket
+import threading
+
+from cluster import Client, Cluster, Plugin, Server, free_port
 from harness import BERTH, BERTHD, Agent
 
 VOLUME = {"plugin_id": "hostpath", "capabilities": [
@@ -185,86 +188,103 @@ class TlsDevAgentTest(unittest.TestCase):
             agent.kill()
 
 
-@unittest.skipUnless(os.environ.get("BERTH_TEST_TLS_CLUSTER") == "1",
-                     "known problem (user guide, Securing a cluster): set BERTH_TEST_TLS_CLUSTER=1")
-class TlsClusterTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="berth-tls-")
-        cls.saved_env = {k: os.environ.get(k) for k in TLS_ENV}
-        cls.cluster = None
+class TlsCluster:
+    """A 3-server cluster with TLS everywhere (servers: the server
+    certificate; clients: the client certificate; every shell of the test,
+    the cluster helpers' too, the cli certificate through the environment, as
+    an operator sets it).  Clients are added with add_client."""
+
+    def __init__(self, prefix):
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        self.saved_env = {k: os.environ.get(k) for k in TLS_ENV}
+        self.cluster = None
         try:
-            cls.certs, cls.other = make_certificates(cls.tmp)
-            d = cls.certs
-            server = ["--tls-ca", d + "/berth-agent-ca.pem",
-                      "--tls-cert", d + "/global-server-berth.pem",
-                      "--tls-key", d + "/global-server-berth-key.pem"]
-            client = ["--tls-ca", d + "/berth-agent-ca.pem",
-                      "--tls-cert", d + "/global-client-berth.pem",
-                      "--tls-key", d + "/global-client-berth-key.pem"]
-            # Every shell of this test (the cluster helpers' too) uses the
-            # cli certificate, through the environment as an operator would.
+            self.certs, self.other = make_certificates(self.tmp)
+            d = self.certs
             os.environ["BERTH_CACERT"] = d + "/berth-agent-ca.pem"
             os.environ["BERTH_CLIENT_CERT"] = d + "/global-cli-berth.pem"
             os.environ["BERTH_CLIENT_KEY"] = d + "/global-cli-berth-key.pem"
-            cls.cluster = Cluster(cls.tmp, server_args=server)
-            cls.cluster.start()
-            cls.plugin, cls.client = cls.cluster.add_client("c1", client_args=client)
+            self.cluster = Cluster(self.tmp, server_args=tls_args(d, "server"))
+            self.cluster.start()
         except BaseException:
-            cls.tearDownClass()
+            self.stop()
             raise
 
-    @classmethod
-    def tearDownClass(cls):
-        if cls.cluster:
-            cls.cluster.stop()
-        for k, v in cls.saved_env.items():
+    def add_client(self, name, shared_root):
+        return self.cluster.add_client(name, shared_root=shared_root,
+                                       client_args=tls_args(self.certs, "client"))
+
+    def stop(self):
+        if self.cluster:
+            self.cluster.stop()
+        for k, v in self.saved_env.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
         with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if cls.tmp in l.split()[1]]):
+            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
                 subprocess.run(["umount", "-l", m], check=False)
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+        # Alloc commands still running (a test failed): kill them.
+        subprocess.run(["pkill", "-f", "berth-alloc.*" + os.path.basename(self.tmp)], check=False)
+        if os.environ.get("BERTH_TEST_KEEP"):
+            print("kept the cluster's directory (logs): " + self.tmp, file=sys.stderr)
+            return
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def shell(self, *args, stdin=None, expect=0, env=None):
-        """The TLS shell through any server; exit 5 (the leader has not heard
-        the client yet) is retried briefly, as a script would."""
-        deadline = time.time() + 20
-        while True:
-            r = run([BERTH, "--address", self.cluster.any_address(), "--timeout", "20"] +
-                    list(args), env=env, stdin=stdin)
-            if r.returncode != 5 or expect == 5 or time.time() > deadline:
-                break
-            time.sleep(0.2)
-        self.assertEqual(r.returncode, expect, "%s\n%s" % (r.stdout, r.stderr))
-        return r
 
-    def wait_plugin(self, via):
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            r = run([BERTH, "--address", via, "--json", "--timeout", "5", "plugin", "status",
-                     "hostpath"])
-            if r.returncode == 0 and json.loads(r.stdout)["nodes_healthy"] == 1 and \
-                    json.loads(r.stdout)["controllers_healthy"] == 1:
-                return
-            time.sleep(0.2)
-        self.fail("the client's plugin never became healthy through TLS")
+class TlsShell:
+    """The TLS shell (cli certificate from the environment) for the cluster
+    tests, with the retries a script would do."""
 
-    def b(self, via, *args, stdin=None):
-        """The TLS shell through `via`; exit 5 (retry: e.g. an election
-        after a connection between two servers dropped) is retried, as a
-        script would, within a deadline."""
+    def b(self, via, *args, stdin=None, expect=0):
+        """The shell through `via`; exit 5 (unavailable: e.g. an election
+        after the leader was killed) is retried, as a script would, within
+        a deadline."""
         deadline = time.time() + 30
         while True:
             r = run([BERTH, "--address", via, "--json", "--timeout", "20"] + list(args),
                     stdin=stdin)
-            if r.returncode != 5 or time.time() > deadline:
+            if r.returncode != 5 or expect == 5 or time.time() > deadline:
                 break
             time.sleep(0.2)
-        self.assertEqual(r.returncode, 0, "%s via %s\n%s\n%s" % (args, via, r.stdout, r.stderr))
-        return json.loads(r.stdout) if r.stdout.strip() else None
+        self.assertEqual(r.returncode, expect, "%s via %s\n%s\n%s" % (args, via, r.stdout, r.stderr))
+        return json.loads(r.stdout) if expect == 0 and r.stdout.strip() else r
+
+    def poll(self, cond, what, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if cond():
+                return
+            time.sleep(0.1)
+        self.fail("never: " + what)
+
+    def nodes_healthy(self, via):
+        r = run([BERTH, "--address", via, "--json", "--timeout", "5", "plugin", "status",
+                 "hostpath"])
+        if r.returncode != 0:
+            return -1
+        s = json.loads(r.stdout)
+        return s["nodes_healthy"] if s["controllers_healthy"] >= 1 else -1
+
+
+class TlsClusterTest(TlsShell, unittest.TestCase):
+    """3 servers and a client c1, TLS everywhere: claims and list-peers
+    through every server (forwarded to the leader over the raft links)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tls = TlsCluster("berth-tls-")
+        cls.cluster = cls.tls.cluster
+        try:
+            cls.plugin, cls.client = cls.tls.add_client("c1", None)
+        except BaseException:
+            cls.tls.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tls.stop()
 
     def test_claim_cycle_through_every_server(self):
         """Forwarded to the leader over the raft link (the leader's shell
@@ -272,7 +292,7 @@ class TlsClusterTest(unittest.TestCase):
         larger raft address; the leader reaches the client's node through
         the server the client connected to."""
         leader = self.cluster.wait_leader()
-        self.wait_plugin(leader.address)
+        self.poll(lambda: self.nodes_healthy(leader.address) == 1, "c1's plugin healthy")
         self.b(leader.address, "volume", "create", "-", stdin=json.dumps(dict(VOLUME, id="tv1")))
         for i, s in enumerate(self.cluster.servers):
             alloc = "a%d" % i
@@ -293,6 +313,218 @@ class TlsClusterTest(unittest.TestCase):
                     break
                 time.sleep(0.2)  # an election in progress
             self.assertEqual(roles, ["follower", "follower", "leader"], (s.name, peers))
+
+
+class TlsLeaderChangeTest(TlsShell, unittest.TestCase):
+    """The whole claim cycle through TLS on 3 servers and 2 clients whose
+    plugins share one storage: create through a follower (forwarded), an
+    alloc on c1 writes the volume, the leader is SIGKILLed, an alloc on c2
+    (its claim sent to a follower of the new leader) reads what c1 wrote,
+    then the volume is deleted."""
+
+    def setUp(self):
+        self.tls = TlsCluster("berth-tls-lc-")
+        self.addCleanup(self.tls.stop)
+        self.cluster = self.tls.cluster
+        shared = os.path.join(self.tls.tmp, "storage")
+        self.tls.add_client("c1", shared)
+        self.tls.add_client("c2", shared)
+
+    def alloc_state(self, via, aid):
+        r = run([BERTH, "--address", via, "--json", "--timeout", "10", "alloc", "status", aid])
+        return json.loads(r.stdout)["state"] if r.returncode == 0 else None
+
+    def follower(self, leader):
+        return next(s for s in self.cluster.servers if s.alive() and s is not leader)
+
+    def test_claim_cycle_across_a_leader_change(self):
+        leader = self.cluster.wait_leader()
+        via = self.follower(leader)
+        self.poll(lambda: self.nodes_healthy(leader.address) == 2, "both clients' plugins healthy")
+        spec = dict(VOLUME, id="lc1", secrets={"token": "lc-secret-1"})
+        spec["capabilities"] = [{"access_mode": "multi-node-single-writer",
+                                 "attachment_mode": "file-system"}]
+        self.b(via.address, "volume", "create", "-", stdin=json.dumps(spec))
+        writer = self.b(via.address, "alloc", "run", "--node", "c1", "--volume", "data=lc1", "--",
+                        "sh", "-c", 'echo "written by $BERTH_ALLOC_ID" > "$BERTH_VOLUME_DATA/f"')
+        self.poll(lambda: self.alloc_state(via.address, writer["id"]) == "complete",
+                  "the writer complete")
+        self.poll(lambda: self.b(via.address, "volume", "status", "lc1")["claims"] == [],
+                  "the writer's claim released")
+
+        leader.kill()  # SIGKILL
+        new_leader = self.cluster.wait_leader(timeout=30, exclude=leader)
+        via = self.follower(new_leader)
+        reader = self.b(via.address, "alloc", "run", "--node", "c2", "--volume", "data=lc1:ro",
+                        "--", "sh", "-c", 'cat "$BERTH_VOLUME_DATA/f"')
+        self.poll(lambda: self.alloc_state(via.address, reader["id"]) == "complete",
+                  "the reader complete")
+        with open(os.path.join(self.tls.tmp, "c2", "allocs", reader["id"], "stdout")) as f:
+            self.assertEqual(f.read().strip(), "written by " + writer["id"])
+        self.poll(lambda: self.b(via.address, "volume", "status", "lc1")["claims"] == [],
+                  "the reader's claim released")
+        self.b(via.address, "volume", "delete", "lc1")
+        self.b(new_leader.address, "volume", "status", "lc1", expect=3)
+
+
+class RecordingProxy:
+    """A TCP proxy on 127.0.0.1 in front of 127.0.0.1:PORT: each connection
+    it accepts is forwarded there, and every byte is recorded, both ways."""
+
+    def __init__(self, port):
+        self.target = port
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.address = "127.0.0.1:%d" % self.port
+        self.lock = threading.Lock()
+        self.streams = []  # per connection: (bytes to the server, bytes to the client)
+        self.sockets = []
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    def accept_loop(self):
+        while True:
+            try:
+                c, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                s = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                c.close()
+                continue
+            up, down = bytearray(), bytearray()
+            with self.lock:
+                self.streams.append((up, down))
+                self.sockets += [c, s]
+            threading.Thread(target=self.pipe, args=(c, s, up), daemon=True).start()
+            threading.Thread(target=self.pipe, args=(s, c, down), daemon=True).start()
+
+    def pipe(self, src, dst, record):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                with self.lock:
+                    record.extend(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def recorded(self):
+        """[(bytes to the server, bytes to the client)] per connection."""
+        with self.lock:
+            return [(bytes(up), bytes(down)) for up, down in self.streams]
+
+    def close(self):
+        self.listener.close()
+        with self.lock:
+            for s in self.sockets:
+                s.close()
+
+
+class ProxyRecordingTest(TlsShell, unittest.TestCase):
+    """Issue 13: nothing on the wire between berth processes shows a
+    volume's secret.  Recording proxies sit between the shell and a server,
+    and between a client (c1, given only the proxies' addresses as
+    --servers) and each server; a volume with a secret is created, claimed
+    on c1 (ControllerPublish, NodeStage and NodePublish carry the secret to
+    the client), released and deleted.  Over a plain cluster the same
+    recording holds the secret both in the shell's and in the client's
+    traffic: the proxies see what crosses them."""
+
+    SECRET = "proxy-recorded-secret-6c1f0d"
+
+    def claim_through_proxies(self, use_tls):
+        """Runs the claim cycle; returns the shell's and the client's
+        recordings."""
+        tmp = tempfile.mkdtemp(prefix="berth-tls-proxy-")
+        saved_env = {k: os.environ.get(k) for k in TLS_ENV}
+        cluster, proxies = None, []
+
+        def cleanup():
+            for p in proxies:
+                p.close()
+            if cluster:
+                cluster.stop()
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            with open("/proc/self/mounts") as f:
+                for m in reversed([l.split()[1] for l in f if tmp in l.split()[1]]):
+                    subprocess.run(["umount", "-l", m], check=False)
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.addCleanup(cleanup)
+
+        server_args, client_args = (), ()
+        for k in TLS_ENV:
+            os.environ.pop(k, None)
+        if use_tls:
+            certs, _ = make_certificates(tmp)
+            server_args, client_args = tls_args(certs, "server"), tls_args(certs, "client")
+            os.environ["BERTH_CACERT"] = certs + "/berth-agent-ca.pem"
+            os.environ["BERTH_CLIENT_CERT"] = certs + "/global-cli-berth.pem"
+            os.environ["BERTH_CLIENT_KEY"] = certs + "/global-cli-berth-key.pem"
+        cluster = Cluster(tmp, server_args=server_args).start()
+        leader = cluster.wait_leader()
+        follower = next(s for s in cluster.servers if s is not leader)
+        # The leader's first: a client talks to the first of its --servers
+        # that answers, and the leader sends the CSI requests over that
+        # connection (a plain cluster would otherwise open a direct one,
+        # CAF's automatic connection, past the proxies).
+        to_servers = [RecordingProxy(s.port) for s in
+                      [leader] + [s for s in cluster.servers if s is not leader]]
+        shell_proxy = RecordingProxy(follower.port)
+        proxies += to_servers + [shell_proxy]
+        plugin = Plugin(tmp, "plugin-c1", "csi-c1")
+        client = Client(tmp, "c1", [p.address for p in to_servers], plugin.socket, client_args)
+        cluster.processes += [client, plugin]
+        plugin.start()
+        client.start()
+
+        via = shell_proxy.address
+        self.poll(lambda: self.nodes_healthy(via) == 1, "c1's plugin healthy")
+        spec = dict(VOLUME, id="pv1", secrets={"token": self.SECRET})
+        self.b(via, "volume", "create", "-", stdin=json.dumps(spec))
+        claim = self.b(via, "volume", "claim", "pv1", "--alloc", "a1", "--node", "c1")
+        self.assertTrue(os.path.isdir(claim["published_path"]), claim)
+        self.b(via, "volume", "release", "pv1", "--alloc", "a1")
+        self.b(via, "volume", "delete", "pv1")
+        shell = shell_proxy.recorded()
+        clients = [c for p in to_servers for c in p.recorded()]
+        self.assertTrue(shell and clients, "a proxy saw no connection")
+        return shell, clients
+
+    def assert_secret(self, recording, present):
+        found = [self.SECRET.encode() in up or self.SECRET.encode() in down
+                 for up, down in recording]
+        self.assertEqual(any(found), present, "%d connection(s), %d bytes" % (
+            len(recording), sum(len(u) + len(d) for u, d in recording)))
+
+    def test_a_plain_cluster_shows_the_secret_to_the_proxies(self):
+        shell, clients = self.claim_through_proxies(use_tls=False)
+        self.assert_secret(shell, True)
+        self.assert_secret(clients, True)
+
+    def test_a_tls_cluster_shows_the_secret_to_no_proxy(self):
+        shell, clients = self.claim_through_proxies(use_tls=True)
+        self.assert_secret(shell, False)
+        self.assert_secret(clients, False)
+        # What crossed the proxies is TLS: each connection opens with a
+        # handshake record (content type 22) and carried the claim's traffic.
+        for up, down in shell + clients:
+            if up:
+                self.assertEqual(up[0], 22, up[:16])
+        self.assertGreater(sum(len(u) + len(d) for u, d in clients), 10000)
 
 
 class TlsRoleTest(unittest.TestCase):

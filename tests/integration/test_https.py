@@ -11,6 +11,7 @@ refused and one with a certificate of the CA is served."""
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -19,11 +20,16 @@ import tempfile
 import time
 import unittest
 import urllib.error
+import urllib.parse
 import urllib.request
 
+from cluster import Process, free_port
 from harness import BERTH, BERTHD, Agent
 from test_tls import cli_env, make_certificates, run, tls_args
 
+PROMETHEUS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
+                              "prometheus")
+PROMETHEUS = shutil.which("prometheus")
 VOLUME = {"plugin_id": "hostpath", "capabilities": [
     {"access_mode": "single-node-writer", "attachment_mode": "file-system"}]}
 
@@ -225,6 +231,67 @@ class HttpsTest(unittest.TestCase):
         self.assertEqual(status, 200)
         with self.assertRaises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
             get(self.agent.metrics_port, "/metrics", ctx)
+
+    @unittest.skipUnless(PROMETHEUS, "the prometheus binary is missing (scripts/install-deps.sh)")
+    def test_prometheus_scrapes_over_https_with_deploys_tls_config(self):
+        """deploy/prometheus/prometheus-tls.yml, its addresses and files
+        replaced by this test's: the servers job (CA, server_name, a cli
+        certificate) scrapes both dev agents, the strict one included; the
+        clients job scrapes a berthd --client."""
+        client = Process("c1", [
+            BERTHD, "--client", "--name", "c1", "--data-dir", os.path.join(self.tmp, "c1"),
+            "--servers", self.agent.address, "--metrics-port", "0"] +
+            tls_args(self.certs, "client"), os.path.join(self.tmp, "c1.log")).start()
+        prom = None
+        try:
+            client_port = int(re.search(r"metrics on 127\.0\.0\.1:(\d+) \(HTTPS\)",
+                                        client.banner).group(1))
+            with open(os.path.join(PROMETHEUS_DIR, "prometheus-tls.yml")) as f:
+                config = f.read()
+            targets = {"10.77.0.11:4746": self.agent.metrics_port,
+                       "10.77.0.12:4746": self.strict.metrics_port,
+                       "10.77.0.13:4746": self.agent.metrics_port,
+                       "10.77.0.21:4746": client_port, "10.77.0.22:4746": client_port}
+            for old, port in targets.items():
+                self.assertIn(old, config)
+                config = config.replace(old, "127.0.0.1:%d" % port)
+            config = config.replace("/etc/berth/tls/", self.certs + "/")
+            config = config.replace("scrape_interval: 15s", "scrape_interval: 1s")
+            config = config.replace("- rules.yml", "- " + os.path.join(PROMETHEUS_DIR, "rules.yml"))
+            path = os.path.join(self.tmp, "prometheus.yml")
+            with open(path, "w") as f:
+                f.write(config)
+            port = free_port()
+            log = open(os.path.join(self.tmp, "prometheus.log"), "w")
+            prom = subprocess.Popen(
+                [PROMETHEUS, "--config.file=" + path,
+                 "--storage.tsdb.path=" + os.path.join(self.tmp, "tsdb"),
+                 "--web.listen-address=127.0.0.1:%d" % port, "--log.level=warn"],
+                stdout=log, stderr=log)
+            log.close()
+
+            def targets_up():
+                try:
+                    url = "http://127.0.0.1:%d/api/v1/targets?state=active" % port
+                    with urllib.request.urlopen(url, timeout=5) as r:
+                        active = json.loads(r.read().decode())["data"]["activeTargets"]
+                except OSError:
+                    return None
+                health = {(t["labels"]["job"], t["labels"]["name"]): (t["health"], t["lastError"])
+                          for t in active}
+                self.last_health = health
+                return len(health) == 5 and all(h == "up" for h, _ in health.values())
+            self.last_health = None
+            try:
+                wait_until(targets_up, "every target up", timeout=60)
+            except AssertionError:
+                with open(os.path.join(self.tmp, "prometheus.log")) as f:
+                    self.fail("targets: %s\nprometheus: %s" % (self.last_health, f.read()[-2000:]))
+        finally:
+            if prom:
+                prom.kill()
+                prom.wait(timeout=10)
+            client.kill()
 
     def test_verify_http_client_without_tls_is_refused(self):
         r = run([BERTHD, "--dev", "--data-dir", os.path.join(self.tmp, "bad"),

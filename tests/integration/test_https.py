@@ -4,7 +4,8 @@ tls`: /metrics, a JSON view and the web UI over HTTPS verified against the
 CA; the event stream delivers an event made after it was opened; plain HTTP
 to the port gets a 400 naming HTTPS and no metrics; the loopback HTTP
 server behind the front answers nobody else; a connection that sends
-nothing is closed after the handshake deadline and does not hold up others;
+nothing is closed after the handshake deadline and does not hold up others,
+one beyond the connection limit is closed at once;
 with --tls-verify-http-client a request without a client certificate is
 refused and one with a certificate of the CA is served."""
 
@@ -197,17 +198,26 @@ class HttpsTest(unittest.TestCase):
         self.assertIn(403, [code for code, _ in answered], ports)
         self.assertIn("internal HTTP port", [b for c, b in answered if c == 403][0])
 
-    def test_a_silent_connection_is_closed_and_holds_up_no_one(self):
+    def test_silent_connections_are_closed_and_hold_up_no_one_within_the_limit(self):
         port = self.agent.metrics_port
         silent = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(10)]
         try:
             start = time.time()
             self.assertEqual(get(port, "/metrics", context(self.certs))[0], 200)
             self.assertLess(time.time() - start, 5)
-            # The handshake deadline (10 s) closes them.
+            # Up to the limit (64 connections at once); the one beyond is
+            # closed at once, long before the handshake deadline.
+            silent += [socket.create_connection(("127.0.0.1", port), timeout=30)
+                       for _ in range(54)]
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as beyond:
+                self.assertEqual(beyond.recv(1), b"")
+            self.assertLess(time.time() - start, 5)
+            # The handshake deadline (10 s) closes them all, and the port
+            # serves again.
             for s in silent:
                 self.assertEqual(s.recv(1), b"")
             self.assertLess(time.time() - start, 20)
+            self.assertEqual(get(port, "/metrics", context(self.certs))[0], 200)
         finally:
             for s in silent:
                 s.close()

@@ -28,7 +28,8 @@ std::optional<failure> check_https_options(const files& f, bool verify_http_clie
 }
 
 relay_verdict judge_quiet(const https_limits& l, int64_t quiet_ms, size_t pending) {
-  if (pending > 0) return quiet_ms >= l.stall_ms ? relay_verdict::close_stalled : relay_verdict::keep;
+  if (pending > 0)
+    return quiet_ms >= l.stall_ms ? relay_verdict::close_stalled : relay_verdict::keep;
   return quiet_ms >= l.idle_ms ? relay_verdict::close_idle : relay_verdict::keep;
 }
 

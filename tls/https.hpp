@@ -36,7 +36,7 @@ std::optional<failure> check_https_options(const files& f, bool verify_http_clie
 
 // How much the front holds, and for how long.
 struct https_limits {
-  int max_connections = 64;  // beyond: closed at once
+  int max_connections = 64;   // beyond: closed at once
   int handshake_ms = 10'000;  // first byte and TLS handshake, together
   int stall_ms = 30'000;      // bytes waiting to be written that nobody takes
   int idle_ms = 300'000;      // nothing either way (the event stream beats every 10 s)

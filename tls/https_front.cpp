@@ -63,7 +63,9 @@ struct fd_guard {
   }
 };
 
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void set_nonblocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 
 void set_nodelay(int fd) {
   int one = 1;
@@ -312,9 +314,9 @@ void accept_loop(front& f) {
     }
     if (f.active.load() >= f.o.limits.max_connections) {
       ::close(fd);
-      auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     steady::now().time_since_epoch())
-                     .count();
+      auto now =
+          std::chrono::duration_cast<std::chrono::milliseconds>(steady::now().time_since_epoch())
+              .count();
       if (now - f.last_full_warning.load() > 10'000) {
         f.last_full_warning = now;
         logging::warn("https", "HTTPS port at its connection limit: closing new connections",
@@ -337,8 +339,8 @@ void accept_loop(front& f) {
 
 std::variant<ssl_ctx_ptr, failure> make_context(const https_front_options& o) {
   auto refuse = [](const std::string& what) {
-    return failure{errc::invalid, "cannot serve HTTPS on the metrics port: " + what + ": " +
-                                      openssl_error()};
+    return failure{errc::invalid,
+                   "cannot serve HTTPS on the metrics port: " + what + ": " + openssl_error()};
   };
   ssl_ctx_ptr ctx{SSL_CTX_new(TLS_server_method())};
   if (!ctx) return refuse("no TLS context");
@@ -353,8 +355,7 @@ std::variant<ssl_ctx_ptr, failure> make_context(const https_front_options& o) {
     return refuse("--tls-key '" + o.tls.key + "' is not the key of --tls-cert '" + o.tls.cert +
                   "' (give the -key.pem file written with it)");
   if (SSL_CTX_load_verify_locations(ctx.get(), o.tls.ca.c_str(), nullptr) != 1)
-    return refuse("--tls-ca '" + o.tls.ca +
-                  "' is not a PEM certificate (give berth-agent-ca.pem)");
+    return refuse("--tls-ca '" + o.tls.ca + "' is not a PEM certificate (give berth-agent-ca.pem)");
   if (auto* names = SSL_load_client_CA_file(o.tls.ca.c_str()))
     SSL_CTX_set_client_CA_list(ctx.get(), names);
   SSL_CTX_set_verify(ctx.get(),
@@ -397,15 +398,17 @@ std::variant<int, failure> listen_on(const std::string& bind, uint16_t port) {
     ::close(fd);
   }
   ::freeaddrinfo(res);
-  return failure{errc::unavailable,
-                 "cannot serve HTTPS on " + where + ": " + error + " (choose another --metrics-port)"};
+  return failure{errc::unavailable, "cannot serve HTTPS on " + where + ": " + error +
+                                        " (choose another --metrics-port)"};
 }
 
 }  // namespace
 
 std::variant<uint16_t, failure> start_https_front(const https_front_options& options,
                                                   std::shared_ptr<front_peers> peers) {
-  // SSL_write on a connection the client closed must fail, not kill berthd.
+  // SSL_write on a connection the client closed must fail, not kill berthd
+  // (civetweb ignores SIGPIPE too; alloc commands get it back by default,
+  // actors/alloc_process.cpp).
   std::signal(SIGPIPE, SIG_IGN);
   auto ctx = make_context(options);
   if (auto* f = std::get_if<failure>(&ctx)) return *f;
@@ -420,9 +423,8 @@ std::variant<uint16_t, failure> start_https_front(const https_front_options& opt
   sockaddr_storage local{};
   socklen_t len = sizeof local;
   ::getsockname(f->listen_fd, reinterpret_cast<sockaddr*>(&local), &len);
-  f->port = ntohs(local.ss_family == AF_INET6
-                      ? reinterpret_cast<sockaddr_in6*>(&local)->sin6_port
-                      : reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+  f->port = ntohs(local.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&local)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&local)->sin_port);
   std::thread([f] { accept_loop(*f); }).detach();
   return f->port;
 }

@@ -49,7 +49,7 @@ class front_peers {
 };
 
 struct https_front_options {
-  std::string bind;  // the HTTP port's address (--metrics-bind)
+  std::string bind;   // the HTTP port's address (--metrics-bind)
   uint16_t port = 0;  // --metrics-port (0: any free port)
   files tls;  // the CA clients' certificates are verified against, this berthd's certificate
   bool verify_client = false;  // --tls-verify-http-client: a client certificate is required

@@ -157,11 +157,11 @@ int main(int argc, char** argv) {
   client->add_option("--hostpath-bin", opts.hostpath_bin,
                      "--dev: the berth-hostpath binary to start (default: next to berthd, or PATH)");
   app.add_option("--metrics-bind", opts.metrics_bind,
-                 "Address of the Prometheus /metrics endpoint (keep it on loopback or a private "
-                 "network)")
+                 "Address of the HTTP port: /metrics, the /v1/ API and the web UI (HTTPS only "
+                 "with --tls-*; without, keep it on loopback or a private network)")
       ->capture_default_str();
   app.add_option("--metrics-port", opts.metrics_port,
-                 "Port of the /metrics endpoint (0 = any free port)")
+                 "Port of /metrics, the /v1/ API and the web UI (0 = any free port)")
       ->capture_default_str();
   app.add_option("--scheduler-threads", opts.scheduler_threads,
                  "Worker threads of the actor scheduler")

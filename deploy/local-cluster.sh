@@ -293,11 +293,19 @@ write_prometheus_config() {
     echo "rule_files: [\"$REPO/deploy/prometheus/rules.yml\"]"
     echo "scrape_configs:"
     echo "  - job_name: berth-servers"
+    if [ -n "$TLS" ]; then  # HTTPS (deploy/prometheus/prometheus-tls.yml)
+      echo "    scheme: https"
+      echo "    tls_config: {ca_file: \"$TLS_DIR/berth-agent-ca.pem\", cert_file: \"$TLS_DIR/global-cli-berth.pem\", key_file: \"$TLS_DIR/global-cli-berth-key.pem\"}"
+    fi
     echo "    static_configs:"
     for i in 1 2 3; do
       echo "      - {targets: [\"127.0.0.1:$(server_metrics_port "$i")\"], labels: {name: s$i}}"
     done
     echo "  - job_name: berth-clients"
+    if [ -n "$TLS" ]; then  # a client certificate may not serve: not verified (known problem)
+      echo "    scheme: https"
+      echo "    tls_config: {insecure_skip_verify: true, cert_file: \"$TLS_DIR/global-cli-berth.pem\", key_file: \"$TLS_DIR/global-cli-berth-key.pem\"}"
+    fi
     echo "    static_configs:"
     for i in 1 2; do
       echo "      - {targets: [\"127.0.0.1:$(client_metrics_port "$i")\"], labels: {name: c$i}}"

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tls/https.hpp"
 #include "tls/pki.hpp"
 #include "tls/proof.hpp"
 
@@ -306,4 +307,52 @@ TEST_CASE("a_server_certificate_of_another_ca_does_not_prove") {
   auto why = refusal(verify_server_proof(ours.ca_pem(), "c", prove(theirs, "c")));
   CHECK(why.find("is not a server certificate of this cluster's CA") != std::string::npos);
   refusal(verify_server_proof(ours.ca_pem(), "c", server_proof{"not a pem", "x"}));
+}
+
+// The HTTPS port (tls/https.hpp).
+
+TEST_CASE("https_port_tells_a_client_hello_from_plain_http") {
+  CHECK(classify_first_bytes("") == first_bytes::need_more);
+  // A ClientHello's record: handshake (0x16), version 3.x.
+  CHECK(classify_first_bytes(std::string("\x16\x03\x01\x02\x00", 5)) == first_bytes::tls);
+  CHECK(classify_first_bytes(std::string("\x16", 1)) == first_bytes::tls);
+  CHECK(classify_first_bytes(std::string("\x16\x07", 2)) == first_bytes::other);
+  for (const char* method : {"GET / HTTP/1.1\r\n", "POST", "HEAD", "PUT", "DELETE", "OPTIONS"})
+    CHECK(classify_first_bytes(method) == first_bytes::plain_http);
+  // SSLv2-style hellos, binary noise, lower case: closed.
+  CHECK(classify_first_bytes(std::string("\x80\x2e\x01", 3)) == first_bytes::other);
+  CHECK(classify_first_bytes(std::string("\x00\x00", 2)) == first_bytes::other);
+  CHECK(classify_first_bytes("get /") == first_bytes::other);
+}
+
+TEST_CASE("plain_http_on_the_https_port_is_answered_400_naming_https") {
+  auto a = plain_http_refusal(4746);
+  CHECK(a.rfind("HTTP/1.1 400 Bad Request\r\n", 0) == 0);
+  CHECK(a.find("this port serves HTTPS") != std::string::npos);
+  CHECK(a.find("https://HOST:4746/") != std::string::npos);
+  auto body = a.substr(a.find("\r\n\r\n") + 4);
+  CHECK(a.find("Content-Length: " + std::to_string(body.size()) + "\r\n") != std::string::npos);
+}
+
+TEST_CASE("verify_http_client_needs_the_tls_options") {
+  CHECK_FALSE(check_https_options({}, false));
+  CHECK_FALSE(check_https_options({"ca.pem", "c.pem", "k.pem"}, true));
+  CHECK_FALSE(check_https_options({"ca.pem", "c.pem", "k.pem"}, false));
+  auto f = check_https_options({}, true);
+  REQUIRE(f);
+  CHECK(f->code == errc::invalid);
+  CHECK(f->message.find("--tls-verify-http-client needs --tls-ca") != std::string::npos);
+}
+
+TEST_CASE("https_relay_closes_a_stalled_or_idle_connection_only") {
+  https_limits l;
+  l.stall_ms = 30'000;
+  l.idle_ms = 300'000;
+  // Bytes nobody takes: closed after stall_ms.
+  CHECK(judge_quiet(l, 29'999, 10) == relay_verdict::keep);
+  CHECK(judge_quiet(l, 30'000, 10) == relay_verdict::close_stalled);
+  // Nothing either way (a quiet event stream beats every 10 s): idle_ms.
+  CHECK(judge_quiet(l, 30'000, 0) == relay_verdict::keep);
+  CHECK(judge_quiet(l, 299'999, 0) == relay_verdict::keep);
+  CHECK(judge_quiet(l, 300'000, 0) == relay_verdict::close_idle);
 }

@@ -55,6 +55,7 @@ struct agent_options {
   int64_t volume_stats_ms = 60 * 1000;         // < 0: never
   bool acl = false;                         // servers: --acl (every server of the cluster)
   tls::files tls;                           // --tls-ca, --tls-cert, --tls-key (all or none)
+  bool tls_verify_http_client = false;      // the HTTPS port requires a client certificate
 };
 
 struct agent_started {

@@ -18,6 +18,7 @@
 #include "messages/codec.hpp"
 #include "persistence/integrity.hpp"
 #include "tls/caf_tls.hpp"
+#include "tls/https.hpp"
 #include "tls/pki.hpp"
 
 namespace {
@@ -161,11 +162,11 @@ int main(int argc, char** argv) {
   client->add_option("--hostpath-bin", opts.hostpath_bin,
                      "--dev: the berth-hostpath binary to start (default: next to berthd, or PATH)");
   app.add_option("--metrics-bind", opts.metrics_bind,
-                 "Address of the Prometheus /metrics endpoint (keep it on loopback or a private "
-                 "network)")
+                 "Address of the HTTP port: /metrics, the /v1/ API and the web UI (HTTPS only "
+                 "with --tls-*; without, keep it on loopback or a private network)")
       ->capture_default_str();
   app.add_option("--metrics-port", opts.metrics_port,
-                 "Port of the /metrics endpoint (0 = any free port)")
+                 "Port of /metrics, the /v1/ API and the web UI (0 = any free port)")
       ->capture_default_str();
   app.add_option("--scheduler-threads", opts.scheduler_threads,
                  "Worker threads of the actor scheduler")
@@ -180,6 +181,10 @@ int main(int argc, char** argv) {
                   "This berthd's certificate (PEM): `berth tls cert create --server` for a "
                   "server or --dev, --client for a client");
   tls->add_option("--tls-key", opts.tls.key, "The key of --tls-cert (PEM, mode 0600)");
+  tls->add_flag("--tls-verify-http-client", opts.tls_verify_http_client,
+               "With --tls-*, the metrics port (HTTPS then) requires a client certificate "
+               "signed by --tls-ca; without it one is verified only when presented, so that "
+               "browsers and Prometheus connect with the CA alone");
   std::string log_level = "info";
   bool log_json = false;
   app.add_option("--log-level", log_level,
@@ -234,6 +239,10 @@ int main(int argc, char** argv) {
     std::cerr << "berthd: " << f->message << "\n";
     return 2;
   }
+  if (auto f = berth::tls::check_https_options(opts.tls, opts.tls_verify_http_client)) {
+    std::cerr << "berthd: " << f->message << "\n";
+    return 2;
+  }
   if (opts.tls.enabled())
     if (auto f = berth::tls::check_files(opts.tls)) {
       std::cerr << "berthd: " << f->message << "\n";
@@ -274,7 +283,8 @@ int main(int argc, char** argv) {
       std::cout << " serving the shell on " << opts.bind << ":" << s.port;
     if (opts.server) std::cout << ", raft on " << opts.bind << ":" << s.raft_port;
     if (opts.tls.enabled()) std::cout << " (TLS)";
-    std::cout << ", metrics on " << opts.metrics_bind << ":" << s.metrics_port << " (data in "
+    std::cout << ", metrics on " << opts.metrics_bind << ":" << s.metrics_port
+              << (opts.tls.enabled() ? " (HTTPS)" : "") << " (data in "
               << opts.data_dir;
     if (opts.dev || opts.server)
       std::cout << "; " << s.volumes << " volumes, " << s.plugins << " plugins restored at index "

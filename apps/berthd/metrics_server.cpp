@@ -1,6 +1,7 @@
 #include "apps/berthd/metrics_server.hpp"
 
 #include "apps/berthd/ui_assets.hpp"
+#include "tls/https_front.hpp"
 
 #include <atomic>
 #include <cstring>
@@ -19,6 +20,8 @@ namespace {
 // civetweb's callbacks are plain function pointers: the views live here.
 http_view views_fn;
 stream_view events_fn;
+// With HTTPS: the front's connections, the only ones answered.
+std::shared_ptr<tls::front_peers> front_peers;
 
 // Worker threads of the HTTP server, and how many of them event streams
 // may hold at once (the others keep serving /metrics and the views).
@@ -161,6 +164,13 @@ int serve_ui(mg_connection* conn, const std::string& path, bool head) {
 int begin_request(mg_connection* conn) {
   const auto* info = mg_get_request_info(conn);
   if (info == nullptr || info->local_uri == nullptr) return 0;
+  if (front_peers && !(std::strcmp(info->remote_addr, "127.0.0.1") == 0 &&
+                       info->remote_port > 0 && info->remote_port < 65536 &&
+                       front_peers->contains(static_cast<uint16_t>(info->remote_port)))) {
+    reply(conn, {403, "{\"error\":\"this is berthd's internal HTTP port: use the HTTPS port "
+                      "(--metrics-bind, --metrics-port)\"}"});
+    return 403;
+  }
   std::string path = info->local_uri;
   std::string method = info->request_method;
   if (path == "/" || path == "/ui") {
@@ -192,7 +202,8 @@ int begin_request(mg_connection* conn) {
 
 uint16_t serve_metrics(const std::string& bind, uint16_t port,
                        std::shared_ptr<prometheus::Collectable> registry,
-                       http_view views, stream_view events) {
+                       http_view views, stream_view events,
+                       const std::optional<https_options>& https) {
   // Lives as long as the process: berthd stops with _Exit.
   static std::unique_ptr<prometheus::Exposer> exposer;
   static std::shared_ptr<prometheus::Collectable> keep;
@@ -200,17 +211,29 @@ uint16_t serve_metrics(const std::string& bind, uint16_t port,
   views_fn = std::move(views);
   events_fn = std::move(events);
   callbacks.begin_request = begin_request;
+  if (https) front_peers = std::make_shared<tls::front_peers>();
+  // Behind the HTTPS front: loopback only, any free port.
+  auto listen = https ? std::string("127.0.0.1:0") : bind + ":" + std::to_string(port);
   try {
-    exposer = std::make_unique<prometheus::Exposer>(bind + ":" + std::to_string(port), http_threads,
-                                                    &callbacks);
+    exposer = std::make_unique<prometheus::Exposer>(listen, http_threads, &callbacks);
   } catch (const std::exception& e) {
-    throw std::runtime_error("cannot serve metrics on " + bind + ":" + std::to_string(port) +
-                             ": " + e.what() + " (choose another --metrics-port)");
+    throw std::runtime_error("cannot serve metrics on " + listen + ": " + e.what() +
+                             " (choose another --metrics-port)");
   }
   keep = std::move(registry);
   exposer->RegisterCollectable(keep);
   auto ports = exposer->GetListeningPorts();
-  return ports.empty() ? port : static_cast<uint16_t>(ports.front());
+  uint16_t http_port = ports.empty() ? port : static_cast<uint16_t>(ports.front());
+  if (!https) return http_port;
+  tls::https_front_options o;
+  o.bind = bind;
+  o.port = port;
+  o.tls = https->tls;
+  o.verify_client = https->verify_client;
+  o.backend_port = http_port;
+  auto started = tls::start_https_front(o, front_peers);
+  if (auto* f = std::get_if<failure>(&started)) throw std::runtime_error(f->message);
+  return std::get<uint16_t>(started);
 }
 
 }  // namespace berth

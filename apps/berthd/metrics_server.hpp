@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "tls/tls.hpp"
+
 namespace prometheus {
 class Collectable;
 }
@@ -52,14 +54,22 @@ using http_view = std::function<std::optional<json_view>(const http_request& req
 // A streamed /v1/ path: the request and the stream to write the response to.
 using stream_view = std::function<void(const http_request& req, http_stream& out)>;
 
+// With TLS: the port serves HTTPS (tls/https_front.hpp).
+struct https_options {
+  tls::files tls;              // --tls-ca, --tls-cert, --tls-key
+  bool verify_client = false;  // --tls-verify-http-client
+};
+
 // Starts serving `registry` on bind:port for the life of the process and
 // answers /v1/... through `views` (nullopt: 404), GET /v1/event/stream
 // through `events` (at most a few at once: 503 beyond), and GET /ui/... from
 // the embedded files of ui/ (apps/berthd/ui_assets.hpp); returns the port
-// (useful with port 0).  Throws std::runtime_error naming the address when
-// it cannot listen.
+// (useful with port 0).  With `https`, bind:port is the HTTPS front and the
+// HTTP server listens on an ephemeral port of 127.0.0.1, answering only the
+// front's connections.  Throws std::runtime_error naming the address or
+// file and the fix when it cannot serve.
 uint16_t serve_metrics(const std::string& bind, uint16_t port,
                        std::shared_ptr<prometheus::Collectable> registry, http_view views,
-                       stream_view events);
+                       stream_view events, const std::optional<https_options>& https);
 
 }  // namespace berth

@@ -26,7 +26,8 @@ import urllib.request
 import websocket  # python3-websocket (scripts/install-deps.sh)
 
 from cluster import Plugin, Process
-from harness import BERTHD, Agent, berth
+from harness import BERTH, BERTHD, Agent, berth
+from test_tls import cli_env, make_certificates, run, tls_args
 
 SECRET = "ui-secret-4b9e1d"
 TOKEN = "ui-token-secret-93c2"  # an ACL token's secret (ignored without --acl)
@@ -57,7 +58,7 @@ def wait(condition, what, timeout=20):
 class Browser:
     """Headless chromium with one page, spoken to over the DevTools protocol."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, extra_args=()):
         binary = shutil.which("chromium")
         if binary is None:
             raise RuntimeError("chromium is not installed (bash scripts/install-deps.sh)")
@@ -68,7 +69,8 @@ class Browser:
              "--no-default-browser-check", "--disable-extensions", "--disable-sync",
              "--disable-background-networking", "--disable-component-update",
              "--remote-debugging-port=0", "--remote-allow-origins=*",
-             "--user-data-dir=" + profile, "--window-size=1280,800", "about:blank"],
+             "--user-data-dir=" + profile, "--window-size=1280,800"] + list(extra_args) +
+            ["about:blank"],
             stdout=subprocess.DEVNULL, stderr=self.log)
         port_file = os.path.join(profile, "DevToolsActivePort")
 
@@ -636,6 +638,53 @@ class WebUiAclTest(unittest.TestCase):
         html = ui.eval("document.documentElement.outerHTML")
         for secret in (SECRET, self.reader, self.mgmt):
             self.assertNotIn(secret, html)
+
+
+class WebUiHttpsTest(unittest.TestCase):
+    """The UI of a berthd --dev with --tls-*: served over HTTPS (chromium
+    told to accept the cluster's CA's certificate with
+    --ignore-certificate-errors: trusting a CA takes an NSS database), it
+    follows the event stream through the HTTPS front and shows a volume made
+    from the shell without a reload."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="berth-ui-https-")
+        cls.agent = cls.browser = None
+        try:
+            cls.certs, _ = make_certificates(cls.tmp)
+            cls.agent = Agent(os.path.join(cls.tmp, "data"),
+                              tls_args(cls.certs, "server")).start()
+            cls.browser = Browser(cls.tmp, ["--ignore-certificate-errors"])
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.browser:
+            cls.browser.close()
+        if cls.agent:
+            cls.agent.kill()
+        with open("/proc/self/mounts") as f:
+            for m in reversed([l.split()[1] for l in f if cls.tmp in l.split()[1]]):
+                subprocess.run(["umount", "-l", m], check=False)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_the_ui_over_https_follows_the_event_stream(self):
+        ui = self.browser
+        ui.load("https://127.0.0.1:%d/ui/" % self.agent.metrics_port)
+        self.assertEqual(ui.eval("location.protocol"), "https:")
+        ui.wait("document.getElementById('live').dataset.mode === 'on'",
+                "the UI following the event stream over HTTPS")
+        ui.open("#/volumes")
+        r = run([BERTH, "--address", self.agent.address, "volume", "create", "-"],
+                env=cli_env(self.certs), stdin=spec("over-tls"))
+        self.assertEqual(r.returncode, 0, r)
+        ui.wait("!!document.querySelector('tr[data-volume=\"default/over-tls\"]')",
+                "the volume made from the shell listed without a reload")
+        ui.screenshot("https-volumes")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

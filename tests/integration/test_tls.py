@@ -194,9 +194,9 @@ class TlsCluster:
     the cluster helpers' too, the cli certificate through the environment, as
     an operator sets it).  Clients are added with add_client."""
 
-    def __init__(self, prefix):
+    def __init__(self, prefix, server_args=()):
         self.tmp = tempfile.mkdtemp(prefix=prefix)
-        self.saved_env = {k: os.environ.get(k) for k in TLS_ENV}
+        self.saved_env = {k: os.environ.get(k) for k in TLS_ENV + ("BERTH_TOKEN",)}
         self.cluster = None
         try:
             self.certs, self.other = make_certificates(self.tmp)
@@ -204,7 +204,7 @@ class TlsCluster:
             os.environ["BERTH_CACERT"] = d + "/berth-agent-ca.pem"
             os.environ["BERTH_CLIENT_CERT"] = d + "/global-cli-berth.pem"
             os.environ["BERTH_CLIENT_KEY"] = d + "/global-cli-berth-key.pem"
-            self.cluster = Cluster(self.tmp, server_args=tls_args(d, "server"))
+            self.cluster = Cluster(self.tmp, server_args=tls_args(d, "server") + list(server_args))
             self.cluster.start()
         except BaseException:
             self.stop()
@@ -365,6 +365,85 @@ class TlsLeaderChangeTest(TlsShell, unittest.TestCase):
                   "the reader's claim released")
         self.b(via.address, "volume", "delete", "lc1")
         self.b(new_leader.address, "volume", "status", "lc1", expect=3)
+
+
+READER = """
+namespace "default" {
+  policy = "read"
+}
+node { policy = "read" }
+plugin { policy = "read" }
+"""
+
+
+class TlsAclClusterTest(TlsShell, unittest.TestCase):
+    """Issue 13's TLS + ACL cluster: 3 servers with --acl and 2 clients, TLS
+    everywhere.  Anonymous requests are refused (exit 6) over TLS; the
+    management token of the bootstrap does the claim cycle through a
+    follower (an alloc on c1 writes the volume, one on c2 reads it); a token
+    with csi-read-volume reads the volume but cannot claim it."""
+
+    def setUp(self):
+        self.tls = TlsCluster("berth-tls-acl-", server_args=("--acl",))
+        self.addCleanup(self.tls.stop)
+        self.cluster = self.tls.cluster
+        leader = self.cluster.wait_leader()
+        r = run([BERTH, "--address", leader.address, "--json", "acl", "bootstrap"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.mgmt = json.loads(r.stdout)["secret_id"]
+        os.environ["BERTH_TOKEN"] = self.mgmt  # every shell of the test and its helpers
+        shared = os.path.join(self.tls.tmp, "storage")
+        self.tls.add_client("c1", shared)
+        self.tls.add_client("c2", shared)
+
+    def alloc_state(self, via, aid):
+        r = run([BERTH, "--address", via, "--json", "--timeout", "10", "alloc", "status", aid])
+        return json.loads(r.stdout)["state"] if r.returncode == 0 else None
+
+    def test_tokens_decide_over_tls_and_the_claim_cycle_works(self):
+        leader = self.cluster.wait_leader()
+        via = next(s for s in self.cluster.servers if s is not leader)
+        self.poll(lambda: self.nodes_healthy(leader.address) == 2, "both clients' plugins healthy")
+        # Anonymous: refused over TLS, and the refusal says how to get a token.
+        anon = {k: v for k, v in os.environ.items() if k != "BERTH_TOKEN"}
+        r = run([BERTH, "--address", via.address, "volume", "status"], env=anon)
+        self.assertEqual(r.returncode, 6, r)
+        self.assertIn("token", r.stderr)
+        # The management token: the claim cycle through a follower.
+        spec = dict(VOLUME, id="acl1", secrets={"token": "acl-secret-1"})
+        spec["capabilities"] = [{"access_mode": "multi-node-single-writer",
+                                 "attachment_mode": "file-system"}]
+        self.b(via.address, "volume", "create", "-", stdin=json.dumps(spec))
+        writer = self.b(via.address, "alloc", "run", "--node", "c1", "--volume", "data=acl1", "--",
+                        "sh", "-c", 'echo "written by $BERTH_ALLOC_ID" > "$BERTH_VOLUME_DATA/f"')
+        self.poll(lambda: self.alloc_state(via.address, writer["id"]) == "complete",
+                  "the writer complete")
+        self.poll(lambda: self.b(via.address, "volume", "status", "acl1")["claims"] == [],
+                  "the writer's claim released")
+        # A reader's token: reads the volume, may not claim it.
+        self.b(via.address, "acl", "policy", "apply", "reader", "-", stdin=READER)
+        reader = self.b(via.address, "acl", "token", "create", "--name", "r",
+                        "--policy", "reader")["secret_id"]
+        as_reader = dict(anon, BERTH_TOKEN=reader)
+        r = run([BERTH, "--address", via.address, "--json", "volume", "status", "acl1"],
+                env=as_reader)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("acl-secret-1", r.stdout)
+        r = run([BERTH, "--address", via.address, "volume", "claim", "acl1", "--alloc", "x",
+                 "--node", "c2"], env=as_reader)
+        self.assertEqual(r.returncode, 6, r)
+        self.assertIn("csi-mount-volume", r.stderr)
+        # The management token again: c2 reads what c1 wrote; then the delete.
+        rd = self.b(via.address, "alloc", "run", "--node", "c2", "--volume", "data=acl1:ro",
+                    "--", "sh", "-c", 'cat "$BERTH_VOLUME_DATA/f"')
+        self.poll(lambda: self.alloc_state(via.address, rd["id"]) == "complete",
+                  "the reader alloc complete")
+        with open(os.path.join(self.tls.tmp, "c2", "allocs", rd["id"], "stdout")) as f:
+            self.assertEqual(f.read().strip(), "written by " + writer["id"])
+        self.poll(lambda: self.b(via.address, "volume", "status", "acl1")["claims"] == [],
+                  "the reader's claim released")
+        self.b(via.address, "volume", "delete", "acl1")
+        self.b(leader.address, "volume", "status", "acl1", expect=3)
 
 
 class RecordingProxy:

@@ -28,10 +28,9 @@ constexpr auto piece_timeout = std::chrono::seconds(30);
 
 std::string incoming_path(const self_ptr& self) { return self->state.snapshot_path + ".incoming"; }
 
+// The checksum field of a snapshot file's header (snapshot_file.hpp).
 uint32_t header_crc(const std::string& header) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<unsigned char>(header[28 + i])} << (8 * i);
-  return v;
+  return static_cast<uint32_t>(get_le(header, 28, 4));
 }
 
 // The snapshot file of `index` is written and fsynced as `tmp`: unless a

@@ -33,6 +33,14 @@ uint32_t be32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
+
+// "BERTHSNP", a format number, the payload's length and its CRC-32.
+constexpr std::string_view snapshot_magic = "BERTHSNP";
+constexpr uint32_t snapshot_format = 1;
+constexpr size_t snapshot_header = 8 + 4 + 8 + 4;
+
+}  // namespace
+
 void put_le(std::string& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
@@ -42,13 +50,6 @@ uint64_t get_le(std::string_view in, size_t at, int bytes) {
   for (int i = 0; i < bytes; ++i) v |= uint64_t{static_cast<unsigned char>(in[at + i])} << (8 * i);
   return v;
 }
-
-// "BERTHSNP", a format number, the payload's length and its CRC-32.
-constexpr std::string_view snapshot_magic = "BERTHSNP";
-constexpr uint32_t snapshot_format = 1;
-constexpr size_t snapshot_header = 8 + 4 + 8 + 4;
-
-}  // namespace
 
 uint32_t crc32(std::string_view bytes, uint32_t crc) {
   static const auto table = make_crc_table();

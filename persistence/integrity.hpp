@@ -31,6 +31,11 @@ extern const char* const recovery_hint;
 // CRC-32 (IEEE, as zlib's crc32).
 uint32_t crc32(std::string_view bytes, uint32_t crc = 0);
 
+// Little-endian integers of `bytes` bytes, as the snapshot files' headers
+// hold them.
+void put_le(std::string& out, uint64_t v, int bytes);
+uint64_t get_le(std::string_view in, size_t at, int bytes);
+
 // Checks the SQLite file at `path` before it is opened: a missing file is
 // fine (it is created); a file that is not a SQLite database, or shorter
 // than its header says (truncated), throws damaged_file.  An empty file is

@@ -22,15 +22,6 @@ failure io_failure(const char* what, const std::string& path, int err) {
   return {errc::internal, std::string("cannot ") + what + " " + path + ": " + std::strerror(err)};
 }
 
-void put_le(std::string& out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-uint64_t get_le(std::string_view in, size_t at, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t{static_cast<unsigned char>(in[at + i])} << (8 * i);
-  return v;
-}
 
 // An open file descriptor, closed on every way out.
 struct fd_guard {

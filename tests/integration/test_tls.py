@@ -259,6 +259,39 @@ class TlsShell:
             time.sleep(0.1)
         self.fail("never: " + what)
 
+    def alloc_state(self, via, aid):
+        r = run([BERTH, "--address", via, "--json", "--timeout", "10", "alloc", "status", aid])
+        return json.loads(r.stdout)["state"] if r.returncode == 0 else None
+
+    def create_shared(self, via, vid, secret):
+        """A multi-node-single-writer volume with a secret, through `via`."""
+        spec = dict(VOLUME, id=vid, secrets={"token": secret})
+        spec["capabilities"] = [{"access_mode": "multi-node-single-writer",
+                                 "attachment_mode": "file-system"}]
+        self.b(via, "volume", "create", "-", stdin=json.dumps(spec))
+
+    def write_on(self, via, node, vid):
+        """An alloc on `node` writes its id into the volume; returns the id
+        once it completed and its claim was released."""
+        w = self.b(via, "alloc", "run", "--node", node, "--volume", "data=" + vid, "--",
+                   "sh", "-c", 'echo "written by $BERTH_ALLOC_ID" > "$BERTH_VOLUME_DATA/f"')
+        self.poll(lambda: self.alloc_state(via, w["id"]) == "complete", "the writer complete")
+        self.poll(lambda: self.b(via, "volume", "status", vid)["claims"] == [],
+                  "the writer's claim released")
+        return w["id"]
+
+    def read_on(self, via, node, vid, tmp):
+        """An alloc on `node` reads the volume (read-only); returns what it
+        read once it completed and its claim was released."""
+        r = self.b(via, "alloc", "run", "--node", node, "--volume", "data=%s:ro" % vid,
+                   "--", "sh", "-c", 'cat "$BERTH_VOLUME_DATA/f"')
+        self.poll(lambda: self.alloc_state(via, r["id"]) == "complete", "the reader complete")
+        with open(os.path.join(tmp, node, "allocs", r["id"], "stdout")) as f:
+            out = f.read().strip()
+        self.poll(lambda: self.b(via, "volume", "status", vid)["claims"] == [],
+                  "the reader's claim released")
+        return out
+
     def nodes_healthy(self, via):
         r = run([BERTH, "--address", via, "--json", "--timeout", "5", "plugin", "status",
                  "hostpath"])
@@ -330,10 +363,6 @@ class TlsLeaderChangeTest(TlsShell, unittest.TestCase):
         self.tls.add_client("c1", shared)
         self.tls.add_client("c2", shared)
 
-    def alloc_state(self, via, aid):
-        r = run([BERTH, "--address", via, "--json", "--timeout", "10", "alloc", "status", aid])
-        return json.loads(r.stdout)["state"] if r.returncode == 0 else None
-
     def follower(self, leader):
         return next(s for s in self.cluster.servers if s.alive() and s is not leader)
 
@@ -341,28 +370,14 @@ class TlsLeaderChangeTest(TlsShell, unittest.TestCase):
         leader = self.cluster.wait_leader()
         via = self.follower(leader)
         self.poll(lambda: self.nodes_healthy(leader.address) == 2, "both clients' plugins healthy")
-        spec = dict(VOLUME, id="lc1", secrets={"token": "lc-secret-1"})
-        spec["capabilities"] = [{"access_mode": "multi-node-single-writer",
-                                 "attachment_mode": "file-system"}]
-        self.b(via.address, "volume", "create", "-", stdin=json.dumps(spec))
-        writer = self.b(via.address, "alloc", "run", "--node", "c1", "--volume", "data=lc1", "--",
-                        "sh", "-c", 'echo "written by $BERTH_ALLOC_ID" > "$BERTH_VOLUME_DATA/f"')
-        self.poll(lambda: self.alloc_state(via.address, writer["id"]) == "complete",
-                  "the writer complete")
-        self.poll(lambda: self.b(via.address, "volume", "status", "lc1")["claims"] == [],
-                  "the writer's claim released")
+        self.create_shared(via.address, "lc1", "lc-secret-1")
+        writer = self.write_on(via.address, "c1", "lc1")
 
         leader.kill()  # SIGKILL
         new_leader = self.cluster.wait_leader(timeout=30, exclude=leader)
         via = self.follower(new_leader)
-        reader = self.b(via.address, "alloc", "run", "--node", "c2", "--volume", "data=lc1:ro",
-                        "--", "sh", "-c", 'cat "$BERTH_VOLUME_DATA/f"')
-        self.poll(lambda: self.alloc_state(via.address, reader["id"]) == "complete",
-                  "the reader complete")
-        with open(os.path.join(self.tls.tmp, "c2", "allocs", reader["id"], "stdout")) as f:
-            self.assertEqual(f.read().strip(), "written by " + writer["id"])
-        self.poll(lambda: self.b(via.address, "volume", "status", "lc1")["claims"] == [],
-                  "the reader's claim released")
+        self.assertEqual(self.read_on(via.address, "c2", "lc1", self.tls.tmp),
+                         "written by " + writer)
         self.b(via.address, "volume", "delete", "lc1")
         self.b(new_leader.address, "volume", "status", "lc1", expect=3)
 
@@ -396,10 +411,6 @@ class TlsAclClusterTest(TlsShell, unittest.TestCase):
         self.tls.add_client("c1", shared)
         self.tls.add_client("c2", shared)
 
-    def alloc_state(self, via, aid):
-        r = run([BERTH, "--address", via, "--json", "--timeout", "10", "alloc", "status", aid])
-        return json.loads(r.stdout)["state"] if r.returncode == 0 else None
-
     def test_tokens_decide_over_tls_and_the_claim_cycle_works(self):
         leader = self.cluster.wait_leader()
         via = next(s for s in self.cluster.servers if s is not leader)
@@ -410,16 +421,8 @@ class TlsAclClusterTest(TlsShell, unittest.TestCase):
         self.assertEqual(r.returncode, 6, r)
         self.assertIn("token", r.stderr)
         # The management token: the claim cycle through a follower.
-        spec = dict(VOLUME, id="acl1", secrets={"token": "acl-secret-1"})
-        spec["capabilities"] = [{"access_mode": "multi-node-single-writer",
-                                 "attachment_mode": "file-system"}]
-        self.b(via.address, "volume", "create", "-", stdin=json.dumps(spec))
-        writer = self.b(via.address, "alloc", "run", "--node", "c1", "--volume", "data=acl1", "--",
-                        "sh", "-c", 'echo "written by $BERTH_ALLOC_ID" > "$BERTH_VOLUME_DATA/f"')
-        self.poll(lambda: self.alloc_state(via.address, writer["id"]) == "complete",
-                  "the writer complete")
-        self.poll(lambda: self.b(via.address, "volume", "status", "acl1")["claims"] == [],
-                  "the writer's claim released")
+        self.create_shared(via.address, "acl1", "acl-secret-1")
+        writer = self.write_on(via.address, "c1", "acl1")
         # A reader's token: reads the volume, may not claim it.
         self.b(via.address, "acl", "policy", "apply", "reader", "-", stdin=READER)
         reader = self.b(via.address, "acl", "token", "create", "--name", "r",
@@ -434,14 +437,8 @@ class TlsAclClusterTest(TlsShell, unittest.TestCase):
         self.assertEqual(r.returncode, 6, r)
         self.assertIn("csi-mount-volume", r.stderr)
         # The management token again: c2 reads what c1 wrote; then the delete.
-        rd = self.b(via.address, "alloc", "run", "--node", "c2", "--volume", "data=acl1:ro",
-                    "--", "sh", "-c", 'cat "$BERTH_VOLUME_DATA/f"')
-        self.poll(lambda: self.alloc_state(via.address, rd["id"]) == "complete",
-                  "the reader alloc complete")
-        with open(os.path.join(self.tls.tmp, "c2", "allocs", rd["id"], "stdout")) as f:
-            self.assertEqual(f.read().strip(), "written by " + writer["id"])
-        self.poll(lambda: self.b(via.address, "volume", "status", "acl1")["claims"] == [],
-                  "the reader's claim released")
+        self.assertEqual(self.read_on(via.address, "c2", "acl1", self.tls.tmp),
+                         "written by " + writer)
         self.b(via.address, "volume", "delete", "acl1")
         self.b(leader.address, "volume", "status", "acl1", expect=3)
 

@@ -14,21 +14,15 @@
 #include "persistence/sqlite.hpp"
 #include "persistence/state_store.hpp"
 
+#include "tests/temp_dir.hpp"
+
 using namespace berth;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static int n = 0;
-    path = fs::temp_directory_path() /
-           ("berth-modes-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
+struct temp_dir : berth::test::temp_dir {
+  temp_dir() : berth::test::temp_dir("berth-modes-") {}
 };
 
 // The umask a default install has: files 0644, directories 0755.

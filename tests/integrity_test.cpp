@@ -15,24 +15,15 @@
 #include "persistence/log_store.hpp"
 #include "persistence/state_store.hpp"
 
+#include "tests/temp_dir.hpp"
+
 using namespace berth;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    path = fs::temp_directory_path() / ("berth-integrity-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(counter()++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
+struct temp_dir : berth::test::temp_dir {
+  temp_dir() : berth::test::temp_dir("berth-integrity-") {}
 };
 
 std::string read_all(const fs::path& p) {

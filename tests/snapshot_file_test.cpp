@@ -18,22 +18,15 @@
 #include "persistence/recovery.hpp"
 #include "persistence/snapshot_file.hpp"
 
+#include "tests/temp_dir.hpp"
+
 using namespace berth;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static int n = 0;
-    path = fs::temp_directory_path() /
-           ("berth-snapfile-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
+struct temp_dir : berth::test::temp_dir {
+  temp_dir() : berth::test::temp_dir("berth-snapfile-") {}
 };
 
 std::string read_all(const std::string& p) {

@@ -102,7 +102,8 @@ using state_machine_actor = caf::typed_actor<
     // Replies with the applied index and a digest of the state tables.
     caf::replies_to<digest_atom>::with<uint64_t, std::string>,
     // Replies with everything in the state tables (after every apply sent
-    // before this request).
+    // before this request), copied from the state machine's catalog, which
+    // holds the same: what a new leader starts from.
     caf::replies_to<load_atom>::with<state_contents>,
     // A --stale read (any status or list, with its filter and page):
     // answered from this server's catalog as of its applied index.

@@ -28,6 +28,23 @@ catalog catalog_of(state_contents c) {
   return out;
 }
 
+// The catalog's contents as the state tables would give them: what a new
+// leader starts from, copied in memory (reading and parsing every row of
+// state.db again took seconds at 1,000,000 volumes, on every failover).
+state_contents contents_of(const catalog& c) {
+  state_contents out;
+  out.applied_index = c.applied_index;
+  out.volumes.reserve(c.volumes.size());
+  for (const auto& [key, v] : c.volumes) out.volumes.push_back(v);
+  for (const auto& [id, p] : c.plugins) out.plugins.push_back(p);
+  for (const auto& [id, n] : c.nodes) out.nodes.push_back(n);
+  for (const auto& [id, a] : c.allocs) out.allocs.push_back(a);
+  for (const auto& [name, p] : c.acl_policies) out.acl_policies.push_back(p);
+  for (const auto& [id, t] : c.acl_tokens) out.acl_tokens.push_back(t);
+  out.acl_bootstrap_index = c.acl_bootstrap_index;
+  return out;
+}
+
 // Applies the batch to the state tables and to the catalog, collecting the
 // events.  A restore replaces the tables at its index: the catalog is read
 // again from them there, before the entries after it.
@@ -75,7 +92,10 @@ state_machine_actor::behavior_type state_machine(
         }
       },
       [self](applied_atom) -> uint64_t { return self->state.store->applied_index(); },
-      [self](load_atom) -> state_contents { return self->state.store->load(); },
+      [self](load_atom) -> state_contents {
+        const auto& cat = self->state.cat;
+        return cat.restored ? self->state.store->load() : contents_of(cat);
+      },
       [self](read_atom, const pb<v1::Request>& req) -> pb<v1::Response> {
         acl::grant g;
         if (self->state.acl)

@@ -68,6 +68,13 @@ void state_store::open() {
   }
 }
 
+uint64_t state_store::rows(const std::string& table) {
+  if (table.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") != std::string::npos)
+    throw sql::sqlite_error("no state table named '" + table + "'");
+  auto s = db_->prepare("SELECT COUNT(*) FROM " + table);
+  return s.step() ? static_cast<uint64_t>(s.column_int(0)) : 0;
+}
+
 uint64_t state_store::applied_index() {
   auto s = db_->prepare("SELECT value FROM meta WHERE key='applied_index'");
   if (!s.step()) return 0;

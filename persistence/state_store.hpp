@@ -40,6 +40,10 @@ class state_store {
 
   uint64_t applied_index();
 
+  // Rows in a table of the state ("volumes", "plugins", ...): a count, not
+  // a load (berthd's start-up banner).
+  uint64_t rows(const std::string& table);
+
   // Applies entries (index, encoded v1::LogEntry) in index order in one
   // transaction.  Throws when an entry cannot be decoded (naming its index).
   void apply(const std::vector<std::pair<uint64_t, std::string>>& entries);

@@ -13,7 +13,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BERTH, BERTHD, berth
+from harness import BERTH, BERTHD, berth, undo_mounts
 
 HOSTPATH = os.environ.get("BERTH_HOSTPATH_BIN", "berth-hostpath")
 
@@ -220,9 +220,7 @@ class ClusterTestCase(unittest.TestCase):
 
     def cleanup(self):
         self.cluster.stop()
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
-                subprocess.run(["umount", "-l", m], check=False)
+        undo_mounts(self.tmp)
         if os.environ.get("BERTH_TEST_KEEP"):
             print("kept the cluster's directory (servers' logs): " + self.tmp, file=sys.stderr)
             return

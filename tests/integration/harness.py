@@ -101,6 +101,14 @@ class Result:
         return "exit %d\nstdout: %s\nstderr: %s" % (self.code, self.out, self.err)
 
 
+def undo_mounts(tmp):
+    """Unmounts (lazily, innermost first) every mount under the directory
+    `tmp` that a test's berthd left behind (alloc volumes, staged volumes)."""
+    with open("/proc/self/mounts") as f:
+        for m in reversed([l.split()[1] for l in f if tmp in l.split()[1]]):
+            subprocess.run(["umount", "-l", m], check=False)
+
+
 def berth(agent_or_address, *args, stdin=None, timeout=60):
     address = agent_or_address if isinstance(agent_or_address, str) else agent_or_address.address
     proc = subprocess.run([BERTH, "--address", address] + list(args), input=stdin,

@@ -27,7 +27,7 @@ import socket
 import threading
 
 from cluster import Client, Cluster, Plugin, Server, free_port
-from harness import BERTH, BERTHD, Agent
+from harness import BERTH, BERTHD, Agent, undo_mounts
 
 VOLUME = {"plugin_id": "hostpath", "capabilities": [
     {"access_mode": "single-node-writer", "attachment_mode": "file-system"}]}
@@ -99,9 +99,7 @@ class TlsDevAgentTest(unittest.TestCase):
     def tearDownClass(cls):
         if cls.agent:
             cls.agent.kill()
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if cls.tmp in l.split()[1]]):
-                subprocess.run(["umount", "-l", m], check=False)
+        undo_mounts(cls.tmp)
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def b(self, *args, stdin=None, expect=0, env=None):
@@ -222,9 +220,7 @@ class TlsCluster:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
-                subprocess.run(["umount", "-l", m], check=False)
+        undo_mounts(self.tmp)
         # Alloc commands still running (a test failed): kill them.
         subprocess.run(["pkill", "-f", "berth-alloc.*" + os.path.basename(self.tmp)], check=False)
         if os.environ.get("BERTH_TEST_KEEP"):
@@ -535,9 +531,7 @@ class ProxyRecordingTest(TlsShell, unittest.TestCase):
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-            with open("/proc/self/mounts") as f:
-                for m in reversed([l.split()[1] for l in f if tmp in l.split()[1]]):
-                    subprocess.run(["umount", "-l", m], check=False)
+            undo_mounts(tmp)
             shutil.rmtree(tmp, ignore_errors=True)
         self.addCleanup(cleanup)
 

@@ -26,7 +26,7 @@ import urllib.request
 import websocket  # python3-websocket (scripts/install-deps.sh)
 
 from cluster import Plugin, Process
-from harness import BERTH, BERTHD, Agent, berth
+from harness import BERTH, BERTHD, Agent, berth, undo_mounts
 from test_tls import cli_env, make_certificates, run, tls_args
 
 SECRET = "ui-secret-4b9e1d"
@@ -269,9 +269,7 @@ class WebUiTest(unittest.TestCase):
         for p in cls.processes:
             p.kill()
         cls.agent.kill()
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if cls.tmp in l.split()[1]]):
-                subprocess.run(["umount", "-l", m], check=False)
+        undo_mounts(cls.tmp)
         with open(cls.agent.log_path) as f:
             log = f.read()
         shutil.rmtree(cls.tmp, ignore_errors=True)
@@ -594,9 +592,7 @@ class WebUiAclTest(unittest.TestCase):
         cls.agent.kill()
         with open(cls.agent.log_path) as f:
             log = f.read()
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if cls.tmp in l.split()[1]]):
-                subprocess.run(["umount", "-l", m], check=False)
+        undo_mounts(cls.tmp)
         shutil.rmtree(cls.tmp, ignore_errors=True)
         for text in cls.outputs[1:] + [log]:  # [0]: bootstrap prints the management secret
             assert SECRET not in text, "the volume's secret leaked: " + text[:500]
@@ -666,9 +662,7 @@ class WebUiHttpsTest(unittest.TestCase):
             cls.browser.close()
         if cls.agent:
             cls.agent.kill()
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if cls.tmp in l.split()[1]]):
-                subprocess.run(["umount", "-l", m], check=False)
+        undo_mounts(cls.tmp)
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def test_the_ui_over_https_follows_the_event_stream(self):

@@ -101,10 +101,10 @@ using state_machine_actor = caf::typed_actor<
     caf::replies_to<applied_atom>::with<uint64_t>,
     // Replies with the applied index and a digest of the state tables.
     caf::replies_to<digest_atom>::with<uint64_t, std::string>,
-    // Replies with everything in the state tables (after every apply sent
-    // before this request), copied from the state machine's catalog, which
-    // holds the same: what a new leader starts from.
-    caf::replies_to<load_atom>::with<state_contents>,
+    // Replies with a copy of the catalog (after every apply sent before
+    // this request): what a new leader starts from.  The copy shares every
+    // volume's row with the state machine's catalog.
+    caf::replies_to<load_atom>::with<catalog>,
     // A --stale read (any status or list, with its filter and page):
     // answered from this server's catalog as of its applied index.
     caf::replies_to<read_atom, pb<v1::Request>>::with<pb<v1::Response>>,
@@ -427,7 +427,7 @@ using replicated_log_actor = caf::typed_actor<
 using server_actor = api_actor::extend<
     // This server now leads (in the given Raft term) and the state machine
     // holds everything committed: start the leader actor with it.
-    caf::reacts_to<leading_atom, state_contents, uint64_t>,
+    caf::reacts_to<leading_atom, catalog, uint64_t>,
     // Entries committed after that state (in index order): handed on to the
     // leader actor's catalog.
     caf::reacts_to<apply_atom, committed_batch>,

@@ -297,12 +297,14 @@ void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use u
     return;
   }
   if (!slot.actor) {
-    const auto* v = find_volume(st.cat, key);
+    auto v = find_volume(st.cat, key);
     // Not linked: a link is an attachable on the leader, which CAF 0.17
     // looks up in a list when the volume actor stops, so 100,000 volume
     // actors stopping cost O(n^2) (minutes in the scale benchmark, until
     // the leader lost its leadership).  ~leader_state stops the ones left.
-    slot.actor = self->spawn(volume, st.log, v ? *v : v1::Volume{}, v != nullptr, st.options.term);
+    bool registered = v.has_value();
+    slot.actor = self->spawn(volume, st.log, v ? std::move(*v) : v1::Volume{}, registered,
+                             st.options.term);
     ++st.running_volume_actors;
     slot.activity.idle_since_ms = steady_ms();
     st.stats->actors("volume", count_volume_actors(self));
@@ -561,7 +563,7 @@ void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
 
 }  // namespace
 
-leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, state_contents initial,
+leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, catalog initial,
                                    std::shared_ptr<metrics> stats, leader_options options) {
   auto& st = self->state;
   st.log = std::move(log);
@@ -574,29 +576,29 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, stat
     st.stats->allocs(std::string(name_of(s)), 0);
   st.stats->nodes("ready", 0);
   st.stats->nodes("down", 0);
-  st.cat.applied_index = initial.applied_index;
-  for (auto& p : initial.plugins) {
-    st.plugin_actors.emplace(p.id(), spawn_plugin(self, p));
-    st.cat.plugins.emplace(p.id(), std::move(p));
-  }
-  // No volume actor yet: each is spawned when a request for its volume
+  st.cat = std::move(initial);
+  for (const auto& [id, p] : st.cat.plugins) st.plugin_actors.emplace(id, spawn_plugin(self, p));
+  // No volume actor yet: each is spawned when a request for their volume
   // arrives (the watcher's resumed releases among them).
-  for (auto& v : initial.volumes) add_volume(st.cat, std::move(v));
-  for (auto& n : initial.nodes) st.cat.nodes.emplace(n.id(), std::move(n));
-  for (auto& a : initial.allocs) st.cat.allocs.emplace(a.id(), std::move(a));
-  add_acl(st.cat, std::move(initial.acl_policies), std::move(initial.acl_tokens),
-          initial.acl_bootstrap_index);
-  // What the catalog holds, told as if it had just been applied.
-  // The watcher keeps only volumes with claims (the releases it may have to
-  // resume): the others are not sent to it.
-  for (const auto& [key, v] : st.cat.volumes) {
+  // What the catalog holds, told as if it had just been applied.  Only the
+  // volumes with claims are decoded (claimed_on): the watcher keeps only
+  // those (the releases it may have to resume); the others count as
+  // unclaimed.
+  auto claimed = claimed_volumes(st.cat);
+  for (const auto& key : claimed) {
+    auto v = volume_at(st.cat, key);
     st.stats->volume_changed(nullptr, &v);
-    if (v.claims_size() > 0) self->send(st.watcher, changed_atom::value, wrap(v));
+    self->send(st.watcher, changed_atom::value, wrap(v));
   }
+  st.stats->volumes_unclaimed(static_cast<int64_t>(st.cat.volumes.size() - claimed.size()));
   for (const auto& [id, p] : st.cat.plugins) announce(self, {upsert_change(p), {}});
   for (const auto& [id, n] : st.cat.nodes) announce(self, {upsert_change(n), {}});
   for (const auto& [id, a] : st.cat.allocs) announce(self, {upsert_change(a), {}});
-  for (const auto& [key, v] : st.cat.volumes) announce_volume_health(self, key);
+  // A volume's health series (control/health's series_of) exist only for
+  // a volume with a claim or an abnormal condition.
+  for (const auto& key : claimed) announce_volume_health(self, key);
+  for (const auto& key : st.cat.abnormal)
+    if (!claimed.count(key)) announce_volume_health(self, key);
   st.stats->actors("volume", 0);
   st.stats->actors("plugin", st.plugin_actors.size());
   // An alloc still pending was being started by the previous leader: it

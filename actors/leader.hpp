@@ -127,11 +127,11 @@ struct leader_state {
   ~leader_state();
 };
 
-// Starts with the committed state (restored from the state tables) and
-// spawns a plugin actor per plugin; volume actors are spawned when a
+// Starts with the committed state (a copy of the state machine's catalog)
+// and spawns a plugin actor per plugin; volume actors are spawned when a
 // request for their volume arrives.
 leader_actor::behavior_type leader(leader_actor::stateful_pointer<leader_state> self,
-                                   replicated_log_actor log, state_contents initial,
+                                   replicated_log_actor log, catalog initial,
                                    std::shared_ptr<metrics> stats, leader_options options);
 
 }  // namespace berth

@@ -22,7 +22,7 @@ void volume_availability(const self_ptr& self, const v1::VolumeAvailabilityReque
   }
   // The message is decided on the committed volume: a repeat (its answer
   // was lost) says it was so already.
-  auto message = availability_message(st.cat.volumes.at(found.key), r.availability());
+  auto message = availability_message(volume_at(st.cat, found.key), r.availability());
   bool drain = r.availability() == v1::VOLUME_DRAIN;
   ask_volume_actor<pb<v1::Volume>>(
       self, found.key,

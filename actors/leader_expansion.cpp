@@ -25,8 +25,8 @@ double expansion_jitter() {
 void expansion_step(const self_ptr& self, const volume_key& key,
                     std::function<void(std::optional<failure>)> done) {
   auto& st = self->state;
-  const auto* v = find_volume(st.cat, key);
-  if (v == nullptr || !expanding(*v)) {
+  auto v = find_volume(st.cat, key);
+  if (!v || !expanding(*v)) {
     done(std::nullopt);
     return;
   }
@@ -78,10 +78,10 @@ void drive_expansion(const self_ptr& self, const volume_key& key,
     auto& st = self->state;
     auto& d = st.expansions[key];
     d.in_flight = false;
-    const auto* v = find_volume(st.cat, key);
-    if (!f || v == nullptr || !expanding(*v)) {
+    auto v = find_volume(st.cat, key);
+    if (!f || !v || !expanding(*v)) {
       st.expansions.erase(key);
-      if (v != nullptr && !f)
+      if (v && !f)
         logging::info("leader", "volume expanded",
                       {{"namespace", key.first},
                        {"volume", key.second},
@@ -123,7 +123,7 @@ void volume_expand(const self_ptr& self, const v1::VolumeExpandRequest& r, respo
     return;
   }
   auto key = found.key;
-  const auto& v = st.cat.volumes.at(key);
+  const auto& v = volume_at(st.cat, key);
   const auto* p = find_plugin(st.cat, v.plugin_id());
   // Decided on the committed volume for the answer; the volume's actor
   // decides again on its own state before it commits.
@@ -138,8 +138,8 @@ void volume_expand(const self_ptr& self, const v1::VolumeExpandRequest& r, respo
       [self, rp, key, message](pb<v1::Volume>& committed) mutable {
         when_applied(self, committed.msg.modify_index(), [self, rp, key, message]() mutable {
           drive_expansion(self, key, [self, rp, key, message](std::optional<failure> f) mutable {
-            const auto* now = find_volume(self->state.cat, key);
-            if (now == nullptr) {
+            auto now = find_volume(self->state.cat, key);
+            if (!now) {
               deliver(rp, failure{errc::not_found,
                                   "volume " + quoted(key.second) + " was deregistered meanwhile"});
               return;

@@ -97,7 +97,7 @@ void snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response_promi
     deliver(rp, *found.error);
     return;
   }
-  const auto& vol = st.cat.volumes.at(found.key);
+  const auto& vol = volume_at(st.cat, found.key);
   auto cap = controller_capability::create_delete_snapshot;
   auto what = "volume " + quoted(vol.id()) + " cannot be snapshotted";
   if (auto f =
@@ -186,7 +186,7 @@ void volume_modify(const self_ptr& self, v1::VolumeModifyRequest r, response_pro
     deliver(rp, *found.error);
     return;
   }
-  const auto& vol = st.cat.volumes.at(found.key);
+  const auto& vol = volume_at(st.cat, found.key);
   auto cap = controller_capability::modify_volume;
   auto what = "volume " + quoted(vol.id()) + " cannot be modified";
   if (auto f =

@@ -48,9 +48,9 @@ void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, respo
     deliver(rp, *found.error);
     return;
   }
-  auto plan = plan_detach(st.cat, st.cat.volumes.at(found.key), d.node_id());
+  auto plan = plan_detach(st.cat, volume_at(st.cat, found.key), d.node_id());
   if (plan.release.empty() && plan.kept.empty()) {
-    deliver(rp, volume_response(st.cat, st.cat.volumes.at(found.key),
+    deliver(rp, volume_response(st.cat, volume_at(st.cat, found.key),
                                 "volume " + quoted(d.volume_id()) + " has no claims on node " +
                                     quoted(d.node_id()) + "; nothing to detach"));
     return;
@@ -77,7 +77,7 @@ void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, respo
       for (const auto& r : *results) text += "\n  " + r;
       for (const auto& k : kept)
         text += "\n  claim of alloc " + quoted(k) + " kept: the alloc is running";
-      const auto* v = find_volume(self->state.cat, key);
+      auto v = find_volume(self->state.cat, key);
       deliver(rp, volume_response(self->state.cat, v ? *v : v1::Volume{}, text));
       return;
     }
@@ -109,7 +109,7 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
     answer_missing_volume(*found.error, d.namespace_(), d.volume_id(), rp);
     return;
   }
-  const auto vol = st.cat.volumes.at(found.key);
+  const auto vol = volume_at(st.cat, found.key);
   if (auto f = can_deregister(vol)) {
     deliver(rp, *f);
     return;
@@ -127,7 +127,7 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
                 self->state.options.term)
       .then(
           [self, key, rp](bool) mutable {
-            if (!find_volume(self->state.cat, key)) {
+            if (!has_volume(self->state.cat, key)) {
               deliver(rp, failure{errc::not_found, "volume " + quoted(key.second) + " vanished"});
               return;
             }
@@ -142,7 +142,7 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
 // workflow, one after the other), then deregisters.
 void force_deregister(const self_ptr& self, volume_key key, std::vector<std::string> allocs,
                       response_promise rp) {
-  if (!find_volume(self->state.cat, key)) {
+  if (!has_volume(self->state.cat, key)) {
     deliver(rp, failure{errc::not_found, "volume " + quoted(key.second) + " vanished"});
     return;
   }
@@ -188,7 +188,7 @@ void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp) {
     deliver(rp, failure{errc::invalid, describe("volume " + quoted(spec.id()), problems)});
     return;
   }
-  if (const auto* existing = find_volume(st.cat, {spec.namespace_(), spec.id()})) {
+  if (auto existing = find_volume(st.cat, {spec.namespace_(), spec.id()})) {
     // Created again with a larger capacity_min: an expansion (decided and
     // refused as berth volume expand's).
     bool larger =
@@ -250,7 +250,7 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
     return;
   }
   volume_key key{v.namespace_(), v.id()};
-  bool fresh = !find_volume(st.cat, key);
+  bool fresh = !has_volume(st.cat, key);
   // A new registration of an existing volume is checked with the plugin
   // (ValidateVolumeCapabilities) when a controller of it is reachable.
   if (fresh && verb == "registered") {
@@ -303,7 +303,7 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
       },
       [self, rp, key](caf::error& e) mutable {
         // A first registration that failed leaves no actor behind.
-        if (!find_volume(self->state.cat, key)) stop_volume_actor_when_free(self, key);
+        if (!has_volume(self->state.cat, key)) stop_volume_actor_when_free(self, key);
         deliver(rp, to_failure(e));
       },
       register_atom::value, wrap(std::move(v)), wrap(std::move(committed_plugin)));
@@ -355,9 +355,9 @@ void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise
     deliver(rp, *found.error);
     return;
   }
-  if (!find_claim(st.cat.volumes.at(found.key), r.alloc_id())) {
+  if (!find_claim(volume_at(st.cat, found.key), r.alloc_id())) {
     // Sent again after its answer was lost, or the watcher freed it first.
-    deliver(rp, volume_response(st.cat, st.cat.volumes.at(found.key),
+    deliver(rp, volume_response(st.cat, volume_at(st.cat, found.key),
                                 "volume " + quoted(r.volume_id()) + " has no claim of alloc " +
                                     quoted(r.alloc_id()) +
                                     " (released already, or never claimed); nothing to do"));
@@ -393,7 +393,8 @@ void deregister_volume(const self_ptr& self, const v1::DeregisterRequest& d, res
     return;
   }
   std::vector<std::string> allocs;
-  for (const auto& c : st.cat.volumes.at(found.key).claims()) allocs.push_back(c.alloc_id());
+  const auto vol = volume_at(st.cat, found.key);
+  for (const auto& c : vol.claims()) allocs.push_back(c.alloc_id());
   force_deregister(self, found.key, std::move(allocs), rp);
 }
 
@@ -435,7 +436,7 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
     return;
   }
   const auto key = found.key;
-  const auto plugin_id = st.cat.volumes.at(key).plugin_id();
+  const auto plugin_id = volume_at(st.cat, key).plugin_id();
   std::pair<std::string, std::string> slot{c.node_id(), plugin_id};
   c.set_node_volume_count(
       node_volume_count(st.cat, c.node_id(), plugin_id, key, st.claiming[slot]));
@@ -475,8 +476,8 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
                    std::function<void(std::optional<failure>, v1::Volume)> done) {
   auto& st = self->state;
   volume_key key{ns_or_default(r.namespace_()), r.volume_id()};
-  const auto* vol = find_volume(st.cat, key);
-  if (vol == nullptr) {
+  auto vol = find_volume(st.cat, key);
+  if (!vol) {
     done(failure{errc::not_found, "volume " + quoted(r.volume_id()) + " is not registered"}, {});
     return;
   }

@@ -308,6 +308,11 @@ class prometheus_metrics final : public metrics {
     if (after) count(*after, +1);
   }
 
+  void volumes_unclaimed(int64_t count) override {
+    std::lock_guard<std::mutex> guard(mtx_);
+    volumes_.add({{"state", "unclaimed"}}, static_cast<double>(count));
+  }
+
   void volume_health(const std::string& ns, const std::string& volume,
                      const std::vector<health_series>& rows) override {
     health_->set({ns, volume}, rows);

@@ -27,6 +27,9 @@ class metrics {
   // A volume changed from `before` to `after` (either may be null for a
   // registration or a deregistration): updates volumes and claims gauges.
   virtual void volume_changed(const v1::Volume* before, const v1::Volume* after) = 0;
+  // `count` volumes without a claim were added at once (a new leader's
+  // catalog: it decodes only the volumes with claims).
+  virtual void volumes_unclaimed(int64_t count) = 0;
   // A volume's health series (berth_volume_capacity_bytes,
   // berth_volume_used_bytes, berth_volume_abnormal) are now `rows`
   // (control/health's series_of): the volume's other series are removed,

@@ -328,7 +328,7 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
     st.held.entries.clear();
     auto announcement = ++st.announcement;
     self->request(st.machine, caf::infinite, load_atom::value)
-        .then([self, term = st.node->term(), announcement](state_contents& contents) {
+        .then([self, term = st.node->term(), announcement](catalog& contents) {
           auto& st = self->state;
           if (st.soft.role != raft::role::leader || st.node->term() != term ||
               st.announcement != announcement)

@@ -397,7 +397,7 @@ void execute_checked(self_ptr self, v1::Request req, promise rp) {
 }
 
 // Starts the leader actor on the committed state (replacing a running one).
-void start_leader(self_ptr self, state_contents contents) {
+void start_leader(self_ptr self, catalog contents) {
   auto& st = self->state;
   auto options = st.options;
   options.term = st.term;
@@ -535,7 +535,7 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
           connect_leader(self);
         return st.leader_term;
       },
-      [self](leading_atom, state_contents& contents, uint64_t term) {
+      [self](leading_atom, catalog& contents, uint64_t term) {
         // (Again after an operator restore: the leader starts over from
         // the restored state.)
         auto& st = self->state;

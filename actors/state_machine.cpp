@@ -17,31 +17,17 @@ namespace {
 
 using self_ptr = state_machine_actor::stateful_pointer<state_machine_state>;
 
-catalog catalog_of(state_contents c) {
+// The catalog of what the state tables hold, each volume decoded once into
+// its row.
+catalog catalog_of(state_store& store) {
   catalog out;
+  auto c = store.load(false);
   out.applied_index = c.applied_index;
-  for (auto& v : c.volumes) add_volume(out, std::move(v));
+  store.each_volume([&](const v1::Volume& v) { add_volume(out, v); });
   for (auto& p : c.plugins) out.plugins.emplace(p.id(), std::move(p));
   for (auto& n : c.nodes) out.nodes.emplace(n.id(), std::move(n));
   for (auto& a : c.allocs) out.allocs.emplace(a.id(), std::move(a));
   add_acl(out, std::move(c.acl_policies), std::move(c.acl_tokens), c.acl_bootstrap_index);
-  return out;
-}
-
-// The catalog's contents as the state tables would give them: what a new
-// leader starts from, copied in memory (reading and parsing every row of
-// state.db again took seconds at 1,000,000 volumes, on every failover).
-state_contents contents_of(const catalog& c) {
-  state_contents out;
-  out.applied_index = c.applied_index;
-  out.volumes.reserve(c.volumes.size());
-  for (const auto& [key, v] : c.volumes) out.volumes.push_back(v);
-  for (const auto& [id, p] : c.plugins) out.plugins.push_back(p);
-  for (const auto& [id, n] : c.nodes) out.nodes.push_back(n);
-  for (const auto& [id, a] : c.allocs) out.allocs.push_back(a);
-  for (const auto& [name, p] : c.acl_policies) out.acl_policies.push_back(p);
-  for (const auto& [id, t] : c.acl_tokens) out.acl_tokens.push_back(t);
-  out.acl_bootstrap_index = c.acl_bootstrap_index;
   return out;
 }
 
@@ -60,7 +46,7 @@ std::vector<v1::Event> apply_entries(self_ptr self, const committed_batch& batch
     if (!st.cat.restored) continue;
     st.store->apply(start, it + 1);
     start = it + 1;
-    st.cat = catalog_of(st.store->load());
+    st.cat = catalog_of(*st.store);
   }
   st.store->apply(start, entries.cend());
   return events;
@@ -76,7 +62,7 @@ state_machine_actor::behavior_type state_machine(
   self->state.store = std::move(store);
   self->state.stats = std::move(stats);
   self->state.journal = std::move(journal);
-  self->state.cat = catalog_of(self->state.store->load());
+  self->state.cat = catalog_of(*self->state.store);
   return {
       [self](apply_atom, const committed_batch& batch) {
         self->state.stats->mailbox("state_machine", self->mailbox().size());
@@ -92,9 +78,10 @@ state_machine_actor::behavior_type state_machine(
         }
       },
       [self](applied_atom) -> uint64_t { return self->state.store->applied_index(); },
-      [self](load_atom) -> state_contents {
+      [self](load_atom) -> catalog {
+        // A copy: the rows (every volume) are shared, not copied.
         const auto& cat = self->state.cat;
-        return cat.restored ? self->state.store->load() : contents_of(cat);
+        return cat.restored ? catalog_of(*self->state.store) : cat;
       },
       [self](read_atom, const pb<v1::Request>& req) -> pb<v1::Response> {
         acl::grant g;
@@ -144,7 +131,7 @@ state_machine_actor::behavior_type state_machine(
           std::remove(snapshot_path.c_str());
           self->state.stats->applied(self->state.store->applied_index());
           // The events up to the snapshot's index were never applied here.
-          self->state.cat = catalog_of(self->state.store->load());
+          self->state.cat = catalog_of(*self->state.store);
           self->send(self->state.journal, apply_atom::value,
                      event_batch{{}, self->state.cat.applied_index, true});
         } catch (const std::exception& e) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "control/call_gate.hpp"
+#include "control/catalog.hpp"
 #include "messages/api.pb.h"
 #include "messages/berth.pb.h"
 #include "messages/model.hpp"
@@ -141,6 +142,7 @@ struct csi_job {
 }  // namespace berth
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::state_contents)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::catalog)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::committed_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::event_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(berth::csi_outcome)

@@ -16,8 +16,8 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
 std::vector<std::string> claimed_volumes(const catalog& c, const v1::Alloc& a) {
   std::vector<std::string> out;
   for (const auto& av : a.volumes()) {
-    const auto* v = find_volume(c, {a.namespace_(), av.volume_id()});
-    if (v != nullptr && find_claim(*v, a.id()) != nullptr) out.push_back(av.volume_id());
+    auto v = find_volume(c, {a.namespace_(), av.volume_id()});
+    if (v && find_claim(*v, a.id()) != nullptr) out.push_back(av.volume_id());
   }
   return out;
 }
@@ -79,7 +79,7 @@ std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, boo
                        " is not connected to this leader yet; retry",
                    true};
   for (const auto& v : a.volumes())
-    if (find_volume(c, {a.namespace_(), v.volume_id()}) == nullptr)
+    if (!has_volume(c, {a.namespace_(), v.volume_id()}))
       return failure{errc::not_found, "volume " + quoted(v.volume_id()) +
                                           " is not registered in namespace " +
                                           quoted(a.namespace_()) +
@@ -136,8 +136,8 @@ std::optional<v1::Change> alloc_after_release(const catalog& c, const std::strin
   const auto* known = find_alloc(c, alloc_id);
   if (known == nullptr || !known->command().empty() || known->namespace_() != volume.first)
     return std::nullopt;
-  const auto* v = find_volume(c, volume);
-  if (v != nullptr && find_claim(*v, alloc_id) != nullptr) return std::nullopt;  // not freed
+  auto v = find_volume(c, volume);
+  if (v && find_claim(*v, alloc_id) != nullptr) return std::nullopt;  // not freed
   auto a = *known;
   auto* vs = a.mutable_volumes();
   auto pos = std::find_if(vs->begin(), vs->end(), [&](const v1::AllocVolume& x) {

@@ -38,8 +38,8 @@ std::vector<volume_key> draining_volumes(const catalog& c) {
 
 volume_drain_plan plan_volume_drain(const catalog& c, const volume_key& key) {
   volume_drain_plan plan;
-  const auto* v = find_volume(c, key);
-  if (v == nullptr || v->availability() != v1::VOLUME_DRAIN) return plan;
+  auto v = find_volume(c, key);
+  if (!v || v->availability() != v1::VOLUME_DRAIN) return plan;
   plan.claims_left = v->claims_size();
   for (const auto& claim : v->claims()) {
     if (claim.state() != v1::CLAIM_TAKEN) continue;  // in release: the watcher's

@@ -1,10 +1,55 @@
 #include "control/catalog.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
 
 #include "control/entries.hpp"
 
 namespace berth {
+
+// --- volume_row -----------------------------------------------------------------
+
+volume_row::volume_row(const v1::Volume& v) {
+  auto n = v.ByteSizeLong();
+  block_ = static_cast<block*>(std::malloc(offsetof(block, data) + (n == 0 ? 1 : n)));
+  if (block_ == nullptr) throw std::bad_alloc();
+  new (&block_->refs) std::atomic<uint32_t>(1);
+  block_->size = static_cast<uint32_t>(n);
+  v.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(block_->data));
+}
+
+volume_row::volume_row(const volume_row& other) noexcept : block_(other.block_) {
+  if (block_ != nullptr) block_->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+volume_row::volume_row(volume_row&& other) noexcept : block_(other.block_) {
+  other.block_ = nullptr;
+}
+
+volume_row& volume_row::operator=(volume_row other) noexcept {
+  std::swap(block_, other.block_);
+  return *this;
+}
+
+volume_row::~volume_row() {
+  if (block_ != nullptr && block_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    block_->refs.~atomic();
+    std::free(block_);
+  }
+}
+
+v1::Volume volume_row::get() const {
+  v1::Volume v;
+  if (block_ != nullptr && !v.ParseFromArray(block_->data, static_cast<int>(block_->size)))
+    throw std::runtime_error("a catalog row does not decode");  // it was encoded here
+  return v;
+}
+
+size_t volume_row::size() const { return block_ == nullptr ? 0 : block_->size; }
 
 namespace {
 
@@ -31,6 +76,29 @@ v1::Change erase(Map& m, const Key& key) {
   return before;
 }
 
+// The volume's row: what it was (the change a put or an erase reports)
+// and what it becomes.
+v1::Change put_volume(catalog& c, const volume_key& key, const v1::Volume& v) {
+  v1::Change before;
+  auto it = c.volumes.find(key);
+  if (it != c.volumes.end()) {
+    before = upsert_change(it->second.get());
+    it->second = volume_row(v);
+  } else {
+    c.volumes.emplace(key, volume_row(v));
+  }
+  return before;
+}
+
+v1::Change erase_volume(catalog& c, const volume_key& key) {
+  v1::Change before;
+  auto it = c.volumes.find(key);
+  if (it == c.volumes.end()) return before;
+  before = upsert_change(it->second.get());
+  c.volumes.erase(it);
+  return before;
+}
+
 // Moves the volume's entries in claimed_on from what it was to what it is.
 void index_claims(catalog& c, const volume_key& key, const v1::Volume* was, const v1::Volume* is) {
   if (was != nullptr)
@@ -50,14 +118,18 @@ void index_claims(catalog& c, const volume_key& key, const v1::Volume* was, cons
     c.expanding.insert(key);
   else
     c.expanding.erase(key);
+  if (is != nullptr && is->condition().abnormal())
+    c.abnormal.insert(key);
+  else
+    c.abnormal.erase(key);
 }
 
 }  // namespace
 
-void add_volume(catalog& c, v1::Volume v) {
+void add_volume(catalog& c, const v1::Volume& v) {
   volume_key key{v.namespace_(), v.id()};
-  auto& placed = c.volumes[key] = std::move(v);
-  index_claims(c, key, nullptr, &placed);
+  c.volumes[key] = volume_row(v);
+  index_claims(c, key, nullptr, &v);
 }
 
 std::set<volume_key> volumes_claimed_on(const catalog& c, const std::string& node_id) {
@@ -65,6 +137,12 @@ std::set<volume_key> volumes_claimed_on(const catalog& c, const std::string& nod
   for (auto it = c.claimed_on.lower_bound({node_id, std::string()});
        it != c.claimed_on.end() && it->first.first == node_id; ++it)
     out.insert(it->second.begin(), it->second.end());
+  return out;
+}
+
+std::set<volume_key> claimed_volumes(const catalog& c) {
+  std::set<volume_key> out;
+  for (const auto& [node_plugin, keys] : c.claimed_on) out.insert(keys.begin(), keys.end());
   return out;
 }
 
@@ -97,13 +175,13 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
       case v1::Change::kVolumeUpsert: {
         const auto& v = change.volume_upsert();
         volume_key key{v.namespace_(), v.id()};
-        before = put(c.volumes, key, v);
+        before = put_volume(c, key, v);
         index_claims(c, key, before.has_volume_upsert() ? &before.volume_upsert() : nullptr, &v);
         break;
       }
       case v1::Change::kVolumeDelete: {
         volume_key key{change.volume_delete().namespace_(), change.volume_delete().id()};
-        before = erase(c.volumes, key);
+        before = erase_volume(c, key);
         if (before.has_volume_upsert()) index_claims(c, key, &before.volume_upsert(), nullptr);
         break;
       }
@@ -158,10 +236,15 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
   return out;
 }
 
-const v1::Volume* find_volume(const catalog& c, const volume_key& key) {
+std::optional<v1::Volume> find_volume(const catalog& c, const volume_key& key) {
   auto it = c.volumes.find(key);
-  return it == c.volumes.end() ? nullptr : &it->second;
+  if (it == c.volumes.end()) return std::nullopt;
+  return it->second.get();
 }
+
+bool has_volume(const catalog& c, const volume_key& key) { return c.volumes.count(key) > 0; }
+
+v1::Volume volume_at(const catalog& c, const volume_key& key) { return c.volumes.at(key).get(); }
 
 const v1::Alloc* find_alloc(const catalog& c, const std::string& id) {
   auto it = c.allocs.find(id);

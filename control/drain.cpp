@@ -122,7 +122,7 @@ v1::DrainProgress drain_progress(const catalog& c, const std::string& node_id) {
   for (const auto& [id, a] : c.allocs)
     if (a.node_id() == node_id && !alloc_terminal(a.state())) ++allocs;
   for (const auto& key : volumes_claimed_on(c, node_id))
-    if (const auto* v = find_volume(c, key))
+    if (auto v = find_volume(c, key))
       for (const auto& claim : v->claims())
         if (claim.node_id() == node_id) ++claims;
   p.set_allocs_left(allocs);

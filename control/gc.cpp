@@ -52,11 +52,13 @@ gc_plan plan_gc(const catalog& c, int64_t now_ms, const gc_thresholds& t) {
   if (!collected.empty() || std::any_of(c.nodes.begin(), c.nodes.end(), [](const auto& n) {
         return n.second.status() == v1::NODE_DOWN;
       }))
-    for (const auto& [key, v] : c.volumes)
+    for (const auto& key : claimed_volumes(c)) {
+      const auto v = volume_at(c, key);
       for (const auto& cl : v.claims()) {
         collected.erase(cl.alloc_id());
         claim_nodes.insert(cl.node_id());
       }
+    }
   out.allocs.assign(collected.begin(), collected.end());
   std::set<std::string> candidates;
   for (const auto& [id, n] : c.nodes)

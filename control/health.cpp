@@ -49,8 +49,10 @@ std::optional<v1::VolumeHealthRequest> health_request(const catalog& c,
   r.set_plugin_id(plugin_id);
   r.set_use_list(call == health_call::list_volumes);
   std::set<std::string> ids;
-  for (const auto& [key, v] : c.volumes)
+  for (const auto& [key, row] : c.volumes) {
+    auto v = row.get();
     if (v.plugin_id() == plugin_id && !v.external_id().empty()) ids.insert(v.external_id());
+  }
   if (ids.empty()) return std::nullopt;
   if (call == health_call::get_volume)
     for (const auto& id : ids) r.add_external_ids(id);
@@ -64,7 +66,8 @@ bool condition_differs(const v1::VolumeCondition& a, const v1::VolumeCondition& 
 std::vector<condition_change> condition_changes(const catalog& c, const std::string& plugin_id,
                                                 const v1::VolumeHealthResult& r, int64_t now_ms) {
   std::vector<condition_change> out;
-  for (const auto& [key, v] : c.volumes) {
+  for (const auto& [key, row] : c.volumes) {
+    auto v = row.get();
     if (v.plugin_id() != plugin_id || v.external_id().empty()) continue;
     auto it = r.conditions().find(v.external_id());
     if (it == r.conditions().end()) continue;
@@ -111,7 +114,7 @@ std::variant<failure, std::optional<v1::Node>> node_after_report(const catalog& 
   for (const auto& u : node->volume_usage()) before[{u.namespace_(), u.volume_id()}] = u;
   for (auto u : r.usage()) {
     volume_key key{ns_or_default(u.namespace_()), u.volume_id()};
-    if (!claimed.count(key) || find_volume(c, key) == nullptr) continue;
+    if (!claimed.count(key) || !has_volume(c, key)) continue;
     u.set_namespace_(key.first);
     u.set_node_id(r.node_id());
     if (!u.abnormal()) u.clear_message();
@@ -139,8 +142,8 @@ std::variant<failure, std::optional<v1::Node>> node_after_report(const catalog& 
 
 std::vector<v1::VolumeUsage> usage_of(const catalog& c, const volume_key& key) {
   std::vector<v1::VolumeUsage> out;
-  const auto* v = find_volume(c, key);
-  if (v == nullptr) return out;
+  auto v = find_volume(c, key);
+  if (!v) return out;
   std::set<std::string> nodes;
   for (const auto& cl : v->claims()) nodes.insert(cl.node_id());
   for (const auto& n : nodes) {
@@ -154,11 +157,15 @@ std::vector<v1::VolumeUsage> usage_of(const catalog& c, const volume_key& key) {
 
 std::vector<health_series> series_of(const catalog& c, const volume_key& key) {
   std::vector<health_series> out;
-  const auto* v = find_volume(c, key);
-  if (v == nullptr) return out;
-  health_series controller;
-  controller.abnormal = v->condition().abnormal();
-  out.push_back(controller);
+  auto v = find_volume(c, key);
+  if (!v) return out;
+  // The controller's series exists for a volume in use or abnormal: a
+  // million idle volumes do not make a million series of zeros.
+  if (v->claims_size() > 0 || v->condition().abnormal()) {
+    health_series controller;
+    controller.abnormal = v->condition().abnormal();
+    out.push_back(controller);
+  }
   for (const auto& u : usage_of(c, key)) {
     health_series s;
     s.node = u.node_id();

@@ -90,7 +90,8 @@ std::vector<v1::VolumeUsage> usage_of(const catalog& c, const volume_key& key);
 
 // The metric series of one volume (berth_volume_capacity_bytes,
 // berth_volume_used_bytes, berth_volume_abnormal; labels namespace,
-// volume, node): a row with node "" for the controller's condition, one
+// volume, node): a row with node "" for the controller's condition (of a
+// volume with a claim, or abnormal: an idle healthy volume has none), one
 // per node that reported usage.  Empty for a volume that does not exist,
 // so its series are removed.
 struct health_series {

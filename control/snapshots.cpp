@@ -115,8 +115,8 @@ std::vector<problem> content_source_problems(const v1::Volume& spec, bool creati
 
 std::variant<failure, std::string> clone_source(const catalog& c, const v1::Volume& spec) {
   auto ns = ns_or_default(spec.namespace_());
-  const auto* src = find_volume(c, {ns, spec.clone_id()});
-  if (src == nullptr)
+  auto src = find_volume(c, {ns, spec.clone_id()});
+  if (!src)
     return failure{errc::not_found, "volume " + quoted(spec.id()) + ": clone_id " +
                                         quoted(spec.clone_id()) + " is not a volume of namespace " +
                                         quoted(ns) + " (see berth volume status)"};
@@ -221,7 +221,8 @@ void add_sources(const catalog& c, google::protobuf::RepeatedPtrField<v1::Snapsh
       by_external;  // plugin, external id
   for (const auto& s : snapshots)
     by_external.emplace(std::make_pair(s.plugin_id(), s.source_external_id()), nullptr);
-  for (const auto& [key, v] : c.volumes) {
+  for (const auto& [key, row] : c.volumes) {
+    auto v = row.get();
     auto it = by_external.find({v.plugin_id(), v.external_id()});
     if (it != by_external.end() && it->second == nullptr) it->second = &key;
   }

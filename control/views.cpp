@@ -27,6 +27,14 @@ v1::Node node_view(const catalog& c, const v1::Node& n,
   return out;
 }
 
+// A list's value as its filters and renderers take it: a volume decoded
+// from its row, anything else as the catalog holds it.
+v1::Volume value_of(const volume_row& row) { return row.get(); }
+template <class T>
+const T& value_of(const T& x) {
+  return x;
+}
+
 // One page of a list: the objects in [from, to) (ordered by key) after
 // the page token that the filter matches, at most per_page; the token of
 // the next page when more remain.  Reads from the token on, not the whole
@@ -40,12 +48,13 @@ v1::Response page(It from, It to, const v1::ListRequest& q, Keep keep, Token tok
   v1::Response r;
   uint32_t taken = 0;
   for (auto it = from; it != to; ++it) {
-    if (!keep(it->second) || (!flt.empty() && !flt.matches(json_of(it->second)))) continue;
+    decltype(auto) value = value_of(it->second);
+    if (!keep(value) || (!flt.empty() && !flt.matches(json_of(value)))) continue;
     if (q.per_page() != 0 && taken == q.per_page()) {
       r.set_next_page_token(token_of(std::prev(it)->first));
       break;
     }
-    add(r, it->second);
+    add(r, value);
     ++taken;
   }
   return r;
@@ -96,7 +105,7 @@ v1::Response alloc_response(const v1::Alloc& a, std::string message) {
 volume_lookup lookup_volume(const catalog& c, const std::string& ns, const std::string& id) {
   volume_key key{ns_or_default(ns), id};
   if (id.empty()) return {failure{errc::invalid, "a volume id is required"}, key};
-  if (find_volume(c, key) == nullptr)
+  if (!has_volume(c, key))
     return {failure{errc::not_found, "volume " + in_quotes(id) + " is not registered in namespace " +
                                          in_quotes(key.first) +
                                          " (list volumes with: berth volume status)"},
@@ -127,7 +136,7 @@ std::optional<v1::Response> answer_read(
     case v1::Request::kVolumeStatus: {
       auto found = lookup_volume(c, req.volume_status().namespace_(), req.volume_status().id());
       if (found.error) return error_response(*found.error);
-      return volume_response(c, c.volumes.at(found.key), "");
+      return volume_response(c, volume_at(c, found.key), "");
     }
     case v1::Request::kVolumeList: {
       const auto& q = req.volume_list();
@@ -159,7 +168,7 @@ std::optional<v1::Response> answer_read(
       v1::Response r;
       *r.add_allocs() = *a;
       for (const auto& av : a->volumes())
-        if (const auto* v = find_volume(c, {a->namespace_(), av.volume_id()})) add_volume(c, r, *v);
+        if (auto v = find_volume(c, {a->namespace_(), av.volume_id()})) add_volume(c, r, *v);
       return r;
     }
     case v1::Request::kAllocList: {
@@ -200,7 +209,7 @@ std::optional<v1::Response> answer_read(
       for (const auto& [id, a] : c.allocs)
         if (a.node_id() == n->id()) *r.add_allocs() = a;
       for (const auto& key : volumes_claimed_on(c, n->id()))
-        if (const auto* v = find_volume(c, key)) add_volume(c, r, *v);
+        if (auto v = find_volume(c, key)) add_volume(c, r, *v);
       return r;
     }
     case v1::Request::kNodeList: {

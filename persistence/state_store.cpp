@@ -257,26 +257,37 @@ void state_store::apply_change(const v1::Change& c) {
 
 namespace {
 
-template <class T>
-std::vector<T> load_table(sql::database& db, const char* query) {
-  std::vector<T> out;
+template <class T, class F>
+void each_row(sql::database& db, const char* query, F&& f) {
   auto s = db.prepare(query);
+  T x;
   while (s.step()) {
-    T x;
     if (!x.ParseFromString(s.column_blob(0)))
       throw damaged_file(damage_message(db.path(), std::string("a row cannot be decoded (") +
                                                        query + ")"));
-    out.push_back(std::move(x));
+    f(x);
   }
+}
+
+template <class T>
+std::vector<T> load_table(sql::database& db, const char* query) {
+  std::vector<T> out;
+  each_row<T>(db, query, [&](T& x) { out.push_back(std::move(x)); });
   return out;
 }
 
 }  // namespace
 
-state_contents state_store::load() {
+void state_store::each_volume(const std::function<void(const v1::Volume&)>& f) {
+  each_row<v1::Volume>(*db_, "SELECT data FROM volumes ORDER BY namespace, id",
+                       [&](const v1::Volume& v) { f(v); });
+}
+
+state_contents state_store::load(bool volumes) {
   state_contents c;
   c.applied_index = applied_index();
-  c.volumes = load_table<v1::Volume>(*db_, "SELECT data FROM volumes ORDER BY namespace, id");
+  if (volumes)
+    c.volumes = load_table<v1::Volume>(*db_, "SELECT data FROM volumes ORDER BY namespace, id");
   c.plugins = load_table<v1::Plugin>(*db_, "SELECT data FROM plugins ORDER BY id");
   c.nodes = load_table<v1::Node>(*db_, "SELECT data FROM nodes ORDER BY id");
   c.allocs = load_table<v1::Alloc>(*db_, "SELECT data FROM allocs ORDER BY id");

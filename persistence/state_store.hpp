@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -57,7 +58,12 @@ class state_store {
   static decoded decode(const std::vector<std::pair<uint64_t, std::string>>& entries,
                         uint64_t after);
 
-  state_contents load();
+  // Everything in the tables (`volumes` false: all but the volumes, which
+  // each_volume gives one at a time).
+  state_contents load(bool volumes = true);
+  // Every volume, in key order, decoded one at a time: a catalog is built
+  // from them without holding every decoded volume at once.
+  void each_volume(const std::function<void(const v1::Volume&)>& f);
 
   // A digest of every table's rows, equal on two servers exactly when their
   // state tables are equal.

@@ -115,15 +115,15 @@ TEST_CASE("catalog_apply_stamps_and_reports_what_each_change_replaced") {
   REQUIRE(first.size() == 2);
   CHECK(first[0].before.change_case() == v1::Change::CHANGE_NOT_SET);
   CHECK(c.applied_index == 5);
-  CHECK(c.volumes.at({"default", "a"}).create_index() == 5);
+  CHECK(volume_at(c, {"default", "a"}).create_index() == 5);
   auto v = make_volume("a");
   v.set_create_index(5);
   add_claim(v, "x", "n1");
   auto second = apply(c, 6, make_entry({upsert_change(v)}));
   REQUIRE(second.size() == 1);
   CHECK(second[0].before.volume_upsert().claims_size() == 0);
-  CHECK(c.volumes.at({"default", "a"}).claims_size() == 1);
-  CHECK(c.volumes.at({"default", "a"}).modify_index() == 6);
+  CHECK(volume_at(c, {"default", "a"}).claims_size() == 1);
+  CHECK(volume_at(c, {"default", "a"}).modify_index() == 6);
   auto third =
       apply(c, 7, make_entry({volume_delete_change("default", "a"), alloc_delete_change("x")}));
   REQUIRE(third.size() == 2);
@@ -566,8 +566,10 @@ TEST_CASE("the_claimed_on_index_matches_a_scan_after_random_changes_and_a_reload
   // What node_volume_count used to compute by scanning every volume.
   auto scan = [](const catalog& c) {
     std::map<std::pair<std::string, std::string>, std::set<volume_key>> out;
-    for (const auto& [key, v] : c.volumes)
+    for (const auto& [key, row] : c.volumes) {
+      auto v = row.get();
       for (const auto& cl : v.claims()) out[{cl.node_id(), v.plugin_id()}].insert(key);
+    }
     return out;
   };
   for (uint32_t seed = 1; seed <= 200; ++seed) {
@@ -584,18 +586,43 @@ TEST_CASE("the_claimed_on_index_matches_a_scan_after_random_changes_and_a_reload
         for (int k = pick(3); k > 0; --k)
           add_claim(v, "a" + std::to_string(pick(5)), "n" + std::to_string(pick(3)));
         v.set_availability(static_cast<v1::VolumeAvailability>(pick(3)));
+        if (pick(3) == 0) v.mutable_condition()->set_abnormal(true);
         commit(c, {upsert_change(v)});
+        // The row holds exactly the committed volume, stamped.
+        auto held = volume_at(c, {"default", id});
+        REQUIRE(held.claims_size() == v.claims_size());
+        REQUIRE(held.modify_index() == c.applied_index);
+        REQUIRE(held.condition().abnormal() == v.condition().abnormal());
       }
       REQUIRE(c.claimed_on == scan(c));
-      std::set<volume_key> draining;  // what the tick used to scan for
-      for (const auto& [key, v] : c.volumes)
+      std::set<volume_key> draining, abnormal, claimed;  // what the tick used to scan for
+      for (const auto& [key, row] : c.volumes) {
+        auto v = row.get();
         if (v.availability() == v1::VOLUME_DRAIN) draining.insert(key);
+        if (v.condition().abnormal()) abnormal.insert(key);
+        if (v.claims_size() > 0) claimed.insert(key);
+      }
       REQUIRE(c.draining == draining);
+      REQUIRE(c.abnormal == abnormal);
+      REQUIRE(claimed_volumes(c) == claimed);
     }
     catalog loaded;
-    for (const auto& [key, v] : c.volumes) add_volume(loaded, v);
+    for (const auto& [key, row] : c.volumes) add_volume(loaded, row.get());
     CHECK(loaded.claimed_on == c.claimed_on);
     CHECK(loaded.draining == c.draining);
+    CHECK(loaded.abnormal == c.abnormal);
+    // A copy (what a new leader starts from) shares every row; a change
+    // applied to the copy replaces its row and leaves the original's.
+    auto copy = c;
+    for (const auto& [key, row] : c.volumes) REQUIRE(copy.volumes.at(key).same(row));
+    if (!c.volumes.empty()) {
+      auto key = c.volumes.begin()->first;
+      auto v = volume_at(c, key);
+      v.set_capacity_bytes(v.capacity_bytes() + 1);
+      commit(copy, {upsert_change(v)});
+      CHECK_FALSE(copy.volumes.at(key).same(c.volumes.at(key)));
+      CHECK(volume_at(copy, key).capacity_bytes() == volume_at(c, key).capacity_bytes() + 1);
+    }
   }
 }
 
@@ -719,11 +746,11 @@ TEST_CASE("detach_releases_claims_of_ended_allocs_and_keeps_running_ones") {
              upsert_change(make_alloc("running", "n1", v1::ALLOC_RUNNING)),
              upsert_change(make_alloc("releasing", "n1", v1::ALLOC_RUNNING)),
              upsert_change(make_alloc("ended", "n1", v1::ALLOC_COMPLETE))});
-  auto plan = plan_detach(c, c.volumes.at({"default", "db"}), "n1");
+  auto plan = plan_detach(c, volume_at(c, {"default", "db"}), "n1");
   CHECK(plan.kept == std::vector<std::string>{"running"});
   CHECK(plan.release == std::vector<std::string>{"ended", "vanished", "releasing"});
   commit(c, {upsert_change(make_node("n1", v1::NODE_DOWN))});
-  auto down = plan_detach(c, c.volumes.at({"default", "db"}), "n1");
+  auto down = plan_detach(c, volume_at(c, {"default", "db"}), "n1");
   CHECK(down.kept.empty());
   CHECK(down.release.size() == 4);
 }
@@ -969,7 +996,8 @@ catalog drain_catalog() {
 // releases end).
 void release_terminal_claims(catalog& c, const std::string& node) {
   std::vector<v1::Change> changes;
-  for (const auto& [key, v] : c.volumes) {
+  for (const auto& [key, row] : c.volumes) {
+    auto v = row.get();
     auto next = v;
     next.clear_claims();
     for (const auto& claim : v.claims()) {
@@ -1169,7 +1197,8 @@ TEST_CASE("the_deadline_forces_the_rest_and_releases_without_the_node") {
   commit_update(c, drain_request(c, drain_of("n1", 60'000), 1000));
   CHECK_FALSE(plan_drain(c, "n1", 60'999).force);
   CHECK(plan_drain(c, "n1", 61'000).force);
-  const auto* claim = find_claim(c.volumes.at({"default", "a"}), "web");
+  auto a = volume_at(c, {"default", "a"});
+  const auto* claim = find_claim(a, "web");
   REQUIRE(claim != nullptr);
   CHECK_FALSE(release_without_node(c, *claim, true, false));
   auto forced = force_drain(c, "n1", 61'000);
@@ -1185,9 +1214,11 @@ TEST_CASE("the_deadline_forces_the_rest_and_releases_without_the_node") {
   commit(c, forced);
   CHECK(force_drain(c, "n1", 62'000).empty());  // once
   CHECK_FALSE(plan_drain(c, "n1", 62'000).force);
-  claim = find_claim(c.volumes.at({"default", "a"}), "web");
+  a = volume_at(c, {"default", "a"});
+  claim = find_claim(a, "web");
   CHECK(release_without_node(c, *claim, true, false));  // even with its client connected
-  const auto* other = find_claim(c.volumes.at({"default", "b"}), "other");
+  auto b = volume_at(c, {"default", "b"});
+  const auto* other = find_claim(b, "other");
   CHECK_FALSE(release_without_node(c, *other, true, false));  // n2's claim is not touched
   // No deadline: never forced.
   auto c2 = drain_catalog();

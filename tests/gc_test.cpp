@@ -191,11 +191,13 @@ TEST_CASE("random_catalogs_never_lose_an_object_something_still_needs") {
     int64_t now = 100 * minute;
     auto plan = plan_gc(w.c, now, t);
     std::set<std::string> claimed_by, claim_nodes;
-    for (const auto& [k, v] : w.c.volumes)
+    for (const auto& [k, row] : w.c.volumes) {
+      const auto v = row.get();
       for (const auto& cl : v.claims()) {
         claimed_by.insert(cl.alloc_id());
         claim_nodes.insert(cl.node_id());
       }
+    }
     for (const auto& id : plan.allocs) {
       const auto* a = find_alloc(w.c, id);
       REQUIRE(a != nullptr);

@@ -369,6 +369,32 @@ TEST_CASE("status_and_metrics_show_usage_per_claimed_node_and_the_controller_row
   CHECK(usage_of(c, {"default", "gone"}).empty());
 }
 
+TEST_CASE("an_idle_healthy_volume_has_no_series_a_claimed_or_abnormal_one_has_the_controller_row") {
+  auto idle = volume("idle", "e1");
+  auto sick = volume("sick", "e2");
+  sick.mutable_condition()->set_abnormal(true);
+  auto used = volume("used", "e3");
+  claim_on(used, "a1", "n1");
+  auto c = catalog_of({idle, sick, used}, {node("n1")});
+  CHECK(series_of(c, {"default", "idle"}).empty());
+  auto s = series_of(c, {"default", "sick"});
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].node.empty());
+  CHECK(s[0].abnormal);
+  s = series_of(c, {"default", "used"});
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].node.empty());
+  CHECK_FALSE(s[0].abnormal);
+  // The catalog's index of abnormal volumes follows the committed condition.
+  CHECK(c.abnormal == std::set<volume_key>{{"default", "sick"}});
+  sick.mutable_condition()->set_abnormal(false);
+  v1::LogEntry e;
+  *e.add_changes() = upsert_change(sick);
+  apply(c, c.applied_index + 1, e);
+  CHECK(c.abnormal.empty());
+  CHECK(series_of(c, {"default", "sick"}).empty());
+}
+
 TEST_CASE("random_reports_commit_exactly_when_the_committed_values_differ") {
   std::mt19937 rng(14);
   auto db = volume("db", "ext");

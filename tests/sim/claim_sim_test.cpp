@@ -94,6 +94,7 @@ constexpr int64_t wall_base_ms = 1800000000000;  // the simulated wall clock's e
 struct null_metrics : metrics {
   void clear_state() override {}
   void volume_changed(const v1::Volume*, const v1::Volume*) override {}
+  void volumes_unclaimed(int64_t) override {}
   void volume_health(const std::string&, const std::string&,
                      const std::vector<health_series>&) override {}
   void plugin_changed(const v1::Plugin*, const v1::Plugin*) override {}
@@ -339,14 +340,15 @@ struct world {
 
   // --- committed state ---------------------------------------------------
 
-  state_contents contents() const {
-    state_contents s;
-    s.applied_index = commit_index;
-    for (const auto& [id, v] : volumes) s.volumes.push_back(v);
-    for (const auto& [id, p] : plugins) s.plugins.push_back(p);
-    for (const auto& [id, n] : nodes) s.nodes.push_back(n);
-    for (const auto& [id, a] : allocs) s.allocs.push_back(a);
-    return s;
+  // What a new leader starts from: the state machine's catalog.
+  catalog contents() const {
+    catalog c;
+    c.applied_index = commit_index;
+    for (const auto& [id, v] : volumes) add_volume(c, v);
+    for (const auto& [id, p] : plugins) c.plugins.emplace(p.id(), p);
+    for (const auto& [id, n] : nodes) c.nodes.emplace(n.id(), n);
+    for (const auto& [id, a] : allocs) c.allocs.emplace(a.id(), a);
+    return c;
   }
 
   // A claim was freed by this commit: it must have been unpublished, and

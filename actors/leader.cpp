@@ -325,6 +325,7 @@ void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use u
 
 namespace berth {
 leader_state::~leader_state() {
+  if (cat.rows) cat.rows->detach(row_exchange::leader);
   for (auto& [key, slot] : volume_actors)
     if (slot.actor) caf::anon_send_exit(slot.actor, caf::exit_reason::user_shutdown);
 }
@@ -335,16 +336,18 @@ namespace berth::leader_flows {
 void stop_idle_volume_actors(const self_ptr& self) {
   auto& st = self->state;
   auto now = steady_ms();
-  std::vector<std::pair<int64_t, volume_key>> idle;
+  std::vector<std::pair<int64_t, volume_key>> stoppable;  // nothing in flight, whatever its idle time
   std::vector<volume_key> done;
   for (const auto& [key, slot] : st.volume_actors) {
-    if (should_stop(slot.activity, static_cast<bool>(slot.actor), now,
-                    st.options.volume_idle_ms))
-      idle.emplace_back(slot.activity.idle_since_ms, key);
+    if (should_stop(slot.activity, static_cast<bool>(slot.actor), now, 0, true))
+      stoppable.emplace_back(slot.activity.idle_since_ms, key);
     else if (!slot.actor)
       done.push_back(key);
   }
-  for (const auto& key : idle_stops(std::move(idle))) stop_volume_actor(self, key);
+  for (const auto& key :
+       actors_to_stop(std::move(stoppable), st.running_volume_actors, now,
+                      st.options.volume_idle_ms, st.options.volume_actors_max))
+    stop_volume_actor(self, key);
   for (const auto& key : done) forget_if_done(self, key);
 }
 
@@ -577,6 +580,10 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
   st.stats->nodes("ready", 0);
   st.stats->nodes("down", 0);
   st.cat = std::move(initial);
+  // Its rows are the state machine's: each entry's new rows are built once
+  // for both catalogs (control/catalog's row_exchange).
+  st.cat.party = row_exchange::leader;
+  if (st.cat.rows) st.cat.rows->attach(row_exchange::leader);
   for (const auto& [id, p] : st.cat.plugins) st.plugin_actors.emplace(id, spawn_plugin(self, p));
   // No volume actor yet: each is spawned when a request for their volume
   // arrives (the watcher's resumed releases among them).

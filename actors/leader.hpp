@@ -39,6 +39,10 @@ struct leader_options {
   // A volume's actor is stopped after it has been idle this long (berthd
   // --volume-idle-timeout); < 0: never.
   int64_t volume_idle_ms = 30000;
+  // More running volume actors than this with nothing left to do: the
+  // longest idle stop before their idle time is up (berthd
+  // --volume-actors-max; control/activation).
+  size_t volume_actors_max = default_volume_actors_max;
   // The volumes' condition is checked this often (berthd
   // --volume-health-interval); < 0: never.
   int64_t volume_health_ms = 60000;

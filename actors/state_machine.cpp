@@ -31,6 +31,15 @@ catalog catalog_of(state_store& store) {
   return out;
 }
 
+// Reads the catalog again from the state tables (at start-up, after a
+// restore or a snapshot installed), keeping its row exchange.
+void reload(state_machine_state& st) {
+  auto rows = st.cat.rows;
+  st.cat = catalog_of(*st.store);
+  st.cat.rows = std::move(rows);
+  st.cat.party = row_exchange::machine;
+}
+
 // Applies the batch to the state tables and to the catalog, collecting the
 // events.  A restore replaces the tables at its index: the catalog is read
 // again from them there, before the entries after it.
@@ -46,7 +55,7 @@ std::vector<v1::Event> apply_entries(self_ptr self, const committed_batch& batch
     if (!st.cat.restored) continue;
     st.store->apply(start, it + 1);
     start = it + 1;
-    st.cat = catalog_of(*st.store);
+    reload(st);
   }
   st.store->apply(start, entries.cend());
   return events;
@@ -62,7 +71,9 @@ state_machine_actor::behavior_type state_machine(
   self->state.store = std::move(store);
   self->state.stats = std::move(stats);
   self->state.journal = std::move(journal);
-  self->state.cat = catalog_of(*self->state.store);
+  self->state.cat.rows = std::make_shared<row_exchange>();
+  self->state.cat.rows->attach(row_exchange::machine);
+  reload(self->state);
   return {
       [self](apply_atom, const committed_batch& batch) {
         self->state.stats->mailbox("state_machine", self->mailbox().size());
@@ -131,7 +142,7 @@ state_machine_actor::behavior_type state_machine(
           std::remove(snapshot_path.c_str());
           self->state.stats->applied(self->state.store->applied_index());
           // The events up to the snapshot's index were never applied here.
-          self->state.cat = catalog_of(*self->state.store);
+          reload(self->state);
           self->send(self->state.journal, apply_atom::value,
                      event_batch{{}, self->state.cat.applied_index, true});
         } catch (const std::exception& e) {

@@ -51,6 +51,59 @@ v1::Volume volume_row::get() const {
 
 size_t volume_row::size() const { return block_ == nullptr ? 0 : block_->size; }
 
+// --- row_exchange -----------------------------------------------------------------
+
+void row_exchange::attach(party p) {
+  std::lock_guard<std::mutex> guard(mtx_);
+  ++attached_[p];
+}
+
+void row_exchange::detach(party p) {
+  std::lock_guard<std::mutex> guard(mtx_);
+  if (attached_[p] > 0) --attached_[p];
+  if (attached_[p] == 0) {
+    left_[0].clear();
+    left_[1].clear();
+  }
+}
+
+volume_row row_exchange::row(party p, uint64_t index, uint32_t position,
+                             const v1::Volume& stamped) {
+  auto other = p == machine ? leader : machine;
+  slot at{index, position};
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    if (attached_[other] == 0) return volume_row(stamped);
+    auto& theirs = left_[other];
+    // What the other left for entries this party has passed (it started
+    // from a copy after them) is never taken.
+    theirs.erase(theirs.begin(), theirs.lower_bound(at));
+    auto it = theirs.find(at);
+    if (it != theirs.end()) {
+      auto taken = std::move(it->second);
+      theirs.erase(it);
+      return taken;
+    }
+  }
+  volume_row built(stamped);
+  std::lock_guard<std::mutex> guard(mtx_);
+  if (attached_[other] == 0) return built;
+  auto& theirs = left_[other];
+  auto it = theirs.find(at);  // built at the same time by both
+  if (it != theirs.end()) {
+    auto taken = std::move(it->second);
+    theirs.erase(it);
+    return taken;
+  }
+  left_[p].emplace(at, built);
+  return built;
+}
+
+size_t row_exchange::waiting() const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  return left_[0].size() + left_[1].size();
+}
+
 namespace {
 
 template <class Map, class Key, class T>
@@ -78,14 +131,14 @@ v1::Change erase(Map& m, const Key& key) {
 
 // The volume's row: what it was (the change a put or an erase reports)
 // and what it becomes.
-v1::Change put_volume(catalog& c, const volume_key& key, const v1::Volume& v) {
+v1::Change put_volume(catalog& c, const volume_key& key, volume_row row) {
   v1::Change before;
   auto it = c.volumes.find(key);
   if (it != c.volumes.end()) {
     before = upsert_change(it->second.get());
-    it->second = volume_row(v);
+    it->second = std::move(row);
   } else {
-    c.volumes.emplace(key, volume_row(v));
+    c.volumes.emplace(key, std::move(row));
   }
   return before;
 }
@@ -168,14 +221,17 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
   std::vector<applied_change> out;
   if (index <= c.applied_index) return out;
   c.applied_index = index;
+  uint32_t position = 0;
   for (auto change : entry.changes()) {
+    ++position;
     stamp(change, index);
     v1::Change before;
     switch (change.change_case()) {
       case v1::Change::kVolumeUpsert: {
         const auto& v = change.volume_upsert();
         volume_key key{v.namespace_(), v.id()};
-        before = put_volume(c, key, v);
+        before = put_volume(c, key,
+                            c.rows ? c.rows->row(c.party, index, position, v) : volume_row(v));
         index_claims(c, key, before.has_volume_upsert() ? &before.volume_upsert() : nullptr, &v);
         break;
       }

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -59,8 +61,39 @@ class volume_row {
   block* block_ = nullptr;
 };
 
+// The rows one server's two catalogs (its state machine's and, while the
+// server leads, its leader's) build for the same committed entries: the
+// first to apply an entry leaves its rows here and the second takes them,
+// so the two catalogs share one block per volume instead of each building
+// its own.  What a catalog holds never depends on it: a row taken is the
+// row the taker would have built (the same change, stamped the same way).
+class row_exchange {
+ public:
+  enum party : uint8_t { machine = 0, leader = 1 };
+  // A catalog of this party applies entries from now on (a leader may
+  // briefly overlap the one it replaces: counted).
+  void attach(party p);
+  // It stopped: with no one left to take them, the rows left go.
+  void detach(party p);
+  // The row of the volume upserted by change `position` of entry `index`,
+  // as `p` applies it: the other party's, or built and left for it.
+  volume_row row(party p, uint64_t index, uint32_t position, const v1::Volume& stamped);
+  // Rows left and not taken yet (a test's and a metric's view).
+  size_t waiting() const;
+
+ private:
+  using slot = std::pair<uint64_t, uint32_t>;
+  mutable std::mutex mtx_;
+  int attached_[2] = {0, 0};
+  std::map<slot, volume_row> left_[2];  // by the party that left them
+};
+
 struct catalog {
   uint64_t applied_index = 0;
+  // Shared with the server's other catalog, and which of the two this is
+  // (none in a test's catalog: every row built here).
+  std::shared_ptr<row_exchange> rows;
+  row_exchange::party party = row_exchange::machine;
   std::map<volume_key, volume_row> volumes;  // with secrets: never shown as is
   std::map<std::string, v1::Plugin> plugins;
   std::map<std::string, v1::Node> nodes;

@@ -9,6 +9,7 @@
 
 #include <deque>
 #include <optional>
+#include <limits>
 #include <random>
 #include <set>
 #include <utility>
@@ -219,16 +220,53 @@ TEST_CASE("random schedules keep one actor per volume and lose no request") {
 
 TEST_CASE("idle actors are stopped a bounded number per tick, the longest idle first") {
   std::vector<std::pair<int64_t, std::string>> idle;
-  for (int i = 0; i < 1200; ++i) idle.emplace_back(10000 - i, "v" + std::to_string(i));
-  auto first = idle_stops(idle);
+  const int n = static_cast<int>(max_idle_stops_per_tick) + 700;
+  for (int i = 0; i < n; ++i) idle.emplace_back(10000 - i, "v" + std::to_string(i));
+  // All idle for the timeout (now 50,000, idle since 10,000 or less).
+  auto first = actors_to_stop(idle, idle.size(), 50000, 30000, 1'000'000);
   REQUIRE(first.size() == max_idle_stops_per_tick);
-  // The ones idle longest (smallest idle_since) are v1199 down to v700.
+  // The ones idle longest (smallest idle_since) are the last numbers.
   std::set<std::string> picked(first.begin(), first.end());
-  for (int i = 1200 - static_cast<int>(max_idle_stops_per_tick); i < 1200; ++i)
+  for (int i = n - static_cast<int>(max_idle_stops_per_tick); i < n; ++i)
     CHECK(picked.count("v" + std::to_string(i)) == 1);
-  // Fewer than the bound: all of them; none: none.
+  // Fewer than the bound: all of them; none: none; a bound of one: the longest idle.
   idle.resize(3);
-  CHECK(idle_stops(idle).size() == 3);
-  CHECK(idle_stops(std::vector<std::pair<int64_t, std::string>>{}).empty());
-  CHECK(idle_stops(idle, 1) == std::vector<std::string>{"v2"});
+  CHECK(actors_to_stop(idle, 3, 50000, 30000, 1'000'000).size() == 3);
+  CHECK(actors_to_stop(std::vector<std::pair<int64_t, std::string>>{}, 0, 50000, 30000, 0).empty());
+  CHECK(actors_to_stop(idle, 3, 50000, 30000, 1'000'000, 1) == std::vector<std::string>{"v2"});
+  // Never: none, whatever the pressure.
+  CHECK(actors_to_stop(idle, 3'000'000, 50000, -1, 0).empty());
+}
+
+TEST_CASE("over the resident bound the longest idle stop before their idle time is up") {
+  std::mt19937 rng(20261126);
+  for (int round = 0; round < 2000; ++round) {
+    CAPTURE(round);
+    const int64_t now = 1'000'000, idle_after = 30'000;
+    std::vector<std::pair<int64_t, int>> stoppable;
+    size_t count = rng() % 50;
+    for (size_t i = 0; i < count; ++i)
+      stoppable.emplace_back(now - static_cast<int64_t>(rng() % 60'000), static_cast<int>(i));
+    size_t busy = rng() % 20;  // actors with work: running, never stopped
+    size_t running = count + busy;
+    size_t resident_max = rng() % 60;
+    size_t max = 1 + rng() % 40;
+    auto out = actors_to_stop(stoppable, running, now, idle_after, resident_max, max);
+    size_t timed_out = 0;
+    for (const auto& s : stoppable) timed_out += now - s.first >= idle_after;
+    size_t over = running > resident_max ? running - resident_max : 0;
+    // As many as the timeout or the bound ask, within what may stop and the tick's bound.
+    REQUIRE(out.size() == std::min({max, count, std::max(timed_out, over)}));
+    // The longest idle: nothing left behind was idle longer than one stopped.
+    std::set<int> stopped(out.begin(), out.end());
+    REQUIRE(stopped.size() == out.size());
+    int64_t newest_stopped = std::numeric_limits<int64_t>::min();
+    int64_t oldest_kept = std::numeric_limits<int64_t>::max();
+    for (const auto& [since, key] : stoppable)
+      if (stopped.count(key))
+        newest_stopped = std::max(newest_stopped, since);
+      else
+        oldest_kept = std::min(oldest_kept, since);
+    if (!out.empty()) REQUIRE(newest_stopped <= oldest_kept);
+  }
 }

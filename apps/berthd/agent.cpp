@@ -199,6 +199,7 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
         std::chrono::milliseconds(static_cast<int64_t>(opts.node_down_timeout * 1000));
     lo.gc = gc_thresholds{opts.alloc_gc_ms, opts.node_gc_ms};
     lo.volume_idle_ms = opts.volume_idle_ms;
+    lo.volume_actors_max = opts.volume_actors_max;
     lo.volume_health_ms = opts.volume_health_ms;
     lo.acl = opts.acl;
     auto front = sys.spawn(server, machine, journal, stats, lo);

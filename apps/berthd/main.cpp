@@ -120,6 +120,12 @@ int main(int argc, char** argv) {
                      "idle volume is only its row in the state, and its actor is started again "
                      "by the next request")
       ->capture_default_str();
+  server->add_option("--volume-actors-max", opts.volume_actors_max,
+                     "How many volume actors the leader keeps running with nothing left to do "
+                     "before their idle timeout: beyond it the longest idle stop first (a "
+                     "stream of registrations keeps memory flat)")
+      ->check(CLI::Range(size_t{1}, size_t{100'000'000}))
+      ->capture_default_str();
   server->add_option("--volume-health-interval", opts.volume_health_interval,
                      "How often the leader asks each plugin for its volumes' condition "
                      "(ListVolumes or ControllerGetVolume, when a controller advertises "

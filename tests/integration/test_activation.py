@@ -105,5 +105,44 @@ class VolumeActorsOnDemandTest(ClusterTestCase):
         self.assertIn("--volume-idle-timeout 'soon' is not a duration", r.stderr)
 
 
+class VolumeActorsBoundTest(ClusterTestCase):
+    """--volume-actors-max: beyond it the longest idle volume actors stop
+    before their idle time is up (here an hour), and a stopped volume is
+    claimed as before."""
+    PREFIX = "berth-activation-max-"
+    SERVER_ARGS = ("--volume-idle-timeout", "1h", "--volume-actors-max", "2")
+
+    def test_the_longest_idle_stop_beyond_the_bound(self):
+        self.cluster.add_client("c1")
+        self.wait(lambda: berth(self.via, "--json", "plugin", "status", "hostpath").code == 0 and
+                  berth(self.via, "--json", "plugin", "status", "hostpath")
+                  .json()["nodes_healthy"] == 1, "the client's plugin healthy")
+        leader = self.cluster.leader()
+        for i in range(6):
+            self.b("volume", "create", "-", stdin=volume_spec("b%d" % i))
+        # Six actors started; all but two stopped, long before an hour.
+        self.wait(lambda: volume_actors(leader) == 2, "volume actors down to the bound")
+        self.assertGreaterEqual(
+            metric(leader, 'berth_volume_actor_events_total{event="stopped"}'), 4)
+        self.assertEqual(volume_actors(leader), 2)
+        # The first volumes were the longest idle: their actors went, and a
+        # claim starts one again from the committed volume.
+        self.b("volume", "claim", "b0", "--alloc", "a1", "--node", "c1")
+        self.assertEqual([(c["alloc_id"], c["state"]) for c in
+                          self.b("--json", "volume", "status", "b0").json()["claims"]],
+                         [("a1", "taken")])
+        self.wait(lambda: volume_actors(leader) == 2, "volume actors back at the bound")
+        self.b("volume", "release", "b0", "--alloc", "a1")
+        self.b("volume", "claim", "b1", "--alloc", "a2", "--node", "c1")
+
+    def test_a_bound_of_zero_is_refused(self):
+        from harness import BERTHD
+        import subprocess
+        r = subprocess.run([BERTHD, "--server", "--volume-actors-max", "0"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(r.returncode, 0, r)
+        self.assertIn("--volume-actors-max", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -23,7 +23,8 @@ catalog catalog_of(state_store& store) {
   catalog out;
   auto c = store.load(false);
   out.applied_index = c.applied_index;
-  store.each_volume([&](const v1::Volume& v) { add_volume(out, v); });
+  store.each_volume(
+      [&](const v1::Volume& v, const std::string& bytes) { add_volume(out, v, bytes); });
   for (auto& p : c.plugins) out.plugins.emplace(p.id(), std::move(p));
   for (auto& n : c.nodes) out.nodes.emplace(n.id(), std::move(n));
   for (auto& a : c.allocs) out.allocs.emplace(a.id(), std::move(a));

@@ -22,6 +22,17 @@ volume_row::volume_row(const v1::Volume& v) {
   v.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(block_->data));
 }
 
+volume_row volume_row::encoded(const std::string& bytes) {
+  volume_row r;
+  r.block_ = static_cast<block*>(
+      std::malloc(offsetof(block, data) + (bytes.empty() ? 1 : bytes.size())));
+  if (r.block_ == nullptr) throw std::bad_alloc();
+  new (&r.block_->refs) std::atomic<uint32_t>(1);
+  r.block_->size = static_cast<uint32_t>(bytes.size());
+  std::memcpy(r.block_->data, bytes.data(), bytes.size());
+  return r;
+}
+
 volume_row::volume_row(const volume_row& other) noexcept : block_(other.block_) {
   if (block_ != nullptr) block_->refs.fetch_add(1, std::memory_order_relaxed);
 }
@@ -182,6 +193,12 @@ void index_claims(catalog& c, const volume_key& key, const v1::Volume* was, cons
 void add_volume(catalog& c, const v1::Volume& v) {
   volume_key key{v.namespace_(), v.id()};
   c.volumes[key] = volume_row(v);
+  index_claims(c, key, nullptr, &v);
+}
+
+void add_volume(catalog& c, const v1::Volume& v, const std::string& bytes) {
+  volume_key key{v.namespace_(), v.id()};
+  c.volumes.emplace_hint(c.volumes.end(), key, volume_row::encoded(bytes));
   index_claims(c, key, nullptr, &v);
 }
 

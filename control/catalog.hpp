@@ -41,6 +41,8 @@ class volume_row {
  public:
   volume_row() = default;
   explicit volume_row(const v1::Volume& v);
+  // A row of bytes encoded already (as the state tables store them).
+  static volume_row encoded(const std::string& bytes);
   volume_row(const volume_row& other) noexcept;
   volume_row(volume_row&& other) noexcept;
   volume_row& operator=(volume_row other) noexcept;
@@ -140,6 +142,9 @@ void alloc_upserts_first(std::vector<applied_change>& changes);
 // Adds a volume loaded from the state tables (no entry, no stamp), with
 // its claims indexed.
 void add_volume(catalog& c, const v1::Volume& v);
+// The same, with the row made of `bytes`, `v` encoded (what the state
+// tables hold): not encoded again.
+void add_volume(catalog& c, const v1::Volume& v, const std::string& bytes);
 
 // Adds the ACL objects loaded from the state tables (no entry, no stamp).
 void add_acl(catalog& c, std::vector<v1::AclPolicy> policies, std::vector<v1::AclToken> tokens,

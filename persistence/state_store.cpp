@@ -262,25 +262,27 @@ void each_row(sql::database& db, const char* query, F&& f) {
   auto s = db.prepare(query);
   T x;
   while (s.step()) {
-    if (!x.ParseFromString(s.column_blob(0)))
+    auto bytes = s.column_blob(0);
+    if (!x.ParseFromString(bytes))
       throw damaged_file(damage_message(db.path(), std::string("a row cannot be decoded (") +
                                                        query + ")"));
-    f(x);
+    f(x, bytes);
   }
 }
 
 template <class T>
 std::vector<T> load_table(sql::database& db, const char* query) {
   std::vector<T> out;
-  each_row<T>(db, query, [&](T& x) { out.push_back(std::move(x)); });
+  each_row<T>(db, query, [&](T& x, const std::string&) { out.push_back(std::move(x)); });
   return out;
 }
 
 }  // namespace
 
-void state_store::each_volume(const std::function<void(const v1::Volume&)>& f) {
+void state_store::each_volume(
+    const std::function<void(const v1::Volume&, const std::string&)>& f) {
   each_row<v1::Volume>(*db_, "SELECT data FROM volumes ORDER BY namespace, id",
-                       [&](const v1::Volume& v) { f(v); });
+                       [&](const v1::Volume& v, const std::string& bytes) { f(v, bytes); });
 }
 
 state_contents state_store::load(bool volumes) {

@@ -61,9 +61,10 @@ class state_store {
   // Everything in the tables (`volumes` false: all but the volumes, which
   // each_volume gives one at a time).
   state_contents load(bool volumes = true);
-  // Every volume, in key order, decoded one at a time: a catalog is built
-  // from them without holding every decoded volume at once.
-  void each_volume(const std::function<void(const v1::Volume&)>& f);
+  // Every volume, in key order, decoded one at a time, with its encoded
+  // bytes: a catalog is built from them without holding every decoded
+  // volume at once, or encoding them again.
+  void each_volume(const std::function<void(const v1::Volume&, const std::string&)>& f);
 
   // A digest of every table's rows, equal on two servers exactly when their
   // state tables are equal.

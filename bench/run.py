@@ -754,8 +754,14 @@ def scale_run(tmp, report):
                                   "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             # A chunk that makes no progress for long (no stable leader) or
             # a machine running out of memory ends the registration.
-            while b.poll() is None and not stopped:
-                time.sleep(1)
+            # (Waiting on the process, not sleeping: a chunk's end counts
+            # at once, not up to a second later.)
+            while not stopped:
+                try:
+                    b.wait(timeout=1)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
                 if time.time() - tc > ARGS.scale_chunk_timeout:
                     stopped = "a chunk not finished after %.0f s" % ARGS.scale_chunk_timeout
                 elif mem_available_gib() < ARGS.scale_min_free_gib / 2:

@@ -16,6 +16,9 @@ PACKAGES=(
   nlohmann-json3-dev libyaml-cpp-dev
   prometheus-cpp-dev
   libspdlog-dev
+  # berthd's allocator (jemalloc): glibc's malloc took a quarter of the
+  # leader's CPU registering volumes (bench/README.md, run 13)
+  libjemalloc-dev
   libreadline-dev tmux
   python3
   # tests/foreign_plugin/plugin.py, a CSI plugin in Python (integration.foreign_plugin)

@@ -30,6 +30,14 @@ def metric(server, series):
     return None
 
 
+def add_client_with_plugin(test):
+    """Starts client c1 and waits until its hostpath plugin is healthy."""
+    test.cluster.add_client("c1")
+    test.wait(lambda: berth(test.via, "--json", "plugin", "status", "hostpath").code == 0 and
+              berth(test.via, "--json", "plugin", "status", "hostpath")
+              .json()["nodes_healthy"] == 1, "the client's plugin healthy")
+
+
 def volume_actors(server):
     return metric(server, 'berth_actors{kind="volume"}')
 
@@ -46,10 +54,7 @@ class VolumeActorsOnDemandTest(ClusterTestCase):
         self.wait(lambda: volume_actors(leader) == 0, "every volume actor stopped when idle")
 
     def test_actors_come_and_go_and_the_volume_keeps_working(self):
-        self.cluster.add_client("c1")
-        self.wait(lambda: berth(self.via, "--json", "plugin", "status", "hostpath").code == 0 and
-                  berth(self.via, "--json", "plugin", "status", "hostpath")
-                  .json()["nodes_healthy"] == 1, "the client's plugin healthy")
+        add_client_with_plugin(self)
         leader = self.cluster.leader()
         for vid in ("v1", "v2", "v3"):
             self.b("volume", "create", "-", stdin=volume_spec(vid))
@@ -113,10 +118,7 @@ class VolumeActorsBoundTest(ClusterTestCase):
     SERVER_ARGS = ("--volume-idle-timeout", "1h", "--volume-actors-max", "2")
 
     def test_the_longest_idle_stop_beyond_the_bound(self):
-        self.cluster.add_client("c1")
-        self.wait(lambda: berth(self.via, "--json", "plugin", "status", "hostpath").code == 0 and
-                  berth(self.via, "--json", "plugin", "status", "hostpath")
-                  .json()["nodes_healthy"] == 1, "the client's plugin healthy")
+        add_client_with_plugin(self)
         leader = self.cluster.leader()
         for i in range(6):
             self.b("volume", "create", "-", stdin=volume_spec("b%d" % i))

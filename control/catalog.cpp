@@ -7,6 +7,9 @@
 #include <new>
 #include <stdexcept>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
 #include "control/entries.hpp"
 
 namespace berth {
@@ -58,6 +61,33 @@ v1::Volume volume_row::get() const {
   if (block_ != nullptr && !v.ParseFromArray(block_->data, static_cast<int>(block_->size)))
     throw std::runtime_error("a catalog row does not decode");  // it was encoded here
   return v;
+}
+
+std::pair<std::string, std::string> volume_row::plugin_and_external_id() const {
+  using google::protobuf::internal::WireFormatLite;
+  std::pair<std::string, std::string> out;
+  if (block_ == nullptr) return out;
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(block_->data),
+                                            static_cast<int>(block_->size));
+  const int plugin_field = v1::Volume::kPluginIdFieldNumber;
+  const int external_field = v1::Volume::kExternalIdFieldNumber;
+  bool plugin = false, external = false;
+  while (!(plugin && external)) {
+    auto tag = in.ReadTag();
+    if (tag == 0) break;
+    auto field = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag));
+    bool length_delimited =
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+    if (length_delimited && (field == plugin_field || field == external_field)) {
+      auto& into = field == plugin_field ? out.first : out.second;
+      if (!WireFormatLite::ReadString(&in, &into))
+        throw std::runtime_error("a catalog row does not decode");
+      (field == plugin_field ? plugin : external) = true;
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      throw std::runtime_error("a catalog row does not decode");
+    }
+  }
+  return out;
 }
 
 size_t volume_row::size() const { return block_ == nullptr ? 0 : block_->size; }

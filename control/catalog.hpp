@@ -49,6 +49,10 @@ class volume_row {
   ~volume_row();
   // The volume, decoded (a copy: the row never changes).
   v1::Volume get() const;
+  // Its plugin_id and external_id alone, read from the bytes without
+  // decoding the rest (the health check and the snapshot listing scan
+  // every volume for these two).
+  std::pair<std::string, std::string> plugin_and_external_id() const;
   size_t size() const;  // bytes
   bool empty() const { return block_ == nullptr; }
   // The same block (a row handed from one catalog to the other).

@@ -50,8 +50,8 @@ std::optional<v1::VolumeHealthRequest> health_request(const catalog& c,
   r.set_use_list(call == health_call::list_volumes);
   std::set<std::string> ids;
   for (const auto& [key, row] : c.volumes) {
-    auto v = row.get();
-    if (v.plugin_id() == plugin_id && !v.external_id().empty()) ids.insert(v.external_id());
+    auto [plugin, external] = row.plugin_and_external_id();
+    if (plugin == plugin_id && !external.empty()) ids.insert(std::move(external));
   }
   if (ids.empty()) return std::nullopt;
   if (call == health_call::get_volume)
@@ -67,10 +67,11 @@ std::vector<condition_change> condition_changes(const catalog& c, const std::str
                                                 const v1::VolumeHealthResult& r, int64_t now_ms) {
   std::vector<condition_change> out;
   for (const auto& [key, row] : c.volumes) {
-    auto v = row.get();
-    if (v.plugin_id() != plugin_id || v.external_id().empty()) continue;
-    auto it = r.conditions().find(v.external_id());
+    auto [plugin, external] = row.plugin_and_external_id();
+    if (plugin != plugin_id || external.empty()) continue;
+    auto it = r.conditions().find(external);
     if (it == r.conditions().end()) continue;
+    auto v = row.get();
     v1::VolumeCondition to;
     to.set_abnormal(it->second.abnormal());
     // An ok volume keeps no message: a plugin that says "ok" or "" for a

@@ -222,8 +222,7 @@ void add_sources(const catalog& c, google::protobuf::RepeatedPtrField<v1::Snapsh
   for (const auto& s : snapshots)
     by_external.emplace(std::make_pair(s.plugin_id(), s.source_external_id()), nullptr);
   for (const auto& [key, row] : c.volumes) {
-    auto v = row.get();
-    auto it = by_external.find({v.plugin_id(), v.external_id()});
+    auto it = by_external.find(row.plugin_and_external_id());
     if (it != by_external.end() && it->second == nullptr) it->second = &key;
   }
   for (auto& s : snapshots) {

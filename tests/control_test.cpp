@@ -626,6 +626,35 @@ TEST_CASE("the_claimed_on_index_matches_a_scan_after_random_changes_and_a_reload
   }
 }
 
+TEST_CASE("a_rows_plugin_and_external_id_read_alone_match_the_decoded_volume") {
+  std::mt19937 rng(12);
+  auto text = [&](int n) {
+    std::string out;
+    for (int i = static_cast<int>(rng() % static_cast<uint32_t>(n)); i > 0; --i)
+      out += static_cast<char>('a' + rng() % 26);
+    return out;
+  };
+  for (int i = 0; i < 2000; ++i) {
+    CAPTURE(i);
+    v1::Volume v;
+    v.set_id(text(20));
+    v.set_namespace_(text(8));
+    if (rng() % 4) v.set_plugin_id(text(30));
+    if (rng() % 4) v.set_external_id(text(300));  // long enough for a two-byte length
+    v.set_capacity_bytes(static_cast<int64_t>(rng()));
+    for (int k = static_cast<int>(rng() % 3); k > 0; --k) add_claim(v, text(10), text(10));
+    (*v.mutable_parameters())[text(5)] = text(40);
+    if (rng() % 2) v.mutable_condition()->set_abnormal(true);
+    v.set_clone_external_id(text(10));
+    volume_row row(v);
+    auto [plugin, external] = row.plugin_and_external_id();
+    CHECK(plugin == v.plugin_id());
+    CHECK(external == v.external_id());
+    CHECK(row.get().SerializeAsString() == v.SerializeAsString());
+  }
+  CHECK(volume_row().plugin_and_external_id() == std::pair<std::string, std::string>{});
+}
+
 TEST_CASE("two_catalogs_with_a_row_exchange_share_every_row_whatever_the_order_they_apply_in") {
   for (uint32_t seed = 1; seed <= 300; ++seed) {
     CAPTURE(seed);

@@ -47,22 +47,32 @@ constexpr size_t max_idle_stops_per_tick = 5000;
 // actors (~3 KiB each) for the 30 s idle time.
 constexpr size_t default_volume_actors_max = 10000;
 
+// Under the resident bound an actor is stopped early only once it has been
+// idle this long: one that answered a moment ago is often between two steps
+// of a flow (a registration and its expansion, a release's steps), and
+// stopping it would only make the next step wait for a new one.
+constexpr int64_t min_idle_before_eviction_ms = 1000;
+
 // The actors to stop this tick, the longest idle first, at most `max`.  Of
 // the stoppable ones (an actor with nothing in flight and no stop under
 // way: idle since, key): every one idle for `idle_after_ms`, and while more
-// than `resident_max` actors run (`running`), as many more as bring them
-// down to it.  None when idle_after_ms < 0 (never stopped).
+// than `resident_max` actors run (`running`), as many more of those idle
+// for `min_idle_ms` as bring them down to it.  None when idle_after_ms < 0
+// (never stopped: the bound does not apply either).
 template <class Key>
 std::vector<Key> actors_to_stop(std::vector<std::pair<int64_t, Key>> stoppable, size_t running,
                                 int64_t now_ms, int64_t idle_after_ms, size_t resident_max,
-                                size_t max = max_idle_stops_per_tick) {
+                                size_t max = max_idle_stops_per_tick,
+                                int64_t min_idle_ms = min_idle_before_eviction_ms) {
   std::vector<Key> out;
   if (idle_after_ms < 0 || stoppable.empty()) return out;
-  size_t timed_out = 0;
-  for (const auto& s : stoppable)
+  size_t timed_out = 0, evictable = 0;
+  for (const auto& s : stoppable) {
     if (now_ms - s.first >= idle_after_ms) ++timed_out;
+    if (now_ms - s.first >= std::min(idle_after_ms, min_idle_ms)) ++evictable;
+  }
   size_t over = running > resident_max ? running - resident_max : 0;
-  size_t n = std::min({max, stoppable.size(), std::max(timed_out, over)});
+  size_t n = std::min({max, stoppable.size(), std::max(timed_out, std::min(over, evictable))});
   if (n == 0) return out;
   auto by_since = [](const auto& a, const auto& b) { return a.first < b.first; };
   if (n < stoppable.size())

@@ -16,13 +16,24 @@ namespace berth {
 
 // --- volume_row -----------------------------------------------------------------
 
+namespace {
+
+// The bytes of a row's block, addressed from the block itself: they run
+// past the declared one-byte array (the block is allocated to fit them).
+template <class Block>
+char* bytes_of(Block* b) {
+  return reinterpret_cast<char*>(b) + offsetof(Block, data);
+}
+
+}  // namespace
+
 volume_row::volume_row(const v1::Volume& v) {
   auto n = v.ByteSizeLong();
   block_ = static_cast<block*>(std::malloc(offsetof(block, data) + (n == 0 ? 1 : n)));
   if (block_ == nullptr) throw std::bad_alloc();
   new (&block_->refs) std::atomic<uint32_t>(1);
   block_->size = static_cast<uint32_t>(n);
-  v.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(block_->data));
+  v.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(bytes_of(block_)));
 }
 
 volume_row volume_row::encoded(const std::string& bytes) {
@@ -32,7 +43,7 @@ volume_row volume_row::encoded(const std::string& bytes) {
   if (r.block_ == nullptr) throw std::bad_alloc();
   new (&r.block_->refs) std::atomic<uint32_t>(1);
   r.block_->size = static_cast<uint32_t>(bytes.size());
-  std::memcpy(r.block_->data, bytes.data(), bytes.size());
+  std::memcpy(bytes_of(r.block_), bytes.data(), bytes.size());
   return r;
 }
 
@@ -58,7 +69,7 @@ volume_row::~volume_row() {
 
 v1::Volume volume_row::get() const {
   v1::Volume v;
-  if (block_ != nullptr && !v.ParseFromArray(block_->data, static_cast<int>(block_->size)))
+  if (block_ != nullptr && !v.ParseFromArray(bytes_of(block_), static_cast<int>(block_->size)))
     throw std::runtime_error("a catalog row does not decode");  // it was encoded here
   return v;
 }
@@ -67,7 +78,7 @@ std::pair<std::string, std::string> volume_row::plugin_and_external_id() const {
   using google::protobuf::internal::WireFormatLite;
   std::pair<std::string, std::string> out;
   if (block_ == nullptr) return out;
-  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(block_->data),
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes_of(block_)),
                                             static_cast<int>(block_->size));
   const int plugin_field = v1::Volume::kPluginIdFieldNumber;
   const int external_field = v1::Volume::kExternalIdFieldNumber;

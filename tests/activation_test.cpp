@@ -7,6 +7,7 @@
 // every request delivered, in order.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <limits>
@@ -251,12 +252,20 @@ TEST_CASE("over the resident bound the longest idle stop before their idle time 
     size_t running = count + busy;
     size_t resident_max = rng() % 60;
     size_t max = 1 + rng() % 40;
-    auto out = actors_to_stop(stoppable, running, now, idle_after, resident_max, max);
-    size_t timed_out = 0;
-    for (const auto& s : stoppable) timed_out += now - s.first >= idle_after;
+    const int64_t min_idle = static_cast<int64_t>(rng() % 20'000);
+    auto out = actors_to_stop(stoppable, running, now, idle_after, resident_max, max, min_idle);
+    size_t timed_out = 0, evictable = 0;
+    for (const auto& s : stoppable) {
+      timed_out += now - s.first >= idle_after;
+      evictable += now - s.first >= min_idle;
+    }
     size_t over = running > resident_max ? running - resident_max : 0;
-    // As many as the timeout or the bound ask, within what may stop and the tick's bound.
-    REQUIRE(out.size() == std::min({max, count, std::max(timed_out, over)}));
+    // As many as the timeout or the bound ask (the bound only those idle
+    // for min_idle), within what may stop and the tick's bound.
+    REQUIRE(out.size() == std::min({max, count, std::max(timed_out, std::min(over, evictable))}));
+    // None stopped early that answered less than min_idle ago.
+    for (const auto& [since, key] : stoppable)
+      if (std::count(out.begin(), out.end(), key)) REQUIRE(now - since >= min_idle);
     // The longest idle: nothing left behind was idle longer than one stopped.
     std::set<int> stopped(out.begin(), out.end());
     REQUIRE(stopped.size() == out.size());

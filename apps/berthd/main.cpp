@@ -122,8 +122,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   server->add_option("--volume-actors-max", opts.volume_actors_max,
                      "How many volume actors the leader keeps running with nothing left to do "
-                     "before their idle timeout: beyond it the longest idle stop first (a "
-                     "stream of registrations keeps memory flat)")
+                     "before their idle timeout: beyond it the longest idle (for 1 s at "
+                     "least) stop first, so a stream of registrations keeps memory flat; "
+                     "not with --volume-idle-timeout never")
       ->check(CLI::Range(size_t{1}, size_t{100'000'000}))
       ->capture_default_str();
   server->add_option("--volume-health-interval", opts.volume_health_interval,

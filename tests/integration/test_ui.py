@@ -189,6 +189,17 @@ class Browser:
         return out
 
 
+def stop_browser_and_agent(cls, processes=()):
+    """A test class's tearDown: its browser, any extra processes, and its
+    berthd agent, each only if it was started."""
+    if cls.browser:
+        cls.browser.close()
+    for p in processes:
+        p.kill()
+    if cls.agent:
+        cls.agent.kill()
+
+
 class WebUiTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -264,11 +275,7 @@ class WebUiTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        if cls.browser:
-            cls.browser.close()
-        for p in cls.processes:
-            p.kill()
-        cls.agent.kill()
+        stop_browser_and_agent(cls, cls.processes)
         undo_mounts(cls.tmp)
         with open(cls.agent.log_path) as f:
             log = f.read()
@@ -587,9 +594,7 @@ class WebUiAclTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        if cls.browser:
-            cls.browser.close()
-        cls.agent.kill()
+        stop_browser_and_agent(cls)
         with open(cls.agent.log_path) as f:
             log = f.read()
         undo_mounts(cls.tmp)
@@ -658,10 +663,7 @@ class WebUiHttpsTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        if cls.browser:
-            cls.browser.close()
-        if cls.agent:
-            cls.agent.kill()
+        stop_browser_and_agent(cls)
         undo_mounts(cls.tmp)
         shutil.rmtree(cls.tmp, ignore_errors=True)
 

@@ -3,6 +3,7 @@ the cluster and fault tests."""
 
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -18,8 +19,34 @@ from harness import BERTH, BERTHD, berth, undo_mounts
 HOSTPATH = os.environ.get("BERTH_HOSTPATH_BIN", "berth-hostpath")
 
 
+def _ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
-    with socket.socket() as s:
+    """A port free now, for a process started later with it.  Taken below
+    the kernel's ephemeral range: a port the kernel handed out (bind to 0)
+    and given back could be handed out again to any outgoing connection of
+    a test running beside this one before the process listens on it (a
+    berthd then "cannot listen").  Below the range only another test's
+    free_port can pick it, among some 20,000."""
+    low, _ = _ephemeral_range()
+    first = 10000 if low > 12000 else 1024
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(first, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # below the range, everything is taken
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

@@ -49,6 +49,7 @@ using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using prove_atom = caf::atom_constant<caf::atom("prove")>;
 using install_atom = caf::atom_constant<caf::atom("install")>;
 using leading_atom = caf::atom_constant<caf::atom("leading")>;
+using lease_atom = caf::atom_constant<caf::atom("lease")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
 using monitor_atom = caf::atom_constant<caf::atom("monitor")>;
 using node_atom = caf::atom_constant<caf::atom("node")>;
@@ -215,6 +216,10 @@ using node_actor = caf::typed_actor<
     caf::reacts_to<tick_atom>,
     // Timer: checks whether alloc commands exited and reports them.
     caf::reacts_to<run_atom>,
+    // Timer: renews the lease with a heartbeat, and fences this node when
+    // the lease ran out (control/lease.hpp): stops the allocs that write
+    // single-writer volumes here and unmounts them.
+    caf::reacts_to<lease_atom>,
     // berth monitor --node: this process's recent log lines (its
     // log_monitor answers).
     caf::replies_to<monitor_atom, pb<v1::MonitorRequest>>::with<pb<v1::MonitorResult>>>;
@@ -318,10 +323,12 @@ using leader_actor = caf::typed_actor<
     // Timer: marks nodes whose client stopped heartbeating down (their
     // allocs lost) and garbage-collects empty plugins.
     caf::reacts_to<tick_atom>,
-    // A node actor (a berth client) serves the node with this id; with
-    // ACLs on, only when the node secret given is the one its id is bound
-    // to (or binds it, the first time).
-    caf::reacts_to<node_atom, std::string, std::string, node_actor>>;
+    // A node actor (a berth client) serves the node with this id (its
+    // heartbeat); with ACLs on, only when the node secret given is the one
+    // its id is bound to (or binds it, the first time).  Replies with this
+    // leader's term and the node's lease in ms (control/lease.hpp) once a
+    // ReadIndex round confirmed that it still leads; an error otherwise.
+    caf::replies_to<node_atom, std::string, std::string, node_actor>::with<uint64_t, int64_t>>;
 
 // The volume watcher (actors/watcher.hpp), spawned by the leader: releases
 // the claims of terminal, lost and vanished allocs, retrying failed steps
@@ -355,13 +362,15 @@ using api_actor = caf::typed_actor<
     // Executes one request on the leader (forwarding it when this server
     // follows) and replies with its response.
     caf::replies_to<api_atom, pb<v1::Request>>::with<pb<v1::Response>>,
-    // A client's node actor serves the node with this id (sent again on
-    // every fingerprint, so a new leader learns it); replies with the newest
-    // Raft term in which this server knows a leader (0: none yet), so the
-    // client fences off older leaders before the new one calls it.
+    // A client's node actor serves the node with this id (its heartbeat,
+    // so a new leader learns it); replies with the newest Raft term in
+    // which this server knows a leader (0: none yet), so the client fences
+    // off older leaders before the new one calls it, and the lease the
+    // leader granted in ms (0: none, when the leader could not be reached
+    // or did not confirm that it leads; control/lease.hpp).
     // The second string is the client's node secret (ACLs: checked by the
     // leader against the one the node id is bound to).
-    caf::replies_to<node_atom, std::string, std::string, node_actor>::with<uint64_t>>;
+    caf::replies_to<node_atom, std::string, std::string, node_actor>::with<uint64_t, int64_t>>;
 
 // The replicated log: Raft across the servers (one member in --dev),
 // durable in SQLite.  Runs detached: it fsyncs.  Published on the raft port

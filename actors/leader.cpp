@@ -321,6 +321,42 @@ void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use u
   });
 }
 
+// --- leases (control/lease.hpp) ---------------------------------------------------
+
+namespace {
+
+// Answers the heartbeats waiting for their lease after one ReadIndex round
+// that started after every one of them arrived: a lease is granted only by
+// a leader that a quorum still follows, so no newer leader was elected
+// before the heartbeat it answers was received.
+void confirm_leases(const self_ptr& self) {
+  auto& st = self->state;
+  if (st.lease_reading || st.lease_waiting.empty()) return;
+  st.lease_reading = true;
+  auto batch = std::make_shared<std::vector<lease_promise>>(std::move(st.lease_waiting));
+  st.lease_waiting.clear();
+  self->request(st.log, std::chrono::seconds(5), read_atom::value)
+      .then(
+          [self, batch](uint64_t) {
+            auto& st = self->state;
+            for (auto& rp : *batch) rp.deliver(st.options.term, st.options.node_lease.count());
+            st.lease_reading = false;
+            confirm_leases(self);
+          },
+          [self, batch](caf::error& e) {
+            for (auto& rp : *batch) rp.deliver(e);
+            self->state.lease_reading = false;
+            confirm_leases(self);
+          });
+}
+
+}  // namespace
+
+void grant_lease(const self_ptr& self, lease_promise rp) {
+  self->state.lease_waiting.push_back(std::move(rp));
+  confirm_leases(self);
+}
+
 }  // namespace berth::leader_flows
 
 namespace berth {
@@ -653,17 +689,26 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
         leader_tick(self);
         self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
       },
-      [self](node_atom, const std::string& node_id, const std::string& secret, node_actor node) {
+      [self](node_atom, const std::string& node_id, const std::string& secret,
+             node_actor node) -> caf::result<uint64_t, int64_t> {
+        auto rp = self->make_response_promise<uint64_t, int64_t>();
         if (!self->state.options.acl) {
           heartbeat(self, node_id, std::move(node));
-          return;
+          grant_lease(self, rp);
+          return rp;
         }
         // ACLs: only the client bound to this node id serves it; another
         // is ignored, so no CSI call and no volume secret goes to it.
         with_node_identity(self, node_id, secret,
-                           [self, node_id, node](std::optional<failure> f) mutable {
-                             if (!f) heartbeat(self, node_id, std::move(node));
+                           [self, node_id, node, rp](std::optional<failure> f) mutable {
+                             if (f) {
+                               rp.deliver(to_error(*f));
+                               return;
+                             }
+                             heartbeat(self, node_id, std::move(node));
+                             grant_lease(self, rp);
                            });
+        return rp;
       },
   };
 }

@@ -25,8 +25,16 @@ namespace berth {
 
 struct leader_options {
   // A node whose client sent no heartbeat for this long is marked down and
-  // its allocs lost.
-  std::chrono::milliseconds node_down_timeout{20000};
+  // its allocs lost (its claims released without it): longer than the
+  // lease by the margin (control/lease.hpp).
+  std::chrono::milliseconds node_down_timeout{45000};
+  // The lease granted with each confirmed heartbeat (berthd --node-lease):
+  // a client that cannot renew it for this long fences itself.
+  std::chrono::milliseconds node_lease{15000};
+  // berthd --keep-down-writers: a down node's claims that write a
+  // single-writer volume are never released without the node (only when
+  // it comes back, or by berth volume detach).
+  bool keep_down_writers = false;
   // How long alloc stop and a failed alloc run wait for the alloc's claims
   // to be released before answering (the watcher goes on after that).
   std::chrono::milliseconds release_wait{30000};
@@ -78,6 +86,10 @@ struct leader_state {
   std::map<std::string, plugin_actor> plugin_actors;
   std::map<std::string, node_actor> node_actors;  // nodes with a connected berth client
   std::map<std::string, int64_t> last_seen;       // node -> steady ms of its last heartbeat
+  // Heartbeats waiting for their lease, and whether a ReadIndex round that
+  // confirms this leader is under way (leader_flows::grant_lease).
+  std::vector<caf::typed_response_promise<uint64_t, int64_t>> lease_waiting;
+  bool lease_reading = false;
   std::map<std::string, size_t> controller_turn;  // round-robin per plugin
   // Volumes being claimed, per node and plugin: counted against the
   // plugin's max volumes per node together with the claimed ones.

@@ -21,6 +21,7 @@ namespace berth::leader_flows {
 
 using self_ptr = leader_actor::stateful_pointer<leader_state>;
 using response_promise = caf::typed_response_promise<pb<v1::Response>>;
+using lease_promise = caf::typed_response_promise<uint64_t, int64_t>;
 using then_fn = std::function<void(std::optional<failure>)>;
 using build_fn = std::function<std::variant<failure, std::vector<v1::Change>>(const catalog&)>;
 
@@ -198,6 +199,12 @@ void drive_expansion(const self_ptr& self, const volume_key& key,
 // On the tick: resumes every expansion in progress (the catalog's
 // `expanding`) that is not being driven, failed ones after their backoff.
 void drive_expansions(const self_ptr& self);
+
+// --- leader.cpp: leases -----------------------------------------------------------
+// Answers a heartbeat with this leader's term and the node's lease once a
+// ReadIndex round that started after it arrived confirmed the leadership
+// (batched: one round for every heartbeat waiting); an error otherwise.
+void grant_lease(const self_ptr& self, lease_promise rp);
 
 // --- leader_nodes.cpp -------------------------------------------------------------
 void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp);

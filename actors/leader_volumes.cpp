@@ -485,7 +485,8 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
   if (const auto* c = find_claim(*vol, r.alloc_id())) {
     target = node_of(self, c->node_id());
     r.set_node_detached(
-        release_without_node(st.cat, *c, static_cast<bool>(target), r.operator_detach()));
+        release_without_node(st.cat, *c, static_cast<bool>(target), r.operator_detach(),
+                             st.options.keep_down_writers));
     if (r.node_detached()) target = node_actor{};  // a forced drain: not through the node
   }
   const auto plugin_id = vol->plugin_id();

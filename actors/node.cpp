@@ -73,17 +73,50 @@ void deliver_result(result_promise& rp, csi_outcome& out) {
 // raises the fence to the newest term the server knows a leader in: a
 // deposed leader is then refused even before the new one calls here.  An
 // older term (a server behind the others) changes nothing.
+//
+// The answer also carries the lease (control/lease.hpp), counted from when
+// this heartbeat was sent; none when no leader confirmed it.  After two
+// heartbeats in a row without a lease, a client drops its server and tries
+// the next one (that server may be cut off from the leader).
 void heartbeat(self_ptr self) {
   auto& st = self->state;
   if (!st.api) return;
-  self->request(st.api, std::chrono::seconds(30), node_atom::value, st.config.node_id,
+  auto sent = steady_ms();
+  auto timeout = st.lease.length_ms > 0 ? std::max<int64_t>(st.lease.length_ms / 2, 500) : 10000;
+  auto missed = [self] {
+    auto& st = self->state;
+    if (++st.missed_heartbeats < 2 || st.config.servers.empty() || !st.api) return;
+    logging::warn("node", "no lease through this server; trying the next",
+                  {{"node", st.config.node_id}});
+    self->demonitor(st.api.address());
+    st.api = nullptr;
+    st.missed_heartbeats = 0;
+  };
+  self->request(st.api, std::chrono::milliseconds(timeout), node_atom::value, st.config.node_id,
                 st.config.node_secret, caf::actor_cast<node_actor>(self))
       .then(
-          [self](uint64_t term) {
+          [self, sent, missed](uint64_t term, int64_t lease_ms) {
             auto& st = self->state;
             if (auto f = st.fence.heard(*st.store, term)) report_problem(st, *f);
+            if (lease_ms <= 0) {
+              missed();
+              return;
+            }
+            st.missed_heartbeats = 0;
+            st.lease = renew(st.lease, sent, lease_ms);
+            // Kept for a restart (control/lease: lease_at_start), at most
+            // once a second; an older record only ends the lease sooner.
+            auto renewed_wall = wall_ms() - (steady_ms() - sent);
+            if (renewed_wall - st.lease_recorded_wall_ms < 1000) return;
+            try {
+              st.store->set_meta("lease_ms", lease_ms);
+              st.store->set_meta("lease_renewed_wall_ms", renewed_wall);
+              st.lease_recorded_wall_ms = renewed_wall;
+            } catch (const std::exception& e) {
+              report_problem(st, store_failure(*st.store, "record its lease", e));
+            }
           },
-          [](caf::error&) {});
+          [missed](caf::error&) { missed(); });
 }
 
 // Client mode: connect to the next server of the list (asynchronously).
@@ -112,8 +145,12 @@ void report_exit(self_ptr self, const std::string& id) {
   auto& st = self->state;
   auto it = st.allocs.find(id);
   if (it == st.allocs.end() || !st.api) return;
-  self->request(st.api, std::chrono::seconds(30), api_atom::value,
-                wrap(exit_report(it->second, st.config.node_id, st.config.node_secret)))
+  auto report = exit_report(it->second, st.config.node_id, st.config.node_secret);
+  if (st.fenced.count(id))
+    report.mutable_alloc_update()->set_message(
+        "stopped by its node's fence (no lease from a leader); " +
+        report.alloc_update().message());
+  self->request(st.api, std::chrono::seconds(30), api_atom::value, wrap(std::move(report)))
       .then(
           [self, id](pb<v1::Response>& r) {
             if (!exit_report_taken(r.msg.error().code())) return;  // again on the next poll
@@ -127,22 +164,34 @@ void report_exit(self_ptr self, const std::string& id) {
 
 // The servers released a lost alloc's claims while this node was away:
 // undo what this client still has published for it, from its own records.
-void unmount_lost(self_ptr self, const std::string& alloc_id) {
+void unmount_all(self_ptr self, std::vector<unmount> list) {
   auto& st = self->state;
-  for (auto& u : unmounts_of(st.mounts, alloc_id)) {
+  for (auto& u : list) {
+    if (!st.unmounting.insert(u.key).second) continue;  // under way already
     claim_paths paths{u.record.staging_path, u.record.target_path};
     auto at = where(st.config.node_id, u.record.plugin_id);
     auto make = [r = u.record.request, paths, unstage = u.unstage, at](bool) {
       return csi_job{[=](csi::client& c) { return unpublish_claim(c, r, paths, unstage, at); },
                      call_kind::node, r.volume().external_id()};
     };
-    run(self, u.record.plugin_id, make, self->make_response_promise<pb<v1::NodeVolumeResult>>(),
-        [self, key = u.key](result_promise& rp, csi_outcome&) {
-          auto& st = self->state;
-          if (auto f = forget_mount(*st.store, st.mounts, key)) report_problem(st, *f);
-          rp.deliver(wrap(v1::NodeVolumeResult{}));
-        });
+    // Either way the key is free again: a failed unmount is asked again
+    // by whoever needs it (the fence on its next check, the leader).
+    auto done = [self, key = u.key](csi_outcome& out) {
+      auto& st = self->state;
+      st.unmounting.erase(key);
+      if (out.error) {
+        report_problem(st, *out.error);
+        return;
+      }
+      if (auto f = forget_mount(*st.store, st.mounts, key)) report_problem(st, *f);
+    };
+    auto fail = [self, key = u.key](caf::error) { self->state.unmounting.erase(key); };
+    if (run_csi(self, u.record.plugin_id, std::move(make), done, fail)) start_polling(self);
   }
+}
+
+void unmount_lost(self_ptr self, const std::string& alloc_id) {
+  unmount_all(self, unmounts_of(self->state.mounts, alloc_id));
 }
 
 // Answers the stops whose command exited; SIGKILLs those past their grace.
@@ -171,19 +220,123 @@ void finish_stops(self_ptr self, int64_t now) {
   }
 }
 
+// --- the self-fence (control/lease.hpp) -----------------------------------------
+
+// The fence's publications: what plan_fence decides on.
+std::vector<publication_fact> publication_facts(const mount_table& mounts) {
+  std::vector<publication_fact> out;
+  for (const auto& [key, m] : mounts)
+    out.push_back({m.alloc_id, m.request.access_mode(), m.request.read_only()});
+  return out;
+}
+
+// Stops an alloc on this node's own account (recorded first, so a restart
+// finishes it): SIGTERM now, SIGKILL after the kill timeout (in poll).
+void fence_alloc(self_ptr self, const std::string& id) {
+  auto& st = self->state;
+  if (!st.fenced.count(id)) {
+    auto at = wall_ms();
+    try {
+      st.store->put_fenced(id, at);
+    } catch (const std::exception& e) {
+      // Stopped all the same: writing on without a lease is the worse harm.
+      report_problem(st, store_failure(*st.store, "record the fence of alloc '" + id + "'", e));
+    }
+    st.fenced[id] = at;
+    logging::warn("node", "lease ran out: stopping alloc that writes a single-writer volume",
+                  {{"node", st.config.node_id}, {"alloc", id}});
+  }
+  if (!st.fence_kill_at.count(id)) {
+    signal_alloc(st.allocs, id, false);
+    st.fence_kill_at[id] = steady_ms() + st.config.kill_timeout.count();
+  }
+}
+
+// The lease ran out: stop every alloc that writes a single-writer volume
+// here and unmount what they and command-less claims publish for writing.
+// Checked again on every lease tick while the lease stays out, so a
+// failed unmount is retried.
+void fence(self_ptr self) {
+  auto& st = self->state;
+  std::set<std::string> running;
+  for (const auto& [id, a] : st.allocs)
+    if (command_running(a)) running.insert(id);
+  auto plan = plan_fence(publication_facts(st.mounts), running);
+  if (plan.empty()) return;
+  for (const auto& id : plan.stop) fence_alloc(self, id);
+  auto now = unmounts_where(st.mounts, [&](const mount_record& m) {
+    return plan.unmount.count(m.alloc_id) &&
+           fenced_publication(m.request.access_mode(), m.request.read_only());
+  });
+  for (const auto& u : now)
+    if (!st.unmounting.count(u.key))
+      logging::warn("node",
+                    "lease ran out: unmounting a single-writer volume claimed without a command "
+                    "(release the claim with berth volume release once the node is back)",
+                    {{"node", st.config.node_id},
+                     {"alloc", u.record.alloc_id},
+                     {"volume", u.record.volume_id}});
+  unmount_all(self, std::move(now));
+  start_polling(self);
+}
+
+// The fenced allocs' progress on each poll: SIGKILL past the grace; once
+// the command exited, unmount all of the alloc's publications; once those
+// are gone and its exit was reported (the alloc forgotten), the fence of
+// it is done and forgotten.
+void drive_fence(self_ptr self, int64_t now) {
+  auto& st = self->state;
+  for (auto it = st.fenced.begin(); it != st.fenced.end();) {
+    const auto& id = it->first;
+    auto a = st.allocs.find(id);
+    bool running = a != st.allocs.end() && command_running(a->second);
+    if (running) {
+      auto& kill_at = st.fence_kill_at[id];
+      if (kill_at == 0) kill_at = now + st.config.kill_timeout.count();  // after a restart
+      if (kill_at <= now) {
+        signal_alloc(st.allocs, id, true);
+        kill_at = now + 1000;
+      }
+      ++it;
+      continue;
+    }
+    if (has_mounts(st.mounts, id)) {
+      unmount_lost(self, id);
+      ++it;
+      continue;
+    }
+    if (a != st.allocs.end()) {  // its exit not reported yet
+      ++it;
+      continue;
+    }
+    try {
+      st.store->delete_fenced(id);
+    } catch (const std::exception& e) {
+      report_problem(st, store_failure(*st.store, "forget the fence of alloc '" + id + "'", e));
+      ++it;
+      continue;
+    }
+    logging::info("node", "fence of alloc done: stopped, unmounted, exit reported",
+                  {{"node", st.config.node_id}, {"alloc", id}});
+    st.fence_kill_at.erase(id);
+    it = st.fenced.erase(it);
+  }
+}
+
 // Polls alloc commands (exits, stops) and calls waiting for a plugin.
 void poll(self_ptr self) {
   auto& st = self->state;
   auto now = steady_ms();
   if (auto f = collect_exits(*st.store, st.allocs)) report_problem(st, *f);
   finish_stops(self, now);
+  drive_fence(self, now);
   for (auto& [id, a] : st.allocs)
     if (a.exited) report_exit(self, id);
   expire_waiting(self, now);
 }
 
 bool polling_needed(const node_state& st) {
-  return needs_polling(st.allocs, !st.stops.empty(), !st.waiting.empty());
+  return needs_polling(st.allocs, !st.stops.empty() || !st.fenced.empty(), !st.waiting.empty());
 }
 
 void start_polling(self_ptr self) {
@@ -277,6 +430,16 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
   if (!loaded) loaded = load_allocs(*st.store, st.allocs);
   st.fence = leader_fence(st.config.node_id);
   if (!loaded) loaded = st.fence.load(*st.store, st.config.forget_leader_term);
+  if (!loaded) {
+    // The fence a restart finishes, and what is left of the lease.
+    try {
+      st.fenced = st.store->fenced();
+      st.lease = lease_at_start(st.store->meta("lease_ms"), st.store->meta("lease_renewed_wall_ms"),
+                                wall_ms(), steady_ms());
+    } catch (const std::exception& e) {
+      loaded = store_failure(*st.store, "read its lease and fence", e);
+    }
+  }
   if (loaded) {
     report_problem(st, *loaded);
     self->quit(to_error(*loaded));
@@ -286,6 +449,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
     });
     connect_plugins(self);
     self->send(self, tick_atom::value);
+    self->send(self, lease_atom::value);
     if (st.config.volume_stats_interval.count() >= 0)
       self->delayed_send(self, st.config.volume_stats_interval, stats_atom::value);
     if (polling_needed(st)) start_polling(self);
@@ -297,6 +461,12 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         auto& st = self->state;
         const auto& r = req.msg;
         if (auto f = st.fence.admit(*st.store, r.leader_term())) return to_error(*f);
+        if (expired(st.lease, steady_ms()) && fenced_publication(r.access_mode(), r.read_only()))
+          return make_error(errc::unavailable,
+                            "node '" + st.config.node_id + "'" +
+                                " has no lease from a leader (its heartbeats are not confirmed) "
+                                "and publishes no single-writer volume for writing until it has "
+                                "one; retry once the node reaches the servers");
         auto paths = paths_of(st.config.csi_root, r);
         std::error_code ec;
         if (published_already(st.mounts, r, paths, std::filesystem::exists(paths.target, ec))) {
@@ -517,9 +687,16 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         auto& st = self->state;
         st.stats->mailbox("node", self->mailbox().size());
         connect_server(self);
-        heartbeat(self);
         fingerprint(self);
         self->delayed_send(self, st.config.fingerprint_interval, tick_atom::value);
+      },
+      [self](lease_atom) {
+        auto& st = self->state;
+        connect_server(self);
+        heartbeat(self);
+        if (expired(st.lease, steady_ms())) fence(self);
+        auto period = heartbeat_period_ms(st.lease.length_ms, st.config.fingerprint_interval.count());
+        self->delayed_send(self, std::chrono::milliseconds(period), lease_atom::value);
       },
       [self](monitor_atom, pb<v1::MonitorRequest>& req) -> caf::result<pb<v1::MonitorResult>> {
         auto lm = log_monitor_of(self->system());

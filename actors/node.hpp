@@ -22,6 +22,7 @@
 #include "actors/node_csi.hpp"
 #include "actors/node_fence.hpp"
 #include "actors/node_mounts.hpp"
+#include "control/lease.hpp"
 #include "persistence/client_store.hpp"
 
 namespace berth {
@@ -78,6 +79,17 @@ struct node_state {
   // The newest leader term CSI requests or heartbeat answers came from
   // (also in client.db): requests of an older leader are refused.
   leader_fence fence;
+  // The lease a leader granted with the last confirmed heartbeat
+  // (control/lease.hpp): when it runs out, this node fences itself.
+  berth::lease lease;
+  int64_t lease_recorded_wall_ms = 0;  // last renewal written to client.db
+  int missed_heartbeats = 0;           // in a row: another server is tried after 2
+  // The self-fence: allocs this node stops on its own (also in client.db,
+  // so a restart finishes it), with when to SIGKILL (steady ms), and the
+  // publications being unmounted.
+  std::map<std::string, int64_t> fenced;
+  std::map<std::string, int64_t> fence_kill_at;
+  std::set<mount_key> unmounting;
   // The last client.db problem printed (printed once, not every poll).
   std::string last_problem;
   static inline const char* name = "node";

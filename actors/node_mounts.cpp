@@ -1,5 +1,7 @@
 #include "actors/node_mounts.hpp"
 
+#include <set>
+
 #include <exception>
 #include <filesystem>
 
@@ -73,13 +75,27 @@ bool has_mounts(const mount_table& mounts, const std::string& alloc_id) {
   return false;
 }
 
-std::vector<unmount> unmounts_of(const mount_table& mounts, const std::string& alloc_id) {
+std::vector<unmount> unmounts_where(const mount_table& mounts,
+                                    const std::function<bool(const mount_record&)>& pick) {
   std::vector<unmount> out;
-  for (const auto& [k, m] : mounts) {
-    if (std::get<0>(k) != alloc_id) continue;
-    out.push_back({k, m, !m.staging_path.empty() && !staging_in_use(mounts, m.staging_path, k)});
+  for (const auto& [k, m] : mounts)
+    if (pick(m)) out.push_back({k, m, false});
+  // The last of the picked on a staging path unstages it, when no
+  // publication left out uses it (the calls of one volume run in order).
+  std::set<std::string> seen;
+  for (auto it = out.rbegin(); it != out.rend(); ++it) {
+    const auto& staging = it->record.staging_path;
+    if (staging.empty() || !seen.insert(staging).second) continue;
+    bool kept = false;
+    for (const auto& [k, m] : mounts)
+      if (m.staging_path == staging && !pick(m)) kept = true;
+    it->unstage = !kept;
   }
   return out;
+}
+
+std::vector<unmount> unmounts_of(const mount_table& mounts, const std::string& alloc_id) {
+  return unmounts_where(mounts, [&](const mount_record& m) { return m.alloc_id == alloc_id; });
 }
 
 std::optional<failure> load_mounts(client_store& store, mount_table& mounts) {

@@ -11,6 +11,8 @@
 //   <csi_root>/<plugin>/per-alloc/<alloc>/<namespace>/<volume>/<mode>
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <exception>
 #include <map>
@@ -69,6 +71,11 @@ struct unmount {
   bool unstage = false;  // no other publication uses its staging
 };
 std::vector<unmount> unmounts_of(const mount_table& mounts, const std::string& alloc_id);
+
+// The publications `pick` selects, to undo together: the last of them on a
+// staging path unstages it unless a publication not picked still uses it.
+std::vector<unmount> unmounts_where(const mount_table& mounts,
+                                    const std::function<bool(const mount_record&)>& pick);
 
 // --- client.db -------------------------------------------------------------
 

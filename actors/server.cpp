@@ -408,8 +408,9 @@ void start_leader(self_ptr self, catalog contents) {
   st.leader =
       self->spawn<caf::linked>(leader, st.log, std::move(contents), st.stats, options);
   st.remote = nullptr;
+  // (anon: the reply, a lease, is for the client, not for this server.)
   for (const auto& [id, node] : st.nodes)
-    self->send(st.leader, node_atom::value, id, st.node_secrets[id], node);
+    caf::anon_send(st.leader, node_atom::value, id, st.node_secrets[id], node);
 }
 
 // operator snapshot save: a consistent copy of the state, as of a
@@ -520,20 +521,37 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
         return rp;
       },
       [self](node_atom, const std::string& id, const std::string& secret,
-             node_actor node) -> uint64_t {
+             node_actor node) -> caf::result<uint64_t, int64_t> {
         auto& st = self->state;
         st.nodes[id] = node;
         st.node_secrets[id] = secret;
-        if (st.leader)
-          self->send(st.leader, node_atom::value, id, secret, node);
-        else if (st.remote)
-          caf::anon_send(st.remote, node_atom::value, id, secret, node);
-        else
+        if (!st.leader && !st.remote) {
           // After a leader change nothing may be forwarded through this
           // server for a while: connect now (it tells the new leader every
-          // client here), or the leader would mark these nodes down.
+          // client here), or the leader would mark these nodes down.  No
+          // lease meanwhile: the client renews through a leader only.
           connect_leader(self);
-        return st.leader_term;
+          return caf::result<uint64_t, int64_t>(st.leader_term, int64_t{0});
+        }
+        // The leader answers with its term and the lease once it confirmed
+        // that it still leads; the client gets the newest term this server
+        // knows either way, and a lease only from a leader that is not
+        // older than that term.
+        auto rp = self->make_response_promise<uint64_t, int64_t>();
+        auto relay = [self, rp](uint64_t term, int64_t lease_ms) mutable {
+          auto known = self->state.leader_term;
+          rp.deliver(std::max(term, known), term >= known ? lease_ms : int64_t{0});
+        };
+        auto none = [self, rp](caf::error&) mutable {
+          rp.deliver(self->state.leader_term, int64_t{0});
+        };
+        if (st.leader)
+          self->request(st.leader, std::chrono::seconds(10), node_atom::value, id, secret, node)
+              .then(relay, none);
+        else
+          self->request(st.remote, std::chrono::seconds(10), node_atom::value, id, secret, node)
+              .then(relay, none);
+        return rp;
       },
       [self](leading_atom, catalog& contents, uint64_t term) {
         // (Again after an operator restore: the leader starts over from

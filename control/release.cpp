@@ -1,5 +1,6 @@
 #include "control/release.hpp"
 
+#include "control/lease.hpp"
 #include "messages/model.hpp"
 
 namespace berth {
@@ -31,12 +32,16 @@ release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
 }
 
 bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
-                          bool operator_detach) {
+                          bool operator_detach, bool keep_down_writers) {
   const auto* n = find_node(c, claim.node_id());
   // A drain past its deadline releases what is left without the node.
   if (n != nullptr && n->has_drain() && n->drain().forced()) return true;
   if (connected) return false;
-  return n == nullptr || !n->has_client() || n->status() == v1::NODE_DOWN || operator_detach;
+  if (operator_detach) return true;
+  if (n == nullptr || !n->has_client()) return true;
+  if (n->status() != v1::NODE_DOWN) return false;
+  return !(keep_down_writers && claim.mode() == v1::CLAIM_WRITE &&
+           fenced_publication(claim.access_mode(), false));
 }
 
 detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string& node_id) {
@@ -64,8 +69,13 @@ v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
   r.set_read_only(c.mode() == v1::CLAIM_READ);
   r.set_access_mode(c.access_mode());
   r.set_attachment_mode(c.attachment_mode());
+  // The CSI node id the claim was published to (its node's plugin
+  // instance may be gone: the node is down), else the instance's now.
   const auto* inst = node_instance(plugin, c.node_id());
-  r.set_csi_node_id(inst && !inst->csi_node_id().empty() ? inst->csi_node_id() : c.node_id());
+  if (!c.csi_node_id().empty())
+    r.set_csi_node_id(c.csi_node_id());
+  else
+    r.set_csi_node_id(inst && !inst->csi_node_id().empty() ? inst->csi_node_id() : c.node_id());
   return r;
 }
 

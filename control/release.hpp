@@ -46,9 +46,12 @@ release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
 // Whether a claim's release goes on without its node: the node's drain
 // passed its deadline; or, unless its client is connected, the node is
 // down, unknown or has no berth client (nothing was published there), or
-// the operator detaches it.
+// the operator detaches it.  With `keep_down_writers` (berthd
+// --keep-down-writers), a down node's claim that writes a single-writer
+// volume waits for the node or the operator's detach instead: its client
+// may be frozen and unable to fence itself (control/lease.hpp).
 bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
-                          bool operator_detach);
+                          bool operator_detach, bool keep_down_writers = false);
 
 // volume detach VOLUME NODE: the claims on that node to release (of allocs
 // that are terminal or vanished, claims already in release, or any claim

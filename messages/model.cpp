@@ -529,6 +529,7 @@ std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::
   c->set_attachment_mode(cap->attachment_mode());
   c->set_claimed_at_ms(req.now_ms);
   c->set_controller_required(plugin->controller_required());
+  c->set_csi_node_id(inst->csi_node_id());
   return std::nullopt;
 }
 

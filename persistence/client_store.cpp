@@ -16,7 +16,8 @@ const char* schema =
     "CREATE TABLE IF NOT EXISTS allocs(id TEXT PRIMARY KEY, alloc BLOB NOT NULL,"
     " pid INTEGER NOT NULL, exit_file TEXT NOT NULL, exited INTEGER NOT NULL,"
     " exit_code INTEGER NOT NULL);"
-    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);";
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS fenced(alloc_id TEXT PRIMARY KEY, at_ms INTEGER NOT NULL);";
 
 }  // namespace
 
@@ -117,6 +118,37 @@ void client_store::set_leader_term(uint64_t term) {
   db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('leader_term', ?)")
       .bind(1, static_cast<int64_t>(term))
       .run();
+}
+
+int64_t client_store::meta(const std::string& key) {
+  auto q = db_->prepare("SELECT value FROM meta WHERE key=?");
+  q.bind(1, key);
+  return q.step() ? q.column_int(0) : 0;
+}
+
+void client_store::set_meta(const std::string& key, int64_t value) {
+  db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)")
+      .bind(1, key)
+      .bind(2, value)
+      .run();
+}
+
+void client_store::put_fenced(const std::string& alloc_id, int64_t at_ms) {
+  db_->prepare("INSERT OR IGNORE INTO fenced(alloc_id, at_ms) VALUES(?, ?)")
+      .bind(1, alloc_id)
+      .bind(2, at_ms)
+      .run();
+}
+
+void client_store::delete_fenced(const std::string& alloc_id) {
+  db_->prepare("DELETE FROM fenced WHERE alloc_id=?").bind(1, alloc_id).run();
+}
+
+std::map<std::string, int64_t> client_store::fenced() {
+  std::map<std::string, int64_t> out;
+  auto q = db_->prepare("SELECT alloc_id, at_ms FROM fenced");
+  while (q.step()) out.emplace(q.column_text(0), q.column_int(1));
+  return out;
 }
 
 }  // namespace berth

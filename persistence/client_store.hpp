@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,18 @@ class client_store {
   // none yet): kept across restarts, so the fence holds after one.
   uint64_t leader_term();
   void set_leader_term(uint64_t term);
+
+  // Small integers kept across restarts (the lease: control/lease.hpp);
+  // 0 when never set.
+  int64_t meta(const std::string& key);
+  void set_meta(const std::string& key, int64_t value);
+
+  // Allocs this client stops on its own because its lease ran out (the
+  // self-fence): kept until each is stopped, unmounted and its exit
+  // reported, so a restart finishes the fence.  `at_ms`: wall clock.
+  void put_fenced(const std::string& alloc_id, int64_t at_ms);
+  void delete_fenced(const std::string& alloc_id);
+  std::map<std::string, int64_t> fenced();
 
   const std::string& path() const { return path_; }
 

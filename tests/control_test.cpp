@@ -831,6 +831,38 @@ TEST_CASE("release_without_node_when_down_unknown_clientless_or_detached") {
   }
 }
 
+TEST_CASE("keep_down_writers_holds_a_down_nodes_single_writer_claims_until_node_or_detach") {
+  catalog c;
+  commit(c, {upsert_change(make_node("down", v1::NODE_DOWN)),
+             upsert_change(make_node("bare", v1::NODE_READY, false))});
+  v1::Claim claim;
+  claim.set_node_id("down");
+  struct row {
+    v1::ClaimMode mode;
+    v1::AccessMode access;
+    bool detach, keep, expect;
+  };
+  for (auto r : std::vector<row>{
+           {v1::CLAIM_WRITE, v1::SINGLE_NODE_WRITER, false, true, false},
+           {v1::CLAIM_WRITE, v1::MULTI_NODE_SINGLE_WRITER, false, true, false},
+           {v1::CLAIM_WRITE, v1::SINGLE_NODE_WRITER, true, true, true},    // the operator's detach
+           {v1::CLAIM_WRITE, v1::SINGLE_NODE_WRITER, false, false, true},  // default: released
+           {v1::CLAIM_WRITE, v1::MULTI_NODE_MULTI_WRITER, false, true, true},
+           {v1::CLAIM_READ, v1::MULTI_NODE_SINGLE_WRITER, false, true, true},  // readers go
+       }) {
+    claim.set_mode(r.mode);
+    claim.set_access_mode(r.access);
+    CAPTURE(r.access);
+    CAPTURE(r.mode);
+    CHECK(release_without_node(c, claim, false, r.detach, r.keep) == r.expect);
+  }
+  // A node without a client had nothing published: released whatever the option.
+  claim.set_node_id("bare");
+  claim.set_mode(v1::CLAIM_WRITE);
+  claim.set_access_mode(v1::SINGLE_NODE_WRITER);
+  CHECK(release_without_node(c, claim, false, false, true));
+}
+
 TEST_CASE("detach_releases_claims_of_ended_allocs_and_keeps_running_ones") {
   catalog c;
   auto v = make_volume("db");
@@ -912,6 +944,25 @@ TEST_CASE("publish_plan_attaches_read_only_exactly_when_no_writer_is_allowed") {
   CHECK_FALSE(plan_publish(v, *c, p, {}).controller_publish);
   c->set_node_id("n9");  // no instance there: the node id is the CSI node id
   CHECK(plan_publish(v, *c, p, {}).publish.csi_node_id() == "n9");
+}
+
+TEST_CASE("a_down_nodes_claim_is_controller_unpublished_from_the_csi_node_it_was_published_to") {
+  // Found with integration.partition: a down node's plugin instance is gone,
+  // and ControllerUnpublishVolume went to the berth node id instead of the
+  // plugin's, so the plugin kept the volume attached to the old node and
+  // refused it everywhere else.
+  auto v = make_volume("db");
+  auto* c = add_claim(v, "a", "n1");
+  c->set_csi_node_id("csi-n1");
+  auto p = controller_plugin({{"n1", true}});
+  p.clear_nodes();  // the node went down: its instance removed
+  CHECK(node_request(v, *c, p).csi_node_id() == "csi-n1");
+  // The instance's id when the claim recorded none (a claim from before).
+  c->clear_csi_node_id();
+  auto* inst = p.add_nodes();
+  inst->set_node_id("n1");
+  inst->set_csi_node_id("csi-n1-now");
+  CHECK(node_request(v, *c, p).csi_node_id() == "csi-n1-now");
 }
 
 TEST_CASE("a_node_request_carries_the_secrets_only_for_a_call_that_sends_them") {

@@ -272,6 +272,14 @@ TEST_SUITE("claims") {
     }
   }
 
+  TEST_CASE("a_claim_records_the_plugins_csi_node_id_on_its_node") {
+    auto p = monolith_on({"n1"});
+    p.mutable_nodes(0)->set_csi_node_id("csi-n1");
+    auto v = volume(v1::SINGLE_NODE_WRITER);
+    REQUIRE_FALSE(claim(v, req("a1", "n1", true), &p));
+    CHECK(find_claim(v, "a1")->csi_node_id() == "csi-n1");
+  }
+
   TEST_CASE("release_keeps_the_mode_and_holds_the_writer_slot_until_freed") {
     auto p = monolith_on({"n1", "n2"});
     auto v = volume(v1::MULTI_NODE_SINGLE_WRITER);

@@ -43,7 +43,10 @@ struct agent_options {
   bool forget_leader_term = false;        // after the servers were rebuilt as a new cluster
   double csi_timeout = 30;                // seconds per CSI call
   std::string hostpath_bin;               // --dev: the plugin to start
-  double node_down_timeout = 20;          // servers: seconds without heartbeat
+  double node_down_timeout = 45;          // servers: seconds without heartbeat
+  double node_lease = 0;                  // servers: seconds; 0: a third of the above
+  int64_t node_lease_ms = 15000;          // as resolved
+  bool keep_down_writers = false;
   std::string alloc_gc_threshold = "5m";  // servers: as given; parsed into alloc_gc_ms
   std::string node_gc_threshold = "24h";
   int64_t alloc_gc_ms = 5 * 60 * 1000;  // < 0: never

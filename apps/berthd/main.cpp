@@ -13,6 +13,7 @@
 #include <caf/io/middleman.hpp>
 
 #include "actors/actors.hpp"
+#include "control/lease.hpp"
 #include "apps/berthd/agent.hpp"
 #include "log/log.hpp"
 #include "messages/codec.hpp"
@@ -101,9 +102,20 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{100}, size_t{10'000'000}));
   server->add_option("--node-down-timeout", opts.node_down_timeout,
                      "Seconds without a heartbeat from a node's client before the node is "
-                     "marked down and its allocs lost (their claims are then released)")
+                     "marked down and its allocs lost (their claims are then released without "
+                     "it); must exceed --node-lease by the time a client needs to fence "
+                     "itself (docs/user-guide.md, Leases)")
       ->capture_default_str()
       ->check(CLI::Range(0.5, 86400.0));
+  server->add_option("--node-lease", opts.node_lease,
+                     "Seconds a client may go on writing single-writer volumes after its last "
+                     "heartbeat a leader confirmed; past it the client stops those allocs and "
+                     "unmounts the volumes (default: a third of --node-down-timeout)")
+      ->check(CLI::Range(0.1, 86400.0));
+  server->add_flag("--keep-down-writers", opts.keep_down_writers,
+                   "Never release a down node's claims that write a single-writer volume "
+                   "without the node: they wait until it comes back or `berth volume detach` "
+                   "(for clients whose agent may freeze and so cannot fence itself)");
   server->add_option("--alloc-gc-threshold", opts.alloc_gc_threshold,
                      "How long a terminal alloc (complete, failed, lost) that holds no claim "
                      "stays in the state before it is collected (e.g. 5m, 1h; 'never'); "
@@ -255,6 +267,15 @@ int main(int argc, char** argv) {
       std::cerr << "berthd: " << f->message << "\n";
       return 2;
     }
+  {
+    auto down_ms = static_cast<int64_t>(opts.node_down_timeout * 1000);
+    opts.node_lease_ms = opts.node_lease > 0 ? static_cast<int64_t>(opts.node_lease * 1000)
+                                             : berth::default_lease_ms(down_ms);
+    if (auto f = berth::check_lease(opts.node_lease_ms, down_ms)) {
+      std::cerr << "berthd: " << f->message << "\n";
+      return 2;
+    }
+  }
   if (opts.data_dir.empty()) opts.data_dir = opts.dev ? "/tmp/berth-dev" : "/var/lib/berth";
 
   // Block the stop signals in every thread; the main thread waits for them.

@@ -899,6 +899,7 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
       },
       [](tick_atom) {},
       [](run_atom) {},
+      [](lease_atom) {},
       [](monitor_atom, pb<v1::MonitorRequest>&) -> pb<v1::MonitorResult> { return {}; },
       [self, w, id, inc](flush_atom) {
         if (w->cluster.at(id).incarnation == inc) process_call(self, w, id);

@@ -1,0 +1,79 @@
+#include "control/lease.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace berth {
+
+lease renew(const lease& l, int64_t sent_ms, int64_t length_ms) {
+  if (length_ms <= 0) return l;
+  lease out = l;
+  out.length_ms = length_ms;
+  out.until_ms = std::max(l.until_ms, sent_ms + length_ms);
+  return out;
+}
+
+bool expired(const lease& l, int64_t now_ms) {
+  return l.length_ms > 0 && now_ms >= l.until_ms;
+}
+
+lease lease_at_start(int64_t length_ms, int64_t renewed_wall_ms, int64_t wall_now_ms,
+                     int64_t steady_now_ms) {
+  if (length_ms <= 0 || renewed_wall_ms <= 0) return {};
+  int64_t left = renewed_wall_ms + length_ms - wall_now_ms;
+  left = std::clamp<int64_t>(left, 0, length_ms);
+  return {length_ms, steady_now_ms + left};
+}
+
+int64_t heartbeat_period_ms(int64_t length_ms, int64_t interval_ms) {
+  if (length_ms <= 0) return interval_ms;
+  return std::max<int64_t>(100, std::min(interval_ms, length_ms / 4));
+}
+
+bool fenced_publication(v1::AccessMode mode, bool read_only) {
+  if (read_only) return false;
+  return mode == v1::SINGLE_NODE_WRITER || mode == v1::MULTI_NODE_SINGLE_WRITER;
+}
+
+fence_plan plan_fence(const std::vector<publication_fact>& publications,
+                      const std::set<std::string>& running_allocs) {
+  fence_plan plan;
+  for (const auto& p : publications) {
+    if (!fenced_publication(p.mode, p.read_only)) continue;
+    if (running_allocs.count(p.alloc_id))
+      plan.stop.insert(p.alloc_id);
+    else
+      plan.unmount.insert(p.alloc_id);
+  }
+  return plan;
+}
+
+namespace {
+
+std::string seconds(int64_t ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(ms) / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+int64_t default_lease_ms(int64_t node_down_ms) { return node_down_ms / 3; }
+
+std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms) {
+  if (lease_ms <= 0)
+    return failure{errc::invalid, "--node-lease must be more than 0 s; give it in seconds, e.g. "
+                                  "--node-lease 15"};
+  // The margin: at least 1 s (half the timeout when that is shorter, for
+  // the short timeouts of tests).
+  if (node_down_ms - lease_ms < std::min<int64_t>(1000, node_down_ms / 2))
+    return failure{errc::invalid,
+                   "--node-lease (" + seconds(lease_ms) +
+                       ") must be at least 1 s shorter than --node-down-timeout (" +
+                       seconds(node_down_ms) +
+                       "): a client must fence itself before the servers release its claims; "
+                       "lower --node-lease or raise --node-down-timeout"};
+  return std::nullopt;
+}
+
+}  // namespace berth

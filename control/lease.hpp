@@ -1,0 +1,100 @@
+// Leases: how long a client may keep writing a volume that only one node
+// may write, once it cannot reach a leader, and when the servers may hand
+// such a volume to another node without the client.  Pure functions of
+// plain values and clock readings the callers pass in (the client's node
+// actor, the leader, berthd's option check).
+//
+// The protocol.  A client's heartbeat is answered by the leader, after a
+// ReadIndex round confirmed with a quorum that it still leads, with the
+// lease length L (berthd --node-lease).  The client's lease then runs until
+// its own steady clock reads send + L, counted from when it *sent* the
+// heartbeat.  The leader counts the node's silence from when it *received*
+// that heartbeat, which is later, on its own steady clock, and releases the
+// node's claims without it only after D (--node-down-timeout) > L of
+// silence.  A new leader counts a full D from its own election, which comes
+// after any heartbeat a deposed leader confirmed (the quorums of the
+// confirmation and of the election share a server).  So the client's lease
+// ends at least D - L (the margin) before any server releases its claims.
+// When the lease ends the client fences itself: SIGTERM (SIGKILL after
+// --kill-timeout) to every alloc that writes a single-writer volume here,
+// then NodeUnpublish and NodeUnstage of its publications.  The margin must
+// cover that fence and the rate difference of two steady clocks (NTP slews
+// a clock by at most 500 ppm: 45 ms in 45 s); the default margin is 30 s.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "messages/api.pb.h"
+#include "messages/failure.hpp"
+
+namespace berth {
+
+// --- the client's side ---------------------------------------------------------
+
+// What a client knows of its lease.  length_ms 0: no lease was ever granted
+// (a client that never reached a leader has nothing to fence).
+struct lease {
+  int64_t length_ms = 0;
+  int64_t until_ms = 0;  // the client's steady clock
+};
+
+// A grant of `length_ms` answering a heartbeat sent at `sent_ms`: runs from
+// the send.  A grant never shortens a lease already held; 0 (no leader
+// confirmed it) renews nothing.
+lease renew(const lease& l, int64_t sent_ms, int64_t length_ms);
+
+// Whether the lease ran out at `now_ms`.  Never without a grant.
+bool expired(const lease& l, int64_t now_ms);
+
+// The lease a restarted client holds: the rest of the one recorded before
+// the restart (its length and the wall clock of its last renewal), at most
+// one length, none left when the wall clock says it ran out meanwhile.
+// Without a record there is no lease to fence on.
+lease lease_at_start(int64_t length_ms, int64_t renewed_wall_ms, int64_t wall_now_ms,
+                     int64_t steady_now_ms);
+
+// How often a client with lease length `length_ms` heartbeats: a quarter
+// of the lease (at least 100 ms), and no less often than `interval_ms`.
+int64_t heartbeat_period_ms(int64_t length_ms, int64_t interval_ms);
+
+// Whether a publication is one the fence undoes: writable, in an access mode
+// in which one node at most may write (single-node-writer,
+// multi-node-single-writer).  Readers are not fenced.
+bool fenced_publication(v1::AccessMode mode, bool read_only);
+
+// A publication on the client, as the fence sees it.
+struct publication_fact {
+  std::string alloc_id;
+  v1::AccessMode mode = v1::ACCESS_MODE_UNKNOWN;
+  bool read_only = false;
+};
+
+// What the fence does: the allocs whose commands it stops (then unmounts
+// every publication of theirs), and the allocs without a running command
+// whose publications it unmounts at once (a claim made with `berth volume
+// claim`: whoever writes the path is not berth's to stop).
+struct fence_plan {
+  std::set<std::string> stop;
+  std::set<std::string> unmount;
+  bool empty() const { return stop.empty() && unmount.empty(); }
+};
+fence_plan plan_fence(const std::vector<publication_fact>& publications,
+                      const std::set<std::string>& running_allocs);
+
+// --- the servers' side -----------------------------------------------------------
+
+// The lease length when --node-lease is not given: a third of the node-down
+// timeout (15 s of the default 45 s, a 30 s margin).
+int64_t default_lease_ms(int64_t node_down_ms);
+
+// The options' check: a lease shorter than the node-down timeout, leaving a
+// margin of at least 1 s (or half a node-down timeout shorter than 2 s); a
+// failure naming both options and the fix.
+std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms);
+
+}  // namespace berth

@@ -1,0 +1,132 @@
+// Leases (control/lease): a client's lease runs from the heartbeat's send
+// and never shortens; it outlives a restart only as far as the wall clock
+// allows; the fence takes exactly the writers of single-writer volumes;
+// the options leave a margin.  Property checks over random schedules: the
+// client's lease always ends before the servers would release its claims.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "control/lease.hpp"
+
+using namespace berth;
+
+TEST_CASE("lease_runs_from_the_send_and_never_shortens") {
+  lease l;
+  CHECK_FALSE(expired(l, 1'000'000));  // never granted: nothing to fence on
+  l = renew(l, 1000, 15000);
+  CHECK(l.length_ms == 15000);
+  CHECK(l.until_ms == 16000);
+  CHECK_FALSE(expired(l, 15999));
+  CHECK(expired(l, 16000));
+  // An answer to an older heartbeat arriving late does not shorten it.
+  l = renew(l, 500, 15000);
+  CHECK(l.until_ms == 16000);
+  // No lease in the answer (no leader confirmed it) renews nothing.
+  CHECK(renew(l, 5000, 0).until_ms == 16000);
+  CHECK(renew(l, 5000, -1).until_ms == 16000);
+  CHECK(renew(l, 5000, 15000).until_ms == 20000);
+}
+
+TEST_CASE("lease_at_start_keeps_only_what_the_wall_clock_leaves") {
+  // Never recorded: no lease, no fence.
+  CHECK(lease_at_start(0, 0, 50'000, 7).length_ms == 0);
+  CHECK(lease_at_start(15000, 0, 50'000, 7).length_ms == 0);
+  // Renewed 4 s before the restart: 11 s left.
+  auto l = lease_at_start(15000, 46'000, 50'000, 100);
+  CHECK(l.length_ms == 15000);
+  CHECK(l.until_ms == 11'100);
+  // Ran out while the client was down: expired at once.
+  l = lease_at_start(15000, 10'000, 50'000, 100);
+  CHECK(expired(l, 100));
+  // A wall clock set back never yields more than one lease.
+  l = lease_at_start(15000, 90'000, 50'000, 100);
+  CHECK(l.until_ms == 15'100);
+}
+
+TEST_CASE("heartbeat_period_is_a_quarter_lease_within_bounds") {
+  CHECK(heartbeat_period_ms(0, 5000) == 5000);
+  CHECK(heartbeat_period_ms(15000, 5000) == 3750);
+  CHECK(heartbeat_period_ms(60000, 5000) == 5000);
+  CHECK(heartbeat_period_ms(200, 5000) == 100);
+}
+
+TEST_CASE("fence_takes_the_writers_of_single_writer_volumes_only") {
+  struct row {
+    v1::AccessMode mode;
+    bool read_only;
+    bool fenced;
+  };
+  for (auto r : std::vector<row>{{v1::SINGLE_NODE_WRITER, false, true},
+                                 {v1::SINGLE_NODE_WRITER, true, false},
+                                 {v1::MULTI_NODE_SINGLE_WRITER, false, true},
+                                 {v1::MULTI_NODE_SINGLE_WRITER, true, false},
+                                 {v1::MULTI_NODE_MULTI_WRITER, false, false},
+                                 {v1::MULTI_NODE_READER_ONLY, true, false},
+                                 {v1::SINGLE_NODE_READER_ONLY, true, false},
+                                 {v1::ACCESS_MODE_UNKNOWN, false, false}}) {
+    CAPTURE(r.mode);
+    CAPTURE(r.read_only);
+    CHECK(fenced_publication(r.mode, r.read_only) == r.fenced);
+  }
+  std::vector<publication_fact> pubs{
+      {"web", v1::SINGLE_NODE_WRITER, false},        // running: stopped
+      {"web", v1::MULTI_NODE_READER_ONLY, true},     // (the same alloc's reader)
+      {"reader", v1::MULTI_NODE_SINGLE_WRITER, true},  // a reader: untouched
+      {"shared", v1::MULTI_NODE_MULTI_WRITER, false},  // many writers allowed: untouched
+      {"claimed", v1::MULTI_NODE_SINGLE_WRITER, false},  // no command: unmounted
+  };
+  auto plan = plan_fence(pubs, {"web", "reader", "shared"});
+  CHECK(plan.stop == std::set<std::string>{"web"});
+  CHECK(plan.unmount == std::set<std::string>{"claimed"});
+  CHECK(plan_fence({{"r", v1::MULTI_NODE_READER_ONLY, true}}, {"r"}).empty());
+}
+
+TEST_CASE("lease_options_leave_a_margin") {
+  CHECK(default_lease_ms(45000) == 15000);
+  CHECK_FALSE(check_lease(15000, 45000));
+  CHECK_FALSE(check_lease(default_lease_ms(2000), 2000));
+  CHECK_FALSE(check_lease(default_lease_ms(500), 500));
+  auto f = check_lease(45000, 45000);
+  REQUIRE(f);
+  CHECK(f->code == errc::invalid);
+  CHECK(f->message.find("--node-lease") != std::string::npos);
+  CHECK(f->message.find("--node-down-timeout") != std::string::npos);
+  CHECK(check_lease(50000, 45000));
+  CHECK(check_lease(0, 45000));
+}
+
+// The safety argument of control/lease.hpp on random schedules: a client's
+// heartbeats are sent, delayed, lost, answered with a lease or not; the
+// servers count silence from each receipt.  At every moment when the
+// servers would release (silence >= D), the client's lease has run out by
+// at least the margin, even with the client's steady clock running slow by
+// up to 500 ppm against the servers'.
+TEST_CASE("lease_always_ends_a_margin_before_the_release") {
+  std::mt19937_64 rng(20261127);
+  for (int run = 0; run < 2000; ++run) {
+    int64_t down = 3000 + static_cast<int64_t>(rng() % 60000);
+    int64_t len = default_lease_ms(down);
+    REQUIRE_FALSE(check_lease(len, down));
+    double drift = 1.0 - static_cast<double>(rng() % 501) / 1e6;  // the client's clock is slow
+    lease l;
+    int64_t last_receipt = 0;  // servers' clock (= real time)
+    int64_t t = 0;
+    for (int step = 0; step < 200; ++step) {
+      t += static_cast<int64_t>(rng() % (len / 2 + 1));
+      auto client_now = static_cast<int64_t>(static_cast<double>(t) * drift);
+      // A heartbeat sent now; reaches the leader after a delay, or not.
+      int64_t delay = static_cast<int64_t>(rng() % 2000);
+      bool arrives = rng() % 4 != 0;
+      bool answered = arrives && rng() % 3 != 0;
+      if (arrives) last_receipt = std::max(last_receipt, t + delay);
+      if (answered) l = renew(l, client_now, len);
+      // Whenever the servers may release, the client's lease is out, with
+      // the margin to spare (less the drift over one lease).
+      int64_t release_at = last_receipt + down;
+      auto client_at_release = static_cast<int64_t>(static_cast<double>(release_at) * drift);
+      if (l.length_ms > 0)
+        CHECK(client_at_release - l.until_ms >= down - len - down / 1000 - 1);
+    }
+  }
+}

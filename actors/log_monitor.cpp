@@ -18,7 +18,7 @@ using self_ptr = log_monitor_actor::stateful_pointer<log_monitor_state>;
 // A monitor's stream keeps lines down to its level coming this long after
 // its last request (it asks again right after each answer).
 constexpr auto keep_level = std::chrono::seconds(30);
-constexpr uint32_t max_wait_ms = 30000;
+constexpr uint32_t default_max_wait_ms = 30000;
 
 logging::level level_of(const v1::MonitorRequest& r) {
   return logging::parse_level(r.level()).value_or(logging::level::info);
@@ -51,12 +51,13 @@ void answer(const self_ptr& self) {
 
 }  // namespace
 
-log_monitor_actor::behavior_type log_monitor(self_ptr self) {
+log_monitor_actor::behavior_type log_monitor(self_ptr self, uint32_t max_wait_ms) {
   // The logging thread only sends a message: this actor reads the ring.
   auto me = caf::actor_cast<log_monitor_actor>(self);
   logging::on_line([me] { caf::anon_send(me, tick_atom::value); });
   return {
-      [self](monitor_atom, pb<v1::MonitorRequest>& req) -> caf::result<pb<v1::MonitorResult>> {
+      [self, max_wait_ms](monitor_atom,
+                          pb<v1::MonitorRequest>& req) -> caf::result<pb<v1::MonitorResult>> {
         auto wait = std::min(req.msg.wait_ms(), max_wait_ms);
         logging::want(level_of(req.msg), std::chrono::steady_clock::now() + keep_level +
                                              std::chrono::milliseconds(wait));
@@ -73,7 +74,10 @@ log_monitor_actor::behavior_type log_monitor(self_ptr self) {
 }
 
 log_monitor_actor start_log_monitor(caf::actor_system& sys) {
-  auto m = sys.spawn(log_monitor);
+  // Spawned with an argument: CAF 0.17's init-function factory dereferences
+  // an empty argument tuple for an actor spawned without any (UBSan's
+  // "reference binding to null pointer", issue 32).
+  auto m = sys.spawn(log_monitor, default_max_wait_ms);
   sys.registry().put(monitor_atom::value, caf::actor_cast<caf::strong_actor_ptr>(m));
   return m;
 }

@@ -21,8 +21,9 @@ struct log_monitor_state {
   static inline const char* name = "log_monitor";
 };
 
+// `max_wait_ms`: the longest a berth monitor request waits for a line.
 log_monitor_actor::behavior_type log_monitor(
-    log_monitor_actor::stateful_pointer<log_monitor_state> self);
+    log_monitor_actor::stateful_pointer<log_monitor_state> self, uint32_t max_wait_ms);
 
 // Spawns the process's log monitor and registers it (once per process).
 log_monitor_actor start_log_monitor(caf::actor_system& sys);

@@ -82,7 +82,8 @@ void heartbeat(self_ptr self) {
   auto& st = self->state;
   if (!st.api) return;
   auto sent = steady_ms();
-  auto timeout = st.lease.length_ms > 0 ? std::max<int64_t>(st.lease.length_ms / 2, 500) : 10000;
+  // An answer is useful until the lease it would renew has run out.
+  auto timeout = st.lease.length_ms > 0 ? std::max<int64_t>(st.lease.length_ms, 1000) : 10000;
   auto missed = [self] {
     auto& st = self->state;
     if (++st.missed_heartbeats < 2 || st.config.servers.empty() || !st.api) return;
@@ -292,8 +293,10 @@ void drive_fence(self_ptr self, int64_t now) {
     bool running = a != st.allocs.end() && command_running(a->second);
     if (running) {
       auto& kill_at = st.fence_kill_at[id];
-      if (kill_at == 0) kill_at = now + st.config.kill_timeout.count();  // after a restart
-      if (kill_at <= now) {
+      if (kill_at == 0) {  // a fence recorded before a restart: SIGTERM first
+        signal_alloc(st.allocs, id, false);
+        kill_at = now + st.config.kill_timeout.count();
+      } else if (kill_at <= now) {
         signal_alloc(st.allocs, id, true);
         kill_at = now + 1000;
       }

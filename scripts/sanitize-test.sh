@@ -28,14 +28,29 @@ cd "$build"
 ctest --output-on-failure -j "$jobs" --timeout 1800 "$@"
 status=$?
 
+# The summary counts the reports of every process: the files the
+# sanitizers wrote (log_path), and the tests' own output (ctest keeps it in
+# Testing/Temporary/LastTest.log), where a process whose stderr went to a
+# test's log (a berthd an integration test started) shows its report; a
+# process a sanitizer stopped is never read as clean.
+pattern='^(ERROR: (Address|Leak|Thread|UndefinedBehavior)Sanitizer|WARNING: ThreadSanitizer)|runtime error:'
 reports=$(find "$logs" -type f -size +0 | sort)
-if [ -n "$reports" ]; then
-  echo "sanitizer reports (in $logs):"
-  for f in $reports; do
-    echo "== $f"
-    grep -E "^(ERROR|WARNING|SUMMARY):|runtime error" "$f" | head -5
-  done
-  status=1
+files=0
+total=0
+for f in $reports; do
+  n=$(grep -cE "$pattern" "$f" || true)
+  files=$((files + 1))
+  total=$((total + n))
+  echo "== $f: $n report(s)"
+  grep -E "$pattern|^SUMMARY:" "$f" | head -5
+done
+in_output=$(grep -cE "$pattern" Testing/Temporary/LastTest.log 2>/dev/null || true)
+in_output=${in_output:-0}
+if [ "$in_output" -gt 0 ]; then
+  echo "== Testing/Temporary/LastTest.log (the tests' output): $in_output report(s)"
+  grep -E "$pattern" Testing/Temporary/LastTest.log | sort | uniq -c | sort -rn | head -10
 fi
+echo "sanitizer summary: $total report(s) in $files file(s) under $logs, $in_output in the tests' output; ctest exit $status"
+if [ "$files" -gt 0 ] || [ "$in_output" -gt 0 ]; then status=1; fi
 if [ "$status" -eq 0 ]; then echo "sanitizers: every test passed, no reports"; fi
 exit "$status"

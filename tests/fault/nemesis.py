@@ -2,25 +2,42 @@
 
 Faults (kinds): SIGKILL and restart (kill-*) or SIGSTOP and SIGCONT
 (pause-*) of the leader, of a follower, of a client (berthd --client) or of
-a plugin (berth-hostpath); as root, partition-leader and partition-follower
-cut a server off the network (netns.py). Each fault is injected, held for a random while, then
-healed (restart / SIGCONT) before the next one, and recorded in the history
-("nemesis" events)."""
+a plugin (berth-hostpath); partition-client cuts a client off every server
+(the TCP proxies it reaches them through, tests/integration/cut_proxy.py; no
+root needed) for longer than the node-down timeout while its alloc writes a
+single-writer volume and that volume is claimed on the other client; as
+root, partition-leader and partition-follower cut a server off the network
+(netns.py). Each fault is injected, held for a random while, then healed
+(restart / SIGCONT / proxies let through again) before the next one, and
+recorded in the history ("nemesis" events)."""
 
+import json
+import os
 import signal
 import threading
 import time
 
+from workload import run_shell
+
+SINGLE_WRITER = ("single-node-writer", "multi-node-single-writer")
+
 
 class Nemesis:
     KINDS = ("kill-leader", "kill-follower", "kill-client", "kill-plugin",
-             "pause-leader", "pause-follower", "pause-client", "pause-plugin")
+             "pause-leader", "pause-follower", "pause-client", "pause-plugin",
+             "partition-client")
     # Need root and network namespaces (netns.py): the servers then run in
     # namespaces of their own.
     PARTITION_KINDS = ("partition-leader", "partition-follower")
 
     def __init__(self, history, rng, cluster, clients, plugins, faults, gap=(0.5, 3.0),
-                 hold=(0.3, 2.5), kinds=KINDS, log=print, network=None):
+                 hold=(0.3, 2.5), kinds=KINDS, log=print, network=None, proxies=None,
+                 operator=None, volumes=(), shared_root=None, down_timeout=6.0):
+        """proxies: {CLIENT: [CutProxy per server]} (partition-client);
+        operator: workload.Operator, runs and stops the fault's allocs;
+        volumes: workload.Volume list; shared_root: the plugins' root (a
+        volume's log is shared_root/volumes/EXTERNAL_ID/log); down_timeout:
+        the servers' --node-down-timeout (seconds)."""
         self.history = history
         self.rng = rng
         self.cluster = cluster
@@ -39,6 +56,14 @@ class Nemesis:
         self.paused = []
         self.network = network
         self.isolated = []
+        self.proxies = proxies or {}
+        self.operator = operator
+        self.volumes = list(volumes)
+        self.shared_root = shared_root
+        self.down_timeout = down_timeout
+        self.cut = []
+        # One entry per partition-client fault (the run's summary).
+        self.client_partitions = []
 
     def leader(self):
         try:
@@ -72,7 +97,9 @@ class Nemesis:
             victim = self.rng.choice(self.clients)
         else:
             victim = self.rng.choice(self.plugins)
-        if action == "partition":
+        if kind == "partition-client":
+            self.partition_client(victim)
+        elif action == "partition":
             self.history.note("partition", process=victim.name)
             self.isolated.append(victim)
             self.network.isolate(victim.ns)
@@ -97,6 +124,120 @@ class Nemesis:
         self.injected += 1
         self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
         self.log("nemesis: %s %s (fault %d)" % (kind, victim.name, self.injected))
+
+    # --- partition-client -----------------------------------------------------
+
+    def log_tail(self, volume, size=8192):
+        path = os.path.join(self.shared_root or "", "volumes", volume.external_id or "", "log")
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - size))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def volume_state(self, vid):
+        """`volume status VOL --json` (None when unanswered)."""
+        code, _, out = run_shell(self.rng.choice(self.operator.workload.addresses()),
+                                 ["--json", "volume", "status", vid], 5)
+        try:
+            return json.loads(out) if code == 0 else None
+        except ValueError:
+            return None
+
+    def start_writer(self, victim):
+        """An alloc of the nemesis on `victim` that writes a single-writer
+        volume, seen writing (a line of it in the volume's log): (alloc,
+        volume), or (None, volume) for a volume a workload alloc on `victim`
+        writes, or (None, None)."""
+        candidates = [v for v in self.volumes if v.access_mode in SINGLE_WRITER]
+        self.rng.shuffle(candidates)
+        deadline = time.time() + 10  # the workload holds them now and then
+        while time.time() < deadline and not self.stop_event.is_set():
+            for v in candidates:
+                alloc, outcome = self.operator.run(victim.name, v.id)
+                if outcome != "ok":
+                    continue
+                seen = time.time() + 5
+                while time.time() < seen and " %s " % alloc not in self.log_tail(v):
+                    time.sleep(0.1)
+                return alloc, v.id
+            self.stop_event.wait(0.5)
+        for v in candidates:  # every one taken: one a workload alloc there writes
+            st = self.volume_state(v.id)
+            if st and any(c.get("node_id") == victim.name and c.get("mode") == "write" and
+                          c.get("state") == "taken" for c in st.get("claims", [])):
+                return None, v.id
+        return None, None
+
+    def moved(self, vid, node):
+        """Whether `node` holds a write claim of volume `vid` (taken)."""
+        st = self.volume_state(vid)
+        return bool(st) and any(c.get("node_id") == node and c.get("mode") == "write" and
+                                c.get("state") == "taken" for c in st.get("claims", []))
+
+    def partition_client(self, victim):
+        """Cuts `victim` off every server (mode "network" or "proxies",
+        below) for longer than the node-down timeout while its alloc writes
+        a single-writer volume; meanwhile
+        the workload (its focus) and the nemesis itself claim that volume on
+        the other client, until a write claim there is taken (at most
+        down_timeout + 15 s). Then the proxies let it through again and the
+        nemesis stops the allocs it ran."""
+        other = next(c for c in self.clients if c is not victim)
+        alloc, vid = self.start_writer(victim)
+        ours = [alloc] if alloc else []
+        # "network" (root, namespaces): the client's veth goes down, every
+        # connection is cut both ways. "proxies": the client's connections
+        # to the servers are cut; a leader that connected to the client
+        # itself (CAF's automatic connections) still reaches it.
+        mode = "network" if getattr(victim, "ns", None) and self.network and \
+            self.rng.random() < 0.5 else "proxies"
+        self.history.note("partition-client", process=victim.name, alloc=alloc, volume=vid,
+                          mode=mode)
+        if mode == "network":
+            self.isolated.append(victim)
+            self.network.isolate(victim.ns)
+        else:
+            self.cut.append(victim)
+            for p in self.proxies[victim.name]:
+                p.cut()
+        start = time.time()
+        least = start + self.down_timeout + self.rng.uniform(1.0, 3.0)
+        most = start + self.down_timeout + 15.0
+        run_kind = self.operator.run_kind
+        if vid:
+            run_kind.focus = {"volume": vid, "node": other.name}
+        moved = None
+        try:
+            while not self.stop_event.is_set():
+                now = time.time()
+                if now >= most or (now >= least and (moved or not vid)):
+                    break
+                if vid and not moved and now >= start + self.down_timeout - 1:
+                    a, outcome = self.operator.run(other.name, vid)
+                    if outcome != "fail":
+                        ours.append(a)
+                    if outcome == "ok" or self.moved(vid, other.name):
+                        moved = a if outcome == "ok" else "workload"
+                self.stop_event.wait(0.3)
+        finally:
+            run_kind.focus = None
+            if mode == "network":
+                self.network.rejoin(victim.ns)
+                self.isolated.remove(victim)
+            else:
+                for p in self.proxies[victim.name]:
+                    p.heal()
+                self.cut.remove(victim)
+        self.history.note("rejoin-client", process=victim.name, alloc=alloc, volume=vid,
+                          moved=moved, mode=mode)
+        self.client_partitions.append({"client": victim.name, "alloc": alloc, "volume": vid,
+                                       "moved": moved, "mode": mode,
+                                       "held": time.time() - start})
+        for a in ours:
+            self.operator.stop(a)
 
     def run(self):
         try:
@@ -125,6 +266,10 @@ class Nemesis:
             except Exception as e:
                 self.error = self.error or e
         self.isolated = []
+        for c in list(self.cut):
+            for p in self.proxies.get(c.name, []):
+                p.heal()
+        self.cut = []
         for p in list(self.cluster.servers) + self.clients + self.plugins:
             if not p.alive():
                 try:

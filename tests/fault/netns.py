@@ -1,14 +1,20 @@
-"""Network partitions for the fault suite (root only): each server runs in
-its own network namespace, joined to the host by a veth pair on a bridge; the
-clients, plugins and the shell stay on the host and reach the servers through
-the bridge. Partitioning a server sets the host end of its veth down (the
-server is cut off from every other process), healing sets it up again."""
+"""Network partitions for the fault suite (root only): each server and each
+client runs in its own network namespace, joined to the host by a veth pair
+on a bridge; the plugins (their unix sockets are files, shared across
+namespaces) and the shell stay on the host and reach the servers through the
+bridge. Partitioning a server or a client sets the host end of its veth down
+(it is cut off from every other process, both ways), healing sets it up
+again. The clients reach the servers through TCP proxies on the bridge's
+host address (BridgeCutProxy), which partition-client may cut instead."""
 
 import os
 import shutil
+import socket
 import subprocess
+import threading
 
-from cluster import Cluster, Server
+from cluster import Client, Cluster, Server, free_port
+from cut_proxy import CutProxy
 
 
 def usable():
@@ -17,6 +23,8 @@ def usable():
         return "needs root"
     if not shutil.which("ip"):
         return "needs ip (iproute2)"
+    if not shutil.which("nsenter"):
+        return "needs nsenter (util-linux)"
     probe = "bfprobe%d" % (os.getpid() % 100000)
     r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if r.returncode != 0:
@@ -68,8 +76,8 @@ class Network:
 
 
 class NetnsServer(Server):
-    def __init__(self, tmp, name, port, raft_port, join, tick, ns, address):
-        super().__init__(tmp, name, port, raft_port, join, tick)
+    def __init__(self, tmp, name, port, raft_port, join, tick, ns, address, extra_args=()):
+        super().__init__(tmp, name, port, raft_port, join, tick, extra_args=extra_args)
         self.ns = ns
         self.host = address
         self.argv = ["ip", "netns", "exec", ns] + self.argv + ["--bind", address]
@@ -82,13 +90,48 @@ class NetnsServer(Server):
 class NetnsCluster(Cluster):
     """Cluster (tests/integration/cluster.py) with each server in a namespace."""
 
-    def __init__(self, tmp, network, tick="0.05"):
+    def __init__(self, tmp, network, tick="0.05", server_args=()):
         self.tmp = tmp
         self.network = network
         hosts = [network.add("s%d" % (i + 1), 11 + i) for i in range(3)]
         ports = [(4747, 4748)] * 3  # every server has its own address
         raft = ["%s:%d" % (addr, r) for (_, addr), (_, r) in zip(hosts, ports)]
         self.servers = [NetnsServer(tmp, "s%d" % (i + 1), p, r,
-                                    [a for a in raft if a != raft[i]], tick, ns, addr)
+                                    [a for a in raft if a != raft[i]], tick, ns, addr,
+                                    server_args)
                         for i, ((ns, addr), (p, r)) in enumerate(zip(hosts, ports))]
         self.processes = list(self.servers)
+
+
+class NetnsClient(Client):
+    """A berthd --client in its own network namespace (Network.add). Not
+    through `ip netns exec`, which also gives the process a mount namespace
+    of its own: the plugin's bind mounts (made on the host, whose / is
+    private here) would not reach the client's allocs. nsenter --net
+    changes only the network namespace."""
+
+    def __init__(self, tmp, name, servers, plugin_socket, ns, address):
+        super().__init__(tmp, name, servers, plugin_socket)
+        self.ns = ns
+        self.host = address
+        self.argv = ["nsenter", "--net=/run/netns/" + ns, "--"] + self.argv
+
+
+class BridgeCutProxy(CutProxy):
+    """A CutProxy (tests/integration/cut_proxy.py) that listens on `host`
+    (the bridge's host address, which a client in a namespace reaches)
+    instead of 127.0.0.1."""
+
+    def __init__(self, target, host):
+        h, port = target.rsplit(":", 1)
+        self.target = (h, int(port))
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((host, free_port()))
+        self.listener.listen(64)
+        self.address = "%s:%d" % (host, self.listener.getsockname()[1])
+        self.lock = threading.Lock()
+        self.conns = []
+        self.is_cut = False
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()

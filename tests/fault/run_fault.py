@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""berth's fault-injection suite: a workload of concurrent `alloc run` and
-`alloc stop` (or, with --workload claims, `volume claim` and `volume release`)
-over a 3-server, 2-client cluster (real processes on 127.0.0.1), a nemesis
-killing and pausing servers, clients and plugins, a history of every
-operation, and a checker over the history, the committed state, the plugins'
-call logs and the servers' state tables (tests/fault/checker.py).
+"""berth's fault-injection suite: a workload of concurrent `alloc run` (allocs
+that write their volumes) and `alloc stop` (or, with --workload claims,
+`volume claim` and `volume release`) over a 3-server, 2-client cluster (real
+processes on 127.0.0.1; the clients reach the servers through TCP proxies the
+nemesis can cut), a nemesis killing and pausing servers, clients and
+plugins and cutting clients off, a history of every operation, and a checker
+over the history, the committed state, the plugins' call logs, what the
+allocs wrote and the servers' state tables (tests/fault/checker.py).
 
     run_fault.py [--seed N] [--faults N] [--workers N] [--keep] [--out DIR]
 
@@ -14,10 +16,13 @@ of workload and nemesis; timing still varies), then one summary line
 Binaries: $BERTHD_BIN, $BERTH_BIN, $BERTH_HOSTPATH_BIN (else PATH)."""
 
 import argparse
+import glob
 import json
 import os
 import random
 import shutil
+import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -29,14 +34,15 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, HERE)
 
 from cluster import Client, Cluster, Plugin  # noqa: E402
+from cut_proxy import CutProxy  # noqa: E402
 from harness import berth  # noqa: E402
 
 import checker  # noqa: E402
 from history import History  # noqa: E402
 import netns  # noqa: E402
 from nemesis import Nemesis  # noqa: E402
-from workload import (AllocRunOp, AllocStopOp, ClaimOp, ReleaseOp, Volume,  # noqa: E402
-                      Workload, run_shell)
+from workload import (AllocRunOp, AllocStopOp, ClaimOp, ReleaseOp, Operator,  # noqa: E402
+                      Volume, Workload, run_shell)
 
 VOLUMES = [("sw1", "single-node-writer"), ("sw2", "single-node-writer"),
            ("mw1", "multi-node-single-writer"), ("mw2", "multi-node-single-writer"),
@@ -54,28 +60,53 @@ class Run:
         self.tmp = args.out or tempfile.mkdtemp(prefix="berth-fault-")
         os.makedirs(self.tmp, exist_ok=True)
         self.history = History(os.path.join(self.tmp, "history.jsonl"))
+        self.obs = None
         self.cluster = None
         self.samples = []
+        self.proxies = {}
+        self.ended = {}  # alloc -> {"state", "message"}: lost, or stopped by a fence
 
     # --- setup and teardown ---------------------------------------------------
 
     def setup(self):
         self.network = None
-        if any(k.startswith("partition-") for k in self.args.kinds):
+        server_args = ["--node-down-timeout", str(self.args.node_down_timeout)]
+        if self.args.node_lease:
+            server_args += ["--node-lease", str(self.args.node_lease)]
+        if self.args.netns:
             self.network = netns.Network()
             self.network.setup()
             self.cluster = netns.NetnsCluster(self.tmp, self.network,
-                                              tick=str(self.args.raft_tick))
+                                              tick=str(self.args.raft_tick),
+                                              server_args=server_args)
         else:
-            self.cluster = Cluster(self.tmp, tick=str(self.args.raft_tick))
+            self.cluster = Cluster(self.tmp, tick=str(self.args.raft_tick),
+                                   server_args=server_args)
         self.cluster.start()
-        shared = os.path.join(self.tmp, "hostpath-root")
+        self.shared = shared = os.path.join(self.tmp, "hostpath-root")
         os.makedirs(shared, exist_ok=True)
-        servers = [s.address for s in self.cluster.servers]
+        # Each client reaches each server through a proxy of its own, which
+        # partition-client cuts (no root needed). With namespaces, each
+        # client has its own too (partition-client may set it off the
+        # network instead) and the proxies listen on the bridge.
         self.plugins = [Plugin(self.tmp, "plugin-c%d" % i, "csi-c%d" % i, shared_root=shared)
                         for i in (1, 2)]
-        self.clients = [Client(self.tmp, "c%d" % i, servers, self.plugins[i - 1].socket)
-                        for i in (1, 2)]
+        self.clients = []
+        for i in (1, 2):
+            name = "c%d" % i
+            if self.network:
+                bridge = self.network.subnet + ".1"
+                self.proxies[name] = [netns.BridgeCutProxy(s.address, bridge)
+                                      for s in self.cluster.servers]
+                ns, addr = self.network.add(name, 20 + i)
+                self.clients.append(netns.NetnsClient(
+                    self.tmp, name, [p.address for p in self.proxies[name]],
+                    self.plugins[i - 1].socket, ns, addr))
+            else:
+                self.proxies[name] = [CutProxy(s.address) for s in self.cluster.servers]
+                self.clients.append(Client(self.tmp, name,
+                                           [p.address for p in self.proxies[name]],
+                                           self.plugins[i - 1].socket))
         self.cluster.processes += self.clients + self.plugins
         for p in self.plugins:
             p.start()
@@ -90,6 +121,10 @@ class Run:
     def teardown(self):
         if self.cluster:
             self.cluster.stop()
+        for ps in self.proxies.values():
+            for p in ps:
+                p.close()
+        self.kill_alloc_processes()
         if getattr(self, "network", None):
             self.network.teardown()
         with open("/proc/self/mounts") as f:
@@ -99,6 +134,33 @@ class Run:
         self.history.close()
         if not self.args.keep and not self.args.out:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def kill_alloc_processes(self):
+        """Alloc commands still running once the clients are stopped (an
+        alloc whose stop never went through): each is the leader of its
+        process group, recorded in its client's client.db; killed by pid
+        once /proc shows it is that alloc."""
+        for i in (1, 2):
+            path = os.path.join(self.tmp, "c%d" % i, "client.db")
+            if not os.path.exists(path):
+                continue
+            try:
+                db = sqlite3.connect(path, timeout=5)
+                rows = db.execute("SELECT id, pid FROM allocs").fetchall()
+                db.close()
+            except sqlite3.Error:
+                continue
+            for alloc, pid in rows:
+                try:
+                    with open("/proc/%d/environ" % pid, "rb") as f:
+                        env = f.read().split(b"\0")
+                except (OSError, TypeError):
+                    continue
+                if ("BERTH_ALLOC_ID=%s" % alloc).encode() in env:
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
 
     # --- helpers ------------------------------------------------------------------
 
@@ -148,6 +210,54 @@ class Run:
                                    ["--json", "volume", "status"], 5)
         if code == 0:
             self.samples.append({"time": self.history.now(), "volumes": json.loads(out)})
+
+    def read_ended(self):
+        """Allocs ended by their node rather than by a stop: lost (the node
+        was marked down) or failed by the node's fence. Read every few
+        seconds, since the servers collect terminal allocs after 5 min."""
+        code, err, out = run_shell(
+            self.rng.choice(self.live_addresses()),
+            ["--json", "alloc", "status", "--filter",
+             'state == "lost" or message contains "fence"'], 5)
+        if code != 0:
+            return
+        try:
+            allocs = json.loads(out)
+        except ValueError:
+            return
+        for a in allocs:
+            if a.get("state") in ("lost", "failed"):
+                self.ended.setdefault(a["id"], {"state": a["state"],
+                                                "message": a.get("message", ""),
+                                                "time": self.history.now()})
+
+    def writes(self):
+        """What the allocs wrote to each volume's `log` in the shared root:
+        {VOLUME: [[NODE, ALLOC, NS]...]} (workload.writer_command)."""
+        out = {}
+        for v in self.volumes:
+            lines = out.setdefault(v.id, [])
+            path = os.path.join(self.shared, "volumes", v.external_id, "log")
+            if not os.path.exists(path):
+                continue
+            with open(path, errors="replace") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 3 and parts[2].isdigit():
+                        lines.append([parts[0], parts[1], int(parts[2])])
+        return out
+
+    def unwritten(self):
+        """The writes that failed (the alloc ran on after its volume was
+        unmounted): [[VOLUME, NODE, ALLOC, NS]...] from the allocs' stderr."""
+        out = []
+        for path in sorted(glob.glob(os.path.join(self.tmp, "c[12]", "allocs", "*", "stderr"))):
+            with open(path, errors="replace") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 5 and parts[0] == "unwritten" and parts[4].isdigit():
+                        out.append([parts[1], parts[2], parts[3], int(parts[4])])
+        return out
 
     def call_logs(self):
         logs = {}
@@ -202,15 +312,27 @@ class Run:
             kinds = [ClaimOp(self.volumes, ["c1", "c2"]), ReleaseOp()]
         workload = Workload(self.history, self.rng, kinds, self.live_addresses,
                             workers=a.workers, op_timeout=a.op_timeout)
-        nemesis = Nemesis(self.history, random.Random(self.rng.random()), self.cluster,
+        nemesis_rng = random.Random(self.rng.random())
+        # The nemesis' allocs (partition-client); with the alloc workload its
+        # AllocRunOp is the workers' own, so that its focus steers them too.
+        operator = Operator(workload, kinds[0] if a.workload == "allocs" else
+                            AllocRunOp(self.volumes, ["c1", "c2"]), AllocStopOp(),
+                            random.Random(nemesis_rng.random()))
+        nemesis = Nemesis(self.history, nemesis_rng, self.cluster,
                           self.clients, self.plugins, a.faults, kinds=a.kinds,
-                          log=log if a.verbose else (lambda m: None), network=self.network)
+                          log=log if a.verbose else (lambda m: None), network=self.network,
+                          proxies=self.proxies, operator=operator, volumes=self.volumes,
+                          shared_root=self.shared, down_timeout=a.node_down_timeout)
         log("phase: workload and %d faults" % a.faults)
         workload.start()
         nemesis.start()
         try:
+            n = 0
             while not nemesis.done():
                 self.sample()
+                if n % 10 == 0:
+                    self.read_ended()
+                n += 1
                 time.sleep(0.5)
             time.sleep(a.tail)  # operations keep running on the healed cluster
         finally:
@@ -220,6 +342,7 @@ class Run:
             raise RuntimeError("nemesis: %r" % (nemesis.error,))
         self.faults = nemesis.injected
         self.by_kind = nemesis.by_kind
+        self.client_partitions = nemesis.client_partitions
         heal_time = self.history.now()
         self.history.note("heal")
         log("phase: heal (%d faults in %.0f s: %s)" % (
@@ -230,11 +353,12 @@ class Run:
         self.wait_converged(60)
         self.wait_healthy(60)
         settled = self.shell("--json", "volume", "status")
+        self.read_ended()
 
         # The operator's way: release again whatever was being released (and
         # any claim left in release); each must be freed within the bound.
         pending = {}
-        for m in workload.models:
+        for m in workload.models + [operator.model]:
             for alloc, s in m.allocs.items():
                 if s["release"] is not None:
                     pending.setdefault(alloc, set()).update(s["volumes"])
@@ -265,7 +389,8 @@ class Run:
         outcomes = {}
         for e in self.history.events:
             if e.get("op") is not None and e["type"] != "invoke":
-                key = (e["process"] if e["process"] in ("heal", "drain") else "workload", e["f"])
+                key = (e["process"] if e["process"] in ("heal", "drain", "nemesis")
+                       else "workload", e["f"])
                 outcomes.setdefault(key, {}).setdefault(e["type"], 0)
                 outcomes[key][e["type"]] += 1
         log("phase: check (%s)" % "; ".join(
@@ -288,6 +413,9 @@ class Run:
         for s in sorted(self.cluster.servers, key=lambda s: s is leader):
             s.kill(15)
         tables = [(s.name, s.state_tables()) for s in self.cluster.servers]
+        # The allocs should all be stopped by now: any still running is
+        # killed before its writes are read.
+        self.kill_alloc_processes()
 
         self.obs = {
             "volumes": {v.id: {"access_mode": v.access_mode, "external_id": v.external_id}
@@ -300,6 +428,10 @@ class Run:
             "final": final,
             "drained": drained,
             "call_logs": self.call_logs(),
+            "csi_nodes": {c.name: p.node_id for c, p in zip(self.clients, self.plugins)},
+            "writes": self.writes(),
+            "unwritten": self.unwritten(),
+            "ended_allocs": self.ended,
             "tables": tables,
             "converge_error": converge_error,
         }
@@ -314,14 +446,20 @@ def main(argv=None):
                    default=int(os.environ.get("BERTH_FAULT_SEED") or random.randrange(1 << 31)))
     p.add_argument("--faults", type=int, default=int(os.environ.get("BERTH_FAULTS", "12")))
     p.add_argument("--kinds", default=os.environ.get("BERTH_FAULT_KINDS", "all"),
-                   help="comma-separated fault kinds, or all (default; partitions only as "
-                   "root): " + ", ".join(Nemesis.KINDS + Nemesis.PARTITION_KINDS))
+                   help="comma-separated fault kinds, or all (default; partition-leader and "
+                   "partition-follower only as root): " + ", ".join(Nemesis.KINDS + Nemesis.PARTITION_KINDS))
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--workload", choices=("allocs", "claims"), default="allocs",
                    help="allocs: alloc run/stop (default); claims: volume claim/release")
     p.add_argument("--raft-tick", type=float, default=0.05,
                    help="the servers' --raft-tick (seconds; small: quick elections)")
     p.add_argument("--op-timeout", type=float, default=8)
+    p.add_argument("--node-down-timeout", type=float, default=6,
+                   help="the servers' --node-down-timeout (seconds; partition-client holds a "
+                   "client cut off a few seconds longer)")
+    p.add_argument("--node-lease", type=float,
+                   help="the servers' --node-lease (seconds; default theirs: a third of "
+                   "--node-down-timeout)")
     p.add_argument("--release-bound", type=float, default=45,
                    help="seconds after the faults stop by which every release must be done")
     p.add_argument("--tail", type=float, default=2,
@@ -339,9 +477,18 @@ def main(argv=None):
     unknown = set(a.kinds) - set(known)
     if unknown or not a.kinds:
         p.error("unknown fault kinds %s (known: %s)" % (sorted(unknown), ", ".join(known)))
-    why_not = netns.usable() if set(a.kinds) & set(Nemesis.PARTITION_KINDS) else None
+    # Namespaces (root): for partition-leader/follower, and for a
+    # partition-client that cuts every connection of the client, both ways.
+    partitions = set(a.kinds) & set(Nemesis.PARTITION_KINDS + ("partition-client",))
+    why_not = netns.usable() if partitions else None
+    a.netns = bool(partitions) and not why_not
     if why_not:
-        log("partitions skipped: network namespaces %s" % why_not)
+        if set(a.kinds) & set(Nemesis.PARTITION_KINDS):
+            log("server partitions skipped: network namespaces %s" % why_not)
+        if "partition-client" in a.kinds:
+            log("partition-client cuts only the client's own connections to the servers "
+                "(proxies; the leader's connection to the client stays): network namespaces "
+                "%s" % why_not)
         a.kinds = tuple(k for k in a.kinds if k not in Nemesis.PARTITION_KINDS)
         if not a.kinds:
             p.error("no fault kind left")
@@ -364,6 +511,8 @@ def main(argv=None):
     distinct = checker.summarize(violations)
     for v in distinct:
         log(str(v))
+    if run.obs:
+        log(checker.partition_summary(run.obs))
     if violations:
         log("history, call logs and process logs: %s" % run.tmp)
     log("seed %d: faults injected %d, operations %d, violations %d (%d distinct; %.0f s)"

@@ -7,13 +7,16 @@ outcome of an exit code and the shell's output) and `update` (the worker's
 model after it).
 
 The suite runs allocs: `berth alloc run --node N --id A --volume
-vI=VOL[:ro]...` (AllocRunOp, one or two volumes, no command: the alloc runs
-until stopped) and `berth alloc stop A` (AllocStopOp). `volume claim` and
+vI=VOL[:ro]... -- sh -c WRITER` (AllocRunOp, one or two volumes; the command
+appends a line to each volume it writes until it is stopped, see
+writer_command) and `berth alloc stop A` (AllocStopOp). `volume claim` and
 `volume release` (ClaimOp, ReleaseOp) fit the same shape and the checker
-takes both (checker.ACQUIRE/RELEASE)."""
+takes both (checker.ACQUIRE/RELEASE). Operator (below) runs and stops allocs
+for the nemesis (partition-client), recorded in the same history."""
 
 import subprocess
 import threading
+import time
 
 from harness import BERTH
 
@@ -40,15 +43,16 @@ class Volume:
 class WorkerModel:
     """What one worker believes: its allocs and what became of them."""
 
-    def __init__(self, worker):
+    def __init__(self, worker, prefix=None):
         self.worker = worker
+        self.prefix = prefix or "w%d" % worker
         self.counter = 0
         # alloc -> {"volumes": [VOLUME...], "node", "claim": outcome, "release": outcome|None}
         self.allocs = {}
 
     def new_alloc(self):
         self.counter += 1
-        return "w%d-%d" % (self.worker, self.counter)
+        return "%s-%d" % (self.prefix, self.counter)
 
     def releasable(self):
         """Allocs that may hold a volume and whose release is not known done."""
@@ -130,6 +134,25 @@ class ReleaseOp:
         s["release"] = "ok" if outcome in ("ok", "fail") else "info"
 
 
+def writer_command(node, alloc, volumes):
+    """The command of an alloc: every 0.1 s, one line `NODE ALLOC NS` (NS:
+    the epoch time in nanoseconds, taken before the writes) appended to
+    `log` in each volume it claimed for writing ($BERTH_VOLUME_V<i>, the
+    volume's directory in the plugins' shared root); a volume claimed
+    read-only is not written. A write that fails (the volume is no longer
+    mounted at that path: the alloc still runs after its NodeUnpublishVolume)
+    goes to the alloc's stderr as `unwritten VOLUME NODE ALLOC NS`, which
+    the runner collects. Both are read by the checker's check 6."""
+    steps = []
+    for i, v in enumerate(volumes):
+        if v["read_only"]:
+            continue
+        steps.append('{ echo "%s %s $t" >> "$BERTH_VOLUME_V%d/log"; } 2>/dev/null || '
+                     'echo "unwritten %s %s %s $t" >&2; ' % (node, alloc, i, v["volume"], node,
+                                                           alloc))
+    return "while true; do t=$(date +%%s%%N); %ssleep 0.1; done" % "".join(steps)
+
+
 def pick_mode(rng, vol):
     """Read-only or not, for one volume of a claim or an alloc."""
     if vol.reader_only:
@@ -141,8 +164,13 @@ def pick_mode(rng, vol):
 
 class AllocRunOp:
     """berth alloc run --node N --id A --volume v0=VOL[:ro] [--volume v1=VOL2[:ro]]
+    -- sh -c WRITER
 
-    No command: the alloc runs until stopped. Exit 0: every volume is
+    The command (writer_command) writes each volume claimed for writing
+    until the alloc is stopped. While `focus` is set (the nemesis'
+    partition-client: {"volume", "node"}), half of the runs ask for that
+    volume, for writing, on that node: other workers claim the volume of a
+    cut-off client elsewhere. Exit 0: every volume is
     claimed and published (ok). A refusal (exit 2-4) fails the alloc and
     the leader answers once the claims it took are released: a definite
     failure, unless the answer says releases are still in progress or the
@@ -155,10 +183,15 @@ class AllocRunOp:
         self.volumes = volumes
         self.nodes = nodes
         self.two_volumes = two_volumes
+        self.focus = None
 
     def generate(self, rng, model):
         if len(model.releasable()) >= 3:
             return None
+        focus = self.focus
+        if focus and rng.random() < 0.5:
+            return {"alloc": model.new_alloc(), "node": focus["node"],
+                    "volumes": [{"volume": focus["volume"], "read_only": False}]}
         n = 2 if rng.random() < self.two_volumes else 1
         vols = rng.sample(self.volumes, n)
         return {"alloc": model.new_alloc(), "node": rng.choice(self.nodes),
@@ -168,7 +201,8 @@ class AllocRunOp:
         args = ["alloc", "run", "--node", value["node"], "--id", value["alloc"]]
         for i, v in enumerate(value["volumes"]):
             args += ["--volume", "v%d=%s%s" % (i, v["volume"], ":ro" if v["read_only"] else "")]
-        return args
+        return args + ["--", "sh", "-c", writer_command(value["node"], value["alloc"],
+                                                        value["volumes"])]
 
     def classify(self, code, err, out=""):
         if code == 0:
@@ -226,6 +260,43 @@ def run_shell(address, args, timeout):
         return p.returncode, p.stderr, p.stdout
     except subprocess.TimeoutExpired:
         return None, "timed out after %ss" % (timeout + 10), ""
+
+
+class Operator:
+    """Alloc runs and stops made outside the workers (the nemesis'
+    partition-client: the cut-off client's writer, the claims of its volume
+    elsewhere), recorded in the history as process `process` and kept in a
+    model of their own, so that the releases after the heal include them."""
+
+    def __init__(self, workload, run_kind, stop_kind, rng, process="nemesis"):
+        self.workload = workload
+        self.run_kind = run_kind
+        self.stop_kind = stop_kind
+        self.rng = rng
+        self.process = process
+        self.model = WorkerModel(-1, prefix="nem")
+
+    def run(self, node, volume):
+        """Runs a writer of `volume` on `node`: (alloc, outcome)."""
+        value = {"alloc": self.model.new_alloc(), "node": node,
+                 "volumes": [{"volume": volume, "read_only": False}]}
+        outcome = self.workload.execute(self.process, self.run_kind, value,
+                                        self.rng.choice(self.workload.addresses()))
+        self.run_kind.update(self.model, value, outcome)
+        return value["alloc"], outcome
+
+    def stop(self, alloc, bound=20, stop_event=None):
+        """Stops `alloc` until the stop is definite or `bound` s passed."""
+        deadline = time.time() + bound
+        while time.time() < deadline:
+            value = {"alloc": alloc}
+            outcome = self.workload.execute(self.process, self.stop_kind, value,
+                                            self.rng.choice(self.workload.addresses()))
+            self.stop_kind.update(self.model, value, outcome)
+            if outcome in ("ok", "fail"):
+                return outcome
+            time.sleep(0.5)
+        return "info"
 
 
 class Workload:

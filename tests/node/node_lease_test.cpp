@@ -1,0 +1,307 @@
+// The self-fence through a real node actor, the real berth-hostpath and
+// real alloc processes (control/lease.hpp): a node whose lease runs out
+// stops the alloc that writes a single-writer volume, unmounts it and
+// reports the exit once a server listens again, while a reader goes on;
+// a node restarted with its lease run out and a fence in client.db
+// finishes the fence; while the lease is out it publishes no single-writer
+// volume for writing.
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "../csi/plugin_process.hpp"
+#include "actors/clock.hpp"
+#include "actors/node.hpp"
+#include "helpers.hpp"
+
+using namespace berth;
+using test::plugin_process;
+using test::temp_dir;
+
+namespace {
+
+// A server as the node sees it: answers heartbeats with term 1 and the
+// lease `lease_ms` (0: none, as when no leader confirms it), and takes
+// alloc exit reports when `listening`.
+struct lease_server_state {
+  std::shared_ptr<std::atomic<int64_t>> lease_ms;
+  std::shared_ptr<std::atomic<bool>> listening;
+  std::shared_ptr<std::mutex> mu;
+  std::shared_ptr<std::vector<v1::AllocUpdate>> exits;
+  static inline const char* name = "lease_server";
+};
+
+api_actor::behavior_type lease_server(api_actor::stateful_pointer<lease_server_state> self,
+                                      std::shared_ptr<std::atomic<int64_t>> lease_ms,
+                                      std::shared_ptr<std::atomic<bool>> listening,
+                                      std::shared_ptr<std::mutex> mu,
+                                      std::shared_ptr<std::vector<v1::AllocUpdate>> exits) {
+  self->state.lease_ms = std::move(lease_ms);
+  self->state.listening = std::move(listening);
+  self->state.mu = std::move(mu);
+  self->state.exits = std::move(exits);
+  return {
+      [self](api_atom, pb<v1::Request>& r) -> caf::result<pb<v1::Response>> {
+        if (!*self->state.listening) return make_error(errc::unavailable, "cut off (test)");
+        if (r.msg.has_alloc_update()) {
+          std::lock_guard<std::mutex> lock(*self->state.mu);
+          self->state.exits->push_back(r.msg.alloc_update());
+        }
+        return wrap(v1::Response{});
+      },
+      [self](node_atom, const std::string&, const std::string&,
+             node_actor) -> caf::result<uint64_t, int64_t> {
+        return {uint64_t{1}, self->state.lease_ms->load()};
+      },
+  };
+}
+
+struct fixture {
+  temp_dir dir;
+  plugin_process plugin;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::string db;
+  std::shared_ptr<metrics> stats = make_metrics();
+  std::shared_ptr<std::atomic<int64_t>> lease_ms = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<std::atomic<bool>> listening = std::make_shared<std::atomic<bool>>(true);
+  std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
+  std::shared_ptr<std::vector<v1::AllocUpdate>> exits =
+      std::make_shared<std::vector<v1::AllocUpdate>>();
+  api_actor server;
+
+  fixture() {
+    plugin.start();
+    cfg.set("logger.console-verbosity", caf::atom("quiet"));
+    add_message_types(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    db = (dir.path / "client.db").string();
+    server = sys->spawn(lease_server, lease_ms, listening, mu, exits);
+  }
+
+  node_actor spawn_node() {
+    node_config c;
+    c.node_id = "n1";
+    c.csi_root = (dir.path / "csi").string();
+    c.alloc_dir = (dir.path / "allocs").string();
+    c.plugins.push_back({"hp", v1::PLUGIN_MONOLITH, plugin.endpoint});
+    c.fingerprint_interval = std::chrono::milliseconds(50);
+    c.csi_timeout = std::chrono::seconds(10);
+    c.kill_timeout = std::chrono::milliseconds(500);
+    return sys->spawn(node, c, server, stats, std::make_shared<client_store>(db));
+  }
+
+  std::vector<v1::AllocUpdate> exit_reports() {
+    std::lock_guard<std::mutex> lock(*mu);
+    return *exits;
+  }
+};
+
+template <class T, class... Ts>
+std::variant<T, failure> ask(caf::scoped_actor& me, const node_actor& n, Ts&&... xs) {
+  std::variant<T, failure> out = failure{errc::internal, "no answer"};
+  me->request(n, std::chrono::seconds(30), std::forward<Ts>(xs)...)
+      .receive([&](T& x) { out = std::move(x); }, [&](caf::error& e) { out = to_failure(e); });
+  return out;
+}
+
+// Waits for a condition (a state, not a duration), up to 20 s.
+template <class F>
+bool eventually(F f) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return f();
+}
+
+bool alive(int64_t pid) {
+  if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) != 0) return false;
+  auto stat = std::filesystem::path("/proc") / std::to_string(pid) / "stat";
+  std::ifstream in(stat);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
+}
+
+// Creates a volume through the node's plugin; returns it with its external id.
+v1::Volume create(caf::scoped_actor& me, const node_actor& n, const std::string& id,
+                  v1::AccessMode mode) {
+  v1::Volume v;
+  v.set_id(id);
+  v.set_namespace_("default");
+  v.set_plugin_id("hp");
+  v.set_capacity_min(1 << 20);
+  auto* c = v.add_capabilities();
+  c->set_access_mode(mode);
+  c->set_attachment_mode(v1::FILE_SYSTEM);
+  auto made = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(v), uint64_t{1});
+  REQUIRE(std::holds_alternative<pb<v1::Volume>>(made));
+  return std::get<pb<v1::Volume>>(made).msg;
+}
+
+v1::NodeVolumeRequest request(const v1::Volume& v, const std::string& alloc, bool read_only,
+                              const std::string& csi_node) {
+  v1::NodeVolumeRequest r;
+  r.set_plugin_id("hp");
+  r.set_alloc_id(alloc);
+  *r.mutable_volume() = v;
+  r.set_read_only(read_only);
+  r.set_access_mode(v.capabilities(0).access_mode());
+  r.set_attachment_mode(v1::FILE_SYSTEM);
+  r.set_csi_node_id(csi_node);
+  r.set_leader_term(1);
+  return r;
+}
+
+// ControllerPublish, then NodeStage and NodePublish; returns the target.
+std::string publish(caf::scoped_actor& me, const node_actor& n, v1::NodeVolumeRequest r) {
+  auto attached = ask<pb<v1::NodeVolumeResult>>(me, n, ctrl_publish_atom::value, wrap(r));
+  REQUIRE(std::holds_alternative<pb<v1::NodeVolumeResult>>(attached));
+  for (auto& [k, v] : std::get<pb<v1::NodeVolumeResult>>(attached).msg.publish_context())
+    (*r.mutable_publish_context())[k] = v;
+  auto out = ask<pb<v1::NodeVolumeResult>>(me, n, publish_atom::value, wrap(r));
+  if (auto* f = std::get_if<failure>(&out)) FAIL_CHECK(f->message);
+  REQUIRE(std::holds_alternative<pb<v1::NodeVolumeResult>>(out));
+  return std::get<pb<v1::NodeVolumeResult>>(out).msg.target_path();
+}
+
+// Runs an alloc whose command loops until killed; returns its pid.
+int64_t run_loop(caf::scoped_actor& me, const node_actor& n, fixture& fx, const std::string& id) {
+  v1::Alloc a;
+  a.set_id(id);
+  a.set_namespace_("default");
+  a.set_node_id("n1");
+  for (auto arg : {"sh", "-c", "while true; do sleep 0.05; done"}) a.add_command(arg);
+  REQUIRE(std::holds_alternative<bool>(ask<bool>(me, n, run_atom::value, wrap(a))));
+  int64_t pid = 0;
+  REQUIRE(eventually([&] {
+    for (auto& r : client_store(fx.db).allocs())
+      if (r.alloc.id() == id) pid = r.pid;
+    return pid > 0;
+  }));
+  return pid;
+}
+
+bool mounted(const std::string& path) {
+  std::ifstream in("/proc/self/mounts");
+  std::string dev, at, rest;
+  while (in >> dev >> at && std::getline(in, rest))
+    if (at == path) return true;
+  return false;
+}
+
+size_t mounts(fixture& fx) { return client_store(fx.db).mounts().size(); }
+size_t fenced(fixture& fx) { return client_store(fx.db).fenced().size(); }
+
+}  // namespace
+
+TEST_CASE("node_lease: a node whose lease runs out stops and unmounts its single-writer writer") {
+  fixture fx;
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
+  auto shared = create(me, n, "logs", v1::MULTI_NODE_READER_ONLY);
+  auto target = publish(me, n, request(writer, "w", false, fx.plugin.node_id));
+  publish(me, n, request(shared, "r", true, fx.plugin.node_id));
+  REQUIRE(std::filesystem::exists(target));
+  auto w = run_loop(me, n, fx, "w");
+  auto r = run_loop(me, n, fx, "r");
+  CHECK(mounts(fx) == 2);
+
+  // Leases granted, then none (no leader confirms) and no server listens.
+  fx.lease_ms->store(400);
+  fx.listening->store(false);
+  REQUIRE(eventually([&] { return client_store(fx.db).meta("lease_ms") == 400; }));  // granted
+  fx.lease_ms->store(0);
+  // The fence: the writer is stopped and its publication undone; the reader goes on.
+  CHECK(eventually([&] { return !alive(w); }));
+  CHECK(eventually([&] { return mounts(fx) == 1; }));
+  CHECK(client_store(fx.db).mounts().at(0).alloc_id == "r");
+  CHECK(alive(r));
+  CHECK(fenced(fx) == 1);  // recorded until the exit is reported
+  CHECK_FALSE(mounted(target));
+  // No single-writer volume is published for writing while the lease is out.
+  auto again = ask<pb<v1::NodeVolumeResult>>(me, n, publish_atom::value,
+                                            wrap(request(writer, "w2", false, fx.plugin.node_id)));
+  auto* refused = std::get_if<failure>(&again);
+  REQUIRE(refused != nullptr);
+  CHECK(refused->code == errc::unavailable);
+  CHECK(refused->message.find("no lease") != std::string::npos);
+  // A server listens again: the exit is reported as the fence's, the fence forgotten.
+  fx.listening->store(true);
+  CHECK(eventually([&] { return fenced(fx) == 0; }));
+  auto reports = fx.exit_reports();
+  REQUIRE(reports.size() == 1);
+  CHECK(reports[0].id() == "w");
+  CHECK(reports[0].message().find("fence") != std::string::npos);
+  ::kill(static_cast<pid_t>(-r), SIGKILL);
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("node_lease: a restarted node whose lease ran out finishes the fence") {
+  fixture fx;
+  int64_t w = 0;
+  {
+    caf::scoped_actor me{*fx.sys};
+    auto n = fx.spawn_node();
+    auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
+    publish(me, n, request(writer, "w", false, fx.plugin.node_id));
+    w = run_loop(me, n, fx, "w");
+    fx.lease_ms->store(60'000);  // a long lease, renewed and recorded
+    REQUIRE(eventually([&] { return client_store(fx.db).meta("lease_ms") == 60'000; }));
+    me->send_exit(n, caf::exit_reason::kill);
+    me->wait_for(n);  // gone, with its client.db connection  // the agent dies; its alloc goes on
+  }
+  CHECK(alive(w));
+  // While it was down the lease ran out (its record says it was renewed
+  // long ago), and no leader answers now.
+  fx.lease_ms->store(0);
+  fx.listening->store(false);
+  client_store(fx.db).set_meta("lease_renewed_wall_ms", wall_ms() - 120'000);
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  CHECK(eventually([&] { return !alive(w); }));
+  CHECK(eventually([&] { return mounts(fx) == 0; }));
+  fx.listening->store(true);
+  CHECK(eventually([&] { return fenced(fx) == 0; }));
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("node_lease: a fence recorded before a crash is finished after the restart") {
+  fixture fx;
+  int64_t w = 0;
+  {
+    caf::scoped_actor me{*fx.sys};
+    auto n = fx.spawn_node();
+    auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
+    publish(me, n, request(writer, "w", false, fx.plugin.node_id));
+    w = run_loop(me, n, fx, "w");
+    me->send_exit(n, caf::exit_reason::kill);
+    me->wait_for(n);  // gone, with its client.db connection
+  }
+  // The agent had recorded the fence of "w" and died before it stopped it;
+  // it comes back with a lease (a leader answers again).
+  client_store(fx.db).put_fenced("w", wall_ms());
+  fx.lease_ms->store(60'000);
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  CHECK(eventually([&] { return !alive(w); }));
+  CHECK(eventually([&] { return mounts(fx) == 0; }));
+  CHECK(eventually([&] { return fenced(fx) == 0; }));
+  auto reports = fx.exit_reports();
+  REQUIRE_FALSE(reports.empty());
+  CHECK(reports.back().message().find("fence") != std::string::npos);
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}

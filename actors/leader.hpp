@@ -78,6 +78,8 @@ struct leader_state {
   std::map<std::string, plugin_actor> plugin_actors;
   std::map<std::string, node_actor> node_actors;  // nodes with a connected berth client
   std::map<std::string, int64_t> last_seen;       // node -> steady ms of its last heartbeat
+  std::set<std::string> unmounting;  // nodes back from down asked to unmount, not yet confirmed
+  std::map<std::string, int> claims_in_flight;  // alloc -> claims routed, not yet answered
   std::map<std::string, size_t> controller_turn;  // round-robin per plugin
   // Volumes being claimed, per node and plugin: counted against the
   // plugin's max volumes per node together with the claimed ones.

@@ -125,23 +125,45 @@ void report_exit(self_ptr self, const std::string& id) {
           [](caf::error&) {});
 }
 
-// The servers released a lost alloc's claims while this node was away:
-// undo what this client still has published for it, from its own records.
-void unmount_lost(self_ptr self, const std::string& alloc_id) {
+// The servers released an ended alloc's claims while this node was away:
+// undo what this client still has published or staged for it, from its own
+// records; `done` gets whether every unpublish (and unstage) succeeded.
+void unmount_released(self_ptr self, const std::string& alloc_id, std::function<void(bool)> done) {
   auto& st = self->state;
-  for (auto& u : unmounts_of(st.mounts, alloc_id)) {
+  auto unmounts = unmounts_of(st.mounts, alloc_id);
+  if (unmounts.empty()) {
+    done(true);
+    return;
+  }
+  auto left = std::make_shared<size_t>(unmounts.size());
+  auto ok = std::make_shared<bool>(true);
+  auto one_done = [left, ok, done](bool fine) {
+    *ok = *ok && fine;
+    if (--*left == 0) done(*ok);
+  };
+  for (auto& u : unmounts) {
     claim_paths paths{u.record.staging_path, u.record.target_path};
     auto at = where(st.config.node_id, u.record.plugin_id);
-    auto make = [r = u.record.request, paths, unstage = u.unstage, at](bool) {
-      return csi_job{[=](csi::client& c) { return unpublish_claim(c, r, paths, unstage, at); },
+    auto make = [r = u.record.request, paths, unstage = u.unstage, at](bool stages) {
+      return csi_job{[=](csi::client& c) {
+                       return unpublish_claim(c, r, paths, unstage && stages, at);
+                     },
                      call_kind::node, r.volume().external_id()};
     };
-    run(self, u.record.plugin_id, make, self->make_response_promise<pb<v1::NodeVolumeResult>>(),
-        [self, key = u.key](result_promise& rp, csi_outcome&) {
+    bool waits = run_csi(
+        self, u.record.plugin_id, make,
+        [self, key = u.key, one_done](csi_outcome& out) {
+          if (out.error) {
+            one_done(false);
+            return;
+          }
           auto& st = self->state;
-          if (auto f = forget_mount(*st.store, st.mounts, key)) report_problem(st, *f);
-          rp.deliver(wrap(v1::NodeVolumeResult{}));
-        });
+          auto f = forget_mount(*st.store, st.mounts, key);
+          if (f) report_problem(st, *f);
+          one_done(!f);
+        },
+        [one_done](caf::error) { one_done(false); });
+    if (waits) start_polling(self);
   }
 }
 
@@ -166,8 +188,20 @@ void finish_stops(self_ptr self, int64_t now) {
     if (auto f = forget_alloc(*st.store, st.allocs, id)) report_problem(st, *f);
     bool unmount = false;
     for (auto& s : waiting) unmount |= s.unmount;
-    if (unmount) unmount_lost(self, id);
-    for (auto& s : waiting) s.rp.deliver(code);
+    if (!unmount) {
+      for (auto& s : waiting) s.rp.deliver(code);
+      continue;
+    }
+    // Answered once unmounted: the servers ask again until it is.
+    unmount_released(self, id, [id, code, waiting](bool ok) mutable {
+      for (auto& s : waiting)
+        if (ok)
+          s.rp.deliver(code);
+        else
+          s.rp.deliver(make_error(errc::unavailable, "alloc '" + id +
+                                                         "' stopped, but not everything it had "
+                                                         "published could be unmounted yet"));
+    });
   }
 }
 
@@ -216,6 +250,7 @@ void measure_published(self_ptr self) {
   if (st.measuring || !st.api) return;
   std::map<std::string, std::map<std::pair<std::string, std::string>, volume_measure>> by_plugin;
   for (const auto& [key, m] : st.mounts) {
+    if (m.published_at_ms == 0) continue;  // asked, not confirmed published
     auto inst = st.instances.find(m.plugin_id);
     if (inst == st.instances.end() || !inst->second.get_volume_stats()) continue;
     by_plugin[m.plugin_id].emplace(
@@ -304,6 +339,11 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
           res.set_target_path(paths.target);
           return wrap(std::move(res));
         }
+        // Recorded before the call (published_at_ms 0: not confirmed), with
+        // the staging path: a NodeStage done before a failed NodePublish, or
+        // before the client died, is then unstaged when the claim is undone.
+        if (auto f = save_mount(*st.store, st.mounts, intent_of(r, paths)))
+          return to_error(*f);
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
         auto staged = std::make_shared<bool>(false);
         auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), staged](bool stage) {
@@ -467,7 +507,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         // share the staging path, and one NodeExpandVolume grows it).
         const mount_record* found = nullptr;
         for (const auto& [key, m] : st.mounts)
-          if (m.ns == r.volume().namespace_() && m.volume_id == r.volume().id()) {
+          if (m.published_at_ms != 0 && m.ns == r.volume().namespace_() &&
+              m.volume_id == r.volume().id()) {
             found = &m;
             break;
           }

@@ -42,8 +42,8 @@ mount_key key_of(const mount_record& m);
 // Whether a publication other than `except` uses the staging path.
 bool staging_in_use(const mount_table& mounts, const std::string& staging, const mount_key& except);
 
-// Whether a publish request is published already: recorded at the same
-// target, and the target exists (`target_exists`, the caller's look at the
+// Whether a publish request is published already: recorded as published
+// (not only asked) at the same target, and the target exists (`target_exists`, the caller's look at the
 // disk).  A repeat after a restart then re-mounts nothing.
 bool published_already(const mount_table& mounts, const v1::NodeVolumeRequest& r,
                        const claim_paths& paths, bool target_exists);
@@ -52,6 +52,12 @@ bool published_already(const mount_table& mounts, const v1::NodeVolumeRequest& r
 // holds none); `staged`: the plugin staged it at paths.staging.
 mount_record record_of(const v1::NodeVolumeRequest& r, const claim_paths& paths, bool staged,
                        int64_t now_ms);
+
+// The record of a publication about to be asked of the plugin
+// (published_at_ms 0): kept, with its staging path, until the claim is
+// unpublished, whether the call succeeds or not, so that what a failed or
+// interrupted NodeStage/NodePublish left is undone from it.
+mount_record intent_of(const v1::NodeVolumeRequest& r, const claim_paths& paths);
 
 // Whether NodeUnpublishVolume is followed by NodeUnstageVolume: the plugin
 // stages, the servers say it was the node's last claim on the volume

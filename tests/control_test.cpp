@@ -330,6 +330,28 @@ TEST_CASE("alloc_of_claim_creates_extends_or_refuses") {
   CHECK_FALSE(bad.upsert);
 }
 
+TEST_CASE("an_empty_alloc_of_a_node_away_stays_for_the_node_to_unmount") {
+  // Claim-only allocs of a node marked down: their claims were released
+  // without the node; deleted, the node coming back would never be told to
+  // unmount them (claim simulation, seed 827).
+  catalog c;
+  commit(c, {upsert_change(make_volume("db")), upsert_change(make_node("n1")),
+             upsert_change(make_alloc("one", "n1", v1::ALLOC_RUNNING, {"db"}))});
+  commit(c, mark_down(c, "n1", 21000, 500));
+  auto kept = alloc_after_release(c, "one", {"default", "db"});
+  REQUIRE(kept);
+  REQUIRE(kept->has_alloc_upsert());
+  CHECK(kept->alloc_upsert().volumes_size() == 0);
+  CHECK(kept->alloc_upsert().state() == v1::ALLOC_LOST);
+  // Back, unmounts not confirmed yet: still kept.
+  commit(c, {upsert_change(*node_after_heartbeat(c, "n1", 900))});
+  CHECK(alloc_after_release(c, "one", {"default", "db"})->has_alloc_upsert());
+  // Confirmed: deleted as usual.
+  commit(c, {upsert_change(*node_after_unmounts(c, "n1", 500))});
+  CHECK(alloc_after_release(c, "one", {"default", "db"})->alloc_delete() == "one");
+  CHECK(allocs_to_unmount_on_return(c, "n1").empty());
+}
+
 TEST_CASE("alloc_after_release_drops_the_volume_and_deletes_an_empty_alloc") {
   catalog c;
   auto held = make_volume("held");
@@ -455,6 +477,39 @@ TEST_CASE("reconnect_stops_complete_allocs_that_still_hold_claims") {
              upsert_change(make_alloc("freed", "n1", v1::ALLOC_COMPLETE, {"db"}))});
   CHECK(allocs_to_stop_on_reconnect(c, "n1") == std::vector<std::string>{"held"});
   CHECK(allocs_to_stop_on_reconnect(c, "n2").empty());
+}
+
+TEST_CASE("a_node_back_from_down_unmounts_every_ended_alloc_until_it_confirms") {
+  catalog c;
+  commit(c, {upsert_change(make_node("n1")),
+             upsert_change(make_alloc("ended-before", "n1", v1::ALLOC_COMPLETE)),
+             upsert_change(make_alloc("failed-before", "n1", v1::ALLOC_FAILED)),
+             upsert_change(make_alloc("running", "n1", v1::ALLOC_RUNNING)),
+             upsert_change(make_alloc("elsewhere", "n2", v1::ALLOC_COMPLETE))});
+  CHECK(allocs_to_unmount_on_return(c, "n1").empty());  // never down: nothing to undo
+  commit(c, mark_down(c, "n1", 21000, 500));
+  // Not only the lost alloc: the servers may have released the claims of
+  // allocs that had ended before without the node as well.
+  auto back = node_after_heartbeat(c, "n1", 900);
+  REQUIRE(back);
+  CHECK(back->down_at_ms() == 500);  // kept until the client confirms
+  commit(c, {upsert_change(*back)});
+  REQUIRE(unmounts_pending(*find_node(c, "n1")));
+  CHECK(allocs_to_unmount_on_return(c, "n1") ==
+        std::vector<std::string>{"ended-before", "failed-before", "running"});
+  CHECK(allocs_to_unmount_on_return(c, "n2").empty());
+  // Confirmed for another down: nothing changes (a later round asks again).
+  CHECK_FALSE(node_after_unmounts(c, "n1", 400));
+  auto done = node_after_unmounts(c, "n1", 500);
+  REQUIRE(done);
+  CHECK(done->down_at_ms() == 0);
+  CHECK(done->status() == v1::NODE_READY);
+  commit(c, {upsert_change(*done)});
+  CHECK(allocs_to_unmount_on_return(c, "n1").empty());
+  CHECK_FALSE(node_after_unmounts(c, "n1", 500));
+  // Down again before the confirmation landed: not cleared.
+  commit(c, mark_down(c, "n1", 21000, 700));
+  CHECK_FALSE(node_after_unmounts(c, "n1", 700));  // not ready
 }
 
 TEST_CASE("fingerprints_are_validated_and_list_the_plugin_on_the_node") {

@@ -1178,6 +1178,11 @@ class simulation {
     // Stale publications wait for their node to unmount them.
     for (const auto& [k, p] : w_.plugin.published)
       if (w_.stale(std::get<1>(k), p.epoch)) return false;
+    // An expansion of a published volume waits for its next retry.
+    for (const auto& [id, v] : w_.volumes)
+      if (v.has_expansion())
+        for (const auto& [k, p] : w_.plugin.published)
+          if (std::get<0>(k) == id) return false;
     return true;
   }
 

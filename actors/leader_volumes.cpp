@@ -435,6 +435,10 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
          {});
     return;
   }
+  if (auto f = refuse_client_away(st.cat, c.node_id(), static_cast<bool>(node_of(self, c.node_id())))) {
+    done(*f, {});
+    return;
+  }
   const auto key = found.key;
   const auto plugin_id = volume_at(st.cat, key).plugin_id();
   // alloc stop waits for this claim (its entry commits the alloc record).

@@ -96,6 +96,18 @@ std::optional<v1::Node> node_after_unmounts(const catalog& c, const std::string&
   return next;
 }
 
+std::optional<failure> refuse_client_away(const catalog& c, const std::string& node_id,
+                                          bool connected) {
+  const auto* n = find_node(c, node_id);
+  if (connected || n == nullptr || !n->has_client()) return std::nullopt;
+  failure f{errc::unavailable, "the berth client of node " + quoted(node_id) +
+                                   " is not connected" +
+                                   (n->status() == v1::NODE_DOWN ? " (the node is down)" : "") +
+                                   ", so the volume cannot be published there; retry once it is"};
+  f.retry = true;
+  return f;
+}
+
 std::vector<problem> validate_fingerprint(const v1::Fingerprint& f) {
   std::vector<problem> problems;
   if (!valid_id(f.plugin_id())) problems.push_back({"plugin_id", "is missing or not a valid id"});

@@ -59,6 +59,15 @@ std::vector<std::string> allocs_to_unmount_on_return(const catalog& c, const std
 std::optional<v1::Node> node_after_unmounts(const catalog& c, const std::string& node_id,
                                             int64_t down_at_ms);
 
+// A claim on a node whose berth client is not connected now (down, or
+// away): refused, to retry once it is.  Recorded without publishing, it
+// would stay taken there unpublished (an expansion then waits for a
+// NodeExpandVolume the node cannot run, and a later unpublish of another
+// claim keeps a staging that nobody unstages).  A node without a client
+// (named only by hand-made fingerprints) takes claims that are recorded only.
+std::optional<failure> refuse_client_away(const catalog& c, const std::string& node_id,
+                                          bool connected);
+
 // Every problem of a plugin fingerprint at once.
 std::vector<problem> validate_fingerprint(const v1::Fingerprint& f);
 

@@ -96,8 +96,11 @@ void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
         return std::vector<v1::Change>{upsert_change(*next)};
       },
       ignore_result());
-  // Its plugin instances were dropped when it went down: report again.
-  if (was_down) self->send(node, fingerprint_atom::value);
+  // Its plugin instances were dropped when it went down: report again.  So
+  // too a client new to this leader that misses one (its report went to a
+  // deposed leader, or the removal landed after it).
+  if (was_down || (fresh && instances_missing(st.cat, node_id)))
+    self->send(node, fingerprint_atom::value);
   unmount_on_return(self, node_id, node);
 }
 

@@ -173,6 +173,19 @@ std::vector<v1::Fingerprint> instances_of_down_node(const catalog& c, const std:
   return out;
 }
 
+bool instances_missing(const catalog& c, const std::string& node_id) {
+  const auto* n = find_node(c, node_id);
+  if (n == nullptr || n->plugins_withdrawn()) return false;
+  for (const auto& id : n->plugin_ids()) {
+    const auto* p = find_plugin(c, id);
+    if (p == nullptr) return true;
+    bool runs = node_instance(*p, node_id) != nullptr;
+    for (const auto& ctrl : p->controllers()) runs |= ctrl.node_id() == node_id;
+    if (!runs) return true;
+  }
+  return false;
+}
+
 std::vector<std::string> plugins_to_collect(const catalog& c) {
   std::vector<std::string> out;
   for (const auto& [id, p] : c.plugins)

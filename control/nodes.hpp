@@ -84,6 +84,12 @@ std::optional<v1::Node> node_after_fingerprint(const catalog& c, const v1::Finge
 // The fingerprints that remove a down node's instances of its plugins.
 std::vector<v1::Fingerprint> instances_of_down_node(const catalog& c, const std::string& node_id);
 
+// Whether a plugin the node lists has no instance of the node: its
+// instances were removed while it was down (or the removal landed after its
+// report), and a client that is not asked again never reports them, since
+// nothing changed on its side.  A drained node's withdrawn ones are meant.
+bool instances_missing(const catalog& c, const std::string& node_id);
+
 // Plugins without any instance left (Nomad's zombie plugins): deleted.
 std::vector<std::string> plugins_to_collect(const catalog& c);
 

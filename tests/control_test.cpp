@@ -558,6 +558,28 @@ TEST_CASE("down_nodes_lose_their_instances_and_empty_plugins_are_collected") {
   CHECK(plugins_to_collect(c) == std::vector<std::string>{"empty"});
 }
 
+TEST_CASE("a_node_listing_a_plugin_without_its_instance_is_asked_to_report_again") {
+  // Claim simulation seed 217: a client restarted while one leader was
+  // deposed reported its plugin to it; the next leader saw the node ready
+  // and never asked again, so its controller was gone for good.
+  catalog c;
+  auto n = make_node("n1");
+  n.add_plugin_ids("p");
+  commit(c, {upsert_change(n), upsert_change(make_node("n2")),
+             upsert_change(controller_plugin({{"n1", true}}))});
+  CHECK_FALSE(instances_missing(c, "n1"));
+  CHECK_FALSE(instances_missing(c, "n2"));  // lists nothing
+  CHECK_FALSE(instances_missing(c, "unknown"));
+  commit(c, {upsert_change(controller_plugin({{"n2", true}}))});
+  CHECK(instances_missing(c, "n1"));
+  commit(c, {plugin_delete_change("p")});
+  CHECK(instances_missing(c, "n1"));  // collected with its last instance
+  // A drain withdrew them on purpose: not asked.
+  n.set_plugins_withdrawn(true);
+  commit(c, {upsert_change(n)});
+  CHECK_FALSE(instances_missing(c, "n1"));
+}
+
 // --- placement --------------------------------------------------------------------------
 
 TEST_CASE("controller_choice_is_healthy_connected_and_round_robin") {

@@ -372,7 +372,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         auto key = key_of(r);
         bool others = staging_in_use(st.mounts, paths.staging, key);
         auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), others](bool stages) {
-          bool unstage = unstage_after_unpublish(stages, r.unstage(), others);
+          bool unstage = unstage_after_unpublish(stages, others);
           return csi_job{[=](csi::client& c) { return unpublish_claim(c, r, paths, unstage, at); },
                          call_kind::node, r.volume().external_id(), r.leader_term()};
         };

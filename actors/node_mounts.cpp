@@ -68,8 +68,8 @@ mount_record record_of(const v1::NodeVolumeRequest& r, const claim_paths& paths,
   return m;
 }
 
-bool unstage_after_unpublish(bool plugin_stages, bool asked, bool others_use_staging) {
-  return plugin_stages && asked && !others_use_staging;
+bool unstage_after_unpublish(bool plugin_stages, bool others_use_staging) {
+  return plugin_stages && !others_use_staging;
 }
 
 bool has_mounts(const mount_table& mounts, const std::string& alloc_id) {

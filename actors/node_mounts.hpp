@@ -60,9 +60,14 @@ mount_record record_of(const v1::NodeVolumeRequest& r, const claim_paths& paths,
 mount_record intent_of(const v1::NodeVolumeRequest& r, const claim_paths& paths);
 
 // Whether NodeUnpublishVolume is followed by NodeUnstageVolume: the plugin
-// stages, the servers say it was the node's last claim on the volume
-// (`asked`), and this client's records agree (`others_use_staging` false).
-bool unstage_after_unpublish(bool plugin_stages, bool asked, bool others_use_staging);
+// stages and no other record of this client uses the staging.  The
+// servers' `unstage` (the node's last claim on the volume) does not hold it
+// back: a claim the servers count there that this client has no record of
+// never staged here (every publication is recorded before its call), and
+// kept staged for it, the staging would be left to nobody once that claim
+// is released without the node (claim simulation seed 2751).  A later
+// publication stages again.
+bool unstage_after_unpublish(bool plugin_stages, bool others_use_staging);
 
 // Whether this client still has a publication for the alloc.
 bool has_mounts(const mount_table& mounts, const std::string& alloc_id);

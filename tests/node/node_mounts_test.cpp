@@ -110,11 +110,10 @@ TEST_CASE("mounts: a staging shared with another alloc is in use") {
   CHECK_FALSE(staging_in_use(t, "/csi/hp/staging/prod/other/x", key_of(request("a1"))));
 }
 
-TEST_CASE("mounts: unstage only when the plugin stages, the servers ask and no one else uses it") {
-  CHECK(unstage_after_unpublish(true, true, false));
-  CHECK_FALSE(unstage_after_unpublish(false, true, false));
-  CHECK_FALSE(unstage_after_unpublish(true, false, false));
-  CHECK_FALSE(unstage_after_unpublish(true, true, true));
+TEST_CASE("mounts: unstage when the plugin stages and no other record uses the staging") {
+  CHECK(unstage_after_unpublish(true, false));
+  CHECK_FALSE(unstage_after_unpublish(false, false));
+  CHECK_FALSE(unstage_after_unpublish(true, true));
 }
 
 TEST_CASE("mounts: a lost alloc's publications are undone, unstaging what only it used") {

@@ -711,9 +711,8 @@ void run_effect(world* w, const std::string& node, const call& c, int steps) {
       w->node_unpublish(vol, node, r.alloc_id());
       bool others = w->published_on(vol, node);
       // As the real client: its own records decide (unstage_after_unpublish,
-      // unmounts_of).
-      bool recorded = n.others_recorded(vol, r.alloc_id());
-      bool unstage = !recorded && (c.kind == call_kind::unmount || r.unstage());
+      // unmounts_of), whatever the servers count on the node.
+      bool unstage = !n.others_recorded(vol, r.alloc_id());
       if (c.kind == call_kind::unpublish && r.unstage() && others) {
         // The servers asked to unstage although another publication is
         // here; the real client checks its records and skips it.

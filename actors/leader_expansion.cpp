@@ -42,6 +42,9 @@ void expansion_step(const self_ptr& self, const volume_key& key,
   if (step.action == expansion_action::node_expand) {
     target = node_of(self, step.node_id);
     target_node = step.node_id;
+    // For a claim there the node never published: published again first
+    // (ControllerPublishVolume through this controller when required).
+    controller = pick_controller(self, v->plugin_id());
   }
   auto before = v->modify_index();
   auto plugin = ensure_plugin_actor(self, v->plugin_id());

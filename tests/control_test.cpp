@@ -558,6 +558,27 @@ TEST_CASE("down_nodes_lose_their_instances_and_empty_plugins_are_collected") {
   CHECK(plugins_to_collect(c) == std::vector<std::string>{"empty"});
 }
 
+TEST_CASE("a_claim_on_a_node_whose_client_is_away_is_refused_to_retry") {
+  // Claim simulation seed 284: recorded taken without a publication, the
+  // claim kept an expansion of its volume waiting for ever.
+  catalog c;
+  commit(c, {upsert_change(make_node("n1")), upsert_change(make_node("down", v1::NODE_DOWN)),
+             upsert_change(make_node("bare", v1::NODE_READY, false))});
+  CHECK_FALSE(refuse_client_away(c, "n1", true));
+  auto away = refuse_client_away(c, "n1", false);
+  REQUIRE(away);
+  CHECK(away->code == errc::unavailable);
+  CHECK(away->retry);
+  CHECK(away->message.find("'n1' is not connected") != std::string::npos);
+  auto down = refuse_client_away(c, "down", false);
+  REQUIRE(down);
+  CHECK(down->message.find("the node is down") != std::string::npos);
+  // No berth client there (hand-made fingerprints), or an unknown node:
+  // the claim is recorded only, as before.
+  CHECK_FALSE(refuse_client_away(c, "bare", false));
+  CHECK_FALSE(refuse_client_away(c, "unknown", false));
+}
+
 TEST_CASE("a_node_listing_a_plugin_without_its_instance_is_asked_to_report_again") {
   // Claim simulation seed 217: a client restarted while one leader was
   // deposed reported its plugin to it; the next leader saw the node ready

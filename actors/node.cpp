@@ -342,8 +342,11 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         // Recorded before the call (published_at_ms 0: not confirmed), with
         // the staging path: a NodeStage done before a failed NodePublish, or
         // before the client died, is then unstaged when the claim is undone.
-        if (auto f = save_mount(*st.store, st.mounts, intent_of(r, paths)))
-          return to_error(*f);
+        // (Not for a plugin this client does not run: the call is refused
+        // unsent, and nothing could ever undo the record.)
+        if (st.connections.count(r.plugin_id()) != 0)
+          if (auto f = save_mount(*st.store, st.mounts, intent_of(r, paths)))
+            return to_error(*f);
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
         auto staged = std::make_shared<bool>(false);
         auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), staged](bool stage) {

@@ -90,6 +90,8 @@ struct leader_state {
   // confirms this leader is under way (leader_flows::grant_lease).
   std::vector<caf::typed_response_promise<uint64_t, int64_t>> lease_waiting;
   bool lease_reading = false;
+  std::set<std::string> unmounting;  // nodes back from down asked to unmount, not yet confirmed
+  std::map<std::string, int> claims_in_flight;  // alloc -> claims routed, not yet answered
   std::map<std::string, size_t> controller_turn;  // round-robin per plugin
   // Volumes being claimed, per node and plugin: counted against the
   // plugin's max volumes per node together with the claimed ones.

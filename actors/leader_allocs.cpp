@@ -226,6 +226,15 @@ void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_pr
 }
 
 void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp) {
+  // A claim of the alloc being made commits the alloc record with it: the
+  // stop goes after it, so that neither undoes the other and the answer
+  // counts that claim too.
+  if (self->state.claims_in_flight.count(id)) {
+    when(
+        self, [self, id] { return self->state.claims_in_flight.count(id) == 0; },
+        [self, id, rp](bool) { alloc_stop(self, id, rp); });
+    return;
+  }
   const auto* known = find_alloc(self->state.cat, id);
   if (known == nullptr) {
     deliver(rp,

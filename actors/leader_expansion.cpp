@@ -3,7 +3,6 @@
 // control/expansion's; the volume's actor runs each step and commits it, so
 // a new leader resumes an expansion from the catalog's `expanding` index.
 #include <caf/typed_event_based_actor.hpp>
-#include <random>
 
 #include "actors/clock.hpp"
 #include "actors/leader_flows.hpp"
@@ -14,9 +13,10 @@ namespace berth::leader_flows {
 
 namespace {
 
+// From clock.hpp's random_seed, like the watcher's jitter: the claim
+// simulation replays a seed only when every draw comes from its own RNG.
 double expansion_jitter() {
-  static std::mt19937_64 rng{std::random_device{}()};
-  return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  return static_cast<double>(random_seed() >> 11) * 0x1.0p-53;
 }
 
 // One step through the volume's actor, then the next once the catalog
@@ -42,6 +42,9 @@ void expansion_step(const self_ptr& self, const volume_key& key,
   if (step.action == expansion_action::node_expand) {
     target = node_of(self, step.node_id);
     target_node = step.node_id;
+    // For a claim there the node never published: published again first
+    // (ControllerPublishVolume through this controller when required).
+    controller = pick_controller(self, v->plugin_id());
   }
   auto before = v->modify_index();
   auto plugin = ensure_plugin_actor(self, v->plugin_id());

@@ -67,6 +67,8 @@ void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp) {
           [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
 }
 
+void unmount_on_return(const self_ptr& self, const std::string& node_id, node_actor node);
+
 // A client's heartbeat (its node actor registering again).
 void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node) {
   auto& st = self->state;
@@ -94,15 +96,56 @@ void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
         return std::vector<v1::Change>{upsert_change(*next)};
       },
       ignore_result());
-  if (was_down) {
-    // Its plugin instances were dropped when it went down: report again.
-    // Allocs lost meanwhile were released without it: stop them there and
-    // unmount what the client still has of them.
+  // Its plugin instances were dropped when it went down: report again.  So
+  // too a client new to this leader that misses one (its report went to a
+  // deposed leader, or the removal landed after it).
+  if (was_down || (fresh && instances_missing(st.cat, node_id)))
     self->send(node, fingerprint_atom::value);
-    for (const auto& id : lost_allocs_of(st.cat, node_id))
-      self->request(node, std::chrono::seconds(60), stop_atom::value, id, true)
-          .then([](int32_t) {}, [](caf::error&) {});
+  unmount_on_return(self, node_id, node);
+}
+
+// A node back from down: every alloc of it that had ended may have had its
+// claims released without the node, so the client stops each and unmounts
+// what it still has of it from its own records (publications and stagings
+// recorded before their calls).  One round at a time per node, asked again
+// on the next heartbeat until every stop is confirmed; then the node's
+// `down_at_ms` is cleared (committed, so a new leader asks too).
+void unmount_on_return(const self_ptr& self, const std::string& node_id, node_actor node) {
+  auto& st = self->state;
+  const auto* n = find_node(st.cat, node_id);
+  if (n == nullptr || !unmounts_pending(*n) || !st.unmounting.insert(node_id).second) return;
+  auto down_at = n->down_at_ms();
+  auto allocs = allocs_to_unmount_on_return(st.cat, node_id);
+  auto left = std::make_shared<size_t>(allocs.size());
+  auto all_done = std::make_shared<bool>(true);
+  auto finish = [self, node_id, down_at, all_done] {
+    if (!*all_done) {
+      self->state.unmounting.erase(node_id);  // again on the next heartbeat
+      return;
+    }
+    write(
+        self, "node/" + node_id,
+        [node_id, down_at](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+          auto next = node_after_unmounts(c, node_id, down_at);
+          if (!next) return std::vector<v1::Change>{};
+          return std::vector<v1::Change>{upsert_change(std::move(*next))};
+        },
+        [self, node_id](std::optional<failure>) { self->state.unmounting.erase(node_id); });
+  };
+  if (allocs.empty()) {
+    finish();
+    return;
   }
+  for (const auto& id : allocs)
+    self->request(node, std::chrono::seconds(60), stop_atom::value, id, true)
+        .then(
+            [left, finish](int32_t) {
+              if (--*left == 0) finish();
+            },
+            [left, all_done, finish](caf::error&) {
+              *all_done = false;
+              if (--*left == 0) finish();
+            });
 }
 
 // Marks a silent node down (with its allocs lost, one entry), then removes

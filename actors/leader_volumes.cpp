@@ -435,8 +435,19 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
          {});
     return;
   }
+  if (auto f = refuse_client_away(st.cat, c.node_id(), static_cast<bool>(node_of(self, c.node_id())))) {
+    done(*f, {});
+    return;
+  }
   const auto key = found.key;
   const auto plugin_id = volume_at(st.cat, key).plugin_id();
+  // alloc stop waits for this claim (its entry commits the alloc record).
+  ++st.claims_in_flight[c.alloc_id()];
+  done = [self, alloc = c.alloc_id(), done](std::optional<failure> f, v1::ClaimResult r) {
+    auto& open = self->state.claims_in_flight;
+    if (auto it = open.find(alloc); it != open.end() && --it->second <= 0) open.erase(it);
+    done(std::move(f), std::move(r));
+  };
   std::pair<std::string, std::string> slot{c.node_id(), plugin_id};
   c.set_node_volume_count(
       node_volume_count(st.cat, c.node_id(), plugin_id, key, st.claiming[slot]));

@@ -163,36 +163,61 @@ void report_exit(self_ptr self, const std::string& id) {
           [](caf::error&) {});
 }
 
-// The servers released a lost alloc's claims while this node was away:
-// undo what this client still has published for it, from its own records.
-void unmount_all(self_ptr self, std::vector<unmount> list) {
+// Undoes publications from this client's own records (an ended alloc's,
+// which the servers released while this node was away, or what the fence
+// takes); `done` gets whether every unpublish (and unstage) succeeded.  A
+// publication whose unmount is under way already counts as not done: the
+// caller asks again (the leader on the next heartbeat, the fence on its
+// next check).
+void unmount_all(self_ptr self, std::vector<unmount> unmounts, std::function<void(bool)> done) {
   auto& st = self->state;
-  for (auto& u : list) {
-    if (!st.unmounting.insert(u.key).second) continue;  // under way already
+  if (unmounts.empty()) {
+    done(true);
+    return;
+  }
+  auto left = std::make_shared<size_t>(unmounts.size());
+  auto ok = std::make_shared<bool>(true);
+  auto one_done = [left, ok, done](bool fine) {
+    *ok = *ok && fine;
+    if (--*left == 0) done(*ok);
+  };
+  for (auto& u : unmounts) {
+    if (!st.unmounting.insert(u.key).second) {
+      one_done(false);
+      continue;
+    }
     claim_paths paths{u.record.staging_path, u.record.target_path};
     auto at = where(st.config.node_id, u.record.plugin_id);
-    auto make = [r = u.record.request, paths, unstage = u.unstage, at](bool) {
-      return csi_job{[=](csi::client& c) { return unpublish_claim(c, r, paths, unstage, at); },
+    auto make = [r = u.record.request, paths, unstage = u.unstage, at](bool stages) {
+      return csi_job{[=](csi::client& c) {
+                       return unpublish_claim(c, r, paths, unstage && stages, at);
+                     },
                      call_kind::node, r.volume().external_id()};
     };
-    // Either way the key is free again: a failed unmount is asked again
-    // by whoever needs it (the fence on its next check, the leader).
-    auto done = [self, key = u.key](csi_outcome& out) {
-      auto& st = self->state;
-      st.unmounting.erase(key);
-      if (out.error) {
-        report_problem(st, *out.error);
-        return;
-      }
-      if (auto f = forget_mount(*st.store, st.mounts, key)) report_problem(st, *f);
-    };
-    auto fail = [self, key = u.key](caf::error) { self->state.unmounting.erase(key); };
-    if (run_csi(self, u.record.plugin_id, std::move(make), done, fail)) start_polling(self);
+    bool waits = run_csi(
+        self, u.record.plugin_id, make,
+        [self, key = u.key, one_done](csi_outcome& out) {
+          auto& st = self->state;
+          st.unmounting.erase(key);
+          if (out.error) {
+            report_problem(st, *out.error);
+            one_done(false);
+            return;
+          }
+          auto f = forget_mount(*st.store, st.mounts, key);
+          if (f) report_problem(st, *f);
+          one_done(!f);
+        },
+        [self, key = u.key, one_done](caf::error) {
+          self->state.unmounting.erase(key);
+          one_done(false);
+        });
+    if (waits) start_polling(self);
   }
 }
 
-void unmount_lost(self_ptr self, const std::string& alloc_id) {
-  unmount_all(self, unmounts_of(self->state.mounts, alloc_id));
+void unmount_released(self_ptr self, const std::string& alloc_id, std::function<void(bool)> done) {
+  unmount_all(self, unmounts_of(self->state.mounts, alloc_id), std::move(done));
 }
 
 // Answers the stops whose command exited; SIGKILLs those past their grace.
@@ -216,8 +241,20 @@ void finish_stops(self_ptr self, int64_t now) {
     if (auto f = forget_alloc(*st.store, st.allocs, id)) report_problem(st, *f);
     bool unmount = false;
     for (auto& s : waiting) unmount |= s.unmount;
-    if (unmount) unmount_lost(self, id);
-    for (auto& s : waiting) s.rp.deliver(code);
+    if (!unmount) {
+      for (auto& s : waiting) s.rp.deliver(code);
+      continue;
+    }
+    // Answered once unmounted: the servers ask again until it is.
+    unmount_released(self, id, [id, code, waiting](bool ok) mutable {
+      for (auto& s : waiting)
+        if (ok)
+          s.rp.deliver(code);
+        else
+          s.rp.deliver(make_error(errc::unavailable, "alloc '" + id +
+                                                         "' stopped, but not everything it had "
+                                                         "published could be unmounted yet"));
+    });
   }
 }
 
@@ -277,7 +314,7 @@ void fence(self_ptr self) {
                     {{"node", st.config.node_id},
                      {"alloc", u.record.alloc_id},
                      {"volume", u.record.volume_id}});
-  unmount_all(self, std::move(now));
+  unmount_all(self, std::move(now), [](bool) {});
   start_polling(self);
 }
 
@@ -304,7 +341,7 @@ void drive_fence(self_ptr self, int64_t now) {
       continue;
     }
     if (has_mounts(st.mounts, id)) {
-      unmount_lost(self, id);
+      unmount_released(self, id, [](bool) {});
       ++it;
       continue;
     }
@@ -372,6 +409,7 @@ void measure_published(self_ptr self) {
   if (st.measuring || !st.api) return;
   std::map<std::string, std::map<std::pair<std::string, std::string>, volume_measure>> by_plugin;
   for (const auto& [key, m] : st.mounts) {
+    if (m.published_at_ms == 0) continue;  // asked, not confirmed published
     auto inst = st.instances.find(m.plugin_id);
     if (inst == st.instances.end() || !inst->second.get_volume_stats()) continue;
     by_plugin[m.plugin_id].emplace(
@@ -477,6 +515,14 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
           res.set_target_path(paths.target);
           return wrap(std::move(res));
         }
+        // Recorded before the call (published_at_ms 0: not confirmed), with
+        // the staging path: a NodeStage done before a failed NodePublish, or
+        // before the client died, is then unstaged when the claim is undone.
+        // (Not for a plugin this client does not run: the call is refused
+        // unsent, and nothing could ever undo the record.)
+        if (st.connections.count(r.plugin_id()) != 0)
+          if (auto f = save_mount(*st.store, st.mounts, intent_of(r, paths)))
+            return to_error(*f);
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
         auto staged = std::make_shared<bool>(false);
         auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), staged](bool stage) {
@@ -505,7 +551,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         auto key = key_of(r);
         bool others = staging_in_use(st.mounts, paths.staging, key);
         auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), others](bool stages) {
-          bool unstage = unstage_after_unpublish(stages, r.unstage(), others);
+          bool unstage = unstage_after_unpublish(stages, others);
           return csi_job{[=](csi::client& c) { return unpublish_claim(c, r, paths, unstage, at); },
                          call_kind::node, r.volume().external_id(), r.leader_term()};
         };
@@ -640,7 +686,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         // share the staging path, and one NodeExpandVolume grows it).
         const mount_record* found = nullptr;
         for (const auto& [key, m] : st.mounts)
-          if (m.ns == r.volume().namespace_() && m.volume_id == r.volume().id()) {
+          if (m.published_at_ms != 0 && m.ns == r.volume().namespace_() &&
+              m.volume_id == r.volume().id()) {
             found = &m;
             break;
           }

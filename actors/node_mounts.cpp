@@ -47,7 +47,12 @@ bool staging_in_use(const mount_table& mounts, const std::string& staging,
 bool published_already(const mount_table& mounts, const v1::NodeVolumeRequest& r,
                        const claim_paths& paths, bool target_exists) {
   auto it = mounts.find(key_of(r));
-  return it != mounts.end() && it->second.target_path == paths.target && target_exists;
+  return it != mounts.end() && it->second.published_at_ms != 0 &&
+         it->second.target_path == paths.target && target_exists;
+}
+
+mount_record intent_of(const v1::NodeVolumeRequest& r, const claim_paths& paths) {
+  return record_of(r, paths, true, 0);
 }
 
 mount_record record_of(const v1::NodeVolumeRequest& r, const claim_paths& paths, bool staged,
@@ -65,8 +70,8 @@ mount_record record_of(const v1::NodeVolumeRequest& r, const claim_paths& paths,
   return m;
 }
 
-bool unstage_after_unpublish(bool plugin_stages, bool asked, bool others_use_staging) {
-  return plugin_stages && asked && !others_use_staging;
+bool unstage_after_unpublish(bool plugin_stages, bool others_use_staging) {
+  return plugin_stages && !others_use_staging;
 }
 
 bool has_mounts(const mount_table& mounts, const std::string& alloc_id) {

@@ -44,8 +44,8 @@ mount_key key_of(const mount_record& m);
 // Whether a publication other than `except` uses the staging path.
 bool staging_in_use(const mount_table& mounts, const std::string& staging, const mount_key& except);
 
-// Whether a publish request is published already: recorded at the same
-// target, and the target exists (`target_exists`, the caller's look at the
+// Whether a publish request is published already: recorded as published
+// (not only asked) at the same target, and the target exists (`target_exists`, the caller's look at the
 // disk).  A repeat after a restart then re-mounts nothing.
 bool published_already(const mount_table& mounts, const v1::NodeVolumeRequest& r,
                        const claim_paths& paths, bool target_exists);
@@ -55,10 +55,21 @@ bool published_already(const mount_table& mounts, const v1::NodeVolumeRequest& r
 mount_record record_of(const v1::NodeVolumeRequest& r, const claim_paths& paths, bool staged,
                        int64_t now_ms);
 
+// The record of a publication about to be asked of the plugin
+// (published_at_ms 0): kept, with its staging path, until the claim is
+// unpublished, whether the call succeeds or not, so that what a failed or
+// interrupted NodeStage/NodePublish left is undone from it.
+mount_record intent_of(const v1::NodeVolumeRequest& r, const claim_paths& paths);
+
 // Whether NodeUnpublishVolume is followed by NodeUnstageVolume: the plugin
-// stages, the servers say it was the node's last claim on the volume
-// (`asked`), and this client's records agree (`others_use_staging` false).
-bool unstage_after_unpublish(bool plugin_stages, bool asked, bool others_use_staging);
+// stages and no other record of this client uses the staging.  The
+// servers' `unstage` (the node's last claim on the volume) does not hold it
+// back: a claim the servers count there that this client has no record of
+// never staged here (every publication is recorded before its call), and
+// kept staged for it, the staging would be left to nobody once that claim
+// is released without the node (claim simulation seed 2751).  A later
+// publication stages again.
+bool unstage_after_unpublish(bool plugin_stages, bool others_use_staging);
 
 // Whether this client still has a publication for the alloc.
 bool has_mounts(const mount_table& mounts, const std::string& alloc_id);

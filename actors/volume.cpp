@@ -273,8 +273,65 @@ void with_plugin(self_ptr self, const plugin_actor& plugin,
 // the committed volume and the plugin as its actor has it), committed
 // before the answer: ControllerExpandVolume through the controller node,
 // NodeExpandVolume through the target node, or finishing.
-void expansion_steps(self_ptr self, std::optional<v1::Plugin> p, node_actor controller,
-                     node_actor target, std::string target_node, volume_promise rp) {
+// A claim taken on `node` that the node has not published (its publish
+// failed and nobody asked again, or its leader was deposed first):
+// published now, the expansion's NodeExpandVolume running after the stage;
+// a failure leaves the claim as it was (the leader retries the step).
+void publish_for_expansion(self_ptr self, const v1::Plugin& p, plugin_actor plugin_handle,
+                           node_actor controller, node_actor target, const std::string& node,
+                           volume_promise rp) {
+  const auto& vol = self->state.volume;
+  const v1::Claim* c = nullptr;
+  for (const auto& cl : vol.claims())
+    if (cl.node_id() == node && cl.state() == v1::CLAIM_TAKEN) {
+      c = &cl;
+      break;
+    }
+  auto fail = [rp](std::optional<caf::error> e) mutable { rp.deliver(std::move(*e)); };
+  if (c == nullptr || !target) {
+    fail(make_error(errc::unavailable, "volume '" + vol.id() + "' has no claim to publish on node '" +
+                                           node + "' (the leader retries)"));
+    return;
+  }
+  auto plan = plan_publish(vol, *c, p, {});
+  plan.publish.set_expand_required_bytes(vol.expansion().required_bytes());
+  plan.publish.set_expand_limit_bytes(vol.expansion().limit_bytes());
+  auto node_publish = [self, rp, fail, target, node](v1::NodeVolumeRequest req) mutable {
+    csi_step(
+        self, target, publish_atom::value, std::move(req),
+        [self, rp, node](v1::NodeVolumeResult r) mutable {
+          if (!r.expanded()) {
+            rp.deliver(make_error(errc::unavailable,
+                                  "volume '" + self->state.volume.id() + "' published on node '" +
+                                      node + "', its NodeExpandVolume failed (the leader retries)"));
+            return;
+          }
+          persist(self, after_node_expand(self->state.volume, node, r.capacity_bytes()), false,
+                  answer(self, rp));
+        },
+        fail);
+  };
+  if (!plan.controller_publish) {
+    node_publish(std::move(plan.publish));
+    return;
+  }
+  if (!controller) {
+    fail(make_error(errc::unavailable, "volume '" + vol.id() +
+                                           "': no healthy controller to publish it on node '" +
+                                           node + "' (the leader retries)"));
+    return;
+  }
+  controller_step(self, plugin_handle, controller, ctrl_publish_atom::value, std::move(plan.attach),
+                  [node_publish, req = std::move(plan.publish)](v1::NodeVolumeResult r) mutable {
+                    *req.mutable_publish_context() = r.publish_context();
+                    node_publish(std::move(req));
+                  },
+                  fail);
+}
+
+void expansion_steps(self_ptr self, std::optional<v1::Plugin> p, plugin_actor plugin_handle,
+                     node_actor controller, node_actor target, std::string target_node,
+                     volume_promise rp) {
   const auto& vol = self->state.volume;
   if (!p) {
     rp.deliver(make_error(errc::unavailable,
@@ -341,7 +398,16 @@ void expansion_steps(self_ptr self, std::optional<v1::Plugin> p, node_actor cont
             persist(self, after_node_expand(self->state.volume, node, r.capacity_bytes()), false,
                     answer(self, rp));
           },
-          fail);
+          [self, rp, fail, p = *p, plugin_handle, controller, target,
+           node = step.node_id](std::optional<caf::error> e) mutable {
+            // Not published there though its claim is taken (claim
+            // simulation seed 2823): publish it, expanding at the stage.
+            if (e && to_failure(*e).code == errc::not_found) {
+              publish_for_expansion(self, p, plugin_handle, controller, target, node, rp);
+              return;
+            }
+            fail(std::move(e));
+          });
       return;
   }
 }
@@ -554,8 +620,9 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
         auto rp = self->make_response_promise<pb<v1::Volume>>();
         with_plugin(
             self, plugin,
-            [self, rp, controller, target, target_node](std::optional<v1::Plugin> p) mutable {
-              expansion_steps(self, std::move(p), controller, target, target_node, rp);
+            [self, rp, plugin, controller, target,
+             target_node](std::optional<v1::Plugin> p) mutable {
+              expansion_steps(self, std::move(p), plugin, controller, target, target_node, rp);
             });
         return rp;
       },

@@ -145,7 +145,13 @@ std::optional<v1::Change> alloc_after_release(const catalog& c, const std::strin
   });
   if (pos == vs->end()) return std::nullopt;
   vs->erase(pos);
-  if (a.volumes().empty()) return alloc_delete_change(a.id());
+  // Its node down, or back and not yet confirmed its unmounts: the alloc
+  // stays (ended, without volumes), so that the node is told to unmount it.
+  const auto* n = find_node(c, a.node_id());
+  bool away = n != nullptr && n->has_client() &&
+              (n->status() == v1::NODE_DOWN ||
+               (n->down_at_ms() != 0 && alloc_terminal(a.state())));
+  if (a.volumes().empty() && !away) return alloc_delete_change(a.id());
   return upsert_change(std::move(a));
 }
 

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "control/entries.hpp"
+#include "control/nodes.hpp"
 #include "messages/model.hpp"
 
 namespace berth {
@@ -44,6 +45,10 @@ gc_plan plan_gc(const catalog& c, int64_t now_ms, const gc_thresholds& t) {
     if (!alloc_terminal(a.state()) || !old_enough(a.modified_at_ms(), t.alloc_ms, now_ms))
       continue;
     if (a.state() == v1::ALLOC_LOST && node_down(c, a.node_id())) continue;
+    // Its node is down or back without having confirmed its unmounts: the
+    // servers may have released its claims without the node, which is
+    // still to be told to unmount it (control/nodes).
+    if (const auto* n = find_node(c, a.node_id()); n != nullptr && unmounts_pending(*n)) continue;
     collected.insert(id);
   }
   // Every claim, whatever the volume's namespace or the alloc's volume list

@@ -30,8 +30,10 @@ struct gc_plan {
 // What may be collected at wall time `now_ms`:
 // - an alloc that is terminal, has been for `alloc_ms` (its modified time),
 //   and holds no claim on any volume (none taken, none being released);
-//   a lost alloc of a node that is still down stays, so that the node's
-//   client is told to stop it when it comes back;
+//   a lost alloc of a node that is still down stays, and so does every
+//   ended alloc of a node marked down (down_at_ms kept) until it came back
+//   and confirmed its unmounts, so that the node's client is told to stop
+//   and unmount it;
 // - a node that is down, has been for `node_ms`, is not draining, and has
 //   no alloc (after this plan's), no claim and no plugin instance left.
 // A collected node that comes back registers again as a new node.

@@ -23,7 +23,6 @@ std::optional<v1::Node> node_after_heartbeat(const catalog& c, const std::string
   next.set_has_client(true);
   next.set_status(v1::NODE_READY);
   next.set_last_heartbeat_ms(now_ms);
-  next.clear_down_at_ms();
   return next;
 }
 
@@ -73,6 +72,40 @@ std::vector<std::string> lost_allocs_of(const catalog& c, const std::string& nod
   for (const auto& [id, a] : c.allocs)
     if (a.node_id() == node_id && a.state() == v1::ALLOC_LOST) out.push_back(id);
   return out;
+}
+
+bool unmounts_pending(const v1::Node& n) { return n.has_client() && n.down_at_ms() != 0; }
+
+std::vector<std::string> allocs_to_unmount_on_return(const catalog& c, const std::string& node_id) {
+  std::vector<std::string> out;
+  const auto* n = find_node(c, node_id);
+  if (n == nullptr || !unmounts_pending(*n)) return out;
+  for (const auto& [id, a] : c.allocs)
+    if (a.node_id() == node_id && alloc_terminal(a.state())) out.push_back(id);
+  return out;
+}
+
+std::optional<v1::Node> node_after_unmounts(const catalog& c, const std::string& node_id,
+                                            int64_t down_at_ms) {
+  const auto* n = find_node(c, node_id);
+  if (n == nullptr || n->status() != v1::NODE_READY || n->down_at_ms() == 0 ||
+      n->down_at_ms() != down_at_ms)
+    return std::nullopt;
+  auto next = *n;
+  next.clear_down_at_ms();
+  return next;
+}
+
+std::optional<failure> refuse_client_away(const catalog& c, const std::string& node_id,
+                                          bool connected) {
+  const auto* n = find_node(c, node_id);
+  if (connected || n == nullptr || !n->has_client()) return std::nullopt;
+  failure f{errc::unavailable, "the berth client of node " + quoted(node_id) +
+                                   " is not connected" +
+                                   (n->status() == v1::NODE_DOWN ? " (the node is down)" : "") +
+                                   ", so the volume cannot be published there; retry once it is"};
+  f.retry = true;
+  return f;
 }
 
 std::vector<problem> validate_fingerprint(const v1::Fingerprint& f) {
@@ -138,6 +171,19 @@ std::vector<v1::Fingerprint> instances_of_down_node(const catalog& c, const std:
     out.push_back(std::move(f));
   }
   return out;
+}
+
+bool instances_missing(const catalog& c, const std::string& node_id) {
+  const auto* n = find_node(c, node_id);
+  if (n == nullptr || n->plugins_withdrawn()) return false;
+  for (const auto& id : n->plugin_ids()) {
+    const auto* p = find_plugin(c, id);
+    if (p == nullptr) return true;
+    bool runs = node_instance(*p, node_id) != nullptr;
+    for (const auto& ctrl : p->controllers()) runs |= ctrl.node_id() == node_id;
+    if (!runs) return true;
+  }
+  return false;
 }
 
 std::vector<std::string> plugins_to_collect(const catalog& c) {

@@ -17,7 +17,8 @@
 namespace berth {
 
 // A heartbeat from the node's berth client: the node record to commit
-// (ready, with a client), or nullopt when it is so already.
+// (ready, with a client), or nullopt when it is so already.  `down_at_ms`
+// stays until the node confirmed its unmounts (below).
 std::optional<v1::Node> node_after_heartbeat(const catalog& c, const std::string& node_id,
                                              int64_t now_ms);
 
@@ -40,10 +41,32 @@ std::vector<v1::Change> mark_down(const catalog& c, const std::string& node_id,
 
 // When a node's client connects again: the complete allocs whose claims
 // are still held (the client must stop their commands before the watcher
-// unpublishes), and the lost allocs (the client stops and unmounts them
-// from its own records).
+// unpublishes).
 std::vector<std::string> allocs_to_stop_on_reconnect(const catalog& c, const std::string& node_id);
 std::vector<std::string> lost_allocs_of(const catalog& c, const std::string& node_id);
+
+// A node marked down keeps `down_at_ms` when it comes back, until its
+// client confirmed that it stopped and unmounted, from its own records,
+// every alloc of the node that had ended (lost, complete or failed): the
+// servers may have released any of their claims without the node, lost
+// allocs and allocs that ended before alike.  The leader asks on every
+// heartbeat until the client confirms (a new leader too: it is committed).
+bool unmounts_pending(const v1::Node& n);
+std::vector<std::string> allocs_to_unmount_on_return(const catalog& c, const std::string& node_id);
+// The node once its client confirmed the unmounts asked while its record
+// had `down_at_ms`: cleared; nullopt when it is not ready or was marked down
+// again since (a later round asks again).
+std::optional<v1::Node> node_after_unmounts(const catalog& c, const std::string& node_id,
+                                            int64_t down_at_ms);
+
+// A claim on a node whose berth client is not connected now (down, or
+// away): refused, to retry once it is.  Recorded without publishing, it
+// would stay taken there unpublished (an expansion then waits for a
+// NodeExpandVolume the node cannot run, and a later unpublish of another
+// claim keeps a staging that nobody unstages).  A node without a client
+// (named only by hand-made fingerprints) takes claims that are recorded only.
+std::optional<failure> refuse_client_away(const catalog& c, const std::string& node_id,
+                                          bool connected);
 
 // Every problem of a plugin fingerprint at once.
 std::vector<problem> validate_fingerprint(const v1::Fingerprint& f);
@@ -60,6 +83,12 @@ std::optional<v1::Node> node_after_fingerprint(const catalog& c, const v1::Finge
 
 // The fingerprints that remove a down node's instances of its plugins.
 std::vector<v1::Fingerprint> instances_of_down_node(const catalog& c, const std::string& node_id);
+
+// Whether a plugin the node lists has no instance of the node: its
+// instances were removed while it was down (or the removal landed after its
+// report), and a client that is not asked again never reports them, since
+// nothing changed on its side.  A drained node's withdrawn ones are meant.
+bool instances_missing(const catalog& c, const std::string& node_id);
 
 // Plugins without any instance left (Nomad's zombie plugins): deleted.
 std::vector<std::string> plugins_to_collect(const catalog& c);

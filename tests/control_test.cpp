@@ -330,6 +330,28 @@ TEST_CASE("alloc_of_claim_creates_extends_or_refuses") {
   CHECK_FALSE(bad.upsert);
 }
 
+TEST_CASE("an_empty_alloc_of_a_node_away_stays_for_the_node_to_unmount") {
+  // Claim-only allocs of a node marked down: their claims were released
+  // without the node; deleted, the node coming back would never be told to
+  // unmount them (claim simulation, seed 827).
+  catalog c;
+  commit(c, {upsert_change(make_volume("db")), upsert_change(make_node("n1")),
+             upsert_change(make_alloc("one", "n1", v1::ALLOC_RUNNING, {"db"}))});
+  commit(c, mark_down(c, "n1", 21000, 500));
+  auto kept = alloc_after_release(c, "one", {"default", "db"});
+  REQUIRE(kept);
+  REQUIRE(kept->has_alloc_upsert());
+  CHECK(kept->alloc_upsert().volumes_size() == 0);
+  CHECK(kept->alloc_upsert().state() == v1::ALLOC_LOST);
+  // Back, unmounts not confirmed yet: still kept.
+  commit(c, {upsert_change(*node_after_heartbeat(c, "n1", 900))});
+  CHECK(alloc_after_release(c, "one", {"default", "db"})->has_alloc_upsert());
+  // Confirmed: deleted as usual.
+  commit(c, {upsert_change(*node_after_unmounts(c, "n1", 500))});
+  CHECK(alloc_after_release(c, "one", {"default", "db"})->alloc_delete() == "one");
+  CHECK(allocs_to_unmount_on_return(c, "n1").empty());
+}
+
 TEST_CASE("alloc_after_release_drops_the_volume_and_deletes_an_empty_alloc") {
   catalog c;
   auto held = make_volume("held");
@@ -457,6 +479,39 @@ TEST_CASE("reconnect_stops_complete_allocs_that_still_hold_claims") {
   CHECK(allocs_to_stop_on_reconnect(c, "n2").empty());
 }
 
+TEST_CASE("a_node_back_from_down_unmounts_every_ended_alloc_until_it_confirms") {
+  catalog c;
+  commit(c, {upsert_change(make_node("n1")),
+             upsert_change(make_alloc("ended-before", "n1", v1::ALLOC_COMPLETE)),
+             upsert_change(make_alloc("failed-before", "n1", v1::ALLOC_FAILED)),
+             upsert_change(make_alloc("running", "n1", v1::ALLOC_RUNNING)),
+             upsert_change(make_alloc("elsewhere", "n2", v1::ALLOC_COMPLETE))});
+  CHECK(allocs_to_unmount_on_return(c, "n1").empty());  // never down: nothing to undo
+  commit(c, mark_down(c, "n1", 21000, 500));
+  // Not only the lost alloc: the servers may have released the claims of
+  // allocs that had ended before without the node as well.
+  auto back = node_after_heartbeat(c, "n1", 900);
+  REQUIRE(back);
+  CHECK(back->down_at_ms() == 500);  // kept until the client confirms
+  commit(c, {upsert_change(*back)});
+  REQUIRE(unmounts_pending(*find_node(c, "n1")));
+  CHECK(allocs_to_unmount_on_return(c, "n1") ==
+        std::vector<std::string>{"ended-before", "failed-before", "running"});
+  CHECK(allocs_to_unmount_on_return(c, "n2").empty());
+  // Confirmed for another down: nothing changes (a later round asks again).
+  CHECK_FALSE(node_after_unmounts(c, "n1", 400));
+  auto done = node_after_unmounts(c, "n1", 500);
+  REQUIRE(done);
+  CHECK(done->down_at_ms() == 0);
+  CHECK(done->status() == v1::NODE_READY);
+  commit(c, {upsert_change(*done)});
+  CHECK(allocs_to_unmount_on_return(c, "n1").empty());
+  CHECK_FALSE(node_after_unmounts(c, "n1", 500));
+  // Down again before the confirmation landed: not cleared.
+  commit(c, mark_down(c, "n1", 21000, 700));
+  CHECK_FALSE(node_after_unmounts(c, "n1", 700));  // not ready
+}
+
 TEST_CASE("fingerprints_are_validated_and_list_the_plugin_on_the_node") {
   v1::Fingerprint f;
   CHECK(validate_fingerprint(f).size() == 3);
@@ -501,6 +556,49 @@ TEST_CASE("down_nodes_lose_their_instances_and_empty_plugins_are_collected") {
   CHECK(fps[0].remove());
   CHECK(fps[0].type() == v1::PLUGIN_MONOLITH);
   CHECK(plugins_to_collect(c) == std::vector<std::string>{"empty"});
+}
+
+TEST_CASE("a_claim_on_a_node_whose_client_is_away_is_refused_to_retry") {
+  // Claim simulation seed 284: recorded taken without a publication, the
+  // claim kept an expansion of its volume waiting for ever.
+  catalog c;
+  commit(c, {upsert_change(make_node("n1")), upsert_change(make_node("down", v1::NODE_DOWN)),
+             upsert_change(make_node("bare", v1::NODE_READY, false))});
+  CHECK_FALSE(refuse_client_away(c, "n1", true));
+  auto away = refuse_client_away(c, "n1", false);
+  REQUIRE(away);
+  CHECK(away->code == errc::unavailable);
+  CHECK(away->retry);
+  CHECK(away->message.find("'n1' is not connected") != std::string::npos);
+  auto down = refuse_client_away(c, "down", false);
+  REQUIRE(down);
+  CHECK(down->message.find("the node is down") != std::string::npos);
+  // No berth client there (hand-made fingerprints), or an unknown node:
+  // the claim is recorded only, as before.
+  CHECK_FALSE(refuse_client_away(c, "bare", false));
+  CHECK_FALSE(refuse_client_away(c, "unknown", false));
+}
+
+TEST_CASE("a_node_listing_a_plugin_without_its_instance_is_asked_to_report_again") {
+  // Claim simulation seed 217: a client restarted while one leader was
+  // deposed reported its plugin to it; the next leader saw the node ready
+  // and never asked again, so its controller was gone for good.
+  catalog c;
+  auto n = make_node("n1");
+  n.add_plugin_ids("p");
+  commit(c, {upsert_change(n), upsert_change(make_node("n2")),
+             upsert_change(controller_plugin({{"n1", true}}))});
+  CHECK_FALSE(instances_missing(c, "n1"));
+  CHECK_FALSE(instances_missing(c, "n2"));  // lists nothing
+  CHECK_FALSE(instances_missing(c, "unknown"));
+  commit(c, {upsert_change(controller_plugin({{"n2", true}}))});
+  CHECK(instances_missing(c, "n1"));
+  commit(c, {plugin_delete_change("p")});
+  CHECK(instances_missing(c, "n1"));  // collected with its last instance
+  // A drain withdrew them on purpose: not asked.
+  n.set_plugins_withdrawn(true);
+  commit(c, {upsert_change(n)});
+  CHECK_FALSE(instances_missing(c, "n1"));
 }
 
 // --- placement --------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """The fault suite's checker, fed synthetic histories, states and call logs:
 a clean run passes, and each known violation (a lost ack, two writers,
-out-of-order CSI calls, a wedged release, diverging replicas) is reported."""
+out-of-order CSI calls, a wedged release, diverging replicas, an alloc that
+writes outside its publication or after another node published its volume, a
+cut-off client that was not stopped before its volume moved) is reported."""
 
 import copy
 import os
@@ -46,6 +48,19 @@ class Builder:
     def release(self, alloc, vol, outcome, **kw):
         return self.op_("release", {"alloc": alloc, "volume": vol}, outcome, **kw)
 
+    def run(self, alloc, vol, node, outcome, ro=False, **kw):
+        return self.op_("alloc-run", {"alloc": alloc, "node": node,
+                                      "volumes": [{"volume": vol, "read_only": ro}]}, outcome,
+                        **kw)
+
+    def stop(self, alloc, outcome, **kw):
+        return self.op_("alloc-stop", {"alloc": alloc}, outcome, **kw)
+
+    def note(self, f, wall, **value):
+        self.events.append({"type": "nemesis", "f": f, "value": value, "time": self.t,
+                            "wall": wall})
+        return self
+
 
 def vol(vid, *claims):
     return {"id": vid, "claims": [
@@ -84,9 +99,55 @@ def clean():
             "n2": n2}
     tables = [("s1", {"applied": (7,), "volumes": [("sw",)]}),
               ("s2", {"applied": (7,), "volumes": [("sw",)]})]
+    # What the allocs wrote: a1 while published on n1 (3-4), a2 since 103.
+    writes = {"sw": [["n1", "a1", 3.5], ["n2", "a2", 105], ["n2", "a2", 150]], "ro": []}
     return {"volumes": VOLUMES, "events": h.events, "heal_time": h.t, "release_bound": 30,
             "samples": [{"time": 1, "volumes": settled}], "settled": settled,
-            "final": settled, "call_logs": logs, "tables": tables}
+            "final": settled, "call_logs": logs, "tables": tables, "writes": writes,
+            "unwritten": []}
+
+
+S = 10 ** 9  # ns per second (the nemesis notes' wall times are seconds)
+
+
+def partition(fence=True, stopped=True, moved=True):
+    """A partition-client fault: w on c1 (CSI node n1) writes sw from 0.5 s;
+    c1 is cut off at 1 s; its fence stops w (last line 1.5 s) and unpublishes
+    and unstages sw at 1.6 s; the servers detach it from n1 at 6.5 s; b on c2
+    (n2) publishes sw at 7.2 s and writes from 7.3 s; c1 rejoins at 9 s.
+    fence=False: n1 never unpublishes; stopped=False: w writes on until 8 s;
+    moved=False: b never gets the volume."""
+    h = Builder()
+    h.run("w", "sw", "c1", "ok")
+    h.note("partition-client", 1.0, process="c1", alloc="w", volume="sw", mode="network")
+    if moved:
+        h.run("b", "sw", "c2", "ok", process=1)
+    h.note("rejoin-client", 9.0, process="c1", alloc="w", volume="sw", mode="network")
+    s1, t1 = "/n1/staging/hp-sw", "/n1/per-alloc/w/hp-sw"
+    s2, t2 = "/n2/staging/hp-sw", "/n2/per-alloc/b/hp-sw"
+    n1 = [call("ControllerPublishVolume", int(0.3 * S), node_id="n1"),
+          call("NodeStageVolume", int(0.4 * S), staging_target_path=s1),
+          call("NodePublishVolume", int(0.5 * S), staging_target_path=s1, target_path=t1)]
+    if fence:
+        n1 += [call("NodeUnpublishVolume", int(1.6 * S), target_path=t1),
+               call("NodeUnstageVolume", int(1.61 * S), staging_target_path=s1)]
+    n2 = [call("ControllerUnpublishVolume", int(6.5 * S), node_id="n1")]
+    if moved:
+        n2 += [call("ControllerPublishVolume", int(7.0 * S), node_id="n2"),
+               call("NodeStageVolume", int(7.1 * S), staging_target_path=s2),
+               call("NodePublishVolume", int(7.2 * S), staging_target_path=s2, target_path=t2)]
+    lines = [["c1", "w", int(x * S)] for x in (0.6, 1.0, 1.5)]
+    if not stopped:
+        lines.append(["c1", "w", int(8.0 * S)])
+    if moved:
+        lines += [["c2", "b", int(x * S)] for x in (7.3, 8.5)]
+    settled = [vol("sw", ("b", "c2", "write", "taken")) if moved else vol("sw")]
+    return {"volumes": VOLUMES, "events": h.events, "heal_time": h.t, "release_bound": 30,
+            "samples": [], "settled": settled, "final": settled,
+            "call_logs": {"n1": n1, "n2": n2}, "csi_nodes": {"c1": "n1", "c2": "n2"},
+            "writes": {"sw": lines, "ro": []}, "unwritten": [],
+            # w was lost when c1 was marked down: its claim went without a stop.
+            "ended_allocs": {"w": {"state": "lost", "message": "node 'c1' is down"}}}
 
 
 class CheckerTest(unittest.TestCase):
@@ -248,6 +309,150 @@ class CheckerTest(unittest.TestCase):
         vs = self.violations(obs, 5)
         self.assertEqual(len(vs), 1, vs)
         self.assertIn("did not reach the same applied index", str(vs[0]))
+
+    # --- check 6: what the allocs wrote ---------------------------------------
+
+    def test_write_after_its_unpublish(self):
+        # a1 was unpublished on n1 at 4 but wrote at 6: not stopped first.
+        obs = clean()
+        obs["writes"]["sw"].append(["n1", "a1", 6])
+        vs = [str(v) for v in self.violations(obs, 6)]
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("alloc a1 on node n1 wrote volume sw after its publication there was "
+                      "undone", vs[0])
+
+    def test_write_without_a_publication(self):
+        obs = clean()
+        obs["writes"]["sw"].append(["n2", "zz", 120])
+        vs = [str(v) for v in self.violations(obs, 6)]
+        self.assertTrue(any("alloc zz on node n2 wrote volume sw without a write publication"
+                            in v for v in vs), vs)
+
+    def test_write_while_another_node_has_it_published(self):
+        # a1's publication on n1 stays until 1000; a2 publishes on n2 at 103
+        # and writes at 105 and 150: two writers, seen in the volume's log.
+        obs = clean()
+        n1 = lifecycle("n1", "a1", 0)
+        obs["call_logs"]["n1"] = n1[:3] + [dict(c, at_ns=c["at_ns"] + 1000) for c in n1[3:]]
+        obs["writes"]["sw"].append(["n1", "a1", 120])
+        vs = [str(v) for v in self.violations(obs, 6)]
+        self.assertTrue(any("alloc a2 on node n2 wrote single-writer volume sw while node n1 "
+                            "had it published for writing: two writers" in v for v in vs), vs)
+        self.assertTrue(any("alloc a1 on node n1 wrote single-writer volume sw while node n2 "
+                            "had it published for writing" in v for v in vs), vs)
+
+    def test_a_failed_append_means_the_alloc_outlived_its_mount(self):
+        obs = clean()
+        obs["unwritten"] = [["sw", "n1", "a1", 7], ["sw", "n1", "a1", 8]]
+        vs = [str(v) for v in self.violations(obs, 6)]
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("alloc a1 on node n1 still ran after its volume sw was unmounted", vs[0])
+        self.assertIn("2 failed append(s)", vs[0])
+
+    def test_writers_without_lines_are_a_vacuous_check(self):
+        # Acknowledged alloc runs that write sw, and not one line in its log
+        # (the logs were not read, or the allocs did not write).
+        obs = clean()
+        h = Builder()
+        h.events = copy.deepcopy(obs["events"])
+        h.op = 100
+        h.run("r1", "sw", "n1", "ok").stop("r1", "ok")
+        obs["events"] = h.events
+        obs["writes"] = {"sw": [], "ro": []}
+        vs = [str(v) for v in self.violations(obs, 6)]
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("no line in volume sw's log though 1 acknowledged allocs write it", vs[0])
+        # Without the observation at all (an older run), check 6 is skipped.
+        del obs["writes"]
+        self.assertEqual(self.violations(obs, 6), [])
+
+    # --- partitions of a client ------------------------------------------------
+
+    def test_partition_with_the_fence_first_is_clean(self):
+        obs = partition()
+        self.assertEqual(self.violations(obs), [])
+        self.assertIn("1 cut off a writing alloc; 1 moved its volume to the other node "
+                      "(6.2-6.2 s after the cut); the cut-off writes ended 0.5-0.5 s after the cut",
+                      checker.partition_summary(obs))
+
+    def test_partition_where_the_cut_off_alloc_wrote_on(self):
+        vs = [str(v) for v in self.violations(partition(stopped=False), 6)]
+        self.assertTrue(any("partition-client of c1 (cut at_ns=1000000000): the cut-off client "
+                            "wrote volume sw after node n2 published it: its alloc was not "
+                            "stopped first" in v for v in vs), vs)
+        self.assertTrue(any("alloc w on node c1 wrote volume sw after its publication there was "
+                            "undone" in v for v in vs), vs)
+
+    def test_partition_without_the_fence(self):
+        obs = partition(fence=False)
+        vs = [str(v) for v in self.violations(obs)]
+        self.assertTrue(any("node n2 published volume sw before the cut-off node unpublished it"
+                            in v for v in vs), vs)
+        self.assertTrue(any("two live write publications of single-writer volume sw at the "
+                            "plugins" in v for v in vs), vs)
+        # A cut-off node's write publication of a single-writer volume is not
+        # stale: detaching it from there is out of order.
+        self.assertTrue(any("ControllerUnpublishVolume of hp-sw from node n1 while it is still "
+                            "published there" in v for v in vs), vs)
+        # Its last lines came before b's publication, yet w's own publication
+        # overlapped b's: w wrote alone only by luck.
+        self.assertFalse(any("after node n2 published it" in v for v in vs), vs)
+
+    def test_partition_that_never_moved_the_volume_is_vacuous(self):
+        vs = [str(v) for v in self.violations(partition(moved=False), 6)]
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("no partition-client fault moved a volume that the cut-off client had "
+                      "published for writing", vs[0])
+
+    def test_readers_of_a_cut_off_node_may_be_released_without_it(self):
+        # n1 reads ro since 0.5 s, is cut off at 1 s; the servers detach ro
+        # from n1 at 6.6 s and answer the stop of its alloc while n1 still
+        # has it published (stale): allowed. The same without the cut is not.
+        obs = partition()
+        t = "/n1/per-alloc/r/hp-ro"
+        s = "/n1/staging/hp-ro"
+        obs["call_logs"]["n1"][:0] = [
+            call("ControllerPublishVolume", int(0.31 * S), "hp-ro", node_id="n1", readonly=True),
+            call("NodeStageVolume", int(0.41 * S), "hp-ro", staging_target_path=s),
+            call("NodePublishVolume", int(0.51 * S), "hp-ro", staging_target_path=s,
+                 target_path=t, readonly=True)]
+        obs["call_logs"]["n2"].insert(1, call("ControllerUnpublishVolume", int(6.6 * S), "hp-ro",
+                                              node_id="n1"))
+        h = Builder()
+        h.events = obs["events"]
+        h.op = 100
+        h.run("r", "ro", "c1", "ok", ro=True).stop("r", "ok")
+        for e in h.events[-2:]:
+            e["wall"] = 6.7 if e["type"] == "ok" else 0.2
+        obs["settled"] = obs["final"] = obs["settled"] + [vol("ro")]
+        self.assertEqual(self.violations(obs), [])
+        obs["events"] = [e for e in obs["events"] if e.get("type") != "nemesis" or
+                         e["f"] not in ("partition-client", "rejoin-client")]
+        vs = [str(v) for v in self.violations(obs, 4)]
+        self.assertTrue(any("ControllerUnpublishVolume of hp-ro from node n1 while it is still "
+                            "staged there" in v for v in vs), vs)
+        self.assertTrue(any("acknowledged release of alloc r on volume ro answered while its "
+                            "publication was still live" in v for v in vs), vs)
+
+    def test_an_alloc_lost_with_its_node_may_lose_its_claim(self):
+        obs = partition()
+        self.assertEqual(self.violations(obs, 1), [])
+        del obs["ended_allocs"]
+        vs = [str(v) for v in self.violations(obs, 1)]
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("acknowledged claim lost: alloc w on volume sw", vs[0])
+
+    def test_a_stop_before_a_late_run_is_no_wedged_release(self):
+        # The run's outcome is unknown, the stop finds no such alloc, then
+        # the run takes effect: the claim is in the final state, not wedged.
+        obs = clean()
+        h = Builder()
+        h.events = copy.deepcopy(obs["events"])
+        h.op = 100
+        h.run("late", "ro", "n1", "info", ro=True).stop("late", "fail", exit_code=3)
+        obs["events"] = h.events
+        obs["final"] = obs["final"] + [vol("ro", ("late", "n1", "read", "taken"))]
+        self.assertEqual(self.violations(obs, 3), [])
 
     def test_summarize_folds_repeats(self):
         vs = [checker.Violation(4, "x"), checker.Violation(4, "x"), checker.Violation(2, "y")]

@@ -81,6 +81,26 @@ TEST_CASE("mounts: published already only when recorded at that target and prese
   CHECK_FALSE(published_already(t, r, moved, true));
 }
 
+TEST_CASE("mounts: a publication is recorded before it is asked, with its staging") {
+  // A NodeStage done before a failed NodePublish (or before the client
+  // died) leaves this record: the claim's undoing unstages from it.
+  auto r = request("a1");
+  auto p = paths_of("/csi", r);
+  auto intent = intent_of(r, p);
+  CHECK(intent.published_at_ms == 0);
+  CHECK(intent.staging_path == p.staging);
+  CHECK(intent.target_path == p.target);
+  CHECK(intent.request.volume().secrets().empty());
+  mount_table t{{key_of(intent), intent}};
+  // Asked, not confirmed: a repeat publishes again.
+  CHECK_FALSE(published_already(t, r, p, true));
+  auto u = unmounts_of(t, "a1");
+  REQUIRE(u.size() == 1);
+  CHECK(u[0].unstage);
+  // It uses the staging: another alloc's unpublish leaves it staged.
+  CHECK(staging_in_use(t, p.staging, key_of(request("a2"))));
+}
+
 TEST_CASE("mounts: a staging shared with another alloc is in use") {
   auto t = table_of({request("a1"), request("a2")});
   auto staging = paths_of("/csi", request("a1")).staging;
@@ -90,11 +110,10 @@ TEST_CASE("mounts: a staging shared with another alloc is in use") {
   CHECK_FALSE(staging_in_use(t, "/csi/hp/staging/prod/other/x", key_of(request("a1"))));
 }
 
-TEST_CASE("mounts: unstage only when the plugin stages, the servers ask and no one else uses it") {
-  CHECK(unstage_after_unpublish(true, true, false));
-  CHECK_FALSE(unstage_after_unpublish(false, true, false));
-  CHECK_FALSE(unstage_after_unpublish(true, false, false));
-  CHECK_FALSE(unstage_after_unpublish(true, true, true));
+TEST_CASE("mounts: unstage when the plugin stages and no other record uses the staging") {
+  CHECK(unstage_after_unpublish(true, false));
+  CHECK_FALSE(unstage_after_unpublish(false, false));
+  CHECK_FALSE(unstage_after_unpublish(true, true));
 }
 
 TEST_CASE("mounts: a lost alloc's publications are undone, unstaging what only it used") {

@@ -29,7 +29,7 @@
 //      published; a node is recorded as expanded only once it was; once
 //      faults stop, no expansion of a volume published somewhere is left
 //      unfinished (berth volume expand races claims, releases, node loss and
-//      leader changes; this last one is a known issue, strict mode only).
+//      leader changes).
 //
 // A node marked down by the leader is treated as lost: what it still has
 // published is stale (the servers released it without the node) until the
@@ -128,11 +128,10 @@ struct coverage {
            allocs_run = 0, stops = 0, leader_changes = 0, zombie_calls_refused = 0, node_kills = 0,
            nodes_marked_down = 0, csi_calls = 0, csi_failed = 0, csi_failed_after = 0, csi_lost = 0,
            plugin_restarts = 0, proposals_failed = 0, stale_unmounts = 0, commits = 0,
-           known_stop_while_claiming = 0, known_stale_leftover = 0, known_instance_lost = 0,
-           known_orphan_staging = 0, volume_actor_stops = 0, volume_actor_waits = 0,
+           volume_actor_stops = 0, volume_actor_waits = 0,
            availability_set = 0, drains = 0, paused_refusals = 0, csi_expired = 0, expands = 0,
            expands_refused = 0, controller_expands = 0, node_expands = 0, stage_expands = 0,
-           expansions_finished = 0, known_expansion_unfinished = 0;
+           expansions_finished = 0;
 } totals;
 
 // --- the simulated world ----------------------------------------------------
@@ -160,6 +159,7 @@ struct call {
   // As the client's plugin connection (call_gate::expire): a call that has
   // not started by then is answered without being run (0: no limit).
   int64_t start_by_ms = 0;
+  std::function<void(bool)> done;  // the node's own unmount: whether it succeeded
 };
 
 struct sim_node {
@@ -173,6 +173,16 @@ struct sim_node {
   int64_t hung_until = 0;    // the plugin restarts: no call runs before
   uint64_t incarnation = 0;  // the client process: a killed one handles nothing more
   std::deque<call> queue;    // calls to the plugin run one at a time, in order
+  // The client's records of its publications (client.db: durable), as the
+  // real client keeps them: made before a NodeStage/NodePublish is sent,
+  // forgotten once its NodeUnpublish (and NodeUnstage) succeeded.
+  std::set<std::pair<std::string, std::string>> records;  // volume, alloc
+  // Whether another record than (vol, alloc) uses the volume's staging here.
+  bool others_recorded(const std::string& vol, const std::string& alloc) const {
+    for (const auto& [v, a] : records)
+      if (v == vol && a != alloc) return true;
+    return false;
+  }
 };
 
 // What the storage and the node plugins hold.  Each entry remembers the
@@ -253,8 +263,6 @@ struct world {
   // any claim on them may be released by the drain from then on.
   std::set<std::string> drained;
   std::map<std::string, int> claims_open;  // alloc -> claim or alloc run requests unanswered
-  std::set<std::string> stopped_while_claiming;
-  bool strict = false;                    // known issues fail too
   std::map<uint64_t, int> open_requests;  // per leader term, unanswered
   uint64_t next_alloc = 0;
 
@@ -702,7 +710,9 @@ void run_effect(world* w, const std::string& node, const call& c, int steps) {
       if (steps-- <= 0) return;
       w->node_unpublish(vol, node, r.alloc_id());
       bool others = w->published_on(vol, node);
-      bool unstage = c.kind == call_kind::unmount ? !others : r.unstage();
+      // As the real client: its own records decide (unstage_after_unpublish,
+      // unmounts_of), whatever the servers count on the node.
+      bool unstage = !n.others_recorded(vol, r.alloc_id());
       if (c.kind == call_kind::unpublish && r.unstage() && others) {
         // The servers asked to unstage although another publication is
         // here; the real client checks its records and skips it.
@@ -714,7 +724,6 @@ void run_effect(world* w, const std::string& node, const call& c, int steps) {
       }
       if (unstage && w->stages && w->plugin.staged.count({vol, node}) && steps > 0)
         w->node_unstage(vol, node);
-      (void)n;
       return;
     }
   }
@@ -762,7 +771,7 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
              " alloc " + c.req.alloc_id() + " for " + c.req.csi_node_id() + " term " +
              std::to_string(c.req.leader_term()) + (c.req.unstage() ? " unstage" : ""));
   }
-  auto fault_free = !w->faults || c.kind == call_kind::unmount;
+  auto fault_free = !w->faults;
   double x = std::uniform_real_distribution<double>(0, 1)(w->rng);
   auto error = [&](const std::string& what) {
     return make_error(errc::unavailable, "node '" + id + "': plugin " + what + " (simulated)");
@@ -778,15 +787,22 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
   if (!fault_free && (x -= w->p_fail) < 0) {
     ++totals.csi_failed;
     if (c.answers) c.rp.deliver(error("unavailable"));
+    if (c.done) c.done(false);
   } else if (!fault_free && (x -= w->p_fail_after) < 0) {
     ++totals.csi_failed_after;
     run_effect(w, id, c, 1 + static_cast<int>(w->pick(2)));
     if (c.answers) c.rp.deliver(error("failed after doing (part of) its work"));
+    if (c.done) c.done(false);
   } else if (!fault_free && (x -= w->p_lost) < 0) {
     ++totals.csi_lost;  // the answer is lost: the caller times out
     if (w->chance(0.5)) run_effect(w, id, c, 2);
+    if (c.done) c.done(false);
   } else {
     run_effect(w, id, c, 2);
+    // The client forgets its record once the unpublish succeeded.
+    if (c.kind == call_kind::unpublish || c.kind == call_kind::unmount)
+      n.records.erase({volume_of(c.req), c.req.alloc_id()});
+    if (c.done) c.done(true);
     if (c.answers) {
       v1::NodeVolumeResult res;
       if (c.kind == call_kind::publish)
@@ -826,9 +842,11 @@ caf::result<pb<v1::NodeVolumeResult>> enqueue(sim_node_actor::pointer self, worl
     case fence_verdict::accept:
       break;
   }
+  // The client records a publication before its NodeStage/NodePublish.
+  if (kind == call_kind::publish) n.records.insert({volume_of(req), req.alloc_id()});
   auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
   // The client's default --csi-timeout bounds how long a call waits for its turn.
-  n.queue.push_back(call{kind, std::move(req), rp, true, w->now_ms() + 30000});
+  n.queue.push_back(call{kind, std::move(req), rp, true, w->now_ms() + 30000, {}});
   self->send(self, flush_atom::value);
   return rp;
 }
@@ -875,23 +893,42 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
         return enqueue(self, w, id, inc, call_kind::node_expand, std::move(r.msg));
       },
       [](run_atom, pb<v1::Alloc>&) -> bool { return true; },
-      // Stops an alloc; with unmount, unpublishes what this node still has
-      // of it (from its own records: the plugin's publications).
-      [self, w, id, inc](stop_atom, std::string& alloc, bool unmount) -> int32_t {
+      // Stops an alloc; with unmount, unpublishes (and unstages) what this
+      // node still has of it, from its own records, and answers once that
+      // is done (an error when a call failed: the servers ask again).
+      [self, w, id, inc](stop_atom, std::string& alloc, bool unmount) -> caf::result<int32_t> {
         auto& n = w->cluster.at(id);
-        if (!unmount || n.incarnation != inc) return 0;
-        for (const auto& [k, p] : w->plugin.published)
-          if (std::get<1>(k) == id && std::get<2>(k) == alloc) {
-            v1::NodeVolumeRequest r;
-            r.set_plugin_id(plugin_id);
-            r.set_alloc_id(alloc);
-            r.mutable_volume()->set_id(std::get<0>(k));
-            r.mutable_volume()->set_namespace_("default");
-            ++totals.stale_unmounts;
-            n.queue.push_back(call{call_kind::unmount, std::move(r), {}, false});
-            self->send(self, flush_atom::value);
-          }
-        return 0;
+        if (n.incarnation != inc)
+          return make_error(errc::unavailable, "node '" + id + "': the client died (simulated)");
+        if (!unmount) return 0;
+        std::vector<std::string> vols;
+        for (const auto& [vol, a] : n.records)
+          if (a == alloc) vols.push_back(vol);
+        if (vols.empty()) return 0;
+        auto rp = self->make_response_promise<int32_t>();
+        auto left = std::make_shared<size_t>(vols.size());
+        auto ok = std::make_shared<bool>(true);
+        for (const auto& vol : vols) {
+          v1::NodeVolumeRequest r;
+          r.set_plugin_id(plugin_id);
+          r.set_alloc_id(alloc);
+          r.mutable_volume()->set_id(vol);
+          r.mutable_volume()->set_namespace_("default");
+          ++totals.stale_unmounts;
+          call c{call_kind::unmount, std::move(r), {}, false, 0, {}};
+          c.done = [rp, left, ok, id](bool fine) mutable {
+            *ok = *ok && fine;
+            if (--*left > 0) return;
+            if (*ok)
+              rp.deliver(int32_t{0});
+            else
+              rp.deliver(make_error(errc::unavailable,
+                                    "node '" + id + "': an unmount failed (simulated)"));
+          };
+          n.queue.push_back(std::move(c));
+        }
+        self->send(self, flush_atom::value);
+        return rp;
       },
       // The leader lost this node's plugin instance: report it again.
       [w, id, inc](fingerprint_atom) {
@@ -950,9 +987,8 @@ class simulation {
  public:
   explicit simulation(uint64_t seed) : w_(seed) {}
 
-  std::string run(bool verbose, bool strict) {
+  std::string run(bool verbose) {
     w_.verbose = verbose;
-    w_.strict = strict;
     caf::actor_system_config cfg;
     cfg.set("scheduler.policy", caf::atom("testing"));
     cfg.set("logger.verbosity", caf::atom("quiet"));
@@ -1049,25 +1085,6 @@ class simulation {
     }
     settle(400, 1000);
     if (!ok()) return;
-    // Known leader issue (reported): a client that comes back while the
-    // leader marks its node down can lose its plugin instance for good
-    // (the removal lands after its fingerprint; it is not asked again).
-    // Counted; the client reports again (as a restart of it would) so
-    // that the checks below still judge the rest.
-    if (!w.strict) {
-      bool lost = false;
-      for (auto& [id, n] : w.cluster) {
-        auto p = w.plugins.find(plugin_id);
-        if (p != w.plugins.end() && node_instance(p->second, id) != nullptr) continue;
-        lost = true;
-        fingerprint(n);
-      }
-      if (lost) {
-        ++totals.known_instance_lost;
-        settle(400, 1000);
-        if (!ok()) return;
-      }
-    }
     check_settled("after the faults stopped");
     if (!ok()) return;
     // Drain: stop every alloc; then nothing may be left.
@@ -1082,14 +1099,12 @@ class simulation {
                "' still has the claim of alloc '" + c.alloc_id() + "' (" +
                std::string(name_of(c.state())) + ")");
     for (const auto& [k, p] : w.plugin.published)
-      if (!known_leftover(std::get<1>(k), std::get<2>(k), p.epoch))
-        w.fail("liveness: after stopping every alloc, volume '" + std::get<0>(k) +
-               "' is still published on node '" + std::get<1>(k) + "' for alloc '" +
-               std::get<2>(k) + "'");
+      w.fail("liveness: after stopping every alloc, volume '" + std::get<0>(k) +
+             "' is still published on node '" + std::get<1>(k) + "' for alloc '" +
+             std::get<2>(k) + "'");
     for (const auto& [k, e] : w.plugin.staged)
-      if (!known_leftover_staging(k.first, k.second, e))
-        w.fail("liveness: after stopping every alloc, volume '" + k.first +
-               "' is still staged on node '" + k.second + "'");
+      w.fail("liveness: after stopping every alloc, volume '" + k.first +
+             "' is still staged on node '" + k.second + "'");
     for (const auto& [k, e] : w.plugin.attached)
       w.fail("liveness: after stopping every alloc, volume '" + k.first +
              "' is still attached to node '" + k.second + "'");
@@ -1163,36 +1178,11 @@ class simulation {
     // Stale publications wait for their node to unmount them.
     for (const auto& [k, p] : w_.plugin.published)
       if (w_.stale(std::get<1>(k), p.epoch)) return false;
-    return true;
-  }
-
-  // Known leader issue (reported): a node that comes back after being
-  // marked down is told to unmount only its lost allocs, so what it still
-  // has published for an alloc that had ended (complete or failed) before
-  // the servers released its claim without the node stays behind.
-  bool known_leftover(const std::string& node, const std::string& alloc, uint64_t epoch) {
-    if (w_.strict || !w_.stale(node, epoch)) return false;
-    auto a = w_.allocs.find(alloc);
-    if (a != w_.allocs.end() && a->second.state() == v1::ALLOC_LOST) return false;
-    ++totals.known_stale_leftover;
-    return true;
-  }
-
-  bool known_leftover_staging(const std::string& vol, const std::string& node, uint64_t epoch) {
-    if (w_.strict || !w_.stale(node, epoch)) return false;
-    for (const auto& [k, p] : w_.plugin.published)
-      if (std::get<0>(k) == vol && std::get<1>(k) == node && w_.stale(node, p.epoch)) {
-        auto a = w_.allocs.find(std::get<2>(k));
-        if (a == w_.allocs.end() || a->second.state() != v1::ALLOC_LOST) return true;
-      }
-    // Known leader issue (reported): a claim taken on a node whose client
-    // was not connected is never published there, yet it keeps the
-    // staging of an earlier publication (the unpublish before it did not
-    // unstage: "another claim on the node"); released without the node, no
-    // one unstages.  Fix: record on the claim whether the node published it.
-    for (const auto& [k, p] : w_.plugin.published)
-      if (std::get<0>(k) == vol && std::get<1>(k) == node) return false;
-    ++totals.known_orphan_staging;
+    // An expansion of a published volume waits for its next retry.
+    for (const auto& [id, v] : w_.volumes)
+      if (v.has_expansion())
+        for (const auto& [k, p] : w_.plugin.published)
+          if (std::get<0>(k) == id) return false;
     return true;
   }
 
@@ -1205,17 +1195,10 @@ class simulation {
     if (int open = w.open_requests[w.term]; open > 0)
       w.fail("liveness: " + when + ", " + std::to_string(open) +
              " request(s) to the leader are still unanswered");
-    // Known issue (open; BERTH_SIM_STRICT=1 BERTH_SIM_SEED=47): an expansion of a
-    // published volume is sometimes left unfinished after the faults stop;
-    // counted, and a failure with BERTH_SIM_STRICT=1.
     for (const auto& [id, v] : w.volumes)
       if (v.has_expansion())
         for (const auto& [k, p] : w.plugin.published)
           if (std::get<0>(k) == id && !w.stale(std::get<1>(k), p.epoch)) {
-            if (!w.strict) {
-              ++totals.known_expansion_unfinished;
-              break;
-            }
             w.fail("liveness: " + when + ", the expansion of volume '" + id + "' to " +
                    std::to_string(v.expansion().required_bytes()) +
                    " is unfinished though it is published on node '" + std::get<1>(k) + "'");
@@ -1246,14 +1229,13 @@ class simulation {
       return false;
     };
     for (const auto& [k, p] : w.plugin.published)
-      if (!claimed(std::get<0>(k), std::get<1>(k), &std::get<2>(k)) &&
-          !known_leftover(std::get<1>(k), std::get<2>(k), p.epoch))
+      if (!claimed(std::get<0>(k), std::get<1>(k), &std::get<2>(k)))
         w.fail("liveness: " + when + ", volume '" + std::get<0>(k) + "' is published on node '" +
                std::get<1>(k) + "' for alloc '" + std::get<2>(k) + "' without a claim" +
                (w.stale(std::get<1>(k), p.epoch) ? " (left from before the node was marked down)"
                                                  : ""));
     for (const auto& [k, e] : w.plugin.staged)
-      if (!claimed(k.first, k.second, nullptr) && !known_leftover_staging(k.first, k.second, e))
+      if (!claimed(k.first, k.second, nullptr))
         w.fail("liveness: " + when + ", volume '" + k.first + "' is staged on node '" + k.second +
                "' without a claim there");
     for (const auto& [k, e] : w.plugin.attached)
@@ -1448,7 +1430,6 @@ class simulation {
     auto& w = w_;
     w.alloc_released(alloc);
     ++totals.stops;
-    if (w.claims_open[alloc] > 0) w.stopped_while_claiming.insert(alloc);
     w.trace("alloc stop " + alloc);
     v1::Request req;
     req.set_alloc_stop(alloc);
@@ -1462,11 +1443,6 @@ class simulation {
       for (const auto& [id, v] : w_.volumes)
         if (!find_claim(v, alloc)) {
           continue;
-        } else if (w_.stopped_while_claiming.count(alloc) && !w_.strict) {
-          // Known leader issue (reported): alloc stop waits only for the
-          // claims the leader's catalog has, not for one being made.
-          ++totals.known_stop_while_claiming;
-          return;
         } else {
           w_.fail("acknowledged stop: alloc '" + alloc + "' still has a claim on volume '" + id +
                   "' after its stop said its claims are released");
@@ -1664,12 +1640,11 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
   uint64_t first = only ? only : env_u64("BERTH_SIM_FIRST", 1);
   uint64_t count = only ? 1 : env_u64("BERTH_SIM_SEEDS", 1000);
   bool verbose = env_u64("BERTH_SIM_VERBOSE", 0) != 0;
-  bool strict = env_u64("BERTH_SIM_STRICT", 0) != 0;
   int failures = 0;
   auto start = std::chrono::steady_clock::now();
   for (uint64_t seed = first; seed < first + count && failures < 5; ++seed) {
     simulation sim(seed);
-    auto why = sim.run(verbose, strict);
+    auto why = sim.run(verbose);
     ++totals.seeds;
     totals.volume_actor_stops += sim.stats().actor_stops;
     totals.volume_actor_waits += sim.stats().actor_waits;
@@ -1695,23 +1670,12 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
       << " not sent after waiting too long), " << totals.stale_unmounts << " stale unmounts, "
       << totals.volume_actor_stops << " idle volume actors stopped (" << totals.volume_actor_waits
       << " requests waited for a stop); "
-      << "known issues (BERTH_SIM_STRICT=1 fails on them): " << totals.known_stop_while_claiming
-      << " alloc stops answered 'claims released' while a claim of the alloc was "
-         "still being made, "
-      << totals.known_stale_leftover
-      << " publications or stagings left on a node that came back after being "
-         "marked down, of allocs that had ended before, "
-      << totals.known_instance_lost << " seeds where a node came back without its plugin instance, "
-      << totals.known_orphan_staging
-      << " stagings kept for a claim never published on its node, then released "
-         "while the node was down; "
       << totals.availability_set << " volume availability changes (" << totals.drains << " drains, "
       << totals.paused_refusals << " claims refused by a paused or draining volume); "
       << totals.expands << " volume expands (" << totals.expands_refused
       << " refused or unanswered, " << totals.controller_expands << " ControllerExpandVolume, "
       << totals.node_expands << " NodeExpandVolume, " << totals.stage_expands << " at a stage, "
-      << totals.expansions_finished << " expansions finished, " << totals.known_expansion_unfinished
-      << " left unfinished on a published volume: known issue)");
+      << totals.expansions_finished << " expansions finished)");
   // Evidence that the schedules reach a request arriving while its volume's
   // actor is being stopped (control/activation).
   if (totals.seeds >= 100) CHECK(totals.volume_actor_waits > 0);

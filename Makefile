@@ -6,7 +6,10 @@
 # BENCH_ARGS are passed on, e.g. BENCH_ARGS="--scale 100000").
 # `make chaos` builds and runs the long fault-injection run (tests/fault/,
 # docs/testing.md): CHAOS_FAULTS faults (default 100) of CHAOS_KINDS (default
-# all; partitions only as root), seed CHAOS_SEED (default random; printed), output kept in CHAOS_OUT.
+# all: partition-client everywhere, cutting a client off the servers past the
+# node-down timeout; partition-leader/follower, and partition-client cutting
+# every connection both ways, only as root), seed CHAOS_SEED (default random;
+# printed), output kept in CHAOS_OUT.
 # `make test-asan` / `make test-tsan` build (build-asan, build-tsan) and run
 # the unit and integration tests under ASan+UBSan / TSan; `make fuzz` builds
 # the libFuzzer targets with clang (build-fuzz) and runs each for

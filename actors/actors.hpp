@@ -326,9 +326,10 @@ using leader_actor = caf::typed_actor<
     // A node actor (a berth client) serves the node with this id (its
     // heartbeat); with ACLs on, only when the node secret given is the one
     // its id is bound to (or binds it, the first time).  Replies with this
-    // leader's term and the node's lease in ms (control/lease.hpp) once a
-    // ReadIndex round confirmed that it still leads; an error otherwise.
-    caf::replies_to<node_atom, std::string, std::string, node_actor>::with<uint64_t, int64_t>>;
+    // leader's term, the node's lease in ms (control/lease.hpp) and the
+    // catalog's applied index once a ReadIndex round confirmed that it
+    // still leads; an error otherwise.
+    caf::replies_to<node_atom, std::string, std::string, node_actor>::with<uint64_t, int64_t, uint64_t>>;
 
 // The volume watcher (actors/watcher.hpp), spawned by the leader: releases
 // the claims of terminal, lost and vanished allocs, retrying failed steps
@@ -367,10 +368,12 @@ using api_actor = caf::typed_actor<
     // which this server knows a leader (0: none yet), so the client fences
     // off older leaders before the new one calls it, and the lease the
     // leader granted in ms (0: none, when the leader could not be reached
-    // or did not confirm that it leads; control/lease.hpp).
+    // or did not confirm that it leads; control/lease.hpp), and the
+    // leader's applied index with it (a node back from a lapse publishes no
+    // claim committed before it: publish_floor).
     // The second string is the client's node secret (ACLs: checked by the
     // leader against the one the node id is bound to).
-    caf::replies_to<node_atom, std::string, std::string, node_actor>::with<uint64_t, int64_t>>;
+    caf::replies_to<node_atom, std::string, std::string, node_actor>::with<uint64_t, int64_t, uint64_t>>;
 
 // The replicated log: Raft across the servers (one member in --dev),
 // durable in SQLite.  Runs detached: it fsyncs.  Published on the raft port

@@ -1,6 +1,7 @@
 #include "actors/csi_plugin.hpp"
 
 #include "actors/clock.hpp"
+#include "control/lease.hpp"
 #include "csi/client.hpp"
 #include "log/log.hpp"
 
@@ -101,6 +102,20 @@ void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<m
       st.gate->finish(ticket, false, steady_ms());
       continue;
     }
+    if (waiting.job.publish && st.publish_floor &&
+        !publish_allowed(waiting.job.claim_index, st.publish_floor->load())) {
+      // Admitted before this node's lease ran out; the servers may have
+      // released the claim without the node since (control/lease).
+      csi_outcome out;
+      out.error = failure{errc::unavailable,
+                          "plugin '" + plugin +
+                              "': the publish waited while this node's lease ran out and was not "
+                              "sent (its claim may have been released meanwhile); retry"};
+      waiting.rp.deliver(std::move(out));
+      st.jobs.erase(ticket);
+      st.gate->finish(ticket, false, steady_ms());
+      continue;
+    }
     csi_plugin_actor worker;
     if (st.idle.empty()) {
       worker = self->spawn<caf::detached + caf::linked>(csi_worker, st.client);
@@ -134,9 +149,11 @@ void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<m
 csi_plugin_actor::behavior_type csi_plugin(
     csi_plugin_actor::stateful_pointer<csi_plugin_state> self, node_plugin plugin,
     std::chrono::milliseconds deadline, std::shared_ptr<metrics> stats,
-    std::shared_ptr<const std::atomic<uint64_t>> fence) {
+    std::shared_ptr<const std::atomic<uint64_t>> fence,
+    std::shared_ptr<const std::atomic<uint64_t>> publish_floor) {
   auto& st = self->state;
   st.fence = std::move(fence);
+  st.publish_floor = std::move(publish_floor);
   st.client = std::make_shared<csi::client>(plugin.endpoint, deadline);
   st.wait_limit_ms = deadline.count();
   st.client->observe(

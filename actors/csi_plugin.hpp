@@ -34,12 +34,16 @@ struct csi_plugin_state {
   // The node's fence (leader_fence::published): a call of an older
   // leader's term is refused when it starts (null: no check).
   std::shared_ptr<const std::atomic<uint64_t>> fence;
+  // The node's publish floor (control/lease): a publish of a claim
+  // committed before it is answered without being sent (null: no check).
+  std::shared_ptr<const std::atomic<uint64_t>> publish_floor;
   static inline const char* name = "csi_plugin";
 };
 
 csi_plugin_actor::behavior_type csi_plugin(
     csi_plugin_actor::stateful_pointer<csi_plugin_state> self, node_plugin plugin,
     std::chrono::milliseconds deadline, std::shared_ptr<metrics> stats,
-    std::shared_ptr<const std::atomic<uint64_t>> fence = nullptr);
+    std::shared_ptr<const std::atomic<uint64_t>> fence = nullptr,
+    std::shared_ptr<const std::atomic<uint64_t>> publish_floor = nullptr);
 
 }  // namespace berth

@@ -339,7 +339,9 @@ void confirm_leases(const self_ptr& self) {
       .then(
           [self, batch](uint64_t) {
             auto& st = self->state;
-            for (auto& rp : *batch) rp.deliver(st.options.term, st.options.node_lease.count());
+            for (auto& rp : *batch)
+              rp.deliver(st.options.term, st.options.node_lease.count(),
+                         st.cat.applied_index);
             st.lease_reading = false;
             confirm_leases(self);
           },
@@ -690,8 +692,8 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
         self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
       },
       [self](node_atom, const std::string& node_id, const std::string& secret,
-             node_actor node) -> caf::result<uint64_t, int64_t> {
-        auto rp = self->make_response_promise<uint64_t, int64_t>();
+             node_actor node) -> caf::result<uint64_t, int64_t, uint64_t> {
+        auto rp = self->make_response_promise<uint64_t, int64_t, uint64_t>();
         if (!self->state.options.acl) {
           heartbeat(self, node_id, std::move(node));
           grant_lease(self, rp);

@@ -88,7 +88,7 @@ struct leader_state {
   std::map<std::string, int64_t> last_seen;       // node -> steady ms of its last heartbeat
   // Heartbeats waiting for their lease, and whether a ReadIndex round that
   // confirms this leader is under way (leader_flows::grant_lease).
-  std::vector<caf::typed_response_promise<uint64_t, int64_t>> lease_waiting;
+  std::vector<caf::typed_response_promise<uint64_t, int64_t, uint64_t>> lease_waiting;
   bool lease_reading = false;
   std::set<std::string> unmounting;  // nodes back from down asked to unmount, not yet confirmed
   std::map<std::string, int> claims_in_flight;  // alloc -> claims routed, not yet answered

@@ -21,7 +21,7 @@ namespace berth::leader_flows {
 
 using self_ptr = leader_actor::stateful_pointer<leader_state>;
 using response_promise = caf::typed_response_promise<pb<v1::Response>>;
-using lease_promise = caf::typed_response_promise<uint64_t, int64_t>;
+using lease_promise = caf::typed_response_promise<uint64_t, int64_t, uint64_t>;
 using then_fn = std::function<void(std::optional<failure>)>;
 using build_fn = std::function<std::variant<failure, std::vector<v1::Change>>(const catalog&)>;
 

@@ -96,7 +96,7 @@ void heartbeat(self_ptr self) {
   self->request(st.api, std::chrono::milliseconds(timeout), node_atom::value, st.config.node_id,
                 st.config.node_secret, caf::actor_cast<node_actor>(self))
       .then(
-          [self, sent, missed](uint64_t term, int64_t lease_ms) {
+          [self, sent, missed](uint64_t term, int64_t lease_ms, uint64_t index) {
             auto& st = self->state;
             if (auto f = st.fence.heard(*st.store, term)) report_problem(st, *f);
             if (lease_ms <= 0) {
@@ -105,6 +105,8 @@ void heartbeat(self_ptr self) {
             }
             st.missed_heartbeats = 0;
             st.lease = renew(st.lease, sent, lease_ms);
+            if (!expired(st.lease, steady_ms()))
+              st.publish_floor->store(floor_after_renewal(st.publish_floor->load(), index));
             // Kept for a restart (control/lease: lease_at_start), at most
             // once a second; an older record only ends the lease sooner.
             auto renewed_wall = wall_ms() - (steady_ms() - sent);
@@ -477,6 +479,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       st.fenced = st.store->fenced();
       st.lease = lease_at_start(st.store->meta("lease_ms"), st.store->meta("lease_renewed_wall_ms"),
                                 wall_ms(), steady_ms());
+      if (expired(st.lease, steady_ms())) st.publish_floor->store(floor_lapsed);
     } catch (const std::exception& e) {
       loaded = store_failure(*st.store, "read its lease and fence", e);
     }
@@ -502,12 +505,6 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         auto& st = self->state;
         const auto& r = req.msg;
         if (auto f = st.fence.admit(*st.store, r.leader_term())) return to_error(*f);
-        if (expired(st.lease, steady_ms()) && fenced_publication(r.access_mode(), r.read_only()))
-          return make_error(errc::unavailable,
-                            "node '" + st.config.node_id + "'" +
-                                " has no lease from a leader (its heartbeats are not confirmed) "
-                                "and publishes no single-writer volume for writing until it has "
-                                "one; retry once the node reaches the servers");
         auto paths = paths_of(st.config.csi_root, r);
         std::error_code ec;
         if (published_already(st.mounts, r, paths, std::filesystem::exists(paths.target, ec))) {
@@ -515,6 +512,18 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
           res.set_target_path(paths.target);
           return wrap(std::move(res));
         }
+        // control/lease: the publish floor.
+        auto floor = st.publish_floor->load();
+        if (!publish_allowed(r.volume().modify_index(), floor))
+          return make_error(
+              errc::unavailable,
+              "node '" + st.config.node_id + "'" +
+                  (floor == floor_lapsed
+                       ? " has no lease from a leader (its heartbeats are not confirmed) and "
+                         "publishes nothing until it has one; retry once the node reaches the "
+                         "servers"
+                       : " lost its lease after this claim was made (the servers may have "
+                         "released it meanwhile) and does not publish it; claim again"));
         // Recorded before the call (published_at_ms 0: not confirmed), with
         // the staging path: a NodeStage done before a failed NodePublish, or
         // before the client died, is then unstaged when the claim is undone.
@@ -527,8 +536,11 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         auto staged = std::make_shared<bool>(false);
         auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), staged](bool stage) {
           *staged = stage;
-          return csi_job{[=](csi::client& c) { return publish_claim(c, r, paths, stage, at); },
-                         call_kind::node, r.volume().external_id(), r.leader_term()};
+          csi_job job{[=](csi::client& c) { return publish_claim(c, r, paths, stage, at); },
+                      call_kind::node, r.volume().external_id(), r.leader_term()};
+          job.publish = true;
+          job.claim_index = r.volume().modify_index();
+          return job;
         };
         run(self, r.plugin_id(), make, rp,
             [self, r, paths, staged](result_promise& rp, csi_outcome& out) {
@@ -744,7 +756,10 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         auto& st = self->state;
         connect_server(self);
         heartbeat(self);
-        if (expired(st.lease, steady_ms())) fence(self);
+        if (expired(st.lease, steady_ms())) {
+          st.publish_floor->store(floor_lapsed);
+          fence(self);
+        }
         auto period = heartbeat_period_ms(st.lease.length_ms, st.config.fingerprint_interval.count());
         self->delayed_send(self, std::chrono::milliseconds(period), lease_atom::value);
       },

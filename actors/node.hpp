@@ -8,6 +8,7 @@
 // newer leader is known (fenced).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -90,6 +91,9 @@ struct node_state {
   std::map<std::string, int64_t> fenced;
   std::map<std::string, int64_t> fence_kill_at;
   std::set<mount_key> unmounting;
+  // The publish floor (control/lease), shared with the plugin connections.
+  std::shared_ptr<std::atomic<uint64_t>> publish_floor =
+      std::make_shared<std::atomic<uint64_t>>(0);
   // The last client.db problem printed (printed once, not every poll).
   std::string last_problem;
   static inline const char* name = "node";

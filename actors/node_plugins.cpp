@@ -38,7 +38,7 @@ void connect_plugins(node_self self) {
   for (const auto& p : st.config.plugins)
     st.connections.emplace(
         p.id, self->spawn<caf::linked>(csi_plugin, p, st.config.csi_timeout, st.stats,
-                                       st.fence.published()));
+                                       st.fence.published(), st.publish_floor));
 }
 
 void fingerprint(node_self self) {

@@ -521,7 +521,7 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
         return rp;
       },
       [self](node_atom, const std::string& id, const std::string& secret,
-             node_actor node) -> caf::result<uint64_t, int64_t> {
+             node_actor node) -> caf::result<uint64_t, int64_t, uint64_t> {
         auto& st = self->state;
         st.nodes[id] = node;
         st.node_secrets[id] = secret;
@@ -531,19 +531,20 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
           // client here), or the leader would mark these nodes down.  No
           // lease meanwhile: the client renews through a leader only.
           connect_leader(self);
-          return caf::result<uint64_t, int64_t>(st.leader_term, int64_t{0});
+          return caf::result<uint64_t, int64_t, uint64_t>(st.leader_term, int64_t{0},
+                                                           uint64_t{0});
         }
         // The leader answers with its term and the lease once it confirmed
         // that it still leads; the client gets the newest term this server
         // knows either way, and a lease only from a leader that is not
         // older than that term.
-        auto rp = self->make_response_promise<uint64_t, int64_t>();
-        auto relay = [self, rp](uint64_t term, int64_t lease_ms) mutable {
+        auto rp = self->make_response_promise<uint64_t, int64_t, uint64_t>();
+        auto relay = [self, rp](uint64_t term, int64_t lease_ms, uint64_t index) mutable {
           auto known = self->state.leader_term;
-          rp.deliver(std::max(term, known), term >= known ? lease_ms : int64_t{0});
+          rp.deliver(std::max(term, known), term >= known ? lease_ms : int64_t{0}, index);
         };
         auto none = [self, rp](caf::error&) mutable {
-          rp.deliver(self->state.leader_term, int64_t{0});
+          rp.deliver(self->state.leader_term, int64_t{0}, uint64_t{0});
         };
         if (st.leader)
           self->request(st.leader, std::chrono::seconds(10), node_atom::value, id, secret, node)

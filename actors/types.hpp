@@ -137,6 +137,10 @@ struct csi_job {
   // unmounting a lost alloc): checked against the node's fence again when
   // the call starts.
   uint64_t leader_term = 0;
+  // A NodeStage/NodePublish: the index of its claim's commit, checked
+  // against the node's publish floor when the call starts (control/lease).
+  bool publish = false;
+  uint64_t claim_index = 0;
 };
 
 }  // namespace berth

@@ -58,6 +58,12 @@ std::string seconds(int64_t ms) {
 
 }  // namespace
 
+uint64_t floor_after_renewal(uint64_t floor, uint64_t applied_index) {
+  return floor == floor_lapsed ? applied_index : floor;
+}
+
+bool publish_allowed(uint64_t claim_index, uint64_t floor) { return claim_index >= floor; }
+
 int64_t default_lease_ms(int64_t node_down_ms) { return node_down_ms / 3; }
 
 std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms) {

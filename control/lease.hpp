@@ -86,6 +86,19 @@ struct fence_plan {
 fence_plan plan_fence(const std::vector<publication_fact>& publications,
                       const std::set<std::string>& running_allocs);
 
+// The publish floor.  A claim's NodeStage/NodePublish may reach a node
+// after its lease ran out and the servers released the claim without it
+// (a call queued behind a slow plugin, or sent just before a partition,
+// runs after the heal): a publication nobody releases any more.  So once
+// its lease runs out a node publishes nothing (the floor is
+// `floor_lapsed`), and from the first renewal after that, only claims
+// committed at or after the leader's applied index in that renewal (the
+// index is at least that of any mark-down of the node decided before the
+// renewal).  A request's volume carries the index of its claim's commit.
+constexpr uint64_t floor_lapsed = UINT64_MAX;
+uint64_t floor_after_renewal(uint64_t floor, uint64_t applied_index);
+bool publish_allowed(uint64_t claim_index, uint64_t floor);
+
 // --- the servers' side -----------------------------------------------------------
 
 // The lease length when --node-lease is not given: a third of the node-down

@@ -25,6 +25,10 @@ An observation is a dict:
               the append; workload.writer_command); without it check 6 is skipped
   unwritten   optional: [[VOLUME, NODE, ALLOC, NS]...], the allocs' appends
               that failed because the volume was no longer mounted at its path
+  unread      optional: the same for volumes claimed read-only whose directory
+              was gone while the alloc ran
+  survivors   optional: [[NODE, ALLOC]...], alloc commands still running once
+              every alloc was stopped (or had ended) in the servers' view
   ended_allocs  optional: {ALLOC: {"state", "message"}}, allocs the servers
               saw end without a stop: lost (their node marked down) or failed by
               their node's fence (their claims are released without a stop)
@@ -664,15 +668,21 @@ def check_writes(obs):
                                          "%d line(s) in that publication, the first at ns=%d\n"
                                          "%s" % (hi - lo, ts[lo], describe(q))))
     failed = {}
-    for vid, node, alloc, t in obs.get("unwritten", []):
-        failed.setdefault((vid, node, alloc), []).append(t)
-    for (vid, node, alloc), ts in sorted(failed.items()):
+    for what in ("unwritten", "unread"):
+        for vid, node, alloc, t in obs.get(what, []):
+            failed.setdefault((vid, node, alloc, what), []).append(t)
+    for (vid, node, alloc, what), ts in sorted(failed.items()):
         own = [p for p in pubs.get(vid, []) if p["alloc"] == alloc]
         out.append(Violation(6, "alloc %s on node %s still ran after its volume %s was "
                              "unmounted: it was not stopped before NodeUnpublishVolume"
                              % (alloc, node, vid),
-                             "%d failed append(s), the first at ns=%d\n" % (len(ts), min(ts)) +
+                             "%d %s, the first at ns=%d\n" % (
+                                 len(ts), "failed append(s)" if what == "unwritten" else
+                                 "look(s) at a volume directory that was gone", min(ts)) +
                              "\n".join(describe(p) for p in own)))
+    for node, alloc in obs.get("survivors", []):
+        out.append(Violation(6, "alloc %s on node %s still ran after every alloc was stopped or "
+                             "had ended: its node never stopped it" % (alloc, node)))
     # Not vacuous: an acknowledged writer of a single-writer volume wrote.
     writers = {}
     for a in allocs_of(obs["events"]).values():

@@ -32,12 +32,15 @@ class Nemesis:
 
     def __init__(self, history, rng, cluster, clients, plugins, faults, gap=(0.5, 3.0),
                  hold=(0.3, 2.5), kinds=KINDS, log=print, network=None, proxies=None,
-                 operator=None, volumes=(), shared_root=None, down_timeout=6.0):
+                 operator=None, volumes=(), shared_root=None, down_timeout=6.0,
+                 client_cut="tcp"):
         """proxies: {CLIENT: [CutProxy per server]} (partition-client);
         operator: workload.Operator, runs and stops the fault's allocs;
         volumes: workload.Volume list; shared_root: the plugins' root (a
         volume's log is shared_root/volumes/EXTERNAL_ID/log); down_timeout:
-        the servers' --node-down-timeout (seconds)."""
+        the servers' --node-down-timeout (seconds); client_cut: how
+        partition-client cuts a client off (network: its veth down; proxies,
+        tcp: its proxies cut; run_fault.py --partition-client-mode)."""
         self.history = history
         self.rng = rng
         self.cluster = cluster
@@ -61,6 +64,7 @@ class Nemesis:
         self.volumes = list(volumes)
         self.shared_root = shared_root
         self.down_timeout = down_timeout
+        self.client_cut = client_cut
         self.cut = []
         # One entry per partition-client fault (the run's summary).
         self.client_partitions = []
@@ -188,12 +192,12 @@ class Nemesis:
         other = next(c for c in self.clients if c is not victim)
         alloc, vid = self.start_writer(victim)
         ours = [alloc] if alloc else []
-        # "network" (root, namespaces): the client's veth goes down, every
-        # connection is cut both ways. "proxies": the client's connections
-        # to the servers are cut; a leader that connected to the client
-        # itself (CAF's automatic connections) still reaches it.
-        mode = "network" if getattr(victim, "ns", None) and self.network and \
-            self.rng.random() < 0.5 else "proxies"
+        # network: the client's veth goes down. proxies: the only way
+        # between the client and the servers is through its proxies. Both
+        # cut every connection, both ways. tcp: the client's connections to
+        # the servers are cut; a leader that connected to the client itself
+        # (CAF's automatic connections) still reaches it.
+        mode = self.client_cut
         self.history.note("partition-client", process=victim.name, alloc=alloc, volume=vid,
                           mode=mode)
         if mode == "network":

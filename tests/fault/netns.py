@@ -4,13 +4,21 @@ on a bridge; the plugins (their unix sockets are files, shared across
 namespaces) and the shell stay on the host and reach the servers through the
 bridge. Partitioning a server or a client sets the host end of its veth down
 (it is cut off from every other process, both ways), healing sets it up
-again. The clients reach the servers through TCP proxies on the bridge's
-host address (BridgeCutProxy), which partition-client may cut instead."""
+again.
+
+Without root, partition-client isolates each client instead: alone in a
+network namespace of its own (unshare, in a user namespace; isolate.py), it
+reaches the servers only through unix sockets where proxies outside
+(UnixCutProxy) take it on; cutting them cuts the client off, both ways.
+(BridgeCutProxy and plain TCP proxies serve --partition-client-mode tcp: the
+client's own connections are cut, but a leader that connected to the client
+itself, CAF's automatic connections, still reaches it.)"""
 
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 
 from cluster import Client, Cluster, Server, free_port
@@ -135,3 +143,64 @@ class BridgeCutProxy(CutProxy):
         self.is_cut = False
         self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
+
+
+# --- partition-client without root: a client alone in its own namespace ----
+
+ISOLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "isolate.py")
+
+
+def unshare_prefix():
+    """The command that gives a process a network namespace of its own:
+    plain as root, in a user namespace of its own otherwise."""
+    if os.geteuid() == 0:
+        return ["unshare", "--net", "--"]
+    return ["unshare", "--user", "--map-root-user", "--net", "--"]
+
+
+def isolation_usable():
+    """None when a process can get a network namespace of its own here
+    (unshare; as non-root, unprivileged user namespaces), else why not."""
+    if not shutil.which("unshare"):
+        return "needs unshare (util-linux)"
+    r = subprocess.run(unshare_prefix() + [sys.executable, ISOLATE, "--", "true"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return "unshare --net does not work here: " + (r.stderr.strip() or "exit %d"
+                                                       % r.returncode)
+    return None
+
+
+class UnixCutProxy(CutProxy):
+    """A CutProxy that listens on the unix socket `path` (an isolated
+    client's forwarder connects to it) and takes each connection to the TCP
+    address `target`."""
+
+    def __init__(self, target, path):
+        h, port = target.rsplit(":", 1)
+        self.target = (h, int(port))
+        if os.path.exists(path):
+            os.unlink(path)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(64)
+        self.address = path
+        self.lock = threading.Lock()
+        self.conns = []
+        self.is_cut = False
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+
+class IsolatedClient(Client):
+    """A berthd --client alone in a network namespace of its own (isolate.py):
+    it reaches server i at 127.0.0.1:4701+i inside, through proxies[i] (a
+    UnixCutProxy) outside, and nothing reaches it but through them."""
+
+    def __init__(self, tmp, name, proxies, plugin_socket):
+        inside = ["127.0.0.1:%d" % (4701 + i) for i in range(len(proxies))]
+        super().__init__(tmp, name, inside, plugin_socket)
+        forwards = []
+        for address, p in zip(inside, proxies):
+            forwards += ["--forward", "%s=%s" % (address, p.address)]
+        self.argv = unshare_prefix() + [sys.executable, ISOLATE] + forwards + ["--"] + self.argv

@@ -85,28 +85,42 @@ class Run:
         self.cluster.start()
         self.shared = shared = os.path.join(self.tmp, "hostpath-root")
         os.makedirs(shared, exist_ok=True)
-        # Each client reaches each server through a proxy of its own, which
-        # partition-client cuts (no root needed). With namespaces, each
-        # client has its own too (partition-client may set it off the
-        # network instead) and the proxies listen on the bridge.
+        # How partition-client cuts a client off (main: --partition-client-mode):
+        # network: each client in a namespace of its own on the bridge, its
+        # veth set down; proxies: each client alone in a namespace of its own,
+        # reaching each server only through a unix-socket proxy that is cut;
+        # tcp: each client reaches each server through a TCP proxy that is
+        # cut (one way: the leader's own connection to the client stays).
         self.plugins = [Plugin(self.tmp, "plugin-c%d" % i, "csi-c%d" % i, shared_root=shared)
                         for i in (1, 2)]
         self.clients = []
+        servers = [s.address for s in self.cluster.servers]
         for i in (1, 2):
             name = "c%d" % i
-            if self.network:
+            socket_path = self.plugins[i - 1].socket
+            if self.args.client_cut == "network":
+                self.proxies[name] = []
+                ns, addr = self.network.add(name, 20 + i)
+                self.clients.append(netns.NetnsClient(self.tmp, name, servers, socket_path, ns,
+                                                      addr))
+            elif self.args.client_cut == "proxies":
+                self.proxies[name] = [
+                    netns.UnixCutProxy(a, os.path.join(self.tmp, "%s-s%d.sock" % (name, j + 1)))
+                    for j, a in enumerate(servers)]
+                self.clients.append(netns.IsolatedClient(self.tmp, name, self.proxies[name],
+                                                         socket_path))
+            elif self.network:
                 bridge = self.network.subnet + ".1"
-                self.proxies[name] = [netns.BridgeCutProxy(s.address, bridge)
-                                      for s in self.cluster.servers]
+                self.proxies[name] = [netns.BridgeCutProxy(a, bridge) for a in servers]
                 ns, addr = self.network.add(name, 20 + i)
                 self.clients.append(netns.NetnsClient(
-                    self.tmp, name, [p.address for p in self.proxies[name]],
-                    self.plugins[i - 1].socket, ns, addr))
+                    self.tmp, name, [p.address for p in self.proxies[name]], socket_path, ns,
+                    addr))
             else:
-                self.proxies[name] = [CutProxy(s.address) for s in self.cluster.servers]
+                self.proxies[name] = [CutProxy(a) for a in servers]
                 self.clients.append(Client(self.tmp, name,
                                            [p.address for p in self.proxies[name]],
-                                           self.plugins[i - 1].socket))
+                                           socket_path))
         self.cluster.processes += self.clients + self.plugins
         for p in self.plugins:
             p.start()
@@ -135,11 +149,11 @@ class Run:
         if not self.args.keep and not self.args.out:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def kill_alloc_processes(self):
-        """Alloc commands still running once the clients are stopped (an
-        alloc whose stop never went through): each is the leader of its
-        process group, recorded in its client's client.db; killed by pid
-        once /proc shows it is that alloc."""
+    def alloc_processes(self):
+        """[(CLIENT, ALLOC, PID)] of the alloc commands running now: each is
+        the leader of its process group, recorded in its client's
+        client.db, and is that alloc when /proc says so."""
+        out = []
         for i in (1, 2):
             path = os.path.join(self.tmp, "c%d" % i, "client.db")
             if not os.path.exists(path):
@@ -154,13 +168,22 @@ class Run:
                 try:
                     with open("/proc/%d/environ" % pid, "rb") as f:
                         env = f.read().split(b"\0")
-                except (OSError, TypeError):
+                    with open("/proc/%d/stat" % pid) as f:
+                        zombie = f.read().split(")")[-1].split()[0] == "Z"
+                except (OSError, TypeError, IndexError):
                     continue
-                if ("BERTH_ALLOC_ID=%s" % alloc).encode() in env:
-                    try:
-                        os.killpg(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
+                if ("BERTH_ALLOC_ID=%s" % alloc).encode() in env and not zombie:
+                    out.append(("c%d" % i, alloc, pid))
+        return out
+
+    def kill_alloc_processes(self):
+        """Alloc commands still running once the clients are stopped (an
+        alloc whose stop never went through): killed by process group."""
+        for _, _, pid in self.alloc_processes():
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     # --- helpers ------------------------------------------------------------------
 
@@ -247,15 +270,16 @@ class Run:
                         lines.append([parts[0], parts[1], int(parts[2])])
         return out
 
-    def unwritten(self):
-        """The writes that failed (the alloc ran on after its volume was
-        unmounted): [[VOLUME, NODE, ALLOC, NS]...] from the allocs' stderr."""
+    def unmounted(self, what):
+        """The writes that failed (what "unwritten") or the volumes gone
+        ("unread") while the alloc ran on after its volume was unmounted:
+        [[VOLUME, NODE, ALLOC, NS]...] from the allocs' stderr."""
         out = []
         for path in sorted(glob.glob(os.path.join(self.tmp, "c[12]", "allocs", "*", "stderr"))):
             with open(path, errors="replace") as f:
                 for line in f:
                     parts = line.split()
-                    if len(parts) == 5 and parts[0] == "unwritten" and parts[4].isdigit():
+                    if len(parts) == 5 and parts[0] == what and parts[4].isdigit():
                         out.append([parts[1], parts[2], parts[3], int(parts[4])])
         return out
 
@@ -322,7 +346,8 @@ class Run:
                           self.clients, self.plugins, a.faults, kinds=a.kinds,
                           log=log if a.verbose else (lambda m: None), network=self.network,
                           proxies=self.proxies, operator=operator, volumes=self.volumes,
-                          shared_root=self.shared, down_timeout=a.node_down_timeout)
+                          shared_root=self.shared, down_timeout=a.node_down_timeout,
+                          client_cut=a.client_cut)
         log("phase: workload and %d faults" % a.faults)
         workload.start()
         nemesis.start()
@@ -383,6 +408,13 @@ class Run:
                 todo.setdefault(c["alloc_id"], []).append(v["id"])
         self.release_all(workload, release, "drain", todo, a.release_bound)
         drained = self.shell("--json", "volume", "status")
+        # Every alloc is stopped or ended now, but those the servers still
+        # count as running or pending (a run that took effect late): an alloc
+        # command still running is one its node never stopped.
+        live = {a["id"] for a in self.shell(
+            "--json", "alloc", "status", "--filter",
+            'state == "running" or state == "pending"')}
+        survivors = [[c, al] for c, al, _ in self.alloc_processes() if al not in live]
         self.operations = sum(1 for e in self.history.events
                               if e["type"] == "invoke" and e.get("process") not in
                               ("heal", "drain"))
@@ -430,8 +462,10 @@ class Run:
             "call_logs": self.call_logs(),
             "csi_nodes": {c.name: p.node_id for c, p in zip(self.clients, self.plugins)},
             "writes": self.writes(),
-            "unwritten": self.unwritten(),
+            "unwritten": self.unmounted("unwritten"),
+            "unread": self.unmounted("unread"),
             "ended_allocs": self.ended,
+            "survivors": survivors,
             "tables": tables,
             "converge_error": converge_error,
         }
@@ -457,6 +491,16 @@ def main(argv=None):
     p.add_argument("--node-down-timeout", type=float, default=6,
                    help="the servers' --node-down-timeout (seconds; partition-client holds a "
                    "client cut off a few seconds longer)")
+    p.add_argument("--partition-client-mode", choices=("auto", "network", "proxies", "tcp"),
+                   default="auto",
+                   help="how partition-client cuts a client off the servers: network (the "
+                   "client in a namespace on the bridge, its veth set down; root), proxies (the "
+                   "client alone in a namespace of its own, unshare, reaching the servers only "
+                   "through unix-socket proxies that are cut; no root needed where user "
+                   "namespaces are allowed), tcp (TCP proxies between the client and the "
+                   "servers are cut: one way only, the leader's own connection to the client "
+                   "stays, so the cut does nothing while the client talks to the leader), auto "
+                   "(default: network as root, else proxies, else tcp)")
     p.add_argument("--node-lease", type=float,
                    help="the servers' --node-lease (seconds; default theirs: a third of "
                    "--node-down-timeout)")
@@ -482,13 +526,27 @@ def main(argv=None):
     partitions = set(a.kinds) & set(Nemesis.PARTITION_KINDS + ("partition-client",))
     why_not = netns.usable() if partitions else None
     a.netns = bool(partitions) and not why_not
+    a.client_cut = "tcp"  # without partition-client: clients as they always were
+    if "partition-client" in a.kinds:
+        mode = a.partition_client_mode
+        isolation = netns.isolation_usable() if mode in ("auto", "proxies") else None
+        if mode == "auto":
+            mode = "network" if a.netns else "proxies" if not isolation else "tcp"
+        if mode == "network" and not a.netns:
+            p.error("--partition-client-mode network needs network namespaces: %s" % why_not)
+        if mode == "proxies" and isolation:
+            p.error("--partition-client-mode proxies needs a namespace per client: %s"
+                    % isolation)
+        a.client_cut = mode
+        log("partition-client cuts a client off by %s" % {
+            "network": "setting its veth down (every connection, both ways)",
+            "proxies": "cutting the unix-socket proxies it alone in its namespace reaches the "
+                       "servers through (every connection, both ways)",
+            "tcp": "cutting the TCP proxies to the servers (one way: the leader's own "
+                   "connection to the client stays; %s)" % (isolation or "asked for")}[mode])
     if why_not:
         if set(a.kinds) & set(Nemesis.PARTITION_KINDS):
             log("server partitions skipped: network namespaces %s" % why_not)
-        if "partition-client" in a.kinds:
-            log("partition-client cuts only the client's own connections to the servers "
-                "(proxies; the leader's connection to the client stays): network namespaces "
-                "%s" % why_not)
         a.kinds = tuple(k for k in a.kinds if k not in Nemesis.PARTITION_KINDS)
         if not a.kinds:
             p.error("no fault kind left")

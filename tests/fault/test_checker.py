@@ -348,6 +348,18 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual(len(vs), 1, vs)
         self.assertIn("alloc a1 on node n1 still ran after its volume sw was unmounted", vs[0])
         self.assertIn("2 failed append(s)", vs[0])
+        # A reader that looks at its volume after NodeUnpublishVolume, too.
+        obs["unwritten"], obs["unread"] = [], [["ro", "n1", "a3", 300]]
+        vs = [str(v) for v in self.violations(obs, 6)]
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("alloc a3 on node n1 still ran after its volume ro was unmounted", vs[0])
+
+    def test_an_alloc_still_running_at_the_end(self):
+        obs = clean()
+        obs["survivors"] = [["n1", "a3"]]
+        vs = [str(v) for v in self.violations(obs, 6)]
+        self.assertEqual(vs, ["violation [check 6] alloc a3 on node n1 still ran after every "
+                              "alloc was stopped or had ended: its node never stopped it"])
 
     def test_writers_without_lines_are_a_vacuous_check(self):
         # Acknowledged alloc runs that write sw, and not one line in its log

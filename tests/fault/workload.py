@@ -139,13 +139,16 @@ def writer_command(node, alloc, volumes):
     the epoch time in nanoseconds, taken before the writes) appended to
     `log` in each volume it claimed for writing ($BERTH_VOLUME_V<i>, the
     volume's directory in the plugins' shared root); a volume claimed
-    read-only is not written. A write that fails (the volume is no longer
-    mounted at that path: the alloc still runs after its NodeUnpublishVolume)
-    goes to the alloc's stderr as `unwritten VOLUME NODE ALLOC NS`, which
-    the runner collects. Both are read by the checker's check 6."""
+    read-only is only looked at. A write that fails, or a volume directory
+    that is gone (the volume is no longer mounted at that path: the alloc
+    still runs after its NodeUnpublishVolume), goes to the alloc's stderr
+    as `unwritten VOLUME NODE ALLOC NS` or `unread ...`, which the runner
+    collects. Both are read by the checker's check 6."""
     steps = []
     for i, v in enumerate(volumes):
         if v["read_only"]:
+            steps.append('[ -d "$BERTH_VOLUME_V%d" ] || echo "unread %s %s %s $t" >&2; '
+                         % (i, v["volume"], node, alloc))
             continue
         steps.append('{ echo "%s %s $t" >> "$BERTH_VOLUME_V%d/log"; } 2>/dev/null || '
                      'echo "unwritten %s %s %s $t" >&2; ' % (node, alloc, i, v["volume"], node,

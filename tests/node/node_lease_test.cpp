@@ -35,6 +35,7 @@ namespace {
 // alloc exit reports when `listening`.
 struct lease_server_state {
   std::shared_ptr<std::atomic<int64_t>> lease_ms;
+  std::shared_ptr<std::atomic<uint64_t>> index;
   std::shared_ptr<std::atomic<bool>> listening;
   std::shared_ptr<std::mutex> mu;
   std::shared_ptr<std::vector<v1::AllocUpdate>> exits;
@@ -43,10 +44,12 @@ struct lease_server_state {
 
 api_actor::behavior_type lease_server(api_actor::stateful_pointer<lease_server_state> self,
                                       std::shared_ptr<std::atomic<int64_t>> lease_ms,
+                                      std::shared_ptr<std::atomic<uint64_t>> index,
                                       std::shared_ptr<std::atomic<bool>> listening,
                                       std::shared_ptr<std::mutex> mu,
                                       std::shared_ptr<std::vector<v1::AllocUpdate>> exits) {
   self->state.lease_ms = std::move(lease_ms);
+  self->state.index = std::move(index);
   self->state.listening = std::move(listening);
   self->state.mu = std::move(mu);
   self->state.exits = std::move(exits);
@@ -60,8 +63,8 @@ api_actor::behavior_type lease_server(api_actor::stateful_pointer<lease_server_s
         return wrap(v1::Response{});
       },
       [self](node_atom, const std::string&, const std::string&,
-             node_actor) -> caf::result<uint64_t, int64_t> {
-        return {uint64_t{1}, self->state.lease_ms->load()};
+             node_actor) -> caf::result<uint64_t, int64_t, uint64_t> {
+        return {uint64_t{1}, self->state.lease_ms->load(), self->state.index->load()};
       },
   };
 }
@@ -74,6 +77,7 @@ struct fixture {
   std::string db;
   std::shared_ptr<metrics> stats = make_metrics();
   std::shared_ptr<std::atomic<int64_t>> lease_ms = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<std::atomic<uint64_t>> index = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<std::atomic<bool>> listening = std::make_shared<std::atomic<bool>>(true);
   std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
   std::shared_ptr<std::vector<v1::AllocUpdate>> exits =
@@ -86,7 +90,7 @@ struct fixture {
     add_message_types(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
     db = (dir.path / "client.db").string();
-    server = sys->spawn(lease_server, lease_ms, listening, mu, exits);
+    server = sys->spawn(lease_server, lease_ms, index, listening, mu, exits);
   }
 
   node_actor spawn_node() {
@@ -239,11 +243,27 @@ TEST_CASE("node_lease: a node whose lease runs out stops and unmounts its single
   REQUIRE(refused != nullptr);
   CHECK(refused->code == errc::unavailable);
   CHECK(refused->message.find("no lease") != std::string::npos);
+  // Renewed again by a leader whose applied index is 50: a claim committed
+  // before that (the servers may have released it while the node was
+  // away) is not published; one committed after it is.
+  fx.index->store(50);
+  fx.lease_ms->store(60'000);
+  auto old_claim = request(writer, "w3", false, fx.plugin.node_id);
+  old_claim.mutable_volume()->set_modify_index(49);
+  REQUIRE(eventually([&] {
+    auto r = ask<pb<v1::NodeVolumeResult>>(me, n, publish_atom::value, wrap(old_claim));
+    auto* f = std::get_if<failure>(&r);
+    return f != nullptr && f->message.find("lost its lease after this claim") != std::string::npos;
+  }));
+  auto new_claim = request(writer, "w3", false, fx.plugin.node_id);
+  new_claim.mutable_volume()->set_modify_index(50);
+  CHECK(!publish(me, n, new_claim).empty());
   // A server listens again: the exit is reported as the fence's, the fence forgotten.
   fx.listening->store(true);
   CHECK(eventually([&] { return fenced(fx) == 0; }));
   auto reports = fx.exit_reports();
   REQUIRE(reports.size() == 1);
+  CHECK(mounts(fx) == 2);  // the reader's and w3's
   CHECK(reports[0].id() == "w");
   CHECK(reports[0].message().find("fence") != std::string::npos);
   ::kill(static_cast<pid_t>(-r), SIGKILL);

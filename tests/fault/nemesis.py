@@ -3,11 +3,11 @@
 Faults (kinds): SIGKILL and restart (kill-*) or SIGSTOP and SIGCONT
 (pause-*) of the leader, of a follower, of a client (berthd --client) or of
 a plugin (berth-hostpath); partition-client cuts a client off every server
-(the TCP proxies it reaches them through, tests/integration/cut_proxy.py; no
-root needed) for longer than the node-down timeout while its alloc writes a
-single-writer volume and that volume is claimed on the other client; as
-root, partition-leader and partition-follower cut a server off the network
-(netns.py). Each fault is injected, held for a random while, then healed
+(its veth down as root, else the proxies it alone in its namespace reaches
+them through: netns.py, isolate.py; or, one way only, TCP proxies) for longer
+than the node-down timeout while its alloc writes a single-writer volume and
+that volume is claimed on the other client; as root, partition-leader and
+partition-follower cut a server off the network (netns.py). Each fault is injected, held for a random while, then healed
 (restart / SIGCONT / proxies let through again) before the next one, and
 recorded in the history ("nemesis" events)."""
 

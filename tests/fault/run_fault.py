@@ -2,9 +2,9 @@
 """berth's fault-injection suite: a workload of concurrent `alloc run` (allocs
 that write their volumes) and `alloc stop` (or, with --workload claims,
 `volume claim` and `volume release`) over a 3-server, 2-client cluster (real
-processes on 127.0.0.1; the clients reach the servers through TCP proxies the
-nemesis can cut), a nemesis killing and pausing servers, clients and
-plugins and cutting clients off, a history of every operation, and a checker
+processes; as root each in a network namespace of its own), a nemesis killing
+and pausing servers, clients and plugins and cutting servers and clients off
+the network, a history of every operation, and a checker
 over the history, the committed state, the plugins' call logs, what the
 allocs wrote and the servers' state tables (tests/fault/checker.py).
 
@@ -526,8 +526,9 @@ def main(argv=None):
     partitions = set(a.kinds) & set(Nemesis.PARTITION_KINDS + ("partition-client",))
     why_not = netns.usable() if partitions else None
     a.netns = bool(partitions) and not why_not
-    a.client_cut = "tcp"  # without partition-client: clients as they always were
-    if "partition-client" in a.kinds:
+    # Without partition-client (and no mode asked for): clients as they always were.
+    a.client_cut = "tcp"
+    if "partition-client" in a.kinds or a.partition_client_mode != "auto":
         mode = a.partition_client_mode
         isolation = netns.isolation_usable() if mode in ("auto", "proxies") else None
         if mode == "auto":

@@ -720,6 +720,12 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       [self](run_atom, pb<v1::Alloc>& req) -> caf::result<bool> {
         auto& st = self->state;
         if (st.allocs.count(req.msg.id())) return true;  // running already
+        // Stopped before its start arrived (a stop sent by a leader after it
+        // committed the alloc running, before its run request got here; or
+        // by a newer leader): never started, so nothing runs unowned.
+        if (st.stopped_before_start.erase(req.msg.id()))
+          return make_error(errc::refused, "alloc '" + req.msg.id() + "' was stopped on node '" +
+                                               st.config.node_id + "' before it started");
         if (auto f =
                 start_alloc(*st.store, st.allocs, req.msg, st.config.alloc_dir, st.config.node_id))
           return to_error(*f);
@@ -728,6 +734,16 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       },
       [self](stop_atom, const std::string& id, bool unmount) -> caf::result<int32_t> {
         auto& st = self->state;
+        if (!st.allocs.count(id)) {
+          // Remembered (the latest 10,000) so that a run request arriving
+          // after this stop does not start it.
+          st.stopped_before_start.insert(id);
+          st.stopped_order.push_back(id);
+          if (st.stopped_order.size() > 10000) {
+            st.stopped_before_start.erase(st.stopped_order.front());
+            st.stopped_order.pop_front();
+          }
+        }
         if (stop_answers_at_once(st.allocs, id, unmount, has_mounts(st.mounts, id))) {
           auto code = exit_code_of(st.allocs, id);
           if (auto f = forget_alloc(*st.store, st.allocs, id)) return to_error(*f);

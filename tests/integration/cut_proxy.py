@@ -10,6 +10,23 @@ import threading
 from cluster import free_port
 
 
+def pump(a, b):
+    """Copies from socket a to socket b until either ends, then shuts both."""
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    for s in (a, b):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 class CutProxy:
     """A TCP proxy from a local port to `target` that can be cut: cut()
     closes every connection and refuses new ones at once; heal() lets them
@@ -46,23 +63,8 @@ class CutProxy:
                     continue
                 u.settimeout(None)
                 self.conns += [c, u]
-            threading.Thread(target=self._pump, args=(c, u), daemon=True).start()
-            threading.Thread(target=self._pump, args=(u, c), daemon=True).start()
-
-    def _pump(self, a, b):
-        try:
-            while True:
-                data = a.recv(65536)
-                if not data:
-                    break
-                b.sendall(data)
-        except OSError:
-            pass
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            threading.Thread(target=pump, args=(c, u), daemon=True).start()
+            threading.Thread(target=pump, args=(u, c), daemon=True).start()
 
     def cut(self):
         with self.lock:

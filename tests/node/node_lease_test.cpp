@@ -206,6 +206,22 @@ bool mounted(const std::string& path) {
   return false;
 }
 
+// A node that publishes "db" (single-node-writer) for alloc "w" and runs
+// its command; once `ready` holds, the node actor is killed (the agent
+// dies, with its client.db connection) while the command goes on.
+template <class Ready>
+int64_t writer_of_dead_agent(fixture& fx, Ready ready) {
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
+  publish(me, n, request(writer, "w", false, fx.plugin.node_id));
+  auto w = run_loop(me, n, fx, "w");
+  REQUIRE(eventually(ready));
+  me->send_exit(n, caf::exit_reason::kill);
+  me->wait_for(n);
+  return w;
+}
+
 size_t mounts(fixture& fx) { return client_store(fx.db).mounts().size(); }
 size_t fenced(fixture& fx) { return client_store(fx.db).fenced().size(); }
 
@@ -272,18 +288,9 @@ TEST_CASE("node_lease: a node whose lease runs out stops and unmounts its single
 
 TEST_CASE("node_lease: a restarted node whose lease ran out finishes the fence") {
   fixture fx;
-  int64_t w = 0;
-  {
-    caf::scoped_actor me{*fx.sys};
-    auto n = fx.spawn_node();
-    auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
-    publish(me, n, request(writer, "w", false, fx.plugin.node_id));
-    w = run_loop(me, n, fx, "w");
-    fx.lease_ms->store(60'000);  // a long lease, renewed and recorded
-    REQUIRE(eventually([&] { return client_store(fx.db).meta("lease_ms") == 60'000; }));
-    me->send_exit(n, caf::exit_reason::kill);
-    me->wait_for(n);  // gone, with its client.db connection  // the agent dies; its alloc goes on
-  }
+  // A long lease, renewed and recorded; then the agent dies, its alloc goes on.
+  fx.lease_ms->store(60'000);
+  auto w = writer_of_dead_agent(fx, [&] { return client_store(fx.db).meta("lease_ms") == 60'000; });
   CHECK(alive(w));
   // While it was down the lease ran out (its record says it was renewed
   // long ago), and no leader answers now.
@@ -301,16 +308,7 @@ TEST_CASE("node_lease: a restarted node whose lease ran out finishes the fence")
 
 TEST_CASE("node_lease: a fence recorded before a crash is finished after the restart") {
   fixture fx;
-  int64_t w = 0;
-  {
-    caf::scoped_actor me{*fx.sys};
-    auto n = fx.spawn_node();
-    auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
-    publish(me, n, request(writer, "w", false, fx.plugin.node_id));
-    w = run_loop(me, n, fx, "w");
-    me->send_exit(n, caf::exit_reason::kill);
-    me->wait_for(n);  // gone, with its client.db connection
-  }
+  auto w = writer_of_dead_agent(fx, [] { return true; });
   // The agent had recorded the fence of "w" and died before it stopped it;
   // it comes back with a lease (a leader answers again).
   client_store(fx.db).put_fenced("w", wall_ms());

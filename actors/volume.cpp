@@ -462,6 +462,11 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
             rp.deliver(to_error(*f));
             return;
           }
+          if (!p) {  // (claim() refuses without a plugin; never published without one)
+            rp.deliver(make_error(errc::unavailable, "volume '" + self->state.volume.id() +
+                                                         "': its plugin did not answer; retry"));
+            return;
+          }
           claim_ctx ctx{r.alloc_id, std::move(*p), plugin, target, controller,
                         {req.mount_flags().begin(), req.mount_flags().end()}};
           std::vector<v1::Change> also;

@@ -462,7 +462,17 @@ std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::
     if (existing->node_id() != req.node_id)
       return refused(volume_name(v) + " is already claimed by alloc " + quoted(req.alloc_id) +
                      " on node " + quoted(existing->node_id()));
-    if (existing->mode() == want) return std::nullopt;  // idempotent
+    if (existing->mode() == want) {
+      // Idempotent, but a repeat publishes again, which needs the plugin
+      // (issue 27: an empty plugin here crashed the leader's volume actor).
+      if (plugin == nullptr)
+        return failure{errc::unavailable,
+                       volume_name(v) + ": plugin " + quoted(v.plugin_id()) +
+                           " is not known to the leader right now; the claim of alloc " +
+                           quoted(req.alloc_id) + " is held; retry",
+                       true};
+      return std::nullopt;
+    }
     return refused(volume_name(v) + " is already claimed for " +
                    std::string(name_of(existing->mode())) + " by alloc " +
                    quoted(req.alloc_id) + "; release it before claiming for " +

@@ -272,6 +272,21 @@ TEST_SUITE("claims") {
     }
   }
 
+  TEST_CASE("a_repeated_claim_without_the_plugin_is_unavailable_not_success") {
+    // Issue 27: a repeat answered success before the plugin was checked, and
+    // the volume actor then used a plugin it did not have.
+    auto p = monolith_on({"n1"});
+    auto v = volume(v1::SINGLE_NODE_WRITER);
+    REQUIRE_FALSE(claim(v, req("a1", "n1", true), &p));
+    auto f = claim(v, req("a1", "n1", true), nullptr);
+    REQUIRE(f.has_value());
+    CHECK(f->code == errc::unavailable);
+    CHECK(f->retry);
+    CHECK(f->message.find("retry") != std::string::npos);
+    CHECK(v.claims_size() == 1);  // the claim is held as it was
+    CHECK_FALSE(claim(v, req("a1", "n1", true), &p));  // with the plugin: idempotent
+  }
+
   TEST_CASE("a_claim_records_the_plugins_csi_node_id_on_its_node") {
     auto p = monolith_on({"n1"});
     p.mutable_nodes(0)->set_csi_node_id("csi-n1");

@@ -123,7 +123,7 @@ class ExpandTest(ClusterTestCase):
         status = self.b("volume", "status", "data").out
         self.assertIn("reported 2 MiB", status)
         # The alloc kept running and writing through it all.
-        self.assertTrue(self.alloc_running("writer"))
+        self.assert_writer_running()
         self.assertEqual(len(v["claims"]), 1)
 
         # Shrinking is refused and changes nothing.
@@ -162,7 +162,20 @@ class ExpandTest(ClusterTestCase):
                          [str(2 * MiB), str(4 * MiB)])
         self.assertEqual([c["required_bytes"] for c in self.calls("NodeExpandVolume", ext)],
                          [str(2 * MiB), str(4 * MiB)])
-        self.assertTrue(self.alloc_running("writer"))
+        self.assert_writer_running()
+
+    def assert_writer_running(self):
+        """The writer alloc runs; when not, says how it ended and what its
+        client logged (warnings and up), for the next reader of a failure."""
+        r = berth(self.via, "--json", "--timeout", "10", "alloc", "status", "writer")
+        if r.code == 0 and r.json()["state"] == "running":
+            return
+        client_log = os.path.join(self.tmp, "c1.log")
+        lines = []
+        if os.path.exists(client_log):
+            with open(client_log, errors="replace") as f:
+                lines = [l for l in f if " warn " in l or " error " in l][-20:]
+        self.fail("the writer alloc is not running: %r\nc1's warnings:\n%s" % (r, "".join(lines)))
 
 
 if __name__ == "__main__":

@@ -101,9 +101,29 @@ class Result:
         return "exit %d\nstdout: %s\nstderr: %s" % (self.code, self.out, self.err)
 
 
+def kill_allocs(tmp):
+    """SIGKILLs the process group of every process whose working directory
+    is under `tmp`: alloc commands (each in a process group of its own) that
+    a test's berthd started and that outlive it once berthd is killed."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink("/proc/%s/cwd" % pid)
+        except OSError:
+            continue
+        if cwd == tmp or cwd.startswith(tmp.rstrip("/") + "/"):
+            try:
+                os.killpg(os.getpgid(int(pid)), signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def undo_mounts(tmp):
-    """Unmounts (lazily, innermost first) every mount under the directory
-    `tmp` that a test's berthd left behind (alloc volumes, staged volumes)."""
+    """Kills the alloc commands left under the directory `tmp` (kill_allocs),
+    then unmounts (lazily, innermost first) every mount under it that a
+    test's berthd left behind (alloc volumes, staged volumes)."""
+    kill_allocs(tmp)
     with open("/proc/self/mounts") as f:
         for m in reversed([l.split()[1] for l in f if tmp in l.split()[1]]):
             subprocess.run(["umount", "-l", m], check=False)

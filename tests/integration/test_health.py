@@ -20,7 +20,7 @@ import time
 import unittest
 
 from cluster import Plugin
-from harness import Agent, berth
+from harness import Agent, berth, undo_mounts
 
 CAPS = [{"access_mode": "multi-node-multi-writer", "attachment_mode": "file-system"}]
 SIZE = 1048576
@@ -65,9 +65,7 @@ class HealthTest(unittest.TestCase):
     def cleanup(self):
         self.agent.kill()
         self.plugin.kill()
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
-                os.system("umount -l '%s'" % m)
+        undo_mounts(self.tmp)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def ok_json(self, *args):

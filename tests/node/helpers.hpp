@@ -1,6 +1,11 @@
 // Helpers of the node tests: a temporary directory, and breaking a
 // client.db behind its store's back (as a damaged file would).
 #pragma once
+#include <vector>
+#include <fstream>
+#include <unistd.h>
+#include <signal.h>
+#include <sys/mount.h>
 
 #include <doctest/doctest.h>
 #include <sqlite3.h>
@@ -17,8 +22,27 @@ struct temp_dir {
     char tmpl[] = "/tmp/berth-node-test-XXXXXX";
     path = mkdtemp(tmpl);
   }
+  // Leaves nothing behind: the alloc commands started under it (each in a
+  // process group of its own) are killed and what berth-hostpath mounted
+  // under it is unmounted (lazily, innermost first) before it is removed.
   ~temp_dir() {
     std::error_code ec;
+    auto prefix = path.string() + "/";
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+      auto name = e.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::error_code rc;
+      auto cwd = std::filesystem::read_symlink(e.path() / "cwd", rc).string();
+      if (rc || cwd.rfind(prefix, 0) != 0) continue;
+      auto pid = static_cast<pid_t>(std::stol(name));
+      if (auto pgid = ::getpgid(pid); pgid > 0 && pgid != ::getpgrp()) ::kill(-pgid, SIGKILL);
+    }
+    std::vector<std::string> mounts;
+    std::ifstream in("/proc/self/mounts");
+    std::string dev, at, rest;
+    while (in >> dev >> at && std::getline(in, rest))
+      if (at.rfind(prefix, 0) == 0) mounts.push_back(at);
+    for (auto it = mounts.rbegin(); it != mounts.rend(); ++it) ::umount2(it->c_str(), MNT_DETACH);
     std::filesystem::remove_all(path, ec);
   }
   temp_dir(const temp_dir&) = delete;

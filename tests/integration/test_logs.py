@@ -15,7 +15,7 @@ import time
 import unittest
 
 from cluster import Plugin, Process, free_port
-from harness import BERTH, BERTHD, Agent, berth
+from harness import BERTH, BERTHD, Agent, berth, undo_mounts
 
 SECRET = "s3cr3t-log-token"
 FLAG_SECRET = "pw-in-a-mount-flag"
@@ -114,6 +114,7 @@ class DevAgentLogs(unittest.TestCase):
     def start(self, *args):
         self.tmp = tempfile.mkdtemp(prefix="berth-logs-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.addCleanup(undo_mounts, self.tmp)  # (runs before the rmtree)
         self.agent = Agent(os.path.join(self.tmp, "data"), extra_args=[
             "--node-name", "n1", "--fingerprint-interval", "0.2"] + list(args)).start()
         self.addCleanup(self.agent.kill)
@@ -277,6 +278,7 @@ class ClientLogs(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="berth-logs-client-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.addCleanup(undo_mounts, self.tmp)  # (runs before the rmtree)
         self.processes = []
         port, raft = free_port(), free_port()
         self.address = "127.0.0.1:%d" % port

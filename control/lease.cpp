@@ -27,7 +27,7 @@ lease lease_at_start(int64_t length_ms, int64_t renewed_wall_ms, int64_t wall_no
 
 int64_t heartbeat_period_ms(int64_t length_ms, int64_t interval_ms) {
   if (length_ms <= 0) return interval_ms;
-  return std::max<int64_t>(100, std::min(interval_ms, length_ms / 4));
+  return std::max<int64_t>(100, length_ms / 4);
 }
 
 bool fenced_publication(v1::AccessMode mode, bool read_only) {

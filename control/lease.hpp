@@ -59,7 +59,9 @@ lease lease_at_start(int64_t length_ms, int64_t renewed_wall_ms, int64_t wall_no
                      int64_t steady_now_ms);
 
 // How often a client with lease length `length_ms` heartbeats: a quarter
-// of the lease (at least 100 ms), and no less often than `interval_ms`.
+// of the lease (at least 100 ms); before it has a lease, every
+// `interval_ms` (--fingerprint-interval).  Each heartbeat costs the leader a
+// ReadIndex round, so not more often than the lease needs.
 int64_t heartbeat_period_ms(int64_t length_ms, int64_t interval_ms);
 
 // Whether a publication is one the fence undoes: writable, in an access mode

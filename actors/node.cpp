@@ -105,6 +105,7 @@ void heartbeat(self_ptr self) {
             }
             st.missed_heartbeats = 0;
             st.lease = renew(st.lease, sent, lease_ms);
+            st.guard->set_lease(st.lease.until_ms);
             if (!expired(st.lease, steady_ms()))
               st.publish_floor->store(floor_after_renewal(st.publish_floor->load(), index));
             // Kept for a restart (control/lease: lease_at_start), at most
@@ -149,7 +150,7 @@ void report_exit(self_ptr self, const std::string& id) {
   auto it = st.allocs.find(id);
   if (it == st.allocs.end() || !st.api) return;
   auto report = exit_report(it->second, st.config.node_id, st.config.node_secret);
-  if (st.fenced.count(id))
+  if (st.fenced.count(id) || st.guard->signalled().count(id))
     report.mutable_alloc_update()->set_message(
         "stopped by its node's fence (no lease from a leader); " +
         report.alloc_update().message());
@@ -270,10 +271,33 @@ std::vector<publication_fact> publication_facts(const mount_table& mounts) {
   return out;
 }
 
+// The allocs the lease guard stops when the lease runs out: those whose
+// command runs and writes a single-writer volume here (plan_fence's stop).
+std::map<std::string, int64_t> guarded_writers(const node_state& st) {
+  std::set<std::string> running;
+  for (const auto& [id, a] : st.allocs)
+    if (command_running(a)) running.insert(id);
+  std::map<std::string, int64_t> out;
+  for (const auto& id : plan_fence(publication_facts(st.mounts), running).stop)
+    out[id] = st.allocs.at(id).pid;
+  return out;
+}
+
+void guard_writers(node_state& st) {
+  st.guard->update([&st] { return guarded_writers(st); });
+}
+
 // Stops an alloc on this node's own account (recorded first, so a restart
 // finishes it): SIGTERM now, SIGKILL after the kill timeout (in poll).
 void fence_alloc(self_ptr self, const std::string& id) {
   auto& st = self->state;
+  // The writer first (the lease guard may have signalled it already): the
+  // record below waits for client.db, and a restart fences again anyway
+  // while its lease is out.
+  if (!st.fence_kill_at.count(id)) {
+    signal_alloc(st.allocs, id, false);
+    st.fence_kill_at[id] = steady_ms() + st.config.kill_timeout.count();
+  }
   if (!st.fenced.count(id)) {
     auto at = wall_ms();
     try {
@@ -286,10 +310,6 @@ void fence_alloc(self_ptr self, const std::string& id) {
     logging::warn("node", "lease ran out: stopping alloc that writes a single-writer volume",
                   {{"node", st.config.node_id}, {"alloc", id}});
   }
-  if (!st.fence_kill_at.count(id)) {
-    signal_alloc(st.allocs, id, false);
-    st.fence_kill_at[id] = steady_ms() + st.config.kill_timeout.count();
-  }
 }
 
 // The lease ran out: stop every alloc that writes a single-writer volume
@@ -301,6 +321,9 @@ void fence(self_ptr self) {
   std::set<std::string> running;
   for (const auto& [id, a] : st.allocs)
     if (command_running(a)) running.insert(id);
+  // Those the lease guard stopped already count as the fence's too.
+  for (const auto& id : st.guard->signalled())
+    if (st.allocs.count(id)) running.insert(id);
   auto plan = plan_fence(publication_facts(st.mounts), running);
   if (plan.empty()) return;
   for (const auto& id : plan.stop) fence_alloc(self, id);
@@ -369,7 +392,11 @@ void drive_fence(self_ptr self, int64_t now) {
 void poll(self_ptr self) {
   auto& st = self->state;
   auto now = steady_ms();
-  if (auto f = collect_exits(*st.store, st.allocs)) report_problem(st, *f);
+  // Exits are reaped under the guard's lock (no signal to a reaped pid).
+  st.guard->update([&st] {
+    if (auto f = collect_exits(*st.store, st.allocs)) report_problem(st, *f);
+    return guarded_writers(st);
+  });
   finish_stops(self, now);
   drive_fence(self, now);
   for (auto& [id, a] : st.allocs)
@@ -467,6 +494,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
   st.store = std::move(store);
   st.config = std::move(config);
   st.api = std::move(api);
+  st.guard = std::make_shared<lease_guard>(st.config.node_id, st.config.kill_timeout);
   // What this client published and runs, as of before a restart: kept as
   // it is (nothing is re-mounted); exits are reported, releases work.
   auto loaded = load_mounts(*st.store, st.mounts);
@@ -480,6 +508,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       st.lease = lease_at_start(st.store->meta("lease_ms"), st.store->meta("lease_renewed_wall_ms"),
                                 wall_ms(), steady_ms());
       if (expired(st.lease, steady_ms())) st.publish_floor->store(floor_lapsed);
+      st.guard->set_lease(st.lease.length_ms > 0 ? st.lease.until_ms : 0);
+      guard_writers(st);
     } catch (const std::exception& e) {
       loaded = store_failure(*st.store, "read its lease and fence", e);
     }
@@ -729,6 +759,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         if (auto f =
                 start_alloc(*st.store, st.allocs, req.msg, st.config.alloc_dir, st.config.node_id))
           return to_error(*f);
+        guard_writers(st);
         start_polling(self);
         return true;
       },
@@ -770,12 +801,13 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       },
       [self](lease_atom) {
         auto& st = self->state;
-        connect_server(self);
-        heartbeat(self);
         if (expired(st.lease, steady_ms())) {
           st.publish_floor->store(floor_lapsed);
           fence(self);
         }
+        guard_writers(st);
+        connect_server(self);
+        heartbeat(self);
         auto period = heartbeat_period_ms(st.lease.length_ms, st.config.fingerprint_interval.count());
         self->delayed_send(self, std::chrono::milliseconds(period), lease_atom::value);
       },

@@ -22,6 +22,7 @@
 #include "actors/metrics.hpp"
 #include "actors/node_allocs.hpp"
 #include "actors/node_csi.hpp"
+#include "actors/lease_guard.hpp"
 #include "actors/node_fence.hpp"
 #include "actors/node_mounts.hpp"
 #include "control/lease.hpp"
@@ -96,6 +97,9 @@ struct node_state {
   std::map<std::string, int64_t> fenced;
   std::map<std::string, int64_t> fence_kill_at;
   std::set<mount_key> unmounting;
+  // Stops those writers the moment the lease runs out, on its own thread
+  // (actors/lease_guard): kept current with the lease and the writers.
+  std::shared_ptr<lease_guard> guard;
   // The publish floor (control/lease), shared with the plugin connections.
   std::shared_ptr<std::atomic<uint64_t>> publish_floor =
       std::make_shared<std::atomic<uint64_t>>(0);

@@ -48,6 +48,19 @@ fence_plan plan_fence(const std::vector<publication_fact>& publications,
   return plan;
 }
 
+guard_signal guard_step(int64_t now_ms, int64_t lease_until_ms, int64_t kill_timeout_ms,
+                        int64_t& term_at_ms, int64_t& kill_at_ms) {
+  if (lease_until_ms <= 0 || now_ms < lease_until_ms) return guard_signal::none;
+  if (term_at_ms == 0) {
+    term_at_ms = now_ms;
+    return guard_signal::term;
+  }
+  if (now_ms < term_at_ms + kill_timeout_ms) return guard_signal::none;
+  if (kill_at_ms != 0 && now_ms < kill_at_ms + 1000) return guard_signal::none;
+  kill_at_ms = now_ms;
+  return guard_signal::kill;
+}
+
 namespace {
 
 std::string seconds(int64_t ms) {

@@ -88,6 +88,18 @@ struct fence_plan {
 fence_plan plan_fence(const std::vector<publication_fact>& publications,
                       const std::set<std::string>& running_allocs);
 
+// The lease guard (actors/lease_guard) stops the writers of plan.stop the
+// moment the lease runs out, on a thread of its own, so a node actor held
+// up (a slow client.db fsync, a busy scheduler) does not delay it.  Its
+// step for one writer: nothing while the lease holds or none was granted
+// (`lease_until_ms` 0); SIGTERM once the lease has run out; SIGKILL from the
+// kill timeout after that SIGTERM, and again every second until the writer
+// is gone.  `term_at_ms` and `kill_at_ms` are the writer's record of what
+// was sent (0: nothing yet); the step updates them.
+enum class guard_signal { none, term, kill };
+guard_signal guard_step(int64_t now_ms, int64_t lease_until_ms, int64_t kill_timeout_ms,
+                        int64_t& term_at_ms, int64_t& kill_at_ms);
+
 // The publish floor.  A claim's NodeStage/NodePublish may reach a node
 // after its lease ran out and the servers released the claim without it
 // (a call queued behind a slow plugin, or sent just before a partition,

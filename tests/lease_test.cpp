@@ -83,6 +83,36 @@ TEST_CASE("fence_takes_the_writers_of_single_writer_volumes_only") {
   CHECK(plan_fence({{"r", v1::MULTI_NODE_READER_ONLY, true}}, {"r"}).empty());
 }
 
+TEST_CASE("guard_terms_at_expiry_then_kills_after_the_timeout_every_second") {
+  int64_t term = 0, kill = 0;
+  // No lease granted: never a signal, however late.
+  CHECK(guard_step(1'000'000, 0, 5000, term, kill) == guard_signal::none);
+  CHECK(term == 0);
+  // The lease holds until 10,000: nothing before, SIGTERM at it, once.
+  CHECK(guard_step(9'999, 10'000, 5000, term, kill) == guard_signal::none);
+  CHECK(guard_step(10'000, 10'000, 5000, term, kill) == guard_signal::term);
+  CHECK(term == 10'000);
+  CHECK(guard_step(10'100, 10'000, 5000, term, kill) == guard_signal::none);
+  CHECK(guard_step(14'999, 10'000, 5000, term, kill) == guard_signal::none);
+  // SIGKILL from the kill timeout after the SIGTERM, again each second.
+  CHECK(guard_step(15'000, 10'000, 5000, term, kill) == guard_signal::kill);
+  CHECK(guard_step(15'500, 10'000, 5000, term, kill) == guard_signal::none);
+  CHECK(guard_step(16'000, 10'000, 5000, term, kill) == guard_signal::kill);
+  CHECK(kill == 16'000);
+  // A renewal (the lease moved on) stops the signals at once.
+  CHECK(guard_step(17'000, 20'000, 5000, term, kill) == guard_signal::none);
+  // The kill timeout counts from the SIGTERM, not from the lease's end:
+  // a guard that got to it late still gives the full grace.
+  int64_t t2 = 0, k2 = 0;
+  CHECK(guard_step(13'000, 10'000, 5000, t2, k2) == guard_signal::term);
+  CHECK(guard_step(15'000, 10'000, 5000, t2, k2) == guard_signal::none);
+  CHECK(guard_step(18'000, 10'000, 5000, t2, k2) == guard_signal::kill);
+  // A zero kill timeout: SIGKILL on the step after the SIGTERM.
+  int64_t t3 = 0, k3 = 0;
+  CHECK(guard_step(10'000, 10'000, 0, t3, k3) == guard_signal::term);
+  CHECK(guard_step(10'000, 10'000, 0, t3, k3) == guard_signal::kill);
+}
+
 TEST_CASE("lease_options_leave_a_margin") {
   CHECK(default_lease_ms(45000) == 15000);
   CHECK_FALSE(check_lease(15000, 45000));

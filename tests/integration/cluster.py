@@ -1,6 +1,7 @@
 """A 3-server berth cluster and clients as real processes on 127.0.0.1, for
 the cluster and fault tests."""
 
+import glob
 import json
 import os
 import random
@@ -248,10 +249,25 @@ class ClusterTestCase(unittest.TestCase):
     def cleanup(self):
         self.cluster.stop()
         undo_mounts(self.tmp)
+        outcome = getattr(self, "_outcome", None)
+        if outcome is not None and not outcome.success:
+            self.print_logs()
         if os.environ.get("BERTH_TEST_KEEP"):
             print("kept the cluster's directory (servers' logs): " + self.tmp, file=sys.stderr)
             return
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def print_logs(self, lines=40):
+        """The end of every berthd's log (a failed test's, so CI shows what
+        happened: the directory itself is removed)."""
+        for path in sorted(glob.glob(os.path.join(self.tmp, "*.log"))):
+            try:
+                with open(path, errors="replace") as f:
+                    tail = f.readlines()[-lines:]
+            except OSError:
+                continue
+            print("--- last %d lines of %s" % (len(tail), os.path.basename(path)), file=sys.stderr)
+            sys.stderr.write("".join(tail))
 
     def b(self, *args, expect=0, stdin=None):
         """The shell through self.via; asserts its exit code."""

@@ -167,8 +167,9 @@ class CutOffClientTest(PartitionBase):
             time.sleep(0.2)
         self.assertIsNotNone(acknowledged, "c2 never got the volume after c1 was cut off")
         # c1's alloc had stopped by the time c2's claim was acknowledged.
-        self.assertFalse(alive(pid), "c1's alloc still runs: two writers")
         moved_after = acknowledged - cut_at
+        self.assertFalse(alive(pid), "c1's alloc (pid %d) still runs %.1f s after the cut, when "
+                         "c2's claim was acknowledged: two writers" % (pid, moved_after))
         self.assertGreater(moved_after, 2.0, "the volume moved before c1's lease ran out")
 
         # The plugins' logs: c1 unpublished before c2 published; never two writers.

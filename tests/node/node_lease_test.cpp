@@ -4,17 +4,21 @@
 // reports the exit once a server listens again, while a reader goes on;
 // a node restarted with its lease run out and a fence in client.db
 // finishes the fence; while the lease is out it publishes no single-writer
-// volume for writing.
+// volume for writing; the lease guard stops the writer even while the
+// node actor gets no turn.
 #include <doctest/doctest.h>
 #include <signal.h>
 
 #include <atomic>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -283,6 +287,51 @@ TEST_CASE("node_lease: a node whose lease runs out stops and unmounts its single
   CHECK(reports[0].id() == "w");
   CHECK(reports[0].message().find("fence") != std::string::npos);
   ::kill(static_cast<pid_t>(-r), SIGKILL);
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("node_lease: the lease guard stops the writer while the node actor cannot run") {
+  // Every worker thread of the actor system is held (as a client whose
+  // scheduler is busy, or whose actor waits on a slow fsync): the node
+  // actor gets no turn, so only the lease guard's own thread can stop the
+  // writer when the lease runs out.
+  fixture fx;
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
+  publish(me, n, request(writer, "w", false, fx.plugin.node_id));
+  auto w = run_loop(me, n, fx, "w");
+  fx.lease_ms->store(400);
+  REQUIRE(eventually([&] { return client_store(fx.db).meta("lease_ms") == 400; }));  // granted
+  fx.lease_ms->store(0);
+  fx.listening->store(false);  // the exit is reported only at the end
+  auto workers = fx.sys->scheduler().num_workers();
+  auto entered = std::make_shared<std::atomic<size_t>>(0);
+  auto gate = std::make_shared<std::promise<void>>();
+  auto opened = gate->get_future().share();
+  for (size_t i = 0; i < workers; ++i) {
+    // (spawned with an argument: CAF 0.17 spawning a function without one
+    // trips UBSan, issue 32)
+    auto blocker = fx.sys->spawn([entered, opened](caf::event_based_actor*, size_t) -> caf::behavior {
+      return {[entered, opened](tick_atom) {
+        ++*entered;
+        opened.wait();
+      }};
+    }, i);
+    caf::anon_send(blocker, tick_atom::value);
+  }
+  REQUIRE(eventually([&] { return entered->load() == workers; }));
+  CHECK(eventually([&] { return !alive(w); }));
+  gate->set_value();
+  // The node actor, free again, finishes the fence it did not start.
+  CHECK(eventually([&] { return mounts(fx) == 0; }));
+  CHECK(fenced(fx) == 1);
+  fx.lease_ms->store(60'000);
+  fx.listening->store(true);
+  CHECK(eventually([&] { return fenced(fx) == 0; }));
+  auto reports = fx.exit_reports();
+  REQUIRE(reports.size() == 1);
+  CHECK(reports[0].message().find("fence") != std::string::npos);
   me->send_exit(n, caf::exit_reason::user_shutdown);
 }
 

@@ -46,7 +46,9 @@ void fingerprint(node_self self) {
     csi_job job{[type = p.type](csi::client& c) { return probe_plugin(c, type); },
                 call_kind::identity, ""};
     self->request(self->state.connections.at(p.id), caf::infinite, csi_atom::value, std::move(job))
-        .then([self, p](csi_outcome& out) { on_probed(self, p, std::move(out.instance)); });
+        .then([self, p](csi_outcome& out) { on_probed(self, p, std::move(out.instance)); },
+              // The connection ended (it is restarted): the next tick probes again.
+              [](caf::error&) {});
   }
 }
 

@@ -340,6 +340,14 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
             self->send(st.server, apply_atom::value, std::move(st.held));
           st.held.entries.clear();
           st.forwarding = true;
+        },
+        // The state machine cannot hand over its state: this server cannot
+        // lead.  Ending the replicated log ends berthd (agent: vital
+        // actors), and a supervisor's restart reloads from disk.
+        [self](caf::error& e) {
+          logging::error("raft", "the state machine could not load the state for a new leader",
+                         {{"error", to_string(e)}});
+          self->quit(e);
         });
   }
 }

@@ -114,6 +114,22 @@ void send_piece(self_ptr self, replicated_log_actor peer, std::shared_ptr<transf
           [self, t](caf::error& e) { end_transfer(self, t, false, to_string(e)); });
 }
 
+// The detached worker that writes the snapshot file `tmp` from the
+// Raft snapshot `snap` and the database copy `db` (removed after): answers
+// one request with the error, empty when the file is written and fsynced.
+caf::behavior snapshot_writer(caf::event_based_actor* w, std::string snap, std::string db,
+                              std::string tmp) {
+  return {[w, snap, db, tmp](snapshot_atom) -> std::string {
+    w->quit();
+    crashpoint("snapshot", "before_write");
+    auto f = write_snapshot_file(tmp, snap, db);
+    std::remove(db.c_str());
+    if (f) return f->message;
+    crashpoint("snapshot", "after_temp_fsync");
+    return {};
+  }};
+}
+
 }  // namespace
 
 void learn_members(const self_ptr& self, const pbr::Snapshot& snap) {
@@ -168,17 +184,9 @@ void maybe_snapshot(self_ptr self) {
         }
         auto snap = st.storage.snapshot().SerializeAsString();
         auto tmp = st.snapshot_path + ".taken.tmp";
-        auto writer = self->spawn<caf::detached>([snap, db, tmp](caf::event_based_actor* w) {
-          return caf::behavior{[w, snap, db, tmp](snapshot_atom) -> std::string {
-            w->quit();
-            crashpoint("snapshot", "before_write");
-            auto f = write_snapshot_file(tmp, snap, db);
-            std::remove(db.c_str());
-            if (f) return f->message;
-            crashpoint("snapshot", "after_temp_fsync");
-            return {};
-          }};
-        });
+        // (its inputs as spawn arguments: CAF 0.17 spawning a function
+        // without any trips UBSan, issue 32)
+        auto writer = self->spawn<caf::detached>(snapshot_writer, snap, db, tmp);
         auto handed = std::chrono::steady_clock::now();
         double held_ms = std::chrono::duration<double, std::milli>(handed - began).count();
         self->request(writer, caf::infinite, snapshot_atom::value)
@@ -190,6 +198,15 @@ void maybe_snapshot(self_ptr self) {
                 [tmp](caf::error& e) {
                   fatal("the snapshot writer for " + tmp + " stopped: " + to_string(e));
                 });
+      },
+      // The state machine made no copy (a full disk): the log keeps every
+      // entry and a later apply tries again.  (Without this handler CAF
+      // 0.17 would end this actor.)
+      [self, db](caf::error& e) {
+        std::remove(db.c_str());
+        self->state.snapshotting = false;
+        logging::warn("raft", "the state machine made no copy for a snapshot; trying again later",
+                      {{"error", to_string(e)}});
       });
 }
 

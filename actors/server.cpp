@@ -426,6 +426,15 @@ void snapshot_save(self_ptr self, promise rp) {
                   r.set_snapshot_index(index);
                   r.set_message("snapshot of the state at index " + std::to_string(index));
                   rp.deliver(wrap(std::move(r)));
+                },
+                // Without this handler CAF 0.17 would end this actor (and
+                // its linked leader) on a timeout or error: berthd serving
+                // nobody.
+                [rp](caf::error& e) mutable {
+                  auto f = to_failure(e);
+                  rp.deliver(failure_response(
+                      f.code, "the state machine made no snapshot: " + f.message +
+                                  " (try again; if it fails again, see this server's log)"));
                 });
           },
           [rp](caf::error& e) mutable { rp.deliver(retry_response(to_failure(e).message)); });

@@ -16,7 +16,7 @@
 // confirmation and of the election share a server).  So the client's lease
 // ends at least D - L (the margin) before any server releases its claims.
 // When the lease ends the client fences itself: SIGTERM (SIGKILL after
-// --kill-timeout) to every alloc that writes a single-writer volume here,
+// the kill timeout, 5 s) to every alloc that writes a single-writer volume here,
 // then NodeUnpublish and NodeUnstage of its publications.  The margin must
 // cover that fence and the rate difference of two steady clocks (NTP slews
 // a clock by at most 500 ppm: 45 ms in 45 s); the default margin is 30 s.

@@ -20,6 +20,7 @@
 
 #include "actors/event_journal.hpp"
 #include "actors/log_monitor.hpp"
+#include "actors/vital.hpp"
 #include "actors/metrics.hpp"
 #include "actors/node.hpp"
 #include "actors/raft_log.hpp"
@@ -236,6 +237,10 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
       started.raft_port = publish(sys, log, opts.bind,
                                   opts.raft_port, "replicated log", "--raft-port");
     }
+    watch_vital(journal, "event journal", exit_process);
+    watch_vital(machine, "state machine", exit_process);
+    watch_vital(front, "server", exit_process);
+    watch_vital(log, "replicated log", exit_process);
     caf::anon_send(front, log, wrap(ro.self));
     api = front;
     // A single-member cluster elects itself within a second: wait for it,
@@ -256,7 +261,8 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
                                " (it records this node's mounts; if it is damaged, unmount what "
                                "is under " + client.csi_root + ", move the file away and restart)");
     }
-    sys.spawn(node, std::move(client), api, stats, std::move(cs));
+    watch_vital(sys.spawn(node, std::move(client), api, stats, std::move(cs)), "node",
+                exit_process);
   }
   started.metrics_port = serve_metrics(
       opts.metrics_bind, opts.metrics_port, stats->registry(),

@@ -46,8 +46,14 @@ build: configure
 dev: build
 	$(BUILD_DIR)/apps/berthd/berthd --dev --data-dir $(DATA_DIR)
 
+# Every process the tests start carries BERTH_TEST_RUN; scripts/leftovers.py
+# fails the run, naming them, when a process or mount of it is left.
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	@export BERTH_TEST_RUN=$$$$-$$(date +%s); \
+	python3 scripts/leftovers.py snapshot $(BUILD_DIR)/leftovers.json && \
+	(cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600); status=$$?; \
+	python3 scripts/leftovers.py check $(BUILD_DIR)/leftovers.json || status=1; \
+	exit $$status
 
 test-asan: deps
 	@cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_SANITIZE=address,undefined >/dev/null

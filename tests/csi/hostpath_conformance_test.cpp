@@ -405,18 +405,12 @@ TEST_CASE("hostpath node lifecycle, symlink mode") {
 }
 
 TEST_CASE("hostpath node lifecycle, bind mode (root only)") {
-  if (!berth::test::can_bind_mount()) {
-    MESSAGE("not root: bind mode skipped");
-    return;
-  }
+  if (berth::test::skipped_unless_root("bind mode")) return;
   node_lifecycle(true);
 }
 
 TEST_CASE("hostpath bind mode: a readonly publication refuses writes") {
-  if (!berth::test::can_bind_mount()) {
-    MESSAGE("not root: bind mode skipped");
-    return;
-  }
+  if (berth::test::skipped_unless_root("bind mode")) return;
   plugin_process p(mode_args(true));
   p.start();
   stubs c(p.endpoint);
@@ -500,10 +494,7 @@ TEST_CASE("hostpath state survives kill -9 and restart, symlink mode") {
 }
 
 TEST_CASE("hostpath state survives kill -9 and restart, bind mode (root only)") {
-  if (!berth::test::can_bind_mount()) {
-    MESSAGE("not root: bind mode skipped");
-    return;
-  }
+  if (berth::test::skipped_unless_root("bind mode")) return;
   survives_kill9(true);
 }
 
@@ -780,10 +771,7 @@ TEST_CASE("hostpath concurrent calls on different volumes all succeed and surviv
 }
 
 TEST_CASE("hostpath concurrent calls on different volumes all succeed and survive kill -9, bind mode (root only)") {
-  if (!berth::test::can_bind_mount()) {
-    MESSAGE("not root: bind mode skipped");
-    return;
-  }
+  if (berth::test::skipped_unless_root("bind mode")) return;
   concurrent_attach(true);
 }
 
@@ -963,10 +951,7 @@ TEST_CASE("hostpath --delay: an unknown RPC or a bad number is refused with exit
 // there is room, writes the whole state (the journal's end is unknown
 // after a failed append), so a retry answers OK and both survive kill -9.
 TEST_CASE("hostpath journal: a failed save answers INTERNAL, the next one compacts") {
-  if (!berth::test::can_bind_mount()) {
-    MESSAGE("not root: cannot mount a small tmpfs, skipped");
-    return;
-  }
+  if (berth::test::skipped_unless_root("a small tmpfs to fill")) return;
   plugin_process p({"--mount-mode", "symlink"});
   fs::create_directories(p.root);
   REQUIRE(::mount("tmpfs", p.root.c_str(), "tmpfs", 0, "size=1m") == 0);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -21,6 +22,13 @@ namespace fs = std::filesystem;
 
 bool can_bind_mount() {
   return ::geteuid() == 0;
+}
+
+bool skipped_unless_root(const char* what) {
+  if (can_bind_mount()) return false;
+  std::printf("SKIPPED (not root): %s\n", what);
+  std::fflush(stdout);
+  return true;
 }
 
 std::vector<std::string> mounts_under(const fs::path& dir) {

@@ -52,4 +52,9 @@ std::vector<std::string> mounts_under(const std::filesystem::path& dir);
 // True when the tests may use bind mounts (root).
 bool can_bind_mount();
 
+// A root-only case run without root: prints "SKIPPED (not root): what" (ctest
+// then reports the case skipped, not passed: tests/csi/CMakeLists.txt) and
+// returns true; returns false as root.
+bool skipped_unless_root(const char* what);
+
 }  // namespace berth::test

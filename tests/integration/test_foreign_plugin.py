@@ -14,8 +14,8 @@ call order and arguments from the plugin's own log.  Secrets given in the
 spec and with --secret reach the plugin's requests, and never appear in
 berth's output, berthd's log at trace level, or /metrics.
 
-Expansion and volume health are checked here too, once berth has them
-(skipped until `berth volume expand --help` and `--allow-abnormal` exist).
+Expansion (ControllerExpandVolume, then NodeExpandVolume where published)
+and volume health (an abnormal condition shown in status) are checked too.
 """
 
 import hashlib
@@ -52,29 +52,9 @@ def digest(secret):
     return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()
 
 
-def has_feature(words, needle=None):
-    """Whether `berth WORDS...` is a command of this build (its own --help,
-    not its parent's, which CLI11 shows for an unknown subcommand) and, with
-    `needle`, mentions it."""
-    r = subprocess.run([BERTH] + words + ["--help"], capture_output=True, text=True)
-    return r.returncode == 0 and ("Usage: berth " + " ".join(words)) in r.stdout \
-        and (needle is None or needle in r.stdout)
-
-
-HAS_EXPAND = has_feature(["volume", "expand"])
-HAS_HEALTH = has_feature(["volume", "claim"], "--allow-abnormal") or \
-    has_feature(["alloc", "run"], "--allow-abnormal")
-
-
-def health_interval_args():
-    """The leader's volume health check and the clients' volume stats every
-    second, with the flags this berthd has of the two."""
-    r = subprocess.run([BERTHD, "--help"], capture_output=True, text=True)
-    args = []
-    for flag in ("--volume-health-interval", "--volume-stats-interval"):
-        if flag in r.stdout:
-            args += [flag, "1s"]
-    return args
+# The leader's volume health check and the clients' volume stats every
+# second (the defaults take minutes).
+HEALTH_INTERVAL_ARGS = ["--volume-health-interval", "1s", "--volume-stats-interval", "1s"]
 
 
 class ForeignPlugin:
@@ -209,7 +189,7 @@ class ForeignPluginTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="berth-foreign-")
         self.plugin = ForeignPlugin(self.tmp).start()
         self.addCleanup(self.cleanup)
-        extra = health_interval_args() if HAS_HEALTH else []
+        extra = HEALTH_INTERVAL_ARGS
         self.agent = Agent(os.path.join(self.tmp, "data"), extra_args=[
             "--node-name", "n1", "--plugin", "foreign=monolith:" + self.plugin.socket,
             "--fingerprint-interval", "0.2", "--csi-root", os.path.join(self.tmp, "csi"),
@@ -428,7 +408,6 @@ class ForeignPluginTest(unittest.TestCase):
                           and c["code"] != "UNIMPLEMENTED"], [])
         self.assert_no_secret_leaked()
 
-    @unittest.skipUnless(HAS_EXPAND, "berth volume expand is not in this build yet")
     def test_expand_calls_controller_then_node_expand_where_published(self):
         ext = self.create("grow")
         self.run_alloc("user", "grow", "before-expand")
@@ -463,7 +442,6 @@ class ForeignPluginTest(unittest.TestCase):
         self.stop_alloc("user", "grow")
         self.assert_no_secret_leaked()
 
-    @unittest.skipUnless(HAS_HEALTH, "volume health is not in this build yet")
     def test_abnormal_condition_is_shown_in_status(self):
         ext = self.create("sick")
         self.run_alloc("user", "sick", "healthy")

@@ -10,13 +10,35 @@ caf::error make_error(errc code, std::string message) {
                     caf::make_message(std::move(message)));
 }
 
-caf::error to_error(const failure& f) { return make_error(f.code, f.message); }
+namespace {
+
+// A failure's flags in its caf::error's context, next to its message, so
+// that they survive every hop between actors.
+constexpr uint8_t flag_retry = 1;
+constexpr uint8_t flag_maybe_applied = 2;
+
+}  // namespace
+
+caf::error to_error(const failure& f) {
+  uint8_t flags = (f.retry ? flag_retry : 0) | (f.maybe_applied ? flag_maybe_applied : 0);
+  if (flags == 0) return make_error(f.code, f.message);
+  return caf::error(static_cast<uint8_t>(f.code), caf::atom("berth"),
+                    caf::make_message(f.message, flags));
+}
 
 failure to_failure(const caf::error& e) {
   if (e.category() == caf::atom("berth")) {
-    std::string msg;
-    if (e.context().match_elements<std::string>()) msg = e.context().get_as<std::string>(0);
-    return {static_cast<errc>(e.code()), msg};
+    failure f{static_cast<errc>(e.code()), {}};
+    const auto& ctx = e.context();
+    if (ctx.match_elements<std::string>()) {
+      f.message = ctx.get_as<std::string>(0);
+    } else if (ctx.match_elements<std::string, uint8_t>()) {
+      f.message = ctx.get_as<std::string>(0);
+      auto flags = ctx.get_as<uint8_t>(1);
+      f.retry = (flags & flag_retry) != 0;
+      f.maybe_applied = (flags & flag_maybe_applied) != 0;
+    }
+    return f;
   }
   if (e == caf::sec::request_timeout)
     return {errc::unavailable, "the request timed out; is the server overloaded or its disk stalled?"};

@@ -361,13 +361,21 @@ void serve_reads(const self_ptr& self) {
   }
 }
 
+// Pending proposals are in the log already: a next leader may still
+// commit them, so their outcome is unknown (maybe applied); reads changed
+// nothing and are safe to repeat.
 void fail_proposals(const self_ptr& self, const std::string& why) {
   auto& st = self->state;
-  for (auto& [index, p] : st.proposals) p.promise.deliver(make_error(errc::unavailable, why));
+  for (auto& [index, p] : st.proposals)
+    p.promise.deliver(to_error(failure{errc::unavailable,
+                                       why + " before the change committed; a new leader may "
+                                             "still commit it",
+                                       false, true}));
   st.proposals.clear();
-  for (auto& [ctx, p] : st.reads) p.deliver(make_error(errc::unavailable, why));
+  for (auto& [ctx, p] : st.reads) p.deliver(make_error(errc::unavailable, why + "; retry"));
   st.reads.clear();
-  for (auto& [index, p] : st.reads_waiting) p.deliver(make_error(errc::unavailable, why));
+  for (auto& [index, p] : st.reads_waiting)
+    p.deliver(make_error(errc::unavailable, why + "; retry"));
   st.reads_waiting.clear();
 }
 
@@ -395,7 +403,7 @@ void on_soft_state(self_ptr self, const raft::soft_state& soft) {
   }
   st.soft = soft;
   if (was_leader && soft.role != raft::role::leader)
-    fail_proposals(self, "this server lost the leadership; retry");
+    fail_proposals(self, "this server lost the leadership");
   if (soft.role != raft::role::leader) {
     st.leading_announced = false;
     st.forwarding = false;

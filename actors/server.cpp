@@ -27,6 +27,9 @@ pb<v1::Response> failure_response(errc code, std::string message) {
   return wrap(std::move(r));
 }
 
+// A failure with its flags (retry, maybe applied: control/views).
+pb<v1::Response> failure_response(const failure& f) { return wrap(error_response(f)); }
+
 // The leader's answer was lost: the change may or may not have been made.
 pb<v1::Response> maybe_applied_response(std::string message) {
   auto r = failure_response(errc::unavailable, std::move(message));
@@ -218,7 +221,7 @@ void raft_command(self_ptr self, Atom atom, std::string name, promise rp) {
           },
           [rp](caf::error& e) mutable {
             auto f = to_failure(e);
-            rp.deliver(failure_response(f.code, f.message));
+            rp.deliver(failure_response(f));
           });
 }
 
@@ -230,7 +233,7 @@ void stale_read(self_ptr self, v1::Request req, promise rp) {
       .then([rp](pb<v1::Response>& r) mutable { rp.deliver(std::move(r)); },
             [rp](caf::error& e) mutable {
               auto f = to_failure(e);
-              rp.deliver(failure_response(f.code, f.message));
+              rp.deliver(failure_response(f));
             });
 }
 
@@ -272,7 +275,7 @@ void monitor(self_ptr self, const v1::MonitorRequest& m, promise rp) {
           },
           [rp](caf::error& e) mutable {
             auto f = to_failure(e);
-            rp.deliver(failure_response(f.code, f.message));
+            rp.deliver(failure_response(f));
           });
 }
 
@@ -301,12 +304,12 @@ void stream_events(self_ptr self, v1::EventStreamRequest req, std::string token,
                   .then([rp](pb<v1::Response>& filtered) mutable { rp.deliver(std::move(filtered)); },
                         [rp](caf::error& e) mutable {
                           auto f = to_failure(e);
-                          rp.deliver(failure_response(f.code, f.message));
+                          rp.deliver(failure_response(f));
                         });
             },
             [rp](caf::error& e) mutable {
               auto f = to_failure(e);
-              rp.deliver(failure_response(f.code, f.message));
+              rp.deliver(failure_response(f));
             });
 }
 
@@ -343,7 +346,7 @@ void execute(self_ptr self, v1::Request req, promise rp) {
           },
           [rp](caf::error& e) mutable {
             auto f = to_failure(e);
-            rp.deliver(failure_response(f.code, f.message));
+            rp.deliver(failure_response(f));
           });
 }
 
@@ -456,7 +459,7 @@ void snapshot_restore(self_ptr self, std::string bytes, promise rp) {
           [self, rp](uint64_t index) mutable { self->state.restoring.emplace_back(index, rp); },
           [rp](caf::error& e) mutable {
             auto f = to_failure(e);
-            rp.deliver(failure_response(f.code, f.message));
+            rp.deliver(failure_response(f));
           });
 }
 
@@ -495,7 +498,7 @@ void run_on_leader(self_ptr self, v1::Request req, promise rp) {
             // The leader actor stopped (it stepped down) before answering:
             // a change may have been committed.
             auto f = to_failure(e);
-            auto r = read ? failure_response(f.code, f.message)
+            auto r = read ? failure_response(f)
                           : maybe_applied_response(
                                 "the leader stopped while handling the request (" + f.message +
                                 "): the change may or may not have been made; check, then retry");

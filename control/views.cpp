@@ -73,6 +73,7 @@ v1::Response error_response(const failure& f) {
   r.mutable_error()->set_code(static_cast<v1::ErrorCode>(f.code));
   r.mutable_error()->set_message(f.message);
   if (f.retry) r.mutable_error()->set_retry(true);
+  if (f.maybe_applied) r.mutable_error()->set_maybe_applied(true);
   return r;
 }
 

@@ -5,6 +5,7 @@ order of commits from the event stream."""
 
 import json
 import os
+import signal
 import time
 import unittest
 
@@ -25,7 +26,8 @@ class DrainTest(ClusterTestCase):
         super().setUp()
         # Shared storage: either node's controller publishes to either node.
         shared = os.path.join(self.tmp, "shared-root")
-        self.plugin1, _ = self.cluster.add_client("c1", ("--peer-node", "csi-c2"), shared)
+        self.plugin1, self.client1 = self.cluster.add_client("c1", ("--peer-node", "csi-c2"),
+                                                             shared)
         self.plugin2, _ = self.cluster.add_client("c2", ("--peer-node", "csi-c1"), shared)
         self.wait(lambda: self.plugin_counts() == (2, 2), "both plugin instances healthy")
 
@@ -71,16 +73,25 @@ class DrainTest(ClusterTestCase):
         self.start_work()
         ext = {vid: self.external_id(vid) for vid in ("v1", "v2")}
 
-        r = self.b("node", "drain", "c1", "--deadline", "10m")
-        self.assertIn("is draining", r.out)
-        self.assertIn("2 alloc(s) to stop, 2 claim(s) to release", r.out)
-        # Ineligible at once: no new alloc or claim there, with the fix named.
-        refused = self.b("alloc", "run", "--node", "c1", "--id", "late", "--", "true", expect=4)
-        self.assertIn("draining", refused.err)
-        self.assertIn("berth node drain c1 --disable", refused.err)
-        late = self.b("volume", "claim", "v1", "--alloc", "late2", "--node", "c1", expect=4)
-        self.assertIn("draining", late.err)
-        self.b("node", "eligibility", "c1", "--enable", expect=4)
+        # c1's agent is paused while the refusals are checked: the drain
+        # cannot stop anything there meanwhile, so it is still draining
+        # (not drained, which words the refusal otherwise). The pause is far
+        # shorter than the lease (15 s) and the node-down timeout.
+        os.kill(self.client1.proc.pid, signal.SIGSTOP)
+        try:
+            r = self.b("node", "drain", "c1", "--deadline", "10m")
+            self.assertIn("is draining", r.out)
+            self.assertIn("2 alloc(s) to stop, 2 claim(s) to release", r.out)
+            # Ineligible at once: no new alloc or claim there, with the fix named.
+            refused = self.b("alloc", "run", "--node", "c1", "--id", "late", "--", "true",
+                             expect=4)
+            self.assertIn("draining", refused.err)
+            self.assertIn("berth node drain c1 --disable", refused.err)
+            late = self.b("volume", "claim", "v1", "--alloc", "late2", "--node", "c1", expect=4)
+            self.assertIn("draining", late.err)
+            self.b("node", "eligibility", "c1", "--enable", expect=4)
+        finally:
+            os.kill(self.client1.proc.pid, signal.SIGCONT)
 
         self.wait(lambda: self.node("c1")["drain"] is None, "the drain of c1 ends")
         node = self.node("c1")

@@ -47,37 +47,35 @@ struct ends {
 
 }  // namespace
 
-TEST_CASE("vital: an actor that fails is reported once, with its name and reason") {
+// Spawns a quitter (with `code`), watches it as `name`, ticks it, and
+// returns what was reported once it ended.
+std::vector<std::pair<std::string, std::string>> watched_end(int code, const std::string& name) {
   caf::actor_system_config cfg;
   cfg.set("logger.console-verbosity", caf::atom("quiet"));
   caf::actor_system sys{cfg};
   ends e;
   auto done = e.first.get_future();
-  auto a = sys.spawn(quitter, 1);
-  watch_vital(a, "state machine", e.callback());
+  auto a = sys.spawn(quitter, code);
+  watch_vital(a, name, e.callback());
   caf::anon_send(a, tick_atom::value);
   REQUIRE(done.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
   sys.await_all_actors_done();
   std::lock_guard<std::mutex> lock(e.mu);
-  REQUIRE(e.seen.size() == 1);
-  CHECK(e.seen[0].first == "state machine");
-  CHECK(e.seen[0].second.find("disk gone") != std::string::npos);
+  return e.seen;
+}
+
+TEST_CASE("vital: an actor that fails is reported once, with its name and reason") {
+  auto seen = watched_end(1, "state machine");
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].first == "state machine");
+  CHECK(seen[0].second.find("disk gone") != std::string::npos);
 }
 
 TEST_CASE("vital: an actor that ends normally is reported too") {
-  caf::actor_system_config cfg;
-  cfg.set("logger.console-verbosity", caf::atom("quiet"));
-  caf::actor_system sys{cfg};
-  ends e;
-  auto done = e.first.get_future();
-  auto a = sys.spawn(quitter, 0);
-  watch_vital(a, "server", e.callback());
-  caf::anon_send(a, tick_atom::value);
-  REQUIRE(done.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
-  std::lock_guard<std::mutex> lock(e.mu);
-  REQUIRE(e.seen.size() == 1);
-  CHECK(e.seen[0].first == "server");
-  CHECK(e.seen[0].second.empty());
+  auto seen = watched_end(0, "server");
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].first == "server");
+  CHECK(seen[0].second.empty());
 }
 
 TEST_CASE("vital: an actor that ended before it was watched is reported at once") {

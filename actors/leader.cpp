@@ -625,10 +625,14 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
   for (const auto& [id, p] : st.cat.plugins) st.plugin_actors.emplace(id, spawn_plugin(self, p));
   // No volume actor yet: each is spawned when a request for their volume
   // arrives (the watcher's resumed releases among them).
-  // What the catalog holds, told as if it had just been applied.  Only the
+  // What the catalog holds, told as if it had just been applied, the
+  // allocs first: the watcher releases a taken claim whose alloc it does
+  // not know, so it must know every alloc before it sees their claims
+  // (with many volumes, its tick comes between the messages).  Only the
   // volumes with claims are decoded (claimed_on): the watcher keeps only
   // those (the releases it may have to resume); the others count as
   // unclaimed.
+  for (const auto& [id, a] : st.cat.allocs) announce(self, {upsert_change(a), {}});
   auto claimed = claimed_volumes(st.cat);
   for (const auto& key : claimed) {
     auto v = volume_at(st.cat, key);
@@ -638,7 +642,6 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
   st.stats->volumes_unclaimed(static_cast<int64_t>(st.cat.volumes.size() - claimed.size()));
   for (const auto& [id, p] : st.cat.plugins) announce(self, {upsert_change(p), {}});
   for (const auto& [id, n] : st.cat.nodes) announce(self, {upsert_change(n), {}});
-  for (const auto& [id, a] : st.cat.allocs) announce(self, {upsert_change(a), {}});
   // A volume's health series (control/health's series_of) exist only for
   // a volume with a claim or an abnormal condition.
   for (const auto& key : claimed) announce_volume_health(self, key);
@@ -675,6 +678,21 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
         return rp;
       },
       [self](release_atom, pb<v1::ReleaseRequest>& req) -> caf::result<pb<v1::Volume>> {
+        // The watcher's view may be behind the catalog (a claim's alloc not
+        // heard of yet): a taken claim whose alloc is live is not its to
+        // release.  Answered with the volume as it is; the watcher drops
+        // the work once it hears of the alloc (rescan).
+        const auto& st = self->state;
+        if (auto v = find_volume(st.cat, {req.msg.namespace_(), req.msg.volume_id()}))
+          if (claim_alloc_is_live(*v, req.msg.alloc_id(), [&](const std::string& id) {
+                const auto* a = find_alloc(st.cat, id);
+                return a == nullptr ? std::optional<v1::AllocState>{}
+                                    : std::optional<v1::AllocState>{a->state()};
+              })) {
+            logging::debug("leader", "the watcher asked to release a live alloc's claim; kept",
+                           {{"volume", req.msg.volume_id()}, {"alloc", req.msg.alloc_id()}});
+            return wrap(std::move(*v));
+          }
         auto rp = self->make_response_promise<pb<v1::Volume>>();
         release_claim(self, std::move(req.msg),
                       [rp](std::optional<failure> f, v1::Volume v) mutable {

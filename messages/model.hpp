@@ -221,6 +221,21 @@ std::vector<std::string> claims_to_release(const v1::Volume& v, AllocState&& all
   return out;
 }
 
+// Whether the claim of `alloc_id` on `v` is taken by an alloc that lives
+// (known and not terminal): what claims_to_release never picks, checked
+// again by the leader against its catalog when the watcher asks, since the
+// watcher's view may be behind.
+template <class AllocState>
+bool claim_alloc_is_live(const v1::Volume& v, const std::string& alloc_id,
+                         AllocState&& alloc_state) {
+  for (const auto& c : v.claims()) {
+    if (c.alloc_id() != alloc_id || c.state() != v1::CLAIM_TAKEN) continue;
+    std::optional<v1::AllocState> s = alloc_state(alloc_id);
+    return s && !alloc_terminal(*s);
+  }
+  return false;
+}
+
 // The watcher's delay before retrying a failed step: exponential from
 // base_ms, capped at cap_ms, scaled by a jitter in [0, 1) into
 // [delay/2, delay) so that retries of many claims spread out.

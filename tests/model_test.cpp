@@ -3,6 +3,8 @@
 // scenarios (notes/csi.md).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <map>
 #include <variant>
 
@@ -615,6 +617,21 @@ TEST_SUITE("allocs and the volume watcher") {
       return it->second;
     });
     CHECK(ids == std::vector<std::string>{"done", "lost", "gone", "half"});
+    // What the leader checks again when the watcher asks: the complement,
+    // on the leader's own (newer) view of the allocs.
+    auto state_of = [&](const std::string& id) -> std::optional<v1::AllocState> {
+      auto it = allocs.find(id);
+      if (it == allocs.end()) return std::nullopt;
+      return it->second;
+    };
+    for (auto alloc : {"running", "done", "lost", "gone", "half", "no-claim"}) {
+      bool picked = std::find(ids.begin(), ids.end(), alloc) != ids.end();
+      bool has_claim = std::string(alloc) != "no-claim";
+      CHECK(claim_alloc_is_live(v, alloc, state_of) == (has_claim && !picked));
+    }
+    // The watcher had not heard of "gone" yet, the leader has: kept.
+    allocs["gone"] = v1::ALLOC_RUNNING;
+    CHECK(claim_alloc_is_live(v, "gone", state_of));
   }
 
   TEST_CASE("retry_delay_grows_exponentially_with_jitter_and_a_cap") {

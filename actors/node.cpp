@@ -499,6 +499,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
   // it is (nothing is re-mounted); exits are reported, releases work.
   auto loaded = load_mounts(*st.store, st.mounts);
   if (!loaded) loaded = load_allocs(*st.store, st.allocs);
+  if (!loaded) loaded = forget_previous_boot(*st.store, st.allocs, current_boot());
   st.fence = leader_fence(st.config.node_id);
   if (!loaded) loaded = st.fence.load(*st.store, st.config.forget_leader_term);
   if (!loaded) {

@@ -1,9 +1,12 @@
 #include "actors/node_allocs.hpp"
 
+#include <fstream>
+
 #include <signal.h>
 
 #include <exception>
 #include <filesystem>
+#include <fstream>
 
 #include "actors/alloc_process.hpp"
 #include "actors/node_mounts.hpp"
@@ -82,6 +85,40 @@ std::optional<failure> start_alloc(client_store& store, alloc_table& allocs, con
     return store_failure(store, "record alloc '" + a.id() + "' (its command was killed)", e);
   }
   allocs[a.id()] = std::move(rec);
+  return std::nullopt;
+}
+
+int64_t current_boot() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!(in >> id) || id.empty()) return 0;
+  auto h = static_cast<int64_t>(std::hash<std::string>{}(id) & 0x7fffffffffffffffULL);
+  return h == 0 ? 1 : h;
+}
+
+std::optional<failure> forget_previous_boot(client_store& store, alloc_table& allocs,
+                                            int64_t boot) {
+  if (boot == 0) return std::nullopt;
+  try {
+    auto recorded = store.meta("boot_id");
+    if (recorded != 0 && recorded != boot)
+      for (auto& [id, a] : allocs) {
+        if (!command_running(a)) continue;
+        a.exited = true;
+        a.exit_code = -1;
+        a.alloc.set_message("ended with the host's restart");
+        std::ifstream in(a.exit_file);
+        int code = 0;
+        if (in >> code) {
+          a.exit_code = code;
+          a.alloc.set_message("exited with " + std::to_string(code));
+        }
+        store.put_alloc(a);
+      }
+    if (recorded != boot) store.set_meta("boot_id", boot);
+  } catch (const std::exception& e) {
+    return store_failure(store, "mark the allocs of the host's previous boot ended", e);
+  }
   return std::nullopt;
 }
 

@@ -24,6 +24,18 @@ using alloc_table = std::map<std::string, alloc_record>;  // by alloc id
 // knows: it has one and saw no exit yet).
 bool command_running(const alloc_record& a);
 
+// The host's boot (a hash of /proc/sys/kernel/random/boot_id; 0 when it
+// cannot be read).
+int64_t current_boot();
+
+// After the host restarted (`recorded_boot`, from client.db, differs from
+// `boot`), every recorded alloc command ended with the old boot, and its pid
+// may belong to another process now: each is marked exited (its exit file's
+// code if it has one), so nothing signals that pid.  Records `boot` as the
+// current one.  A client.db problem is returned.
+std::optional<failure> forget_previous_boot(client_store& store, alloc_table& allocs,
+                                            int64_t boot);
+
 // What a stop finds: an alloc whose command is not running is answered at
 // once (with its exit code, 0 when it had none or is unknown) unless it has
 // publications to undo; otherwise the stop waits for the exit.

@@ -355,6 +355,35 @@ TEST_CASE("node_lease: a restarted node whose lease ran out finishes the fence")
   me->send_exit(n, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("node_lease: after the host restarted, recorded allocs are ended, never signalled") {
+  // The agent recorded a running writer, then the host restarted (another
+  // boot id): that pid may be another process now. Here it is still the
+  // old command, so a signal from the restarted node would show.
+  fixture fx;
+  fx.lease_ms->store(60'000);
+  auto w = writer_of_dead_agent(fx, [&] { return client_store(fx.db).meta("lease_ms") == 60'000; });
+  auto boot = current_boot();
+  REQUIRE(boot != 0);
+  client_store(fx.db).set_meta("boot_id", boot == 1 ? 2 : 1);
+  // Its lease ran out meanwhile: the fence would stop a running writer.
+  fx.lease_ms->store(0);
+  fx.listening->store(false);
+  client_store(fx.db).set_meta("lease_renewed_wall_ms", wall_ms() - 120'000);
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  CHECK(eventually([&] {
+    auto allocs = client_store(fx.db).allocs();
+    return allocs.size() == 1 && allocs[0].exited;
+  }));
+  CHECK(client_store(fx.db).meta("boot_id") == boot);
+  // The fence still unmounts the volume (its writer ended with the boot)...
+  CHECK(eventually([&] { return mounts(fx) == 0; }));
+  // ...and signalled nobody.
+  CHECK(alive(w));
+  ::kill(static_cast<pid_t>(-w), SIGKILL);
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("node_lease: a fence recorded before a crash is finished after the restart") {
   fixture fx;
   auto w = writer_of_dead_agent(fx, [] { return true; });

@@ -1,6 +1,7 @@
 #include "control/nodes.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "control/allocs.hpp"
 #include "control/entries.hpp"
@@ -187,10 +188,13 @@ bool instances_missing(const catalog& c, const std::string& node_id) {
 }
 
 std::vector<std::string> plugins_to_collect(const catalog& c) {
-  std::vector<std::string> out;
+  std::set<std::string> empty;
   for (const auto& [id, p] : c.plugins)
-    if (plugin_is_empty(p)) out.push_back(id);
-  return out;
+    if (plugin_is_empty(p)) empty.insert(id);
+  // Only when there is one: a scan of every volume's plugin id.
+  for (auto it = c.volumes.begin(); it != c.volumes.end() && !empty.empty(); ++it)
+    empty.erase(it->second.plugin_and_external_id().first);
+  return {empty.begin(), empty.end()};
 }
 
 }  // namespace berth

@@ -90,7 +90,14 @@ std::vector<v1::Fingerprint> instances_of_down_node(const catalog& c, const std:
 // nothing changed on its side.  A drained node's withdrawn ones are meant.
 bool instances_missing(const catalog& c, const std::string& node_id);
 
-// Plugins without any instance left (Nomad's zombie plugins): deleted.
+// Plugins without any instance left (Nomad's zombie plugins) that no
+// volume uses: deleted.  A plugin a volume uses is kept without instances
+// (as Nomad keeps a plugin "in use"): what its controllers could do
+// (Plugin.controller_required, controller_expands) is remembered only
+// there, and a plugin made again from a node-only instance would say that
+// the volume needs no ControllerPublishVolume and no ControllerExpandVolume
+// (claim simulation seeds 3028, 8066, 9427, 10561: every node of the plugin
+// went down, the plugin was collected, a node-only client came back).
 std::vector<std::string> plugins_to_collect(const catalog& c);
 
 }  // namespace berth

@@ -558,6 +558,31 @@ TEST_CASE("down_nodes_lose_their_instances_and_empty_plugins_are_collected") {
   CHECK(plugins_to_collect(c) == std::vector<std::string>{"empty"});
 }
 
+TEST_CASE("a_plugin_without_instances_that_a_volume_uses_is_kept") {
+  // Claim simulation seeds 3028, 8066, 9427, 10561: every node of the
+  // plugin went down, the plugin was collected and made again from a
+  // node-only client that came back, and forgot that its volumes need
+  // ControllerPublishVolume (a NodePublish with no attachment) and
+  // ControllerExpandVolume (an expansion recorded as grown by a controller
+  // that never ran).
+  catalog c;
+  v1::Plugin gone = controller_plugin({{"n1", true}});
+  gone.set_controller_expands(true);
+  gone.clear_controllers();
+  v1::Plugin unused;
+  unused.set_id("unused");
+  commit(c, {upsert_change(gone), upsert_change(unused), upsert_change(make_volume("v", "p"))});
+  CHECK(plugins_to_collect(c) == std::vector<std::string>{"unused"});
+  // Its capabilities stay for the node that comes back.
+  const auto* kept = find_plugin(c, "p");
+  REQUIRE(kept != nullptr);
+  CHECK(kept->controller_required());
+  CHECK(kept->controller_expands());
+  // Once no volume uses it, it goes.
+  commit(c, {volume_delete_change("default", "v")});
+  CHECK(plugins_to_collect(c) == std::vector<std::string>{"p", "unused"});
+}
+
 TEST_CASE("a_claim_on_a_node_whose_client_is_away_is_refused_to_retry") {
   // Claim simulation seed 284: recorded taken without a publication, the
   // claim kept an expansion of its volume waiting for ever.

@@ -97,10 +97,10 @@ void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
       },
       ignore_result());
   // Its plugin instances were dropped when it went down: report again.  So
-  // too a client new to this leader that misses one (its report went to a
-  // deposed leader, or the removal landed after it).
-  if (was_down || (fresh && instances_missing(st.cat, node_id)))
-    self->send(node, fingerprint_atom::value);
+  // too a client that misses one (its report went to a deposed leader, the
+  // removal landed after it, or the ask or the report was lost), on every
+  // heartbeat until it is there.
+  if (report_plugins_again(st.cat, node_id, was_down)) self->send(node, fingerprint_atom::value);
   unmount_on_return(self, node_id, node);
 }
 

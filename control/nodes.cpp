@@ -187,6 +187,10 @@ bool instances_missing(const catalog& c, const std::string& node_id) {
   return false;
 }
 
+bool report_plugins_again(const catalog& c, const std::string& node_id, bool was_down) {
+  return was_down || instances_missing(c, node_id);
+}
+
 std::vector<std::string> plugins_to_collect(const catalog& c) {
   std::set<std::string> empty;
   for (const auto& [id, p] : c.plugins)

@@ -90,6 +90,16 @@ std::vector<v1::Fingerprint> instances_of_down_node(const catalog& c, const std:
 // nothing changed on its side.  A drained node's withdrawn ones are meant.
 bool instances_missing(const catalog& c, const std::string& node_id);
 
+// Whether a client's heartbeat asks it to report its plugins again: its
+// instances were removed when it went down (`was_down`: the node was down
+// when the heartbeat came), or it lists a plugin without its instance.
+// Asked on every heartbeat until the instance is there, not once: the ask
+// or the report can be lost (a client cut off again right after the
+// heartbeat that found it down; claim simulation seeds 13030 and 15824: its
+// controller instance was never reported again, an expansion and a release
+// waited for ControllerExpandVolume and ControllerUnpublishVolume for ever).
+bool report_plugins_again(const catalog& c, const std::string& node_id, bool was_down);
+
 // Plugins without any instance left (Nomad's zombie plugins) that no
 // volume uses: deleted.  A plugin a volume uses is kept without instances
 // (as Nomad keeps a plugin "in use"): what its controllers could do

@@ -626,6 +626,33 @@ TEST_CASE("a_node_listing_a_plugin_without_its_instance_is_asked_to_report_again
   CHECK_FALSE(instances_missing(c, "n1"));
 }
 
+TEST_CASE("every_heartbeat_asks_a_node_missing_an_instance_to_report_again") {
+  // Claim simulation seeds 13030 and 15824: the heartbeat that found the
+  // controller's node down asked it to report again, the node was cut off
+  // again before its report arrived, and no later heartbeat asked (the
+  // client was not new to the leader): its controller instance stayed
+  // missing and a release and an expansion waited for a controller for ever.
+  catalog c;
+  auto n = make_node("n1");
+  n.add_plugin_ids("p");
+  commit(c, {upsert_change(n), upsert_change(controller_plugin({{"n1", true}}))});
+  CHECK_FALSE(report_plugins_again(c, "n1", false));
+  CHECK(report_plugins_again(c, "n1", true));  // back from down: its instances were removed
+  // Removed (it went down), and it is ready again: asked on every heartbeat
+  // until its instance is back.
+  v1::Plugin none = controller_plugin({});
+  commit(c, {upsert_change(none)});
+  CHECK(report_plugins_again(c, "n1", false));
+  CHECK(report_plugins_again(c, "n1", false));
+  commit(c, {upsert_change(controller_plugin({{"n1", true}}))});
+  CHECK_FALSE(report_plugins_again(c, "n1", false));
+  // A drain withdrew them on purpose: not asked.
+  commit(c, {upsert_change(none)});
+  n.set_plugins_withdrawn(true);
+  commit(c, {upsert_change(n)});
+  CHECK_FALSE(report_plugins_again(c, "n1", false));
+}
+
 // --- placement --------------------------------------------------------------------------
 
 TEST_CASE("controller_choice_is_healthy_connected_and_round_robin") {

@@ -498,7 +498,10 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
     r.set_node_detached(
         release_without_node(st.cat, *c, static_cast<bool>(target), r.operator_detach(),
                              st.options.keep_down_writers));
-    if (r.node_detached()) target = node_actor{};  // a forced drain: not through the node
+    if (r.node_detached()) {
+      target = node_actor{};  // a forced drain: not through the node
+      r.set_detached_at_ms(steady_ms());
+    }
   }
   const auto plugin_id = vol->plugin_id();
   ask_volume_actor<pb<v1::Volume>>(

@@ -219,6 +219,7 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
   }
   auto node_publish = [self, ctx, reply, unwind, support,
                        node = c->node_id()](v1::NodeVolumeRequest req) mutable {
+    self->state.published_ms[node] = steady_ms();
     csi_step(
         self, ctx.target, publish_atom::value, std::move(req),
         [self, reply, support, node](v1::NodeVolumeResult r) mutable {
@@ -297,6 +298,7 @@ void publish_for_expansion(self_ptr self, const v1::Plugin& p, plugin_actor plug
   plan.publish.set_expand_required_bytes(vol.expansion().required_bytes());
   plan.publish.set_expand_limit_bytes(vol.expansion().limit_bytes());
   auto node_publish = [self, rp, fail, target, node](v1::NodeVolumeRequest req) mutable {
+    self->state.published_ms[node] = steady_ms();
     csi_step(
         self, target, publish_atom::value, std::move(req),
         [self, rp, node](v1::NodeVolumeResult r) mutable {
@@ -497,7 +499,13 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
                                                  "' has no claim of alloc '" + alloc + "'");
         auto rp = self->make_response_promise<pb<v1::Volume>>();
         auto reason = req.msg.reason().empty() ? std::string("released") : req.msg.reason();
-        bool detached = req.msg.node_detached();
+        // Decided without the node: unless this actor published the volume
+        // there since (the node is back).
+        std::string node = find_claim(self->state.volume, alloc)->node_id();
+        auto last = self->state.published_ms.find(node);
+        bool detached =
+            still_detached(req.msg.node_detached(), req.msg.detached_at_ms(),
+                           last == self->state.published_ms.end() ? 0 : last->second);
         with_plugin(self, plugin, [self, alloc, rp, target, controller, plugin, reason,
                                    detached](std::optional<v1::Plugin> p) {
           release_ctx ctx{alloc, reason, p.value_or(v1::Plugin{}), plugin, target, controller,

@@ -44,6 +44,11 @@ bool release_without_node(const catalog& c, const v1::Claim& claim, bool connect
            fenced_publication(claim.access_mode(), false));
 }
 
+bool still_detached(bool node_detached, int64_t detached_at_ms, int64_t last_publish_ms) {
+  if (!node_detached) return false;
+  return detached_at_ms == 0 || last_publish_ms == 0 || last_publish_ms < detached_at_ms;
+}
+
 detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string& node_id) {
   detach_plan plan;
   const auto* n = find_node(c, node_id);

@@ -5,6 +5,7 @@
 // leader change) resumes where it stopped.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,20 @@ release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
 // may be frozen and unable to fence itself (control/lease.hpp).
 bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
                           bool operator_detach, bool keep_down_writers = false);
+
+// Whether a release the leader decided to run without the claim's node
+// (`node_detached`, at `detached_at_ms`) still runs without it when the
+// volume's actor takes it up: not when that actor sent a NodePublish of the
+// volume to that node at or after that moment (`last_publish_ms`, 0: none).
+// The release waits in the actor's mailbox behind the requests before it (a
+// CSI step can hold it up to the step timeout); the node may have come back
+// meanwhile and have the volume published again, which a release that skips
+// NodeUnpublishVolume would leave behind (claim simulation seed 16517: a
+// claim published again for its expansion, then freed by a release decided
+// while its node was down).  Not detached, the release waits for the node's
+// client and the watcher asks again with what the leader knows then.  A
+// request without the time (0) is taken as decided.
+bool still_detached(bool node_detached, int64_t detached_at_ms, int64_t last_publish_ms);
 
 // volume detach VOLUME NODE: the claims on that node to release (of allocs
 // that are terminal or vanished, claims already in release, or any claim

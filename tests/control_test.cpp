@@ -981,6 +981,27 @@ TEST_CASE("release_without_node_when_down_unknown_clientless_or_detached") {
   }
 }
 
+TEST_CASE("a_release_decided_without_the_node_goes_through_it_once_published_there_since") {
+  // Claim simulation seed 16517: a release decided while the claim's node
+  // was down waited 75 s in the volume actor's mailbox behind a CSI step;
+  // the node came back and the claim was published there again for the
+  // volume's expansion, then the release skipped NodeUnpublishVolume and
+  // freed a published claim.
+  CHECK_FALSE(still_detached(false, 0, 0));
+  CHECK_FALSE(still_detached(false, 1000, 0));
+  CHECK(still_detached(true, 1000, 0));     // never published there by this actor
+  CHECK(still_detached(true, 1000, 999));   // published before the node went away
+  CHECK_FALSE(still_detached(true, 1000, 1000));  // the same moment: not known which came first
+  CHECK_FALSE(still_detached(true, 1000, 5000));  // published since: through the node
+  CHECK(still_detached(true, 0, 5000));     // no time given: as decided
+  // Not detached, the release waits for the node's client; the watcher asks again.
+  auto v = make_volume("db");
+  add_claim(v, "a", "n1", v1::CLAIM_UNPUBLISHING);
+  release_facts f;
+  f.node_detached = still_detached(true, 1000, 5000);
+  CHECK(next_release_step(v, "a", f).action == release_action::wait_for_node);
+}
+
 TEST_CASE("keep_down_writers_holds_a_down_nodes_single_writer_claims_until_node_or_detach") {
   catalog c;
   commit(c, {upsert_change(make_node("down", v1::NODE_DOWN)),

@@ -502,6 +502,8 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
       target = node_actor{};  // a forced drain: not through the node
       r.set_detached_at_ms(steady_ms());
     }
+    const auto* n = find_node(st.cat, c->node_id());
+    r.set_node_unmounts_pending(n != nullptr && unmounts_pending(*n));
   }
   const auto plugin_id = vol->plugin_id();
   ask_volume_actor<pb<v1::Volume>>(

@@ -24,6 +24,10 @@ release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
       if (!(facts.controller_required || c->controller_required()) ||
           other_publications_on_node(v, c->node_id(), alloc_id))
         return {release_action::commit, v1::CLAIM_CONTROLLER_DETACHED};
+      // Claim simulation seed 49999: a record of an ended alloc whose unmount
+      // on return failed after unstaging kept the client from unstaging
+      // again for this claim; ControllerUnpublish ran on a staged volume.
+      if (facts.node_unmounts_pending) return {release_action::wait_for_unmounts};
       if (!facts.controller_available) return {release_action::wait_for_controller};
       return {release_action::controller_unpublish, v1::CLAIM_CONTROLLER_DETACHED};
     default:

@@ -20,6 +20,11 @@ struct release_facts {
   bool node_detached = false;    // the claim's node is down or has no client: nothing to unpublish
   bool controller_required = false;  // the plugin needs ControllerUnpublishVolume
   bool controller_available = false; // a healthy controller on a connected node
+  // The node came back from down and has not confirmed its unmounts yet: its
+  // client may keep the volume staged for a record of an ended alloc (it
+  // unstages only when no record of its own uses the staging), whatever the
+  // servers' claims say.
+  bool node_unmounts_pending = false;
 };
 
 enum class release_action {
@@ -29,6 +34,7 @@ enum class release_action {
   controller_unpublish,  // ControllerUnpublishVolume, then commit `to`
   wait_for_node,         // the node's client is not connected: retry later
   wait_for_controller,   // no healthy controller: retry later
+  wait_for_unmounts,     // the node has not confirmed its unmounts on return: retry later
 };
 
 struct release_step {
@@ -40,7 +46,8 @@ struct release_step {
 // The spec's order: taken -> unpublishing -> NodeUnpublish (+ NodeUnstage
 // when no other claim on the node is published) -> node-detached ->
 // ControllerUnpublish (when the plugin requires it and no other claim on
-// the node remains) -> controller-detached -> freed.
+// the node remains, and once the node confirmed its unmounts on return) ->
+// controller-detached -> freed.
 release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
                                const release_facts& facts);
 

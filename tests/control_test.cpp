@@ -981,6 +981,30 @@ TEST_CASE("release_without_node_when_down_unknown_clientless_or_detached") {
   }
 }
 
+TEST_CASE("controller_unpublish_waits_for_a_returned_nodes_unmounts") {
+  // Claim simulation seed 49999: a node back from down still had a record of
+  // an ended alloc (its unmount on return had failed after unstaging), so its
+  // client kept the staging of the next claim released there, and the
+  // servers, seeing no other claim on the node, sent ControllerUnpublish.
+  auto v = make_volume("db");
+  add_claim(v, "a", "n1", v1::CLAIM_NODE_DETACHED);
+  release_facts f;
+  f.controller_required = true;
+  f.controller_available = true;
+  f.node_connected = true;
+  f.node_unmounts_pending = true;
+  CHECK(next_release_step(v, "a", f).action == release_action::wait_for_unmounts);
+  f.node_unmounts_pending = false;
+  CHECK(next_release_step(v, "a", f).action == release_action::controller_unpublish);
+  // Without ControllerUnpublish to send, nothing waits.
+  f.node_unmounts_pending = true;
+  f.controller_required = false;
+  CHECK(next_release_step(v, "a", f).action == release_action::commit);
+  // NodeUnpublish does not wait either.
+  v.mutable_claims(0)->set_state(v1::CLAIM_UNPUBLISHING);
+  CHECK(next_release_step(v, "a", f).action == release_action::node_unpublish);
+}
+
 TEST_CASE("a_release_decided_without_the_node_goes_through_it_once_published_there_since") {
   // Claim simulation seed 16517: a release decided while the claim's node
   // was down waited 75 s in the volume actor's mailbox behind a CSI step;

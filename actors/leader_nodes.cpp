@@ -152,12 +152,15 @@ void unmount_on_return(const self_ptr& self, const std::string& node_id, node_ac
 // its plugin instances through the plugin actors.
 void node_down(const self_ptr& self, const std::string& node_id, int64_t silent_ms) {
   self->state.node_actors.erase(node_id);
+  ++self->state.marking_down[node_id];
   write(
       self, "*",
       [node_id, silent_ms](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         return mark_down(c, node_id, silent_ms, wall_ms());
       },
       [self, node_id](std::optional<failure> f) {
+        auto& m = self->state.marking_down;
+        if (auto it = m.find(node_id); it != m.end() && --it->second <= 0) m.erase(it);
         if (f) return;
         for (auto& fp : instances_of_down_node(self->state.cat, node_id)) {
           auto actor = ensure_plugin_actor(self, fp.plugin_id());

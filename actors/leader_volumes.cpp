@@ -435,7 +435,8 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
          {});
     return;
   }
-  if (auto f = refuse_client_away(st.cat, c.node_id(), static_cast<bool>(node_of(self, c.node_id())))) {
+  if (auto f = refuse_client_away(st.cat, c.node_id(), static_cast<bool>(node_of(self, c.node_id())),
+                                  st.marking_down.count(c.node_id()) > 0)) {
     done(*f, {});
     return;
   }

@@ -98,8 +98,16 @@ std::optional<v1::Node> node_after_unmounts(const catalog& c, const std::string&
 }
 
 std::optional<failure> refuse_client_away(const catalog& c, const std::string& node_id,
-                                          bool connected) {
+                                          bool connected, bool marking_down) {
   const auto* n = find_node(c, node_id);
+  if (n != nullptr && n->has_client() && marking_down) {
+    failure f{errc::unavailable, "node " + quoted(node_id) +
+                                     " is being marked down (its client was silent for the "
+                                     "node-down timeout), so the volume cannot be published "
+                                     "there; retry once it is back"};
+    f.retry = true;
+    return f;
+  }
   if (connected || n == nullptr || !n->has_client()) return std::nullopt;
   failure f{errc::unavailable, "the berth client of node " + quoted(node_id) +
                                    " is not connected" +

@@ -65,8 +65,12 @@ std::optional<v1::Node> node_after_unmounts(const catalog& c, const std::string&
 // NodeExpandVolume the node cannot run, and a later unpublish of another
 // claim keeps a staging that nobody unstages).  A node without a client
 // (named only by hand-made fingerprints) takes claims that are recorded only.
+// A node whose mark-down the leader is writing (`marking_down`) is away too,
+// though its client may have heartbeated again meanwhile: the mark-down
+// commits after the claim, and the claim's release without the node would
+// leave the publication made after it (claim simulation seeds 33650, 52520).
 std::optional<failure> refuse_client_away(const catalog& c, const std::string& node_id,
-                                          bool connected);
+                                          bool connected, bool marking_down = false);
 
 // Every problem of a plugin fingerprint at once.
 std::vector<problem> validate_fingerprint(const v1::Fingerprint& f);

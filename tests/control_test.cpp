@@ -604,6 +604,24 @@ TEST_CASE("a_claim_on_a_node_whose_client_is_away_is_refused_to_retry") {
   CHECK_FALSE(refuse_client_away(c, "unknown", false));
 }
 
+TEST_CASE("a_claim_on_a_node_being_marked_down_is_refused_to_retry") {
+  // Claim simulation seeds 33650 and 52520: the mark-down of a silent node
+  // was still being written when its client heartbeated again; a claim there
+  // was admitted and published after the mark-down committed, and its
+  // release without the node freed it while it was published.
+  catalog c;
+  commit(c, {upsert_change(make_node("n1")),
+             upsert_change(make_node("bare", v1::NODE_READY, false))});
+  CHECK_FALSE(refuse_client_away(c, "n1", true, false));
+  auto marking = refuse_client_away(c, "n1", true, true);
+  REQUIRE(marking);
+  CHECK(marking->code == errc::unavailable);
+  CHECK(marking->retry);
+  CHECK(marking->message.find("'n1' is being marked down") != std::string::npos);
+  // No berth client there: recorded only, as before.
+  CHECK_FALSE(refuse_client_away(c, "bare", false, true));
+}
+
 TEST_CASE("a_node_listing_a_plugin_without_its_instance_is_asked_to_report_again") {
   // Claim simulation seed 217: a client restarted while one leader was
   // deposed reported its plugin to it; the next leader saw the node ready

@@ -91,6 +91,8 @@ struct leader_state {
   std::vector<caf::typed_response_promise<uint64_t, int64_t, uint64_t>> lease_waiting;
   bool lease_reading = false;
   std::set<std::string> unmounting;  // nodes back from down asked to unmount, not yet confirmed
+  // Nodes whose mark-down is being written (how many writes of it are in flight).
+  std::map<std::string, int> marking_down;
   std::map<std::string, int> claims_in_flight;  // alloc -> claims routed, not yet answered
   std::map<std::string, size_t> controller_turn;  // round-robin per plugin
   // Volumes being claimed, per node and plugin: counted against the

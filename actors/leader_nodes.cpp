@@ -97,10 +97,10 @@ void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
       },
       ignore_result());
   // Its plugin instances were dropped when it went down: report again.  So
-  // too a client new to this leader that misses one (its report went to a
-  // deposed leader, or the removal landed after it).
-  if (was_down || (fresh && instances_missing(st.cat, node_id)))
-    self->send(node, fingerprint_atom::value);
+  // too a client that misses one (its report went to a deposed leader, the
+  // removal landed after it, or the ask or the report was lost), on every
+  // heartbeat until it is there.
+  if (report_plugins_again(st.cat, node_id, was_down)) self->send(node, fingerprint_atom::value);
   unmount_on_return(self, node_id, node);
 }
 
@@ -152,12 +152,15 @@ void unmount_on_return(const self_ptr& self, const std::string& node_id, node_ac
 // its plugin instances through the plugin actors.
 void node_down(const self_ptr& self, const std::string& node_id, int64_t silent_ms) {
   self->state.node_actors.erase(node_id);
+  ++self->state.marking_down[node_id];
   write(
       self, "*",
       [node_id, silent_ms](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         return mark_down(c, node_id, silent_ms, wall_ms());
       },
       [self, node_id](std::optional<failure> f) {
+        auto& m = self->state.marking_down;
+        if (auto it = m.find(node_id); it != m.end() && --it->second <= 0) m.erase(it);
         if (f) return;
         for (auto& fp : instances_of_down_node(self->state.cat, node_id)) {
           auto actor = ensure_plugin_actor(self, fp.plugin_id());

@@ -435,7 +435,8 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
          {});
     return;
   }
-  if (auto f = refuse_client_away(st.cat, c.node_id(), static_cast<bool>(node_of(self, c.node_id())))) {
+  if (auto f = refuse_client_away(st.cat, c.node_id(), static_cast<bool>(node_of(self, c.node_id())),
+                                  st.marking_down.count(c.node_id()) > 0)) {
     done(*f, {});
     return;
   }
@@ -498,7 +499,12 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
     r.set_node_detached(
         release_without_node(st.cat, *c, static_cast<bool>(target), r.operator_detach(),
                              st.options.keep_down_writers));
-    if (r.node_detached()) target = node_actor{};  // a forced drain: not through the node
+    if (r.node_detached()) {
+      target = node_actor{};  // a forced drain: not through the node
+      r.set_detached_at_ms(steady_ms());
+    }
+    const auto* n = find_node(st.cat, c->node_id());
+    r.set_node_unmounts_pending(n != nullptr && unmounts_pending(*n));
   }
   const auto plugin_id = vol->plugin_id();
   ask_volume_actor<pb<v1::Volume>>(

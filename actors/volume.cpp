@@ -80,6 +80,8 @@ struct release_ctx {
   node_actor controller;
   // The claim's node is down or has no berth client: nothing to unpublish.
   bool node_detached = false;
+  // The node has not confirmed its unmounts on return (control/release).
+  bool node_unmounts_pending = false;
 };
 
 // A controller RPC, queued by the plugin actor (one at a time per plugin).
@@ -108,6 +110,7 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
   facts.node_detached = ctx.node_detached;
   facts.controller_required = ctx.plugin.controller_required();
   facts.controller_available = ctx.controller && ctx.plugin_handle;
+  facts.node_unmounts_pending = ctx.node_unmounts_pending;
   auto step = next_release_step(vol, ctx.alloc, facts);
   auto again = [self, ctx, done](std::optional<caf::error> err) {
     if (err)
@@ -157,6 +160,13 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
                           "release stays at node-detached until one is back (the volume "
                           "watcher retries)"));
       return;
+    case release_action::wait_for_unmounts:
+      done(make_error(errc::unavailable,
+                      "volume '" + vol.id() + "': node '" + c->node_id() +
+                          "' came back from down and has not confirmed that it unmounted what "
+                          "was released without it (it may still have the volume staged); "
+                          "ControllerUnpublishVolume waits for it (the volume watcher retries)"));
+      return;
     case release_action::node_unpublish: {
       auto req = request_for(node_request(vol, *c, ctx.plugin), node_step::unpublish_unstage);
       req.set_unstage(step.unstage);
@@ -198,7 +208,7 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
   }
   auto unwind = [self, ctx, rp](caf::error cause) mutable {
     release_ctx rc{ctx.alloc, "publish failed", ctx.plugin, ctx.plugin_handle, ctx.target,
-                   ctx.controller, false};
+                   ctx.controller, false, false};
     release_steps(self, rc, [self, rp, cause](std::optional<caf::error> err) mutable {
       auto f = to_failure(cause);
       if (err)
@@ -219,6 +229,7 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
   }
   auto node_publish = [self, ctx, reply, unwind, support,
                        node = c->node_id()](v1::NodeVolumeRequest req) mutable {
+    self->state.published_ms[node] = steady_ms();
     csi_step(
         self, ctx.target, publish_atom::value, std::move(req),
         [self, reply, support, node](v1::NodeVolumeResult r) mutable {
@@ -297,6 +308,7 @@ void publish_for_expansion(self_ptr self, const v1::Plugin& p, plugin_actor plug
   plan.publish.set_expand_required_bytes(vol.expansion().required_bytes());
   plan.publish.set_expand_limit_bytes(vol.expansion().limit_bytes());
   auto node_publish = [self, rp, fail, target, node](v1::NodeVolumeRequest req) mutable {
+    self->state.published_ms[node] = steady_ms();
     csi_step(
         self, target, publish_atom::value, std::move(req),
         [self, rp, node](v1::NodeVolumeResult r) mutable {
@@ -497,11 +509,18 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
                                                  "' has no claim of alloc '" + alloc + "'");
         auto rp = self->make_response_promise<pb<v1::Volume>>();
         auto reason = req.msg.reason().empty() ? std::string("released") : req.msg.reason();
-        bool detached = req.msg.node_detached();
+        // Decided without the node: unless this actor published the volume
+        // there since (the node is back).
+        std::string node = find_claim(self->state.volume, alloc)->node_id();
+        auto last = self->state.published_ms.find(node);
+        bool detached =
+            still_detached(req.msg.node_detached(), req.msg.detached_at_ms(),
+                           last == self->state.published_ms.end() ? 0 : last->second);
+        bool pending = req.msg.node_unmounts_pending();
         with_plugin(self, plugin, [self, alloc, rp, target, controller, plugin, reason,
-                                   detached](std::optional<v1::Plugin> p) {
+                                   detached, pending](std::optional<v1::Plugin> p) {
           release_ctx ctx{alloc, reason, p.value_or(v1::Plugin{}), plugin, target, controller,
-                          detached};
+                          detached, pending};
           release_steps(self, std::move(ctx), answer(self, rp));
         });
         return rp;

@@ -6,6 +6,10 @@
 // so claims and releases of one volume are strictly serialized.
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <string>
+
 #include "actors/actors.hpp"
 
 namespace berth {
@@ -15,6 +19,10 @@ struct volume_state {
   bool registered = false;
   replicated_log_actor log;
   uint64_t term = 0;  // the leader's Raft term: sent with every CSI request
+  // When this actor last sent a NodePublish of the volume to each node
+  // (steady clock): a release decided without the node before then goes
+  // through it after all (control/release still_detached).
+  std::map<std::string, int64_t> published_ms;
   static inline const char* name = "volume";
 };
 

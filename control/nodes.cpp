@@ -1,6 +1,7 @@
 #include "control/nodes.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "control/allocs.hpp"
 #include "control/entries.hpp"
@@ -97,8 +98,16 @@ std::optional<v1::Node> node_after_unmounts(const catalog& c, const std::string&
 }
 
 std::optional<failure> refuse_client_away(const catalog& c, const std::string& node_id,
-                                          bool connected) {
+                                          bool connected, bool marking_down) {
   const auto* n = find_node(c, node_id);
+  if (n != nullptr && n->has_client() && marking_down) {
+    failure f{errc::unavailable, "node " + quoted(node_id) +
+                                     " is being marked down (its client was silent for the "
+                                     "node-down timeout), so the volume cannot be published "
+                                     "there; retry once it is back"};
+    f.retry = true;
+    return f;
+  }
   if (connected || n == nullptr || !n->has_client()) return std::nullopt;
   failure f{errc::unavailable, "the berth client of node " + quoted(node_id) +
                                    " is not connected" +
@@ -186,11 +195,18 @@ bool instances_missing(const catalog& c, const std::string& node_id) {
   return false;
 }
 
+bool report_plugins_again(const catalog& c, const std::string& node_id, bool was_down) {
+  return was_down || instances_missing(c, node_id);
+}
+
 std::vector<std::string> plugins_to_collect(const catalog& c) {
-  std::vector<std::string> out;
+  std::set<std::string> empty;
   for (const auto& [id, p] : c.plugins)
-    if (plugin_is_empty(p)) out.push_back(id);
-  return out;
+    if (plugin_is_empty(p)) empty.insert(id);
+  // Only when there is one: a scan of every volume's plugin id.
+  for (auto it = c.volumes.begin(); it != c.volumes.end() && !empty.empty(); ++it)
+    empty.erase(it->second.plugin_and_external_id().first);
+  return {empty.begin(), empty.end()};
 }
 
 }  // namespace berth

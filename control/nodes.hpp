@@ -65,8 +65,12 @@ std::optional<v1::Node> node_after_unmounts(const catalog& c, const std::string&
 // NodeExpandVolume the node cannot run, and a later unpublish of another
 // claim keeps a staging that nobody unstages).  A node without a client
 // (named only by hand-made fingerprints) takes claims that are recorded only.
+// A node whose mark-down the leader is writing (`marking_down`) is away too,
+// though its client may have heartbeated again meanwhile: the mark-down
+// commits after the claim, and the claim's release without the node would
+// leave the publication made after it (claim simulation seeds 33650, 52520).
 std::optional<failure> refuse_client_away(const catalog& c, const std::string& node_id,
-                                          bool connected);
+                                          bool connected, bool marking_down = false);
 
 // Every problem of a plugin fingerprint at once.
 std::vector<problem> validate_fingerprint(const v1::Fingerprint& f);
@@ -90,7 +94,24 @@ std::vector<v1::Fingerprint> instances_of_down_node(const catalog& c, const std:
 // nothing changed on its side.  A drained node's withdrawn ones are meant.
 bool instances_missing(const catalog& c, const std::string& node_id);
 
-// Plugins without any instance left (Nomad's zombie plugins): deleted.
+// Whether a client's heartbeat asks it to report its plugins again: its
+// instances were removed when it went down (`was_down`: the node was down
+// when the heartbeat came), or it lists a plugin without its instance.
+// Asked on every heartbeat until the instance is there, not once: the ask
+// or the report can be lost (a client cut off again right after the
+// heartbeat that found it down; claim simulation seeds 13030 and 15824: its
+// controller instance was never reported again, an expansion and a release
+// waited for ControllerExpandVolume and ControllerUnpublishVolume for ever).
+bool report_plugins_again(const catalog& c, const std::string& node_id, bool was_down);
+
+// Plugins without any instance left (Nomad's zombie plugins) that no
+// volume uses: deleted.  A plugin a volume uses is kept without instances
+// (as Nomad keeps a plugin "in use"): what its controllers could do
+// (Plugin.controller_required, controller_expands) is remembered only
+// there, and a plugin made again from a node-only instance would say that
+// the volume needs no ControllerPublishVolume and no ControllerExpandVolume
+// (claim simulation seeds 3028, 8066, 9427, 10561: every node of the plugin
+// went down, the plugin was collected, a node-only client came back).
 std::vector<std::string> plugins_to_collect(const catalog& c);
 
 }  // namespace berth

@@ -24,6 +24,10 @@ release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
       if (!(facts.controller_required || c->controller_required()) ||
           other_publications_on_node(v, c->node_id(), alloc_id))
         return {release_action::commit, v1::CLAIM_CONTROLLER_DETACHED};
+      // Claim simulation seed 49999: a record of an ended alloc whose unmount
+      // on return failed after unstaging kept the client from unstaging
+      // again for this claim; ControllerUnpublish ran on a staged volume.
+      if (facts.node_unmounts_pending) return {release_action::wait_for_unmounts};
       if (!facts.controller_available) return {release_action::wait_for_controller};
       return {release_action::controller_unpublish, v1::CLAIM_CONTROLLER_DETACHED};
     default:
@@ -42,6 +46,11 @@ bool release_without_node(const catalog& c, const v1::Claim& claim, bool connect
   if (n->status() != v1::NODE_DOWN) return false;
   return !(keep_down_writers && claim.mode() == v1::CLAIM_WRITE &&
            fenced_publication(claim.access_mode(), false));
+}
+
+bool still_detached(bool node_detached, int64_t detached_at_ms, int64_t last_publish_ms) {
+  if (!node_detached) return false;
+  return detached_at_ms == 0 || last_publish_ms == 0 || last_publish_ms < detached_at_ms;
 }
 
 detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string& node_id) {

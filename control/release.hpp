@@ -5,6 +5,7 @@
 // leader change) resumes where it stopped.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,11 @@ struct release_facts {
   bool node_detached = false;    // the claim's node is down or has no client: nothing to unpublish
   bool controller_required = false;  // the plugin needs ControllerUnpublishVolume
   bool controller_available = false; // a healthy controller on a connected node
+  // The node came back from down and has not confirmed its unmounts yet: its
+  // client may keep the volume staged for a record of an ended alloc (it
+  // unstages only when no record of its own uses the staging), whatever the
+  // servers' claims say.
+  bool node_unmounts_pending = false;
 };
 
 enum class release_action {
@@ -28,6 +34,7 @@ enum class release_action {
   controller_unpublish,  // ControllerUnpublishVolume, then commit `to`
   wait_for_node,         // the node's client is not connected: retry later
   wait_for_controller,   // no healthy controller: retry later
+  wait_for_unmounts,     // the node has not confirmed its unmounts on return: retry later
 };
 
 struct release_step {
@@ -39,7 +46,8 @@ struct release_step {
 // The spec's order: taken -> unpublishing -> NodeUnpublish (+ NodeUnstage
 // when no other claim on the node is published) -> node-detached ->
 // ControllerUnpublish (when the plugin requires it and no other claim on
-// the node remains) -> controller-detached -> freed.
+// the node remains, and once the node confirmed its unmounts on return) ->
+// controller-detached -> freed.
 release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
                                const release_facts& facts);
 
@@ -52,6 +60,20 @@ release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
 // may be frozen and unable to fence itself (control/lease.hpp).
 bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
                           bool operator_detach, bool keep_down_writers = false);
+
+// Whether a release the leader decided to run without the claim's node
+// (`node_detached`, at `detached_at_ms`) still runs without it when the
+// volume's actor takes it up: not when that actor sent a NodePublish of the
+// volume to that node at or after that moment (`last_publish_ms`, 0: none).
+// The release waits in the actor's mailbox behind the requests before it (a
+// CSI step can hold it up to the step timeout); the node may have come back
+// meanwhile and have the volume published again, which a release that skips
+// NodeUnpublishVolume would leave behind (claim simulation seed 16517: a
+// claim published again for its expansion, then freed by a release decided
+// while its node was down).  Not detached, the release waits for the node's
+// client and the watcher asks again with what the leader knows then.  A
+// request without the time (0) is taken as decided.
+bool still_detached(bool node_detached, int64_t detached_at_ms, int64_t last_publish_ms);
 
 // volume detach VOLUME NODE: the claims on that node to release (of allocs
 // that are terminal or vanished, claims already in release, or any claim

@@ -558,6 +558,31 @@ TEST_CASE("down_nodes_lose_their_instances_and_empty_plugins_are_collected") {
   CHECK(plugins_to_collect(c) == std::vector<std::string>{"empty"});
 }
 
+TEST_CASE("a_plugin_without_instances_that_a_volume_uses_is_kept") {
+  // Claim simulation seeds 3028, 8066, 9427, 10561: every node of the
+  // plugin went down, the plugin was collected and made again from a
+  // node-only client that came back, and forgot that its volumes need
+  // ControllerPublishVolume (a NodePublish with no attachment) and
+  // ControllerExpandVolume (an expansion recorded as grown by a controller
+  // that never ran).
+  catalog c;
+  v1::Plugin gone = controller_plugin({{"n1", true}});
+  gone.set_controller_expands(true);
+  gone.clear_controllers();
+  v1::Plugin unused;
+  unused.set_id("unused");
+  commit(c, {upsert_change(gone), upsert_change(unused), upsert_change(make_volume("v", "p"))});
+  CHECK(plugins_to_collect(c) == std::vector<std::string>{"unused"});
+  // Its capabilities stay for the node that comes back.
+  const auto* kept = find_plugin(c, "p");
+  REQUIRE(kept != nullptr);
+  CHECK(kept->controller_required());
+  CHECK(kept->controller_expands());
+  // Once no volume uses it, it goes.
+  commit(c, {volume_delete_change("default", "v")});
+  CHECK(plugins_to_collect(c) == std::vector<std::string>{"p", "unused"});
+}
+
 TEST_CASE("a_claim_on_a_node_whose_client_is_away_is_refused_to_retry") {
   // Claim simulation seed 284: recorded taken without a publication, the
   // claim kept an expansion of its volume waiting for ever.
@@ -577,6 +602,24 @@ TEST_CASE("a_claim_on_a_node_whose_client_is_away_is_refused_to_retry") {
   // the claim is recorded only, as before.
   CHECK_FALSE(refuse_client_away(c, "bare", false));
   CHECK_FALSE(refuse_client_away(c, "unknown", false));
+}
+
+TEST_CASE("a_claim_on_a_node_being_marked_down_is_refused_to_retry") {
+  // Claim simulation seeds 33650 and 52520: the mark-down of a silent node
+  // was still being written when its client heartbeated again; a claim there
+  // was admitted and published after the mark-down committed, and its
+  // release without the node freed it while it was published.
+  catalog c;
+  commit(c, {upsert_change(make_node("n1")),
+             upsert_change(make_node("bare", v1::NODE_READY, false))});
+  CHECK_FALSE(refuse_client_away(c, "n1", true, false));
+  auto marking = refuse_client_away(c, "n1", true, true);
+  REQUIRE(marking);
+  CHECK(marking->code == errc::unavailable);
+  CHECK(marking->retry);
+  CHECK(marking->message.find("'n1' is being marked down") != std::string::npos);
+  // No berth client there: recorded only, as before.
+  CHECK_FALSE(refuse_client_away(c, "bare", false, true));
 }
 
 TEST_CASE("a_node_listing_a_plugin_without_its_instance_is_asked_to_report_again") {
@@ -599,6 +642,33 @@ TEST_CASE("a_node_listing_a_plugin_without_its_instance_is_asked_to_report_again
   n.set_plugins_withdrawn(true);
   commit(c, {upsert_change(n)});
   CHECK_FALSE(instances_missing(c, "n1"));
+}
+
+TEST_CASE("every_heartbeat_asks_a_node_missing_an_instance_to_report_again") {
+  // Claim simulation seeds 13030 and 15824: the heartbeat that found the
+  // controller's node down asked it to report again, the node was cut off
+  // again before its report arrived, and no later heartbeat asked (the
+  // client was not new to the leader): its controller instance stayed
+  // missing and a release and an expansion waited for a controller for ever.
+  catalog c;
+  auto n = make_node("n1");
+  n.add_plugin_ids("p");
+  commit(c, {upsert_change(n), upsert_change(controller_plugin({{"n1", true}}))});
+  CHECK_FALSE(report_plugins_again(c, "n1", false));
+  CHECK(report_plugins_again(c, "n1", true));  // back from down: its instances were removed
+  // Removed (it went down), and it is ready again: asked on every heartbeat
+  // until its instance is back.
+  v1::Plugin none = controller_plugin({});
+  commit(c, {upsert_change(none)});
+  CHECK(report_plugins_again(c, "n1", false));
+  CHECK(report_plugins_again(c, "n1", false));
+  commit(c, {upsert_change(controller_plugin({{"n1", true}}))});
+  CHECK_FALSE(report_plugins_again(c, "n1", false));
+  // A drain withdrew them on purpose: not asked.
+  commit(c, {upsert_change(none)});
+  n.set_plugins_withdrawn(true);
+  commit(c, {upsert_change(n)});
+  CHECK_FALSE(report_plugins_again(c, "n1", false));
 }
 
 // --- placement --------------------------------------------------------------------------
@@ -927,6 +997,51 @@ TEST_CASE("release_without_node_when_down_unknown_clientless_or_detached") {
     CAPTURE(node);
     CHECK(release_without_node(c, claim, connected, detach) == expect);
   }
+}
+
+TEST_CASE("controller_unpublish_waits_for_a_returned_nodes_unmounts") {
+  // Claim simulation seed 49999: a node back from down still had a record of
+  // an ended alloc (its unmount on return had failed after unstaging), so its
+  // client kept the staging of the next claim released there, and the
+  // servers, seeing no other claim on the node, sent ControllerUnpublish.
+  auto v = make_volume("db");
+  add_claim(v, "a", "n1", v1::CLAIM_NODE_DETACHED);
+  release_facts f;
+  f.controller_required = true;
+  f.controller_available = true;
+  f.node_connected = true;
+  f.node_unmounts_pending = true;
+  CHECK(next_release_step(v, "a", f).action == release_action::wait_for_unmounts);
+  f.node_unmounts_pending = false;
+  CHECK(next_release_step(v, "a", f).action == release_action::controller_unpublish);
+  // Without ControllerUnpublish to send, nothing waits.
+  f.node_unmounts_pending = true;
+  f.controller_required = false;
+  CHECK(next_release_step(v, "a", f).action == release_action::commit);
+  // NodeUnpublish does not wait either.
+  v.mutable_claims(0)->set_state(v1::CLAIM_UNPUBLISHING);
+  CHECK(next_release_step(v, "a", f).action == release_action::node_unpublish);
+}
+
+TEST_CASE("a_release_decided_without_the_node_goes_through_it_once_published_there_since") {
+  // Claim simulation seed 16517: a release decided while the claim's node
+  // was down waited 75 s in the volume actor's mailbox behind a CSI step;
+  // the node came back and the claim was published there again for the
+  // volume's expansion, then the release skipped NodeUnpublishVolume and
+  // freed a published claim.
+  CHECK_FALSE(still_detached(false, 0, 0));
+  CHECK_FALSE(still_detached(false, 1000, 0));
+  CHECK(still_detached(true, 1000, 0));     // never published there by this actor
+  CHECK(still_detached(true, 1000, 999));   // published before the node went away
+  CHECK_FALSE(still_detached(true, 1000, 1000));  // the same moment: not known which came first
+  CHECK_FALSE(still_detached(true, 1000, 5000));  // published since: through the node
+  CHECK(still_detached(true, 0, 5000));     // no time given: as decided
+  // Not detached, the release waits for the node's client; the watcher asks again.
+  auto v = make_volume("db");
+  add_claim(v, "a", "n1", v1::CLAIM_UNPUBLISHING);
+  release_facts f;
+  f.node_detached = still_detached(true, 1000, 5000);
+  CHECK(next_release_step(v, "a", f).action == release_action::wait_for_node);
 }
 
 TEST_CASE("keep_down_writers_holds_a_down_nodes_single_writer_claims_until_node_or_detach") {

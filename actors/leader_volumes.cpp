@@ -504,7 +504,7 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
       r.set_detached_at_ms(steady_ms());
     }
     const auto* n = find_node(st.cat, c->node_id());
-    r.set_node_unmounts_pending(n != nullptr && unmounts_pending(*n));
+    r.set_node_unmounts_pending(n != nullptr && unmounts_awaited(*n));
   }
   const auto plugin_id = vol->plugin_id();
   ask_volume_actor<pb<v1::Volume>>(

@@ -1023,6 +1023,26 @@ TEST_CASE("controller_unpublish_waits_for_a_returned_nodes_unmounts") {
   CHECK(next_release_step(v, "a", f).action == release_action::node_unpublish);
 }
 
+TEST_CASE("only_a_node_back_from_down_is_waited_for_its_unmounts") {
+  // A node still down never confirms: waiting for it kept a down node's
+  // claims for ever (integration.partition and integration.lifecycle).
+  v1::Node n;
+  n.set_id("n1");
+  n.set_has_client(true);  // a berth client runs there
+  n.set_status(v1::NODE_DOWN);
+  n.set_down_at_ms(1000);
+  CHECK(unmounts_pending(n));
+  CHECK_FALSE(unmounts_awaited(n));  // down: released without it
+  n.set_status(v1::NODE_READY);
+  CHECK(unmounts_awaited(n));  // back, not confirmed yet
+  n.set_down_at_ms(0);
+  CHECK_FALSE(unmounts_awaited(n));  // confirmed
+  v1::Node plain;
+  plain.set_status(v1::NODE_READY);
+  plain.set_down_at_ms(1000);
+  CHECK_FALSE(unmounts_awaited(plain));  // no berth client: nothing to confirm
+}
+
 TEST_CASE("a_release_decided_without_the_node_goes_through_it_once_published_there_since") {
   // Claim simulation seed 16517: a release decided while the claim's node
   // was down waited 75 s in the volume actor's mailbox behind a CSI step;

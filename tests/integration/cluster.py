@@ -249,13 +249,20 @@ class ClusterTestCase(unittest.TestCase):
     def cleanup(self):
         self.cluster.stop()
         undo_mounts(self.tmp)
-        outcome = getattr(self, "_outcome", None)
-        if outcome is not None and not outcome.success:
+        if self.failed():
             self.print_logs()
         if os.environ.get("BERTH_TEST_KEEP"):
             print("kept the cluster's directory (servers' logs): " + self.tmp, file=sys.stderr)
             return
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def failed(self):
+        """Whether this test failed so far (its failure is recorded before
+        the clean-ups run)."""
+        result = getattr(getattr(self, "_outcome", None), "result", None)
+        if result is None:
+            return False
+        return any(t is self for t, _ in list(result.failures) + list(result.errors))
 
     def print_logs(self, lines=40):
         """The end of every berthd's log (a failed test's, so CI shows what

@@ -20,8 +20,14 @@ class ListsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="berth-lists-")
+        # Clean-ups registered as each process starts: they run even when
+        # this set-up fails (tearDownClass would not; an ASan run left the
+        # plugin behind when the registrations timed out).
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, True)
         cls.plugin = Plugin(cls.tmp).start()
+        cls.addClassCleanup(cls.plugin.kill)
         cls.agent = agent_with_plugin(cls.tmp, cls.plugin)
+        cls.addClassCleanup(cls.agent.kill)
         # A node plugin reported by hand on node n9 (no berth client there):
         # volumes of it register and claim without CSI calls.
         r = berth(cls.agent, "plugin", "fingerprint", "bulk", "--node", "n9", "--type", "node")
@@ -36,12 +42,6 @@ class ListsTest(unittest.TestCase):
             r = berth(cls.agent, "volume", "claim", "scale-v%d" % i, "--alloc", "a%d" % i,
                       "--node", "n9")
             assert r.code == 0, r
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.agent.kill()
-        cls.plugin.kill()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def ok(self, *args):
         r = berth(self.agent, *args, timeout=120)

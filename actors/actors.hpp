@@ -254,19 +254,21 @@ using volume_actor = caf::typed_actor<
     // larger capacity_min asks for an expansion, decided with the committed
     // plugin given); replies with the committed volume.
     caf::replies_to<register_atom, pb<v1::Volume>, pb<v1::Plugin>>::with<pb<v1::Volume>>,
-    // Claims the volume for an alloc, checking the plugin's health through
-    // the plugin actor (invalid when the plugin is unknown), committing the
-    // request's alloc record in the same entry when it carries one; then has the
-    // controller node (when the plugin requires it) and the target node
-    // publish it (invalid handles: no client on that node, nothing to
-    // publish).  A failed publication is unwound and its claim freed.
-    caf::replies_to<claim_atom, pb<v1::ClaimRequest>, plugin_actor, node_actor,
+    // Claims the volume for an alloc, checking the plugin's health on the
+    // committed plugin the leader gives (empty: unknown to the leader),
+    // committing the request's alloc record in the same entry when it
+    // carries one; then has the controller node (when the plugin requires
+    // it, queued by the plugin actor) and the target node publish it
+    // (invalid handles: no client on that node, nothing to publish).  A
+    // failed publication is unwound and its claim freed.
+    caf::replies_to<claim_atom, pb<v1::ClaimRequest>, pb<v1::Plugin>, plugin_actor, node_actor,
                     node_actor>::with<pb<v1::ClaimResult>>,
     // Releases an alloc's claim: node unpublish (and unstage when it was
     // the node's last claim), controller unpublish (when no live claim on
-    // that node remains), then frees it, committing after each step.  A
-    // failed step leaves the claim at that step; releasing again resumes.
-    caf::replies_to<release_atom, pb<v1::ReleaseRequest>, plugin_actor, node_actor,
+    // that node remains and the committed plugin given requires it), then
+    // frees it, committing after each step.  A failed step leaves the claim
+    // at that step; releasing again resumes.
+    caf::replies_to<release_atom, pb<v1::ReleaseRequest>, pb<v1::Plugin>, plugin_actor, node_actor,
                     node_actor>::with<pb<v1::Volume>>,
     // Deregisters the volume; replies with the volume as it was (its
     // modify index: the deregistration's) and then quits.  Refused while it has claims; with force,
@@ -294,12 +296,12 @@ using volume_actor = caf::typed_actor<
     // committed plugin given), committing its record unless it is the size
     // already; replies with the committed volume.
     caf::replies_to<expand_atom, pb<v1::VolumeExpandRequest>, pb<v1::Plugin>>::with<pb<v1::Volume>>,
-    // Runs the next step of the volume's expansion (next_expansion_step):
-    // ControllerExpandVolume through the controller node, NodeExpandVolume
+    // Runs the next step of the volume's expansion (next_expansion_step on
+    // the committed plugin given): ControllerExpandVolume through the controller node, NodeExpandVolume
     // through the target node (whose id is given; refused when the step is
     // another node's), or finishing; commits it and replies with the
     // committed volume (unavailable when the step cannot run now).
-    caf::replies_to<expand_step_atom, plugin_actor, node_actor, node_actor,
+    caf::replies_to<expand_step_atom, pb<v1::Plugin>, plugin_actor, node_actor, node_actor,
                     std::string>::with<pb<v1::Volume>>,
     // Stops the idle actor (the leader asks only when nothing of this volume
     // is in flight): replies with the modify index of the last change it

@@ -226,6 +226,11 @@ plugin_actor plugin_of(const self_ptr& self, const std::string& plugin_id) {
   return it == self->state.plugin_actors.end() ? plugin_actor{} : it->second;
 }
 
+pb<v1::Plugin> committed_plugin(const self_ptr& self, const std::string& plugin_id) {
+  const auto* p = find_plugin(self->state.cat, plugin_id);
+  return wrap(p != nullptr ? *p : v1::Plugin{});
+}
+
 // --- volume actors on demand (control/activation) -----------------------------
 
 namespace {

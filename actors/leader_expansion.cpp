@@ -60,7 +60,8 @@ void expansion_step(const self_ptr& self, const volume_key& key,
           expansion_step(self, key, done);
         });
       },
-      [done](caf::error& e) { done(to_failure(e)); }, expand_step_atom::value, plugin, controller,
+      [done](caf::error& e) { done(to_failure(e)); }, expand_step_atom::value,
+      wrap(p != nullptr ? *p : v1::Plugin{}), plugin, controller,
       target, target_node);
 }
 

@@ -60,6 +60,9 @@ void announce(const self_ptr& self, const applied_change& a);
 
 node_actor node_of(const self_ptr& self, const std::string& node_id);
 plugin_actor plugin_of(const self_ptr& self, const std::string& plugin_id);
+// The plugin as the catalog holds it (empty when unknown): what a volume
+// actor decides claims, releases and expansions on.
+pb<v1::Plugin> committed_plugin(const self_ptr& self, const std::string& plugin_id);
 // Runs `use` with the volume's actor, spawned from the catalog when it has
 // none (control/activation): later, in order, when its actor is being
 // stopped or the catalog has not yet applied what the last one committed.

@@ -467,7 +467,8 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
         self->state.claiming[slot].erase(key);
         done(to_failure(e), {});
       },
-      claim_atom::value, wrap(c), plugin_of(self, plugin_id), node_of(self, c.node_id()),
+      claim_atom::value, wrap(c), committed_plugin(self, plugin_id), plugin_of(self, plugin_id),
+      node_of(self, c.node_id()),
       pick_controller(self, plugin_id));
 }
 
@@ -514,7 +515,7 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
         when_applied(self, index, [done, v = std::move(v.msg)] { done(std::nullopt, v); });
       },
       [done](caf::error& e) { done(to_failure(e), {}); }, release_atom::value, wrap(std::move(r)),
-      plugin_of(self, plugin_id), target, pick_controller(self, plugin_id));
+      committed_plugin(self, plugin_id), plugin_of(self, plugin_id), target, pick_controller(self, plugin_id));
 }
 
 }  // namespace berth::leader_flows

@@ -38,6 +38,9 @@ void persist(self_ptr self, v1::Volume next, bool remove, then_fn then,
   propose(self, self->state.log, self->state.term, std::move(changes))
       .await(
           [self, next, remove, then](uint64_t index) mutable {
+            // Committed on a majority, not yet answered: a shell that loses
+            // its answer here must say "may have been applied" (exit 7).
+            crashpoint("volume.committed");
             auto stamped = upsert_change(std::move(next));
             stamp(stamped, index);
             self->state.volume = std::move(*stamped.mutable_volume_upsert());
@@ -267,21 +270,14 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
                   [unwind](std::optional<caf::error> e) mutable { unwind(std::move(*e)); });
 }
 
-// Runs `then` with the plugin as its actor has it (empty when unknown).
-// await: no other request of this volume runs meanwhile.
-void with_plugin(self_ptr self, const plugin_actor& plugin,
-                 std::function<void(std::optional<v1::Plugin>)> then) {
-  if (!plugin) {
-    then(std::nullopt);
-    return;
-  }
-  self->request(plugin, std::chrono::seconds(10), status_atom::value)
-      .await([then](pb<v1::Plugin>& p) { then(std::move(p.msg)); },
-             [then](caf::error&) { then(std::nullopt); });
+// The plugin as the leader committed it (empty: unknown to the leader).
+std::optional<v1::Plugin> known_plugin(pb<v1::Plugin>& p) {
+  if (p.msg.id().empty()) return std::nullopt;
+  return std::move(p.msg);
 }
 
 // One step of the volume's expansion (control/expansion's next step, on
-// the committed volume and the plugin as its actor has it), committed
+// the committed volume and the plugin as the leader has it), committed
 // before the answer: ControllerExpandVolume through the controller node,
 // NodeExpandVolume through the target node, or finishing.
 // A claim taken on `node` that the node has not published (its publish
@@ -454,52 +450,48 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
         persist(self, std::move(next), false, answer(self, rp));
         return rp;
       },
-      [self](claim_atom, pb<v1::ClaimRequest>& req, plugin_actor plugin, node_actor target,
+      [self](claim_atom, pb<v1::ClaimRequest>& req, pb<v1::Plugin>& committed,
+             plugin_actor plugin, node_actor target,
              node_actor controller) -> caf::result<pb<v1::ClaimResult>> {
         if (!self->state.registered) return not_registered(self);
+        auto p = known_plugin(committed);
+        const auto& q = req.msg;
+        claim_request r;
+        r.alloc_id = q.alloc_id();
+        r.node_id = q.node_id();
+        r.write = !q.read_only();
+        r.access_mode = q.access_mode();
+        r.attachment_mode = q.attachment_mode();
+        r.now_ms = wall_ms();
+        r.node_volume_count = q.node_volume_count();
+        r.allow_abnormal = q.allow_abnormal();
+        auto next = self->state.volume;
+        if (auto f = claim(next, r, p ? &*p : nullptr)) return to_error(*f);
+        if (!p)  // (claim() refuses without a plugin; never published without one)
+          return make_error(errc::unavailable, "volume '" + self->state.volume.id() +
+                                                   "': its plugin is not known right now; retry");
         auto rp = self->make_response_promise<pb<v1::ClaimResult>>();
-        with_plugin(self, plugin, [self, req = std::move(req.msg), rp, target, controller,
-                                   plugin](std::optional<v1::Plugin> p) mutable {
-          claim_request r;
-          r.alloc_id = req.alloc_id();
-          r.node_id = req.node_id();
-          r.write = !req.read_only();
-          r.access_mode = req.access_mode();
-          r.attachment_mode = req.attachment_mode();
-          r.now_ms = wall_ms();
-          r.node_volume_count = req.node_volume_count();
-          r.allow_abnormal = req.allow_abnormal();
-          auto next = self->state.volume;
-          if (auto f = claim(next, r, p ? &*p : nullptr)) {
-            rp.deliver(to_error(*f));
-            return;
-          }
-          if (!p) {  // (claim() refuses without a plugin; never published without one)
-            rp.deliver(make_error(errc::unavailable, "volume '" + self->state.volume.id() +
-                                                         "': its plugin did not answer; retry"));
-            return;
-          }
-          claim_ctx ctx{r.alloc_id, std::move(*p), plugin, target, controller,
-                        {req.mount_flags().begin(), req.mount_flags().end()}};
-          std::vector<v1::Change> also;
-          if (req.has_alloc()) also.push_back(upsert_change(req.alloc()));
-          if (also.empty() && next.SerializeAsString() == self->state.volume.SerializeAsString()) {
-            publish_steps(self, std::move(ctx), rp);  // a repeat: CSI calls are idempotent
-            return;
-          }
-          persist(
-              self, std::move(next), false,
-              [self, ctx, rp](std::optional<caf::error> err) mutable {
-                if (err)
-                  rp.deliver(std::move(*err));
-                else
-                  publish_steps(self, std::move(ctx), rp);
-              },
-              std::move(also));
-        });
+        claim_ctx ctx{r.alloc_id, std::move(*p), plugin, target, controller,
+                      {q.mount_flags().begin(), q.mount_flags().end()}};
+        std::vector<v1::Change> also;
+        if (q.has_alloc()) also.push_back(upsert_change(q.alloc()));
+        if (also.empty() && next.SerializeAsString() == self->state.volume.SerializeAsString()) {
+          publish_steps(self, std::move(ctx), rp);  // a repeat: CSI calls are idempotent
+          return rp;
+        }
+        persist(
+            self, std::move(next), false,
+            [self, ctx, rp](std::optional<caf::error> err) mutable {
+              if (err)
+                rp.deliver(std::move(*err));
+              else
+                publish_steps(self, std::move(ctx), rp);
+            },
+            std::move(also));
         return rp;
       },
-      [self](release_atom, pb<v1::ReleaseRequest>& req, plugin_actor plugin, node_actor target,
+      [self](release_atom, pb<v1::ReleaseRequest>& req, pb<v1::Plugin>& committed,
+             plugin_actor plugin, node_actor target,
              node_actor controller) -> caf::result<pb<v1::Volume>> {
         if (!self->state.registered) return not_registered(self);
         const auto& alloc = req.msg.alloc_id();
@@ -517,12 +509,9 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
             still_detached(req.msg.node_detached(), req.msg.detached_at_ms(),
                            last == self->state.published_ms.end() ? 0 : last->second);
         bool pending = req.msg.node_unmounts_pending();
-        with_plugin(self, plugin, [self, alloc, rp, target, controller, plugin, reason,
-                                   detached, pending](std::optional<v1::Plugin> p) {
-          release_ctx ctx{alloc, reason, p.value_or(v1::Plugin{}), plugin, target, controller,
-                          detached, pending};
-          release_steps(self, std::move(ctx), answer(self, rp));
-        });
+        release_ctx ctx{alloc, reason, known_plugin(committed).value_or(v1::Plugin{}), plugin,
+                        target, controller, detached, pending};
+        release_steps(self, std::move(ctx), answer(self, rp));
         return rp;
       },
       [self](deregister_atom, bool force) -> caf::result<pb<v1::Volume>> {
@@ -637,17 +626,14 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
         persist(self, std::move(dec.next), false, answer(self, rp));
         return rp;
       },
-      [self](expand_step_atom, plugin_actor plugin, node_actor controller, node_actor target,
+      [self](expand_step_atom, pb<v1::Plugin>& committed, plugin_actor plugin,
+             node_actor controller, node_actor target,
              std::string target_node) -> caf::result<pb<v1::Volume>> {
         if (!self->state.registered) return not_registered(self);
         if (!expanding(self->state.volume)) return wrap(self->state.volume);
         auto rp = self->make_response_promise<pb<v1::Volume>>();
-        with_plugin(
-            self, plugin,
-            [self, rp, plugin, controller, target,
-             target_node](std::optional<v1::Plugin> p) mutable {
-              expansion_steps(self, std::move(p), plugin, controller, target, target_node, rp);
-            });
+        expansion_steps(self, known_plugin(committed), plugin, controller, target, target_node,
+                        rp);
         return rp;
       },
       [self](stop_atom) -> caf::result<uint64_t> {

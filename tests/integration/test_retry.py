@@ -10,7 +10,7 @@ import tempfile
 import time
 import unittest
 
-from cluster import Cluster
+from cluster import Cluster, ClusterTestCase
 from harness import BERTH, berth
 from test_csi import Plugin, agent_with_plugin, unmount_under
 
@@ -152,6 +152,53 @@ class LeaderKilledTest(unittest.TestCase):
         self.assertLessEqual(len(claims), 1)
         for c in claims:
             self.assertEqual(c["alloc_id"], "job1")
+
+
+class UnknownOutcomeTest(ClusterTestCase):
+    """Issue 27: a change whose answer is lost after it committed is
+    reported as "may have been applied" (exit 7, with the command that
+    checks), never as a plain failure (exit 5): the leader stops at the
+    crash point `volume.committed` (the created volume's registration
+    committed on a majority, not yet answered) while the shell waits at a
+    follower."""
+    PREFIX = "berth-outcome-"
+
+    def setUp(self):
+        # Every server is armed: whichever leads passes the point.
+        os.environ["BERTH_CRASHPOINT"] = "volume.committed"
+        try:
+            super().setUp()
+        finally:
+            del os.environ["BERTH_CRASHPOINT"]
+
+    def test_a_creation_whose_leader_died_after_the_commit_exits_7_and_was_made(self):
+        self.cluster.add_client("c1")
+
+        def controller_healthy():
+            r = berth(self.via, "--json", "--timeout", "5", "plugin", "status", "hostpath")
+            return r.code == 0 and r.json()["controllers_healthy"] == 1
+        self.wait(controller_healthy, "the plugin's controller healthy")
+        leader = self.cluster.leader()
+        self.assertIsNotNone(leader, self.cluster.peers())
+        follower = next(s for s in self.cluster.servers if s is not leader)
+        r = berth(follower.address, "--timeout", "30", "volume", "create", "-",
+                  stdin=json.dumps(dict(SPEC, id="db")), timeout=90)
+        self.wait(lambda: not leader.alive(),
+                  "the leader stopped at the crash point (the shell: %r)" % r)
+        self.assertEqual(leader.proc.returncode, 137)
+        with open(leader.log_path, errors="replace") as f:
+            self.assertIn("crash point volume.committed reached", f.read())
+        self.assertEqual(r.code, 7, r)
+        self.assertIn("may have been applied", r.err)
+        self.assertIn("berth volume status db", r.err)
+        # It was made: a majority held it, and the next leader serves it.
+        self.cluster.wait_leader(exclude=leader)
+        self.via = follower.address
+
+        def registered():
+            s = berth(self.via, "--json", "--timeout", "5", "volume", "status", "db")
+            return s.code == 0 and s.json()["id"] == "db"
+        self.wait(registered, "the volume served by the next leader")
 
 
 if __name__ == "__main__":

@@ -165,8 +165,12 @@ class Client(Process):
 
 
 class Cluster:
-    def __init__(self, tmp, tick="0.05", snapshot_threshold=30, server_args=()):
-        """server_args: more berthd flags for every server."""
+    def __init__(self, tmp, tick=None, snapshot_threshold=30, server_args=()):
+        """server_args: more berthd flags for every server; tick: their
+        --raft-tick (0.05 s, times BERTH_TEST_TIME_SCALE: under a sanitizer's
+        slowness a short tick makes elections that never settle)."""
+        if tick is None:
+            tick = "%g" % (0.05 * max(float(os.environ.get("BERTH_TEST_TIME_SCALE", "1")), 1))
         self.tmp = tmp
         ports = [(free_port(), free_port()) for _ in range(3)]
         raft = ["127.0.0.1:%d" % r for _, r in ports]

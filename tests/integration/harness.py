@@ -129,10 +129,20 @@ def undo_mounts(tmp):
             subprocess.run(["umount", "-l", m], check=False)
 
 
+# BERTH_TEST_TIME_SCALE (the sanitizer runs set 4): everything runs that many
+# times slower, so the shell's own deadline stretches with it.
+TIME_SCALE = float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
+
+
 def berth(agent_or_address, *args, stdin=None, timeout=60):
+    """Runs the shell against an agent or HOST:PORT. Under a time scale, a
+    command without --timeout gets the shell's default (30 s) scaled."""
     address = agent_or_address if isinstance(agent_or_address, str) else agent_or_address.address
-    proc = subprocess.run([BERTH, "--address", address] + list(args), input=stdin,
-                          capture_output=True, text=True, timeout=timeout)
+    argv = [BERTH, "--address", address]
+    if TIME_SCALE > 1 and "--timeout" not in args:
+        argv += ["--timeout", str(int(30 * TIME_SCALE))]
+    proc = subprocess.run(argv + list(args), input=stdin, capture_output=True, text=True,
+                          timeout=timeout * max(TIME_SCALE, 1))
     return Result(proc)
 
 

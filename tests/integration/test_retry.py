@@ -11,7 +11,7 @@ import time
 import unittest
 
 from cluster import Cluster, ClusterTestCase
-from harness import BERTH, berth
+from harness import BERTH, TIME_SCALE, berth
 from test_csi import Plugin, agent_with_plugin, unmount_under
 
 SPEC = {"plugin_id": "hostpath", "capacity_min": "1MiB",
@@ -100,7 +100,7 @@ class LeaderKilledTest(unittest.TestCase):
             "c1", plugin_args=["--delay", "ControllerPublishVolume=3000"])
 
     def ok(self, address, *args, stdin=None):
-        deadline = time.time() + 30
+        deadline = time.time() + 30 * TIME_SCALE
         while True:
             r = berth(address, *args, stdin=stdin)
             if r.code == 0 or time.time() > deadline:
@@ -109,9 +109,11 @@ class LeaderKilledTest(unittest.TestCase):
             time.sleep(0.2)  # no leader yet, or the client not connected yet
 
     def test_alloc_run_sent_while_the_leader_dies_ends_in_one_alloc(self):
-        leader = self.cluster.wait_leader()
+        self.cluster.wait_leader()
+        leader = self.cluster.leader()
+        self.assertIsNotNone(leader, self.cluster.peers())
         follower = next(s for s in self.cluster.servers if s is not leader)
-        deadline = time.time() + 30
+        deadline = time.time() + 30 * TIME_SCALE
         while True:
             r = berth(leader.address, "--json", "plugin", "status", "hostpath")
             if r.code == 0 and r.json()["controllers_healthy"] == 1:
@@ -120,11 +122,12 @@ class LeaderKilledTest(unittest.TestCase):
             time.sleep(0.1)
         self.ok(leader.address, "volume", "create", "-", stdin=json.dumps(dict(SPEC, id="db")))
         shell = subprocess.Popen(
-            [BERTH, "--address", follower.address, "--json", "--timeout", "60", "alloc", "run",
+            [BERTH, "--address", follower.address, "--json", "--timeout", str(int(60 * TIME_SCALE)),
+             "alloc", "run",
              "--id", "job1", "--node", "c1", "--volume", "data=db"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # The alloc is being started (its claim is in ControllerPublishVolume).
-        deadline = time.time() + 20
+        deadline = time.time() + 20 * TIME_SCALE
         while True:
             r = berth(follower.address, "--json", "alloc", "status", "job1")
             if r.code == 0 and r.json().get("state") == "pending":
@@ -132,7 +135,7 @@ class LeaderKilledTest(unittest.TestCase):
             self.assertLess(time.time(), deadline, "the alloc never became pending: %r" % r)
             time.sleep(0.05)
         leader.kill()
-        out, err = shell.communicate(timeout=90)
+        out, err = shell.communicate(timeout=90 * TIME_SCALE)
         # The shell sent it again to the new leader.  It was pending when its
         # leader died: the new leader failed it, and the repeated request
         # answers that failure (exit 4, never success for an alloc that

@@ -50,6 +50,7 @@ using prove_atom = caf::atom_constant<caf::atom("prove")>;
 using install_atom = caf::atom_constant<caf::atom("install")>;
 using leading_atom = caf::atom_constant<caf::atom("leading")>;
 using lease_atom = caf::atom_constant<caf::atom("lease")>;
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
 using monitor_atom = caf::atom_constant<caf::atom("monitor")>;
 using node_atom = caf::atom_constant<caf::atom("node")>;
@@ -190,6 +191,9 @@ using node_actor = caf::typed_actor<
     // published here whose plugin has GET_VOLUME_STATS, reported to the
     // leader as one volume_stats_report.
     caf::reacts_to<stats_atom>,
+    // Replies at once: whoever waits on a long step of this node checks
+    // that the node actor still hears it (actors/node_call.hpp).
+    caf::replies_to<ping_atom>::with<bool>,
     // ControllerExpandVolume of the request's volume (expand_required_bytes,
     // leader_term); replies with the capacity the plugin reported and
     // whether it needs NodeExpandVolume.

@@ -705,6 +705,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
               rp.deliver(wrap(std::move(out.health)));
             });
       },
+      [](ping_atom) { return true; },
       [self](stats_atom) {
         measure_published(self);
         if (self->state.config.volume_stats_interval.count() >= 0)

@@ -8,10 +8,17 @@
 // for a CSI step), holding up the volume's release and, for a controller
 // RPC, every other controller RPC of the plugin queued behind it.
 //
+// A connection that goes silent instead of closing (a network partition
+// that drops packets, a frozen client: TCP holds the connection for many
+// minutes) brings no down message at all.  So while the request runs the
+// helper pings the node actor every ping_interval; a ping unanswered for
+// ping_timeout fails the step as `unavailable` (issue 27: a release waited
+// out the whole 75 s this way, and every controller call queued behind it).
+//
 // call_node spawns a small helper actor that monitors the node actor, sends
-// the request, and answers with the node's result, the timeout error, or an
-// `unavailable` error on the node actor's down message, whichever comes
-// first.  Callers chain .then or .await on the returned handle exactly as on
+// the request, and answers with the node's result, the timeout error, an
+// `unavailable` error on the node actor's down message or an unanswered
+// ping, whichever comes first.  Callers chain .then or .await on the returned handle exactly as on
 // a direct request.  A step failed this way is retried by its caller (the
 // watcher retries releases; a failed claim is unwound), and every step is
 // idempotent, so a step the client did finish before dying succeeds again.
@@ -28,6 +35,13 @@
 #include "actors/actors.hpp"
 
 namespace berth {
+
+// While a step runs on a node: how often its node actor is pinged, and how
+// long a ping may go unanswered before the step fails.  A node actor
+// answers at once (its CSI calls run on threads of their own), so only a
+// lost connection or a stopped process leaves a ping unanswered this long.
+inline constexpr std::chrono::seconds node_ping_interval{5};
+inline constexpr std::chrono::seconds node_ping_timeout{10};
 
 namespace detail {
 
@@ -54,6 +68,26 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
   });
   self->monitor(node);
   return {
+      // The pings while the step runs.
+      [self, c, node](tick_atom) {
+        if (c->answered) return;
+        self->request(node, node_ping_timeout, ping_atom::value)
+            .then(
+                [self, c](bool) {
+                  if (!c->answered) self->delayed_send(self, node_ping_interval, tick_atom::value);
+                },
+                [self, c](caf::error& e) {
+                  if (c->answered) return;
+                  c->answered = true;
+                  c->rp.deliver(make_error(
+                      errc::unavailable,
+                      "the node's berth client did not answer for " +
+                          std::to_string(node_ping_timeout.count()) +
+                          " s while the step ran (a network partition, or a stopped "
+                          "process: " + to_failure(e).message + "); the step is retried"));
+                  self->quit();
+                });
+      },
       [self, c, node, timeout, down_error](Atom atom, Request& req) {
         c->rp = self->make_response_promise();
         if (c->node_down) {
@@ -62,6 +96,7 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
           self->quit();
           return;
         }
+        self->delayed_send(self, node_ping_interval, tick_atom::value);
         self->request(node, timeout, atom, std::move(req))
             .then(
                 [self, c](Result& r) {

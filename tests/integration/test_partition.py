@@ -18,7 +18,13 @@ publication. After the heal, c1 reports what it did and keeps nothing.
 
 A second case freezes c1's agent (SIGSTOP: it cannot fence itself) on a
 cluster started with --keep-down-writers: the down node's claim is never
-released without it, until the operator detaches it."""
+released without it, until the operator detaches it.
+
+A third (issue 27) freezes a client whose volume is being released: its
+connection stays open and silent, so no down message comes; the release's
+NodeUnpublishVolume fails once the node actor leaves a ping unanswered
+(actors/node_call.hpp), not after the step's whole timeout (75 s), and the
+release finishes once the client runs again."""
 
 import glob
 import json
@@ -226,6 +232,43 @@ class FrozenAgentTest(PartitionBase):
         os.kill(self.clients["c1"].proc.pid, signal.SIGCONT)
         self.b("alloc", "stop", "w2-1")
 
+
+class SilentClientTest(ClusterTestCase):
+    PREFIX = "berth-silent-"
+    # Never marked down meanwhile: the release must go through the node.
+    SERVER_ARGS = ("--node-down-timeout", "600")
+
+    def test_a_step_on_a_client_that_went_silent_fails_on_its_ping_not_its_timeout(self):
+        _, client = self.cluster.add_client("c1")
+
+        def healthy():
+            r = berth(self.via, "--json", "--timeout", "5", "plugin", "status", "hostpath")
+            return r.code == 0 and r.json().get("nodes_healthy") == 1
+        self.wait(healthy, "c1's plugin healthy")
+        spec = {"id": "sw", "plugin_id": "hostpath",
+                "capabilities": [{"access_mode": "single-node-writer",
+                                  "attachment_mode": "file-system"}]}
+        self.b("volume", "create", "-", stdin=json.dumps(spec))
+        self.b("volume", "claim", "sw", "--alloc", "a1", "--node", "c1")
+        os.kill(client.proc.pid, signal.SIGSTOP)  # its connections stay open, silent
+        try:
+            # The shell waits longer than the step's timeout (75 s): only the
+            # ping can end the step first.
+            r = berth(self.via, "--timeout", "100", "volume", "release", "sw", "--alloc", "a1",
+                      timeout=150)
+            self.assertNotEqual(r.code, 0, r)
+            self.assertIn("berth client did not answer for 10 s while the step ran", r.err)
+            claims = self.b("--json", "volume", "status", "sw").json().get("claims", [])
+            self.assertEqual([c["alloc_id"] for c in claims], ["a1"], claims)
+        finally:
+            os.kill(client.proc.pid, signal.SIGCONT)
+
+        # Once the client runs again the release resumes (the volume watcher
+        # retries it, as does a shell's release).
+        def released():
+            r = berth(self.via, "--json", "--timeout", "5", "volume", "status", "sw")
+            return r.code == 0 and not r.json().get("claims")
+        self.wait(released, "the release finished once c1 runs again")
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

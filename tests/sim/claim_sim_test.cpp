@@ -931,6 +931,7 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
       [self, w, id, inc](ctrl_unpublish_atom, pb<v1::NodeVolumeRequest>& r) {
         return enqueue(self, w, id, inc, call_kind::ctrl_unpublish, std::move(r.msg));
       },
+      [](ping_atom) { return true; },
       [](create_atom, pb<v1::Volume>& v, uint64_t) -> pb<v1::Volume> { return v; },
       [](validate_atom, pb<v1::Volume>&, uint64_t) -> std::string { return ""; },
       [](deregister_atom, pb<v1::Volume>&, uint64_t) -> bool { return true; },

@@ -28,7 +28,8 @@ class DrainTest(ClusterTestCase):
         shared = os.path.join(self.tmp, "shared-root")
         self.plugin1, self.client1 = self.cluster.add_client("c1", ("--peer-node", "csi-c2"),
                                                              shared)
-        self.plugin2, self.client2 = self.cluster.add_client("c2", ("--peer-node", "csi-c1"), shared)
+        self.plugin2, self.client2 = self.cluster.add_client("c2", ("--peer-node", "csi-c1"),
+                                                             shared)
         self.wait(lambda: self.plugin_counts() == (2, 2), "both plugin instances healthy")
 
     def plugin_counts(self):

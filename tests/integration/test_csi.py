@@ -11,7 +11,7 @@ import tempfile
 import time
 import unittest
 
-from harness import Agent, berth
+from harness import TIME_SCALE, Agent, berth
 
 HOSTPATH = os.environ.get("BERTH_HOSTPATH_BIN", "berth-hostpath")
 SECRET = "hunter2-csi"
@@ -86,7 +86,7 @@ def agent_with_plugin(tmp, plugin, plugin_options="", timeout=30):
     agent = Agent(os.path.join(tmp, "data"), extra_args=[
         "--node-name", "n1", "--plugin", "hostpath=monolith:" + plugin.socket + plugin_options,
         "--fingerprint-interval", "0.2", "--csi-root", os.path.join(tmp, "csi")]).start()
-    deadline = time.time() + timeout
+    deadline = time.time() + timeout * TIME_SCALE
     while True:
         r = berth(agent, "--json", "plugin", "status", "hostpath")
         if r.code == 0 and r.json()["nodes_healthy"] == 1 and r.json()["controllers_healthy"] == 1:

@@ -18,7 +18,7 @@ import time
 import unittest
 
 from cluster import Process, free_port
-from harness import BERTHD, berth
+from harness import BERTHD, TIME_SCALE, berth
 
 HOSTPATH = os.environ.get("BERTH_HOSTPATH_BIN", "berth-hostpath")
 SECRET = "hunter2-lifecycle"
@@ -164,7 +164,7 @@ class Base(unittest.TestCase):
         return r
 
     def wait(self, cond, what, timeout=30):
-        deadline = time.time() + timeout
+        deadline = time.time() + timeout * TIME_SCALE
         while time.time() < deadline:
             if cond():
                 return

@@ -26,7 +26,7 @@ import urllib.request
 import websocket  # python3-websocket (scripts/install-deps.sh)
 
 from cluster import Plugin, Process
-from harness import BERTH, BERTHD, Agent, berth, undo_mounts
+from harness import BERTH, BERTHD, TIME_SCALE, Agent, berth, undo_mounts
 from test_tls import cli_env, make_certificates, run, tls_args
 
 SECRET = "ui-secret-4b9e1d"
@@ -45,7 +45,7 @@ def spec(vid, secret=None):
 
 def wait(condition, what, timeout=20):
     """Polls condition() until it returns something true; fails after timeout."""
-    deadline = time.time() + timeout
+    deadline = time.time() + timeout * TIME_SCALE
     while True:
         value = condition()
         if value:

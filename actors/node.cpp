@@ -758,6 +758,12 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         if (st.stopped_before_start.erase(req.msg.id()))
           return make_error(errc::refused, "alloc '" + req.msg.id() + "' was stopped on node '" +
                                                st.config.node_id + "' before it started");
+        if (!start_allowed(expired(st.lease, steady_ms()), req.msg))
+          return make_error(errc::refused,
+                            "alloc '" + req.msg.id() + "' writes a volume and node '" +
+                                st.config.node_id +
+                                "' lost its lease (it could not reach a leader): its command is "
+                                "not started; run it again once the node is back");
         if (auto f =
                 start_alloc(*st.store, st.allocs, req.msg, st.config.alloc_dir, st.config.node_id))
           return to_error(*f);

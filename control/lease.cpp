@@ -35,6 +35,12 @@ bool fenced_publication(v1::AccessMode mode, bool read_only) {
   return mode == v1::SINGLE_NODE_WRITER || mode == v1::MULTI_NODE_SINGLE_WRITER;
 }
 
+bool start_allowed(bool lease_out, const v1::Alloc& alloc) {
+  if (!lease_out) return true;
+  return std::none_of(alloc.volumes().begin(), alloc.volumes().end(),
+                      [](const v1::AllocVolume& v) { return !v.read_only(); });
+}
+
 fence_plan plan_fence(const std::vector<publication_fact>& publications,
                       const std::set<std::string>& running_allocs) {
   fence_plan plan;

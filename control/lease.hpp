@@ -88,6 +88,14 @@ struct fence_plan {
 fence_plan plan_fence(const std::vector<publication_fact>& publications,
                       const std::set<std::string>& running_allocs);
 
+// Whether a node may start an alloc's command now: not while its lease is
+// out (`lease_out`) when the alloc writes any volume.  The fence stops such
+// a writer at once and may already have unmounted what it writes: a
+// NodePublishVolume sent before the lease ran out can finish after the
+// fence unmounted the volume, and the command then ran on a path that was
+// gone (fault.short, seed 111342638, check 6).  Readers may start.
+bool start_allowed(bool lease_out, const v1::Alloc& alloc);
+
 // The lease guard (actors/lease_guard) stops the writers of plan.stop the
 // moment the lease runs out, on a thread of its own, so a node actor held
 // up (a slow client.db fsync, a busy scheduler) does not delay it.  Its

@@ -83,6 +83,32 @@ TEST_CASE("fence_takes_the_writers_of_single_writer_volumes_only") {
   CHECK(plan_fence({{"r", v1::MULTI_NODE_READER_ONLY, true}}, {"r"}).empty());
 }
 
+TEST_CASE("no_writer_starts_while_the_lease_is_out") {
+  auto alloc = [](std::vector<bool> read_only) {
+    v1::Alloc a;
+    a.set_id("a");
+    for (bool ro : read_only) a.add_volumes()->set_read_only(ro);
+    return a;
+  };
+  struct row {
+    bool lease_out;
+    std::vector<bool> read_only;
+    bool allowed;
+  };
+  for (const auto& r : std::vector<row>{{false, {}, true},
+                                        {false, {false}, true},
+                                        {false, {true, false}, true},
+                                        {true, {}, true},            // no volume: nothing fenced
+                                        {true, {true}, true},        // a reader
+                                        {true, {true, true}, true},  // readers only
+                                        {true, {false}, false},      // a writer
+                                        {true, {true, false}, false}}) {
+    CAPTURE(r.lease_out);
+    CAPTURE(r.read_only.size());
+    CHECK(start_allowed(r.lease_out, alloc(r.read_only)) == r.allowed);
+  }
+}
+
 TEST_CASE("guard_terms_at_expiry_then_kills_after_the_timeout_every_second") {
   int64_t term = 0, kill = 0;
   // No lease granted: never a signal, however late.

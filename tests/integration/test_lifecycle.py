@@ -163,7 +163,7 @@ class Base(unittest.TestCase):
             self.assertEqual(r.code, expect, r)
         return r
 
-    def wait(self, cond, what, timeout=30):
+    def wait(self, cond, what, timeout=60):
         deadline = time.time() + timeout * TIME_SCALE
         while time.time() < deadline:
             if cond():

@@ -18,7 +18,7 @@
 namespace fs = std::filesystem;
 using namespace berth::hostpath;
 
-#if defined(__SANITIZE_THREAD__)
+#if defined(BERTH_TSAN)
 // ThreadSanitizer suppressions of this process only (make test-tsan, issue
 // 32): gRPC's synchronous server reads a call's request on one of its
 // threads (into an arena it allocated there) and runs the handler on

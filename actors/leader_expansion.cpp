@@ -61,7 +61,7 @@ void expansion_step(const self_ptr& self, const volume_key& key,
         });
       },
       [done](caf::error& e) { done(to_failure(e)); }, expand_step_atom::value,
-      wrap(p != nullptr ? *p : v1::Plugin{}), plugin, controller,
+      committed_plugin(self, v->plugin_id()), plugin, controller,
       target, target_node);
 }
 

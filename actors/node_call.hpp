@@ -18,7 +18,8 @@
 // call_node spawns a small helper actor that monitors the node actor, sends
 // the request, and answers with the node's result, the timeout error, an
 // `unavailable` error on the node actor's down message or an unanswered
-// ping, whichever comes first.  Callers chain .then or .await on the returned handle exactly as on
+// ping, whichever comes first.  Callers chain .then or .await on the
+// returned handle exactly as on
 // a direct request.  A step failed this way is retried by its caller (the
 // watcher retries releases; a failed claim is unwound), and every step is
 // idempotent, so a step the client did finish before dying succeeds again.

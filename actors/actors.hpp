@@ -118,10 +118,11 @@ using state_machine_actor = caf::typed_actor<
     // request's token may not see (or the refusal).
     caf::replies_to<acl_atom, pb<v1::Request>, pb<v1::Response>>::with<pb<v1::Response>>,
     // Replies with the applied index and a consistent copy of the state
-    // database (after every apply sent before this request): a backup.
+    // database (after every apply sent before this request): a backup; an
+    // error when the copy cannot be made (nothing changes).
     caf::replies_to<snapshot_atom>::with<uint64_t, std::string>,
     // Writes that copy to the file at the path given (mode 0600) and replies
-    // with its applied index: a Raft snapshot's database.
+    // with its applied index: a Raft snapshot's database (or the error).
     caf::replies_to<snapshot_atom, std::string>::with<uint64_t>,
     // Replaces the state database with the one inside the Raft snapshot
     // file at the path given (persistence/snapshot_file.hpp), then removes

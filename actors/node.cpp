@@ -112,13 +112,12 @@ void heartbeat(self_ptr self) {
             // once a second; an older record only ends the lease sooner.
             auto renewed_wall = wall_ms() - (steady_ms() - sent);
             if (renewed_wall - st.lease_recorded_wall_ms < 1000) return;
-            try {
-              st.store->set_meta("lease_ms", lease_ms);
-              st.store->set_meta("lease_renewed_wall_ms", renewed_wall);
+            auto f = st.store->set_meta("lease_ms", lease_ms);
+            if (!f) f = st.store->set_meta("lease_renewed_wall_ms", renewed_wall);
+            if (f)
+              report_problem(st, store_failure(*st.store, "record its lease", *f));
+            else
               st.lease_recorded_wall_ms = renewed_wall;
-            } catch (const std::exception& e) {
-              report_problem(st, store_failure(*st.store, "record its lease", e));
-            }
           },
           [missed](caf::error&) { missed(); });
 }
@@ -300,12 +299,10 @@ void fence_alloc(self_ptr self, const std::string& id) {
   }
   if (!st.fenced.count(id)) {
     auto at = wall_ms();
-    try {
-      st.store->put_fenced(id, at);
-    } catch (const std::exception& e) {
-      // Stopped all the same: writing on without a lease is the worse harm.
-      report_problem(st, store_failure(*st.store, "record the fence of alloc '" + id + "'", e));
-    }
+    // Stopped all the same when it cannot be recorded: writing on without
+    // a lease is the worse harm.
+    if (auto f = st.store->put_fenced(id, at))
+      report_problem(st, store_failure(*st.store, "record the fence of alloc '" + id + "'", *f));
     st.fenced[id] = at;
     logging::warn("node", "lease ran out: stopping alloc that writes a single-writer volume",
                   {{"node", st.config.node_id}, {"alloc", id}});
@@ -374,10 +371,8 @@ void drive_fence(self_ptr self, int64_t now) {
       ++it;
       continue;
     }
-    try {
-      st.store->delete_fenced(id);
-    } catch (const std::exception& e) {
-      report_problem(st, store_failure(*st.store, "forget the fence of alloc '" + id + "'", e));
+    if (auto f = st.store->delete_fenced(id)) {
+      report_problem(st, store_failure(*st.store, "forget the fence of alloc '" + id + "'", *f));
       ++it;
       continue;
     }
@@ -504,15 +499,20 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
   if (!loaded) loaded = st.fence.load(*st.store, st.config.forget_leader_term);
   if (!loaded) {
     // The fence a restart finishes, and what is left of the lease.
-    try {
-      st.fenced = st.store->fenced();
-      st.lease = lease_at_start(st.store->meta("lease_ms"), st.store->meta("lease_renewed_wall_ms"),
-                                wall_ms(), steady_ms());
+    auto fenced = st.store->fenced();
+    auto length = st.store->meta("lease_ms");
+    auto renewed = st.store->meta("lease_renewed_wall_ms");
+    const char* what = "read its lease and fence";
+    if (!fenced) {
+      loaded = store_failure(*st.store, what, fenced.error());
+    } else if (!length || !renewed) {
+      loaded = store_failure(*st.store, what, !length ? length.error() : renewed.error());
+    } else {
+      st.fenced = std::move(*fenced);
+      st.lease = lease_at_start(*length, *renewed, wall_ms(), steady_ms());
       if (expired(st.lease, steady_ms())) st.publish_floor->store(floor_lapsed);
       st.guard->set_lease(st.lease.length_ms > 0 ? st.lease.until_ms : 0);
       guard_writers(st);
-    } catch (const std::exception& e) {
-      loaded = store_failure(*st.store, "read its lease and fence", e);
     }
   }
   if (loaded) {

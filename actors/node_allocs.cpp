@@ -54,13 +54,11 @@ bool needs_polling(const alloc_table& allocs, bool stops_waiting, bool calls_wai
 }
 
 std::optional<failure> load_allocs(client_store& store, alloc_table& allocs) {
-  try {
-    for (auto& a : store.allocs()) {
-      auto id = a.alloc.id();
-      allocs.insert_or_assign(std::move(id), std::move(a));
-    }
-  } catch (const std::exception& e) {
-    return store_failure(store, "read its allocs", e);
+  auto read = store.allocs();
+  if (!read) return store_failure(store, "read its allocs", read.error());
+  for (auto& a : *read) {
+    auto id = a.alloc.id();
+    allocs.insert_or_assign(std::move(id), std::move(a));
   }
   return std::nullopt;
 }
@@ -78,11 +76,9 @@ std::optional<failure> start_alloc(client_store& store, alloc_table& allocs, con
     rec.pid = spawned.pid;
     rec.exit_file = spawned.exit_file;
   }
-  try {
-    store.put_alloc(rec);
-  } catch (const std::exception& e) {
+  if (auto f = store.put_alloc(rec)) {
     if (rec.pid) signal_alloc_process(rec.pid, SIGKILL);
-    return store_failure(store, "record alloc '" + a.id() + "' (its command was killed)", e);
+    return store_failure(store, "record alloc '" + a.id() + "' (its command was killed)", *f);
   }
   allocs[a.id()] = std::move(rec);
   return std::nullopt;
@@ -99,26 +95,26 @@ int64_t current_boot() {
 std::optional<failure> forget_previous_boot(client_store& store, alloc_table& allocs,
                                             int64_t boot) {
   if (boot == 0) return std::nullopt;
-  try {
-    auto recorded = store.meta("boot_id");
-    if (recorded != 0 && recorded != boot)
-      for (auto& [id, a] : allocs) {
-        if (!command_running(a)) continue;
-        a.exited = true;
-        a.exit_code = -1;
-        a.alloc.set_message("ended with the host's restart");
-        std::ifstream in(a.exit_file);
-        int code = 0;
-        if (in >> code) {
-          a.exit_code = code;
-          a.alloc.set_message("exited with " + std::to_string(code));
-        }
-        store.put_alloc(a);
+  const char* what = "mark the allocs of the host's previous boot ended";
+  auto read = store.meta("boot_id");
+  if (!read) return store_failure(store, what, read.error());
+  auto recorded = *read;
+  if (recorded != 0 && recorded != boot)
+    for (auto& [id, a] : allocs) {
+      if (!command_running(a)) continue;
+      a.exited = true;
+      a.exit_code = -1;
+      a.alloc.set_message("ended with the host's restart");
+      std::ifstream in(a.exit_file);
+      int code = 0;
+      if (in >> code) {
+        a.exit_code = code;
+        a.alloc.set_message("exited with " + std::to_string(code));
       }
-    if (recorded != boot) store.set_meta("boot_id", boot);
-  } catch (const std::exception& e) {
-    return store_failure(store, "mark the allocs of the host's previous boot ended", e);
-  }
+      if (auto f = store.put_alloc(a)) return store_failure(store, what, *f);
+    }
+  if (recorded != boot)
+    if (auto f = store.set_meta("boot_id", boot)) return store_failure(store, what, *f);
   return std::nullopt;
 }
 
@@ -133,11 +129,8 @@ std::optional<failure> collect_exits(client_store& store, alloc_table& allocs) {
     a.alloc.set_message(ex.how);
     // Kept in memory either way: the exit is reported; after a restart the
     // exit file tells it again.
-    try {
-      store.put_alloc(a);
-    } catch (const std::exception& e) {
-      if (!first) first = store_failure(store, "record the exit of alloc '" + id + "'", e);
-    }
+    if (auto f = store.put_alloc(a); f && !first)
+      first = store_failure(store, "record the exit of alloc '" + id + "'", *f);
   }
   return first;
 }
@@ -145,11 +138,7 @@ std::optional<failure> collect_exits(client_store& store, alloc_table& allocs) {
 std::optional<failure> forget_alloc(client_store& store, alloc_table& allocs,
                                     const std::string& id) {
   if (!allocs.count(id)) return std::nullopt;
-  try {
-    store.delete_alloc(id);
-  } catch (const std::exception& e) {
-    return store_failure(store, "forget alloc '" + id + "'", e);
-  }
+  if (auto f = store.delete_alloc(id)) return store_failure(store, "forget alloc '" + id + "'", *f);
   allocs.erase(id);
   return std::nullopt;
 }

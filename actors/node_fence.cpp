@@ -1,19 +1,19 @@
 #include "actors/node_fence.hpp"
 
-#include <exception>
-
 namespace berth {
 
 std::optional<failure> leader_fence::load(client_store& store, bool forget) {
-  try {
-    if (forget) store.set_leader_term(0);
-    term_ = store.leader_term();
-    published_->store(term_);
-  } catch (const std::exception& e) {
+  auto read_failed = [&](const failure& f) {
     return failure{errc::internal, "node '" + node_id_ + "' could not read the leader term from " +
-                                       store.path() + ": " + e.what() +
+                                       store.path() + ": " + f.message +
                                        " (if the file is damaged, see the user guide)"};
-  }
+  };
+  if (forget)
+    if (auto f = store.set_leader_term(0)) return read_failed(*f);
+  auto term = store.leader_term();
+  if (!term) return read_failed(term.error());
+  term_ = *term;
+  published_->store(term_);
   return std::nullopt;
 }
 
@@ -44,13 +44,11 @@ std::optional<failure> leader_fence::heard(client_store& store, uint64_t term) {
 }
 
 std::optional<failure> leader_fence::raise(client_store& store, uint64_t term) {
-  try {
-    store.set_leader_term(term);
-  } catch (const std::exception& e) {
+  if (auto f = store.set_leader_term(term))
     return failure{errc::internal, "node '" + node_id_ + "' could not record leader term " +
                                        std::to_string(term) + " in " + store.path() + ": " +
-                                       e.what() + " (check the disk; the request may be retried)"};
-  }
+                                       f->message +
+                                       " (check the disk; the request may be retried)"};
   term_ = term;
   published_->store(term_);
   return std::nullopt;

@@ -104,23 +104,19 @@ std::vector<unmount> unmounts_of(const mount_table& mounts, const std::string& a
 }
 
 std::optional<failure> load_mounts(client_store& store, mount_table& mounts) {
-  try {
-    for (auto& m : store.mounts()) {
-      auto k = key_of(m);
-      mounts.insert_or_assign(std::move(k), std::move(m));
-    }
-  } catch (const std::exception& e) {
-    return store_failure(store, "read its publications", e);
+  auto read = store.mounts();
+  if (!read) return store_failure(store, "read its publications", read.error());
+  for (auto& m : *read) {
+    auto k = key_of(m);
+    mounts.insert_or_assign(std::move(k), std::move(m));
   }
   return std::nullopt;
 }
 
 std::optional<failure> save_mount(client_store& store, mount_table& mounts, mount_record m) {
   auto k = key_of(m);
-  try {
-    store.put_mount(m);
-  } catch (const std::exception& e) {
-    auto f = store_failure(store, "record " + describe(k), e);
+  if (auto e = store.put_mount(m)) {
+    auto f = store_failure(store, "record " + describe(k), *e);
     f.message = "published, but " + f.message;
     return f;
   }
@@ -129,10 +125,8 @@ std::optional<failure> save_mount(client_store& store, mount_table& mounts, moun
 }
 
 std::optional<failure> forget_mount(client_store& store, mount_table& mounts, const mount_key& k) {
-  try {
-    store.delete_mount(std::get<0>(k), std::get<1>(k), std::get<2>(k));
-  } catch (const std::exception& e) {
-    auto f = store_failure(store, "forget " + describe(k), e);
+  if (auto e = store.delete_mount(std::get<0>(k), std::get<1>(k), std::get<2>(k))) {
+    auto f = store_failure(store, "forget " + describe(k), *e);
     f.message = "unpublished, but " + f.message;
     return f;
   }
@@ -140,10 +134,9 @@ std::optional<failure> forget_mount(client_store& store, mount_table& mounts, co
   return std::nullopt;
 }
 
-
-failure store_failure(const client_store& store, const std::string& what, const std::exception& e) {
+failure store_failure(const client_store& store, const std::string& what, const failure& f) {
   return failure{errc::internal, "the client could not " + what + " in " + store.path() + ": " +
-                                     e.what() +
+                                     f.message +
                                      " (check the disk; restart the client once "
                                      "the file is writable)"};
 }

@@ -101,6 +101,6 @@ std::optional<failure> forget_mount(client_store& store, mount_table& mounts, co
 
 // A client.db failure as berth's error: the file, what was being done and
 // the fix (used by the node's mount and alloc records alike).
-failure store_failure(const client_store& store, const std::string& what, const std::exception& e);
+failure store_failure(const client_store& store, const std::string& what, const failure& f);
 
 }  // namespace berth

@@ -452,11 +452,7 @@ void flush(self_ptr self) {
     if (send_first) send_messages(self, rd.messages);
     if (!w.entries.empty() || !w.meta.empty()) {
       auto start = std::chrono::steady_clock::now();
-      try {
-        st.disk->write(w);
-      } catch (const std::exception& e) {
-        fatal(std::string("cannot write the log: ") + e.what());
-      }
+      if (auto f = st.disk->write(w)) fatal("cannot write the log: " + f->message);
       std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
       st.stats->log_written(w.entries.size(),
                             w.entries.empty() ? st.storage.last_index() : w.entries.back().index,
@@ -595,21 +591,18 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
   st.snapshot_path = snapshot_path_of(*st.disk);
   load_snapshot(self);
   std::vector<pbr::Entry> entries;
-  std::vector<log_record> records;
-  try {
-    records = st.disk->read(1, UINT64_MAX);
-    if (interrupted_install(records, st.storage.snapshot().metadata())) {
-      // A crash while installing a leader's snapshot, after its file was
-      // written but before the log was truncated: the log does not lead up
-      // to the snapshot.  Truncate it now, as the install would have, before
-      // entries after the snapshot are appended behind a gap.
-      log_write w;
-      w.truncate_from = 1;
-      st.disk->write(w);
-      records.clear();
-    }
-  } catch (const std::exception& e) {
-    fatal(e.what());
+  auto read = st.disk->read(1, UINT64_MAX);
+  if (!read) fatal(read.error().message);
+  auto records = std::move(*read);
+  if (interrupted_install(records, st.storage.snapshot().metadata())) {
+    // A crash while installing a leader's snapshot, after its file was
+    // written but before the log was truncated: the log does not lead up
+    // to the snapshot.  Truncate it now, as the install would have, before
+    // entries after the snapshot are appended behind a gap.
+    log_write w;
+    w.truncate_from = 1;
+    if (auto f = st.disk->write(w)) fatal(f->message);
+    records.clear();
   }
   for (auto& r : records) {
     pbr::Entry e;
@@ -624,7 +617,9 @@ replicated_log_actor::behavior_type raft_log(self_ptr self, raft_options opts,
     entries.push_back(std::move(e));
   }
   st.storage.append(entries);
-  if (auto bytes = st.disk->meta("hard_state")) {
+  auto hard_state = st.disk->meta("hard_state");
+  if (!hard_state) fatal(hard_state.error().message);
+  if (auto& bytes = *hard_state) {
     pbr::HardState hs;
     hs.ParseFromString(*bytes);
     st.storage.set_hard_state(hs);

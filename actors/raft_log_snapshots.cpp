@@ -50,11 +50,7 @@ void finish_snapshot(self_ptr self, uint64_t index, const std::string& tmp, doub
   if (index > st.opts.snapshot_keep && index - st.opts.snapshot_keep >= st.storage.first_index()) {
     auto upto = index - st.opts.snapshot_keep;
     st.storage.compact(upto);
-    try {
-      st.disk->compact(upto);
-    } catch (const std::exception& e) {
-      fatal(std::string("cannot compact the log: ") + e.what());
-    }
+    if (auto f = st.disk->compact(upto)) fatal("cannot compact the log: " + f->message);
     crashpoint("snapshot.after_compact");
   }
   st.stats->snapshot_taken(index);
@@ -224,17 +220,14 @@ void send_snapshot(self_ptr self, replicated_log_actor peer, pbr::Message m) {
   std::remove(t->path.c_str());
   if (::link(st.snapshot_path.c_str(), t->path.c_str()) != 0)
     return end_transfer(self, t, false, "cannot link " + st.snapshot_path + " to " + t->path);
-  try {
-    auto parts = read_snapshot_file_parts(t->path, false);
-    pbr::Snapshot on_disk;
-    if (!on_disk.ParseFromString(parts.snapshot) ||
-        on_disk.metadata().index() != t->msg.snapshot().metadata().index() ||
-        on_disk.metadata().term() != t->msg.snapshot().metadata().term())
-      return end_transfer(self, t, false, "the snapshot file is not yet the one to send");
-    t->size = parts.size();
-  } catch (const std::exception& e) {
-    return end_transfer(self, t, false, e.what());
-  }
+  auto parts = read_snapshot_file_parts(t->path, false);
+  if (!parts) return end_transfer(self, t, false, parts.error().message);
+  pbr::Snapshot on_disk;
+  if (!on_disk.ParseFromString(parts->snapshot) ||
+      on_disk.metadata().index() != t->msg.snapshot().metadata().index() ||
+      on_disk.metadata().term() != t->msg.snapshot().metadata().term())
+    return end_transfer(self, t, false, "the snapshot file is not yet the one to send");
+  t->size = parts->size();
   send_piece(self, peer, t, 0);
 }
 
@@ -273,18 +266,20 @@ caf::result<uint64_t> receive_piece(self_ptr self, uint64_t from, uint64_t term,
   st.incoming_crc = crc32(rest, st.incoming_crc);
   in.offset += bytes.size();
   if (!last) return in.offset;
-  try {
-    auto parts = read_snapshot_file_parts(path, false);
-    pbr::Snapshot snap;
-    if (st.incoming_header.size() < snapshot_file_header ||
-        header_crc(st.incoming_header) != st.incoming_crc)
-      throw damaged_file(damage_message(path, "its checksum does not match its contents"));
-    if (!snap.ParseFromString(parts.snapshot) || snap.metadata().index() != index ||
-        snap.metadata().term() != term)
-      throw damaged_file(damage_message(path, "it is not the snapshot announced"));
-  } catch (const std::exception& e) {
+  auto parts = read_snapshot_file_parts(path, false);
+  pbr::Snapshot snap;
+  std::string wrong;
+  if (!parts)
+    wrong = parts.error().message;
+  else if (st.incoming_header.size() < snapshot_file_header ||
+           header_crc(st.incoming_header) != st.incoming_crc)
+    wrong = damage_message(path, "its checksum does not match its contents");
+  else if (!snap.ParseFromString(parts->snapshot) || snap.metadata().index() != index ||
+           snap.metadata().term() != term)
+    wrong = damage_message(path, "it is not the snapshot announced");
+  if (!wrong.empty()) {
     in = {};
-    return make_error(errc::invalid, std::string("the snapshot received is not whole: ") + e.what());
+    return make_error(errc::invalid, "the snapshot received is not whole: " + wrong);
   }
   in.complete = true;
   return in.offset;
@@ -323,11 +318,9 @@ void install_snapshot(const self_ptr& self, const pbr::Snapshot& snap) {
   std::remove(link_path.c_str());
   if (::link(st.snapshot_path.c_str(), link_path.c_str()) != 0)
     fatal("cannot link " + st.snapshot_path + " to " + link_path);
-  try {
-    st.snapshot_bytes = read_snapshot_file_parts(link_path, false).db_length;
-  } catch (const std::exception& e) {
-    fatal(e.what());
-  }
+  auto parts = read_snapshot_file_parts(link_path, false);
+  if (!parts) fatal(parts.error().message);
+  st.snapshot_bytes = parts->db_length;
   self->send(st.machine, install_atom::value, link_path);
   st.applied = st.snapshot_index = snap.metadata().index();
   st.bytes_since_snapshot = 0;
@@ -350,16 +343,14 @@ void load_snapshot(const self_ptr& self) {
   }
   if (!std::filesystem::exists(st.snapshot_path)) return;
   // check_data_dir checked it before berthd started; a failure now is new.
-  pbr::Snapshot snap;
-  try {
-    snap = read_snapshot_of(st.snapshot_path);
-    st.snapshot_bytes = read_snapshot_file_parts(st.snapshot_path, false).db_length;
-  } catch (const std::exception& e) {
-    fatal(e.what());
-  }
-  st.storage.apply_snapshot(snap);
-  learn_members(self, snap);
-  st.snapshot_index = snap.metadata().index();
+  auto snap = read_snapshot_of(st.snapshot_path);
+  if (!snap) fatal(snap.error().message);
+  auto parts = read_snapshot_file_parts(st.snapshot_path, false);
+  if (!parts) fatal(parts.error().message);
+  st.snapshot_bytes = parts->db_length;
+  st.storage.apply_snapshot(*snap);
+  learn_members(self, *snap);
+  st.snapshot_index = snap->metadata().index();
 }
 
 }  // namespace berth::raft_log_detail

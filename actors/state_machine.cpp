@@ -1,11 +1,9 @@
 #include "actors/state_machine.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <stdexcept>
 #include <string>
-
-#include <algorithm>
 
 #include "control/acl.hpp"
 #include "control/events.hpp"
@@ -17,14 +15,33 @@ namespace {
 
 using self_ptr = state_machine_actor::stateful_pointer<state_machine_state>;
 
+// The state tables cannot be read or written: nothing this server would
+// answer from them can be trusted.  The log still holds every committed
+// entry; a restart applies them again (fail-stop).
+[[noreturn]] void stop(const char* what, const failure& f) {
+  std::fprintf(stderr, "berthd: fatal: cannot %s: %s\n", what, f.message.c_str());
+  std::_Exit(70);
+}
+
+template <class T>
+T need(const char* what, expected<T> e) {
+  if (!e) stop(what, e.error());
+  return std::move(*e);
+}
+
+void need(const char* what, const std::optional<failure>& f) {
+  if (f) stop(what, *f);
+}
+
 // The catalog of what the state tables hold, each volume decoded once into
 // its row.
 catalog catalog_of(state_store& store) {
   catalog out;
-  auto c = store.load(false);
+  auto c = need("load the state", store.load(false));
   out.applied_index = c.applied_index;
-  store.each_volume(
-      [&](const v1::Volume& v, const std::string& bytes) { add_volume(out, v, bytes); });
+  need("load the state", store.each_volume([&](const v1::Volume& v, const std::string& bytes) {
+    add_volume(out, v, bytes);
+  }));
   for (auto& p : c.plugins) out.plugins.emplace(p.id(), std::move(p));
   for (auto& n : c.nodes) out.nodes.emplace(n.id(), std::move(n));
   for (auto& a : c.allocs) out.allocs.emplace(a.id(), std::move(a));
@@ -48,17 +65,18 @@ std::vector<v1::Event> apply_entries(self_ptr self, const committed_batch& batch
   auto& st = self->state;
   std::vector<v1::Event> events;
   // Each entry is decoded once, for the catalog and the state tables.
-  auto entries = state_store::decode(batch.entries, st.cat.applied_index);
+  const char* what = "apply committed entries";
+  auto entries = need(what, state_store::decode(batch.entries, st.cat.applied_index));
   auto start = entries.cbegin();
   for (auto it = entries.cbegin(); it != entries.cend(); ++it) {
     for (auto& e : events_of(it->first, apply(st.cat, it->first, it->second)))
       events.push_back(std::move(e));
     if (!st.cat.restored) continue;
-    st.store->apply(start, it + 1);
+    need(what, st.store->apply(start, it + 1));
     start = it + 1;
     reload(st);
   }
-  st.store->apply(start, entries.cend());
+  need(what, st.store->apply(start, entries.cend()));
   return events;
 }
 
@@ -78,18 +96,14 @@ state_machine_actor::behavior_type state_machine(
   return {
       [self](apply_atom, const committed_batch& batch) {
         self->state.stats->mailbox("state_machine", self->mailbox().size());
-        try {
-          auto events = apply_entries(self, batch);
-          if (!batch.entries.empty()) self->state.stats->applied(batch.entries.back().first);
-          self->send(self->state.journal, apply_atom::value,
-                     event_batch{std::move(events), self->state.cat.applied_index, false});
-        } catch (const std::exception& e) {
-          // The log still holds these entries; a restart applies them again.
-          std::fprintf(stderr, "berthd: fatal: cannot apply committed entries: %s\n", e.what());
-          std::_Exit(70);
-        }
+        auto events = apply_entries(self, batch);
+        if (!batch.entries.empty()) self->state.stats->applied(batch.entries.back().first);
+        self->send(self->state.journal, apply_atom::value,
+                   event_batch{std::move(events), self->state.cat.applied_index, false});
       },
-      [self](applied_atom) -> uint64_t { return self->state.store->applied_index(); },
+      [self](applied_atom) -> uint64_t {
+        return need("read the applied index", self->state.store->applied_index());
+      },
       [self](load_atom) -> catalog {
         // A copy: the rows (every volume) are shared, not copied.
         const auto& cat = self->state.cat;
@@ -120,39 +134,31 @@ state_machine_actor::behavior_type state_machine(
                       events->end());
         return std::move(resp);
       },
-      [self](snapshot_atom) -> std::tuple<uint64_t, std::string> {
-        try {
-          return {self->state.store->applied_index(), self->state.store->snapshot()};
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "berthd: fatal: cannot snapshot the state: %s\n", e.what());
-          std::_Exit(70);
-        }
+      // A copy that cannot be made (a full disk, a path taken) changes no
+      // state: it is answered as a failure, and this server serves on.
+      [self](snapshot_atom) -> caf::result<uint64_t, std::string> {
+        auto index = need("read the applied index", self->state.store->applied_index());
+        auto bytes = self->state.store->snapshot();
+        if (!bytes) return to_error(bytes.error());
+        return {index, std::move(*bytes)};
       },
-      [self](snapshot_atom, const std::string& path) -> uint64_t {
-        try {
-          self->state.store->snapshot_to(path);
-          return self->state.store->applied_index();
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "berthd: fatal: cannot snapshot the state: %s\n", e.what());
-          std::_Exit(70);
-        }
+      [self](snapshot_atom, const std::string& path) -> caf::result<uint64_t> {
+        if (auto f = self->state.store->snapshot_to(path)) return to_error(*f);
+        return need("read the applied index", self->state.store->applied_index());
       },
       [self](install_atom, const std::string& snapshot_path) {
-        try {
-          self->state.store->install_snapshot_file(snapshot_path);
-          std::remove(snapshot_path.c_str());
-          self->state.stats->applied(self->state.store->applied_index());
-          // The events up to the snapshot's index were never applied here.
-          reload(self->state);
-          self->send(self->state.journal, apply_atom::value,
-                     event_batch{{}, self->state.cat.applied_index, true});
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "berthd: fatal: cannot install a snapshot: %s\n", e.what());
-          std::_Exit(70);
-        }
+        need("install a snapshot", self->state.store->install_snapshot_file(snapshot_path));
+        std::remove(snapshot_path.c_str());
+        self->state.stats->applied(
+            need("read the applied index", self->state.store->applied_index()));
+        // The events up to the snapshot's index were never applied here.
+        reload(self->state);
+        self->send(self->state.journal, apply_atom::value,
+                   event_batch{{}, self->state.cat.applied_index, true});
       },
       [self](digest_atom) -> std::tuple<uint64_t, std::string> {
-        return {self->state.store->applied_index(), self->state.store->digest()};
+        return {need("read the applied index", self->state.store->applied_index()),
+                need("digest the state", self->state.store->digest())};
       },
   };
 }

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace berth {
 
@@ -27,6 +29,32 @@ struct failure {
   // The answer was lost after the request was sent: the change may or may
   // not have been made (the shell says how to check, exit code 7).
   bool maybe_applied = false;
+};
+
+// A value, or the failure that stopped it from being made: what a function
+// that can fail returns when it has something to give back (one that has
+// not returns std::optional<failure>, empty on success).
+template <class T>
+class expected {
+ public:
+  expected(T value) : value_(std::move(value)) {}
+  expected(failure f) : error_(std::move(f)) {}
+
+  bool ok() const { return !error_.has_value(); }
+  explicit operator bool() const { return ok(); }
+
+  // Only when ok().
+  T& operator*() { return *value_; }
+  const T& operator*() const { return *value_; }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+
+  // Only when !ok().
+  const failure& error() const { return *error_; }
+
+ private:
+  std::optional<T> value_;
+  std::optional<failure> error_;
 };
 
 }  // namespace berth

@@ -26,129 +26,158 @@ client_store::client_store(const std::string& path)
   db_->exec(schema);
 }
 
+expected<std::unique_ptr<client_store>> client_store::open(const std::string& path) {
+  return stored([&] { return std::unique_ptr<client_store>(new client_store(path)); });
+}
+
 client_store::~client_store() = default;
 
-void client_store::put_mount(const mount_record& m) {
-  auto req = m.request;
-  req.mutable_volume()->clear_secrets();
-  db_->prepare(
-         "INSERT OR REPLACE INTO mounts(alloc_id, namespace, volume_id, plugin_id, staging_path,"
-         " target_path, request, published_at_ms) VALUES(?,?,?,?,?,?,?,?)")
-      .bind(1, m.alloc_id)
-      .bind(2, m.ns)
-      .bind(3, m.volume_id)
-      .bind(4, m.plugin_id)
-      .bind(5, m.staging_path)
-      .bind(6, m.target_path)
-      .bind_blob(7, req.SerializeAsString())
-      .bind(8, m.published_at_ms)
-      .run();
+std::optional<failure> client_store::put_mount(const mount_record& m) {
+  return stored([&] {
+    auto req = m.request;
+    req.mutable_volume()->clear_secrets();
+    db_->prepare(
+           "INSERT OR REPLACE INTO mounts(alloc_id, namespace, volume_id, plugin_id, staging_path,"
+           " target_path, request, published_at_ms) VALUES(?,?,?,?,?,?,?,?)")
+        .bind(1, m.alloc_id)
+        .bind(2, m.ns)
+        .bind(3, m.volume_id)
+        .bind(4, m.plugin_id)
+        .bind(5, m.staging_path)
+        .bind(6, m.target_path)
+        .bind_blob(7, req.SerializeAsString())
+        .bind(8, m.published_at_ms)
+        .run();
+  });
 }
 
-void client_store::delete_mount(const std::string& alloc_id, const std::string& ns,
-                                const std::string& volume_id) {
-  db_->prepare("DELETE FROM mounts WHERE alloc_id=? AND namespace=? AND volume_id=?")
-      .bind(1, alloc_id)
-      .bind(2, ns)
-      .bind(3, volume_id)
-      .run();
+std::optional<failure> client_store::delete_mount(const std::string& alloc_id,
+                                                  const std::string& ns,
+                                                  const std::string& volume_id) {
+  return stored([&] {
+    db_->prepare("DELETE FROM mounts WHERE alloc_id=? AND namespace=? AND volume_id=?")
+        .bind(1, alloc_id)
+        .bind(2, ns)
+        .bind(3, volume_id)
+        .run();
+  });
 }
 
-std::vector<mount_record> client_store::mounts() {
-  std::vector<mount_record> out;
-  auto q = db_->prepare(
-      "SELECT alloc_id, namespace, volume_id, plugin_id, staging_path, target_path, request,"
-      " published_at_ms FROM mounts ORDER BY alloc_id, namespace, volume_id");
-  while (q.step()) {
-    mount_record m;
-    m.alloc_id = q.column_text(0);
-    m.ns = q.column_text(1);
-    m.volume_id = q.column_text(2);
-    m.plugin_id = q.column_text(3);
-    m.staging_path = q.column_text(4);
-    m.target_path = q.column_text(5);
-    if (!m.request.ParseFromString(q.column_blob(6)))
-      throw sql::sqlite_error(path_ + ": a mount record of alloc '" + m.alloc_id +
-                              "' cannot be decoded");
-    m.published_at_ms = q.column_int(7);
-    out.push_back(std::move(m));
-  }
-  return out;
+expected<std::vector<mount_record>> client_store::mounts() {
+  return stored([&] {
+    std::vector<mount_record> out;
+    auto q = db_->prepare(
+        "SELECT alloc_id, namespace, volume_id, plugin_id, staging_path, target_path, request,"
+        " published_at_ms FROM mounts ORDER BY alloc_id, namespace, volume_id");
+    while (q.step()) {
+      mount_record m;
+      m.alloc_id = q.column_text(0);
+      m.ns = q.column_text(1);
+      m.volume_id = q.column_text(2);
+      m.plugin_id = q.column_text(3);
+      m.staging_path = q.column_text(4);
+      m.target_path = q.column_text(5);
+      if (!m.request.ParseFromString(q.column_blob(6)))
+        throw store_error(path_ + ": a mount record of alloc '" + m.alloc_id +
+                          "' cannot be decoded");
+      m.published_at_ms = q.column_int(7);
+      out.push_back(std::move(m));
+    }
+    return out;
+  });
 }
 
-void client_store::put_alloc(const alloc_record& a) {
-  db_->prepare(
-         "INSERT OR REPLACE INTO allocs(id, alloc, pid, exit_file, exited, exit_code)"
-         " VALUES(?,?,?,?,?,?)")
-      .bind(1, a.alloc.id())
-      .bind_blob(2, a.alloc.SerializeAsString())
-      .bind(3, a.pid)
-      .bind(4, a.exit_file)
-      .bind(5, a.exited ? 1 : 0)
-      .bind(6, a.exit_code)
-      .run();
+std::optional<failure> client_store::put_alloc(const alloc_record& a) {
+  return stored([&] {
+    db_->prepare(
+           "INSERT OR REPLACE INTO allocs(id, alloc, pid, exit_file, exited, exit_code)"
+           " VALUES(?,?,?,?,?,?)")
+        .bind(1, a.alloc.id())
+        .bind_blob(2, a.alloc.SerializeAsString())
+        .bind(3, a.pid)
+        .bind(4, a.exit_file)
+        .bind(5, a.exited ? 1 : 0)
+        .bind(6, a.exit_code)
+        .run();
+  });
 }
 
-void client_store::delete_alloc(const std::string& id) {
-  db_->prepare("DELETE FROM allocs WHERE id=?").bind(1, id).run();
+std::optional<failure> client_store::delete_alloc(const std::string& id) {
+  return stored([&] { db_->prepare("DELETE FROM allocs WHERE id=?").bind(1, id).run(); });
 }
 
-std::vector<alloc_record> client_store::allocs() {
-  std::vector<alloc_record> out;
-  auto q = db_->prepare("SELECT alloc, pid, exit_file, exited, exit_code FROM allocs ORDER BY id");
-  while (q.step()) {
-    alloc_record a;
-    if (!a.alloc.ParseFromString(q.column_blob(0)))
-      throw sql::sqlite_error(path_ + ": an alloc record cannot be decoded");
-    a.pid = q.column_int(1);
-    a.exit_file = q.column_text(2);
-    a.exited = q.column_int(3) != 0;
-    a.exit_code = static_cast<int32_t>(q.column_int(4));
-    out.push_back(std::move(a));
-  }
-  return out;
+expected<std::vector<alloc_record>> client_store::allocs() {
+  return stored([&] {
+    std::vector<alloc_record> out;
+    auto q =
+        db_->prepare("SELECT alloc, pid, exit_file, exited, exit_code FROM allocs ORDER BY id");
+    while (q.step()) {
+      alloc_record a;
+      if (!a.alloc.ParseFromString(q.column_blob(0)))
+        throw store_error(path_ + ": an alloc record cannot be decoded");
+      a.pid = q.column_int(1);
+      a.exit_file = q.column_text(2);
+      a.exited = q.column_int(3) != 0;
+      a.exit_code = static_cast<int32_t>(q.column_int(4));
+      out.push_back(std::move(a));
+    }
+    return out;
+  });
 }
 
-uint64_t client_store::leader_term() {
-  auto q = db_->prepare("SELECT value FROM meta WHERE key='leader_term'");
-  return q.step() ? static_cast<uint64_t>(q.column_int(0)) : 0;
+expected<uint64_t> client_store::leader_term() {
+  return stored([&] {
+    auto q = db_->prepare("SELECT value FROM meta WHERE key='leader_term'");
+    return q.step() ? static_cast<uint64_t>(q.column_int(0)) : uint64_t{0};
+  });
 }
 
-void client_store::set_leader_term(uint64_t term) {
-  db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('leader_term', ?)")
-      .bind(1, static_cast<int64_t>(term))
-      .run();
+std::optional<failure> client_store::set_leader_term(uint64_t term) {
+  return stored([&] {
+    db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('leader_term', ?)")
+        .bind(1, static_cast<int64_t>(term))
+        .run();
+  });
 }
 
-int64_t client_store::meta(const std::string& key) {
-  auto q = db_->prepare("SELECT value FROM meta WHERE key=?");
-  q.bind(1, key);
-  return q.step() ? q.column_int(0) : 0;
+expected<int64_t> client_store::meta(const std::string& key) {
+  return stored([&] {
+    auto q = db_->prepare("SELECT value FROM meta WHERE key=?");
+    q.bind(1, key);
+    return q.step() ? q.column_int(0) : int64_t{0};
+  });
 }
 
-void client_store::set_meta(const std::string& key, int64_t value) {
-  db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)")
-      .bind(1, key)
-      .bind(2, value)
-      .run();
+std::optional<failure> client_store::set_meta(const std::string& key, int64_t value) {
+  return stored([&] {
+    db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)")
+        .bind(1, key)
+        .bind(2, value)
+        .run();
+  });
 }
 
-void client_store::put_fenced(const std::string& alloc_id, int64_t at_ms) {
-  db_->prepare("INSERT OR IGNORE INTO fenced(alloc_id, at_ms) VALUES(?, ?)")
-      .bind(1, alloc_id)
-      .bind(2, at_ms)
-      .run();
+std::optional<failure> client_store::put_fenced(const std::string& alloc_id, int64_t at_ms) {
+  return stored([&] {
+    db_->prepare("INSERT OR IGNORE INTO fenced(alloc_id, at_ms) VALUES(?, ?)")
+        .bind(1, alloc_id)
+        .bind(2, at_ms)
+        .run();
+  });
 }
 
-void client_store::delete_fenced(const std::string& alloc_id) {
-  db_->prepare("DELETE FROM fenced WHERE alloc_id=?").bind(1, alloc_id).run();
+std::optional<failure> client_store::delete_fenced(const std::string& alloc_id) {
+  return stored(
+      [&] { db_->prepare("DELETE FROM fenced WHERE alloc_id=?").bind(1, alloc_id).run(); });
 }
 
-std::map<std::string, int64_t> client_store::fenced() {
-  std::map<std::string, int64_t> out;
-  auto q = db_->prepare("SELECT alloc_id, at_ms FROM fenced");
-  while (q.step()) out.emplace(q.column_text(0), q.column_int(1));
-  return out;
+expected<std::map<std::string, int64_t>> client_store::fenced() {
+  return stored([&] {
+    std::map<std::string, int64_t> out;
+    auto q = db_->prepare("SELECT alloc_id, at_ms FROM fenced");
+    while (q.step()) out.emplace(q.column_text(0), q.column_int(1));
+    return out;
+  });
 }
 
 }  // namespace berth

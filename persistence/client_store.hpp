@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "messages/api.pb.h"
 #include "messages/berth.pb.h"
+#include "messages/failure.hpp"
 
 namespace berth {
 
@@ -45,40 +47,42 @@ struct alloc_record {
 
 class client_store {
  public:
-  // Opens (creating) the database; throws sql::sqlite_error naming the
-  // file when it cannot.
-  explicit client_store(const std::string& path);
+  // Opens (creating) the database; a failure names the file when it
+  // cannot.  Every function returns what failed as a value.
+  static expected<std::unique_ptr<client_store>> open(const std::string& path);
   ~client_store();
 
-  void put_mount(const mount_record& m);
-  void delete_mount(const std::string& alloc_id, const std::string& ns,
-                    const std::string& volume_id);
-  std::vector<mount_record> mounts();
+  std::optional<failure> put_mount(const mount_record& m);
+  std::optional<failure> delete_mount(const std::string& alloc_id, const std::string& ns,
+                                      const std::string& volume_id);
+  expected<std::vector<mount_record>> mounts();
 
-  void put_alloc(const alloc_record& a);
-  void delete_alloc(const std::string& id);
-  std::vector<alloc_record> allocs();
+  std::optional<failure> put_alloc(const alloc_record& a);
+  std::optional<failure> delete_alloc(const std::string& id);
+  expected<std::vector<alloc_record>> allocs();
 
   // The newest leader term this node has taken CSI requests from (0 when
   // none yet): kept across restarts, so the fence holds after one.
-  uint64_t leader_term();
-  void set_leader_term(uint64_t term);
+  expected<uint64_t> leader_term();
+  std::optional<failure> set_leader_term(uint64_t term);
 
   // Small integers kept across restarts (the lease: control/lease.hpp);
   // 0 when never set.
-  int64_t meta(const std::string& key);
-  void set_meta(const std::string& key, int64_t value);
+  expected<int64_t> meta(const std::string& key);
+  std::optional<failure> set_meta(const std::string& key, int64_t value);
 
   // Allocs this client stops on its own because its lease ran out (the
   // self-fence): kept until each is stopped, unmounted and its exit
   // reported, so a restart finishes the fence.  `at_ms`: wall clock.
-  void put_fenced(const std::string& alloc_id, int64_t at_ms);
-  void delete_fenced(const std::string& alloc_id);
-  std::map<std::string, int64_t> fenced();
+  std::optional<failure> put_fenced(const std::string& alloc_id, int64_t at_ms);
+  std::optional<failure> delete_fenced(const std::string& alloc_id);
+  expected<std::map<std::string, int64_t>> fenced();
 
   const std::string& path() const { return path_; }
 
  private:
+  explicit client_store(const std::string& path);  // raises store_error
+
   std::string path_;
   std::unique_ptr<sql::database> db_;
 };

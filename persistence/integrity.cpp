@@ -63,42 +63,52 @@ std::string damage_message(const std::string& path, const std::string& detail) {
          recovery_hint + ".";
 }
 
-void check_sqlite_header(const std::string& path) {
+bool is_damage(const failure& f) {
+  return f.message.find(recovery_hint) != std::string::npos;
+}
+
+std::optional<failure> check_sqlite_header(const std::string& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) return;
+  if (!fs::exists(path, ec)) return std::nullopt;
   auto size = fs::file_size(path, ec);
-  if (ec) throw damaged_file(path + ": cannot read its size: " + ec.message());
+  if (ec) return failure{errc::internal, path + ": cannot read its size: " + ec.message()};
   if (size == 0) {
     auto wal = fs::file_size(path + "-wal", ec);
     if (!ec && wal > 0)
-      throw damaged_file(damage_message(
-          path, "the file is empty but its write-ahead log " + path + "-wal is not: truncated"));
-    return;
+      return failure{errc::internal,
+                     damage_message(path, "the file is empty but its write-ahead log " + path +
+                                              "-wal is not: truncated")};
+    return std::nullopt;
   }
   std::ifstream in(path, std::ios::binary);
   unsigned char h[100] = {0};
   in.read(reinterpret_cast<char*>(h), sizeof h);
   if (static_cast<size_t>(in.gcount()) < sizeof h)
-    throw damaged_file(damage_message(path, "only " + std::to_string(size) +
-                                                " bytes, shorter than a SQLite header: truncated"));
+    return failure{errc::internal,
+                   damage_message(path, "only " + std::to_string(size) +
+                                            " bytes, shorter than a SQLite header: truncated")};
   if (std::memcmp(h, "SQLite format 3", 16) != 0)
-    throw damaged_file(damage_message(path, "not a SQLite database: its header is overwritten"));
+    return failure{errc::internal,
+                   damage_message(path, "not a SQLite database: its header is overwritten")};
   uint32_t page_size = (uint32_t{h[16]} << 8) | h[17];
   if (page_size == 1) page_size = 65536;
   if (page_size < 512 || (page_size & (page_size - 1)) != 0)
-    throw damaged_file(damage_message(path, "its header names an invalid page size"));
+    return failure{errc::internal, damage_message(path, "its header names an invalid page size")};
   // The page count in the header is valid when the "version-valid-for"
   // number equals the change counter (every SQLite since 3.7.0 writes both).
   uint32_t pages = be32(h + 28);
   if (pages != 0 && be32(h + 92) == be32(h + 24) &&
       size < static_cast<uint64_t>(pages) * page_size)
-    throw damaged_file(damage_message(
-        path, "truncated: " + std::to_string(size) + " bytes, but its header records " +
-                  std::to_string(pages) + " pages of " + std::to_string(page_size) + " bytes"));
+    return failure{errc::internal, damage_message(path, "truncated: " + std::to_string(size) +
+                                                            " bytes, but its header records " +
+                                                            std::to_string(pages) + " pages of " +
+                                                            std::to_string(page_size) + " bytes")};
   if (size % page_size != 0)
-    throw damaged_file(damage_message(path, "truncated: " + std::to_string(size) +
-                                                " bytes is not a whole number of " +
-                                                std::to_string(page_size) + "-byte pages"));
+    return failure{errc::internal,
+                   damage_message(path, "truncated: " + std::to_string(size) +
+                                            " bytes is not a whole number of " +
+                                            std::to_string(page_size) + "-byte pages")};
+  return std::nullopt;
 }
 
 std::string encode_snapshot_file(std::string_view snapshot) {
@@ -110,32 +120,35 @@ std::string encode_snapshot_file(std::string_view snapshot) {
   return out;
 }
 
-std::string decode_snapshot_file(const std::string& path, std::string_view bytes) {
+expected<std::string> decode_snapshot_file(const std::string& path, std::string_view bytes) {
   if (bytes.substr(0, snapshot_magic.size()) != snapshot_magic) return std::string(bytes);
   if (bytes.size() < snapshot_header)
-    throw damaged_file(damage_message(path, "truncated inside its header"));
+    return failure{errc::internal, damage_message(path, "truncated inside its header")};
   auto format = get_le(bytes, 8, 4);
   if (format != snapshot_format)
-    throw damaged_file(damage_message(path, "unknown snapshot format " + std::to_string(format) +
-                                                " (written by a newer berth?)"));
+    return failure{errc::internal,
+                   damage_message(path, "unknown snapshot format " + std::to_string(format) +
+                                            " (written by a newer berth?)")};
   auto length = get_le(bytes, 12, 8);
   auto payload = bytes.substr(snapshot_header);
   if (payload.size() != length)
-    throw damaged_file(damage_message(
-        path, (payload.size() < length ? "truncated: " : "too long: ") +
-                  std::to_string(payload.size()) + " bytes of snapshot, the header says " +
-                  std::to_string(length)));
+    return failure{
+        errc::internal,
+        damage_message(path, (payload.size() < length ? "truncated: " : "too long: ") +
+                                 std::to_string(payload.size()) +
+                                 " bytes of snapshot, the header says " + std::to_string(length))};
   auto crc = static_cast<uint32_t>(get_le(bytes, 20, 4));
   if (crc32(payload) != crc)
-    throw damaged_file(damage_message(path, "its checksum does not match its contents"));
+    return failure{errc::internal,
+                   damage_message(path, "its checksum does not match its contents")};
   return std::string(payload);
 }
 
-std::string read_snapshot_file(const std::string& path) {
+expected<std::string> read_snapshot_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw damaged_file(path + ": cannot be read (check its permissions)");
+  if (!in) return failure{errc::internal, path + ": cannot be read (check its permissions)"};
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw damaged_file(path + ": cannot be read");
+  if (in.bad()) return failure{errc::internal, path + ": cannot be read"};
   return decode_snapshot_file(path, bytes);
 }
 

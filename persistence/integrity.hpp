@@ -13,17 +13,16 @@
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "messages/failure.hpp"
+
 namespace berth {
 
-// Thrown when a file of the data directory is damaged; what() names the
-// file, the damage and the way to recover.
-struct damaged_file : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+// Damage found in a file of the data directory is a failure whose message
+// names the file, the damage and the way to recover (damage_message).
 
 // How to recover from damage to any file of a server's data directory.
 extern const char* const recovery_hint;
@@ -38,26 +37,29 @@ uint64_t get_le(std::string_view in, size_t at, int bytes);
 
 // Checks the SQLite file at `path` before it is opened: a missing file is
 // fine (it is created); a file that is not a SQLite database, or shorter
-// than its header says (truncated), throws damaged_file.  An empty file is
-// accepted only without a non-empty write-ahead log next to it (an empty
-// file is what a crash right after creating it leaves).
-void check_sqlite_header(const std::string& path);
+// than its header says (truncated), is a failure naming it.  An empty file
+// is accepted only without a non-empty write-ahead log next to it (an
+// empty file is what a crash right after creating it leaves).
+std::optional<failure> check_sqlite_header(const std::string& path);
 
 // The snapshot file's bytes around a serialized raft Snapshot.
 std::string encode_snapshot_file(std::string_view snapshot);
 
-// The serialized raft Snapshot inside the file's bytes; throws
-// damaged_file naming `path` when the header, the length or the checksum
-// is wrong.  A file without the header (written before berth 0.1 had one)
-// is returned as it is: its parse is the only check left.
-std::string decode_snapshot_file(const std::string& path, std::string_view bytes);
+// The serialized raft Snapshot inside the file's bytes; a failure naming
+// `path` when the header, the length or the checksum is wrong.  A file
+// without the header (written before berth 0.1 had one) is returned as it
+// is: its parse is the only check left.
+expected<std::string> decode_snapshot_file(const std::string& path, std::string_view bytes);
 
-// Reads and decodes the snapshot file at `path` (throws damaged_file when
-// it cannot be read or is damaged).
-std::string read_snapshot_file(const std::string& path);
+// Reads and decodes the snapshot file at `path` (a failure when it cannot
+// be read or is damaged).
+expected<std::string> read_snapshot_file(const std::string& path);
 
 // The message for damage found in `path`: "PATH is damaged (DETAIL). To
 // recover: ...".
 std::string damage_message(const std::string& path, const std::string& detail);
+
+// Whether `f` reports damage (its message was made by damage_message).
+bool is_damage(const failure& f);
 
 }  // namespace berth

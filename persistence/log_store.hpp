@@ -5,6 +5,9 @@
 // survives a crash (SIGKILL or power loss) from then on.  Many entries share
 // one transaction, which is what makes group commit fast.
 //
+// Every function returns what failed as a value (a failure naming the
+// file); the replicated log fail-stops on a failed write or read.
+//
 // Not thread-safe: owned by one detached actor.
 #pragma once
 
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "messages/failure.hpp"
 #include "persistence/sqlite.hpp"
 
 namespace berth {
@@ -36,27 +40,31 @@ struct log_write {
 
 class log_store {
  public:
-  // Opens or creates the log at `path`; throws sql::sqlite_error with the
-  // file's name when it cannot be opened or was written by a newer berth.
-  explicit log_store(const std::string& path);
+  // Opens or creates the log at `path`; a failure names the file when it
+  // cannot be opened, is damaged or was written by a newer berth.
+  static expected<std::unique_ptr<log_store>> open(const std::string& path);
 
-  void write(const log_write& w);
+  std::optional<failure> write(const log_write& w);
 
   // Indexes of the first and last stored entries (0 when empty).
-  uint64_t first_index();
-  uint64_t last_index();
+  expected<uint64_t> first_index();
+  expected<uint64_t> last_index();
 
-  // Entries in [from, to], at most `max` of them.
-  std::vector<log_record> read(uint64_t from, uint64_t to, size_t max = SIZE_MAX);
+  // Entries in [from, to], at most `max` of them; a failure when one does
+  // not match its checksum (the file is damaged).
+  expected<std::vector<log_record>> read(uint64_t from, uint64_t to, size_t max = SIZE_MAX);
 
-  std::optional<std::string> meta(const std::string& key);
+  // The value of a metadata key (none when it was never set).
+  expected<std::optional<std::string>> meta(const std::string& key);
 
   // Drops entries up to and including `index` (after a snapshot).
-  void compact(uint64_t index);
+  std::optional<failure> compact(uint64_t index);
 
   const std::string& path() const { return db_.path(); }
 
  private:
+  explicit log_store(const std::string& path);  // raises store_error
+
   sql::database db_;
   sql::statement insert_;
 };

@@ -126,52 +126,58 @@ std::optional<failure> write_snapshot_file(const std::string& path, std::string_
   return sync_and_close(out, path);
 }
 
-snapshot_file read_snapshot_file_parts(const std::string& path, bool verify) {
+expected<snapshot_file> read_snapshot_file_parts(const std::string& path, bool verify) {
   fd_guard f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) throw damaged_file(path + ": cannot be read: " + std::strerror(errno));
+  if (f.fd < 0) return failure{errc::internal, path + ": cannot be read: " + std::strerror(errno)};
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw damaged_file(path + ": cannot be read: " + std::strerror(errno));
+  if (::fstat(f.fd, &st) != 0)
+    return failure{errc::internal, path + ": cannot be read: " + std::strerror(errno)};
   auto size = static_cast<uint64_t>(st.st_size);
   char h[snapshot_file_header];
   auto got = read_at(f.fd, h, sizeof h, 0);
-  if (got < 0) throw damaged_file(path + ": cannot be read: " + std::strerror(errno));
+  if (got < 0) return failure{errc::internal, path + ": cannot be read: " + std::strerror(errno)};
   std::string_view header(h, static_cast<size_t>(got));
   if (header.size() < 12 || header.substr(0, magic.size()) != magic)
-    throw damaged_file(damage_message(path, "it is not a berth snapshot file"));
+    return failure{errc::internal, damage_message(path, "it is not a berth snapshot file")};
   if (get_le(header, 8, 4) != format)
-    throw damaged_file(damage_message(path, "unknown snapshot format " +
-                                                std::to_string(get_le(header, 8, 4)) +
-                                                " (written by a newer berth?)"));
+    return failure{errc::internal, damage_message(path, "unknown snapshot format " +
+                                                            std::to_string(get_le(header, 8, 4)) +
+                                                            " (written by a newer berth?)")};
   if (header.size() < snapshot_file_header)
-    throw damaged_file(damage_message(path, "truncated inside its header"));
+    return failure{errc::internal, damage_message(path, "truncated inside its header")};
   snapshot_file out;
   auto snap_length = get_le(header, 12, 8);
   out.db_length = get_le(header, 20, 8);
   out.db_offset = snapshot_file_header + snap_length;
   if (size != out.size())
-    throw damaged_file(damage_message(
-        path, (size < out.size() ? "truncated: " : "too long: ") + std::to_string(size) +
-                  " bytes, the header says " + std::to_string(out.size())));
+    return failure{errc::internal,
+                   damage_message(path, (size < out.size() ? "truncated: " : "too long: ") +
+                                            std::to_string(size) + " bytes, the header says " +
+                                            std::to_string(out.size()))};
   out.snapshot.resize(static_cast<size_t>(snap_length));
   if (read_at(f.fd, out.snapshot.data(), out.snapshot.size(), snapshot_file_header) !=
       static_cast<ssize_t>(out.snapshot.size()))
-    throw damaged_file(damage_message(path, "truncated inside its snapshot"));
+    return failure{errc::internal, damage_message(path, "truncated inside its snapshot")};
   if (!verify) return out;
   uint32_t crc = crc32(out.snapshot);
   std::string buf(piece, '\0');
   for (uint64_t at = out.db_offset; at < size;) {
     auto n = read_at(f.fd, buf.data(), static_cast<size_t>(std::min<uint64_t>(piece, size - at)), at);
-    if (n <= 0) throw damaged_file(path + ": cannot be read: " + std::strerror(n < 0 ? errno : EIO));
+    if (n <= 0)
+      return failure{errc::internal,
+                     path + ": cannot be read: " + std::strerror(n < 0 ? errno : EIO)};
     if (at == out.db_offset &&
         std::string_view(buf.data(), static_cast<size_t>(n)).compare(0, 16, std::string_view("SQLite format 3\0", 16)) != 0)
-      throw damaged_file(damage_message(path, "the state database inside it is not one"));
+      return failure{errc::internal,
+                     damage_message(path, "the state database inside it is not one")};
     crc = crc32(std::string_view(buf.data(), static_cast<size_t>(n)), crc);
     at += static_cast<uint64_t>(n);
   }
   if (out.db_length == 0)
-    throw damaged_file(damage_message(path, "the state database inside it is empty"));
+    return failure{errc::internal, damage_message(path, "the state database inside it is empty")};
   if (crc != static_cast<uint32_t>(get_le(header, 28, 4)))
-    throw damaged_file(damage_message(path, "its checksum does not match its contents"));
+    return failure{errc::internal,
+                   damage_message(path, "its checksum does not match its contents")};
   return out;
 }
 

@@ -46,9 +46,9 @@ std::optional<failure> write_snapshot_file(const std::string& path, std::string_
 
 // Reads the header and the snapshot part of `path`.  With `verify`, also
 // streams the whole file through the checksum and checks that the database
-// part starts as a SQLite database.  Throws damaged_file (integrity.hpp)
-// naming the path and what is wrong (truncated, checksum, format).
-snapshot_file read_snapshot_file_parts(const std::string& path, bool verify);
+// part starts as a SQLite database.  A failure names the path and what is
+// wrong (truncated, checksum, format: integrity.hpp's damage_message).
+expected<snapshot_file> read_snapshot_file_parts(const std::string& path, bool verify);
 
 // Copies the database part of the snapshot file `path` to `to` (created
 // mode 0600, fsynced), in pieces.

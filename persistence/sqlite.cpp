@@ -17,10 +17,10 @@ bool is_damage(int rc) {
 }  // namespace
 
 database::database(const std::string& path) : path_(path) {
-  check_sqlite_header(path);
+  if (auto f = check_sqlite_header(path)) throw store_error(f->message);
   // Created 0600 before SQLite sees it: its -wal, -shm and -journal files
   // take the database file's mode.
-  if (auto f = private_file(path)) throw sqlite_error(f->message);
+  if (auto f = private_file(path)) throw store_error(f->message);
   int rc = sqlite3_open_v2(path.c_str(), &db_,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);
@@ -49,7 +49,8 @@ void database::check_integrity() {
       problems += line;
     }
   }
-  if (!problems.empty()) throw damaged_file(damage_message(path_, "PRAGMA quick_check: " + problems));
+  if (!problems.empty())
+    throw store_error(damage_message(path_, "PRAGMA quick_check: " + problems));
 }
 
 database::~database() {
@@ -69,10 +70,10 @@ void database::fail(const std::string& what) {
   std::string msg = path_ + ": " + what;
   if (db_ != nullptr) {
     if (is_damage(sqlite3_extended_errcode(db_)))
-      throw damaged_file(damage_message(path_, what + ": " + sqlite3_errmsg(db_)));
+      throw store_error(damage_message(path_, what + ": " + sqlite3_errmsg(db_)));
     msg += ": " + std::string(sqlite3_errmsg(db_));
   }
-  throw sqlite_error(msg);
+  throw store_error(msg);
 }
 
 void database::exec(std::string_view sql) {
@@ -83,8 +84,8 @@ void database::exec(std::string_view sql) {
     std::string msg = err ? err : "unknown error";
     sqlite3_free(err);
     if (is_damage(rc) || is_damage(sqlite3_extended_errcode(db_)))
-      throw damaged_file(damage_message(path_, msg));
-    throw sqlite_error(path_ + ": " + msg + " (in: " + text.substr(0, 60) + ")");
+      throw store_error(damage_message(path_, msg));
+    throw store_error(path_ + ": " + msg + " (in: " + text.substr(0, 60) + ")");
   }
 }
 

@@ -1,33 +1,33 @@
 // A thin RAII layer over the SQLite C API: a connection and prepared
-// statements.  Errors throw sqlite_error naming the database file, so the
-// stores above can turn them into one clear message for the operator.
+// statements.  Internal to persistence/: errors raise store_error
+// (store_error.hpp) naming the database file, and the stores' public
+// functions return them as failures.
 //
 // Not thread-safe: each connection is owned by one (detached) actor.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <unordered_map>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+
+#include "persistence/store_error.hpp"
 
 struct sqlite3;
 struct sqlite3_stmt;
 
 namespace berth::sql {
 
-struct sqlite_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 class statement;
 
 class database {
  public:
   // Opens (creating if missing) the file at `path`.  A damaged file (see
-  // persistence/integrity.hpp: header, size, PRAGMA quick_check) throws
-  // berth::damaged_file naming it; so does any SQLITE_CORRUPT/NOTADB later.
+  // persistence/integrity.hpp: header, size, PRAGMA quick_check) raises
+  // store_error with damage_message's text; so does any SQLITE_CORRUPT or
+  // SQLITE_NOTADB later.
   explicit database(const std::string& path);
   ~database();
   database(const database&) = delete;
@@ -46,7 +46,7 @@ class database {
 
   [[noreturn]] void fail(const std::string& what);
 
-  // PRAGMA quick_check; throws berth::damaged_file listing the problems.
+  // PRAGMA quick_check; raises store_error listing the problems.
   void check_integrity();
 
  private:

@@ -11,6 +11,7 @@
 #include "persistence/file_modes.hpp"
 #include "persistence/integrity.hpp"
 #include "persistence/snapshot_file.hpp"
+#include "persistence/store_error.hpp"
 
 namespace berth {
 
@@ -46,21 +47,27 @@ const char* claim_mode_name(v1::ClaimMode m) {
 
 }  // namespace
 
-state_store::state_store(const std::string& path) : path_(path) { open(); }
+state_store::state_store(const std::string& path) : path_(path) {
+  reopen();
+}
 
-void state_store::open() {
+expected<std::unique_ptr<state_store>> state_store::open(const std::string& path) {
+  return stored([&] { return std::unique_ptr<state_store>(new state_store(path)); });
+}
+
+void state_store::reopen() {
   db_ = std::make_unique<sql::database>(path_);
   db_->exec(schema);
   auto get = db_->prepare("SELECT value FROM meta WHERE key='format_version'");
   if (get.step()) {
     auto text = get.column_text(0);
     if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos)
-      throw damaged_file(damage_message(path_, "its format version '" + text.substr(0, 40) +
-                                                   "' is not a number"));
+      throw store_error(
+          damage_message(path_, "its format version '" + text.substr(0, 40) + "' is not a number"));
     auto v = std::stoll(text);
     if (v > format_version)
-      throw sql::sqlite_error(path_ + ": written by a newer berth (state format " +
-                              std::to_string(v) + "); upgrade berthd to read it");
+      throw store_error(path_ + ": written by a newer berth (state format " + std::to_string(v) +
+                        "); upgrade berthd to read it");
   } else {
     db_->prepare("INSERT INTO meta(key, value) VALUES('format_version', ?)")
         .bind(1, std::to_string(format_version))
@@ -68,24 +75,30 @@ void state_store::open() {
   }
 }
 
-uint64_t state_store::rows(const std::string& table) {
+expected<uint64_t> state_store::rows(const std::string& table) {
   if (table.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") != std::string::npos)
-    throw sql::sqlite_error("no state table named '" + table + "'");
-  auto s = db_->prepare("SELECT COUNT(*) FROM " + table);
-  return s.step() ? static_cast<uint64_t>(s.column_int(0)) : 0;
+    return failure{errc::invalid, "no state table named '" + table + "'"};
+  return stored([&] {
+    auto s = db_->prepare("SELECT COUNT(*) FROM " + table);
+    return s.step() ? static_cast<uint64_t>(s.column_int(0)) : 0;
+  });
 }
 
-uint64_t state_store::applied_index() {
+expected<uint64_t> state_store::applied_index() {
+  return stored([&] { return applied(); });
+}
+
+uint64_t state_store::applied() {
   auto s = db_->prepare("SELECT value FROM meta WHERE key='applied_index'");
   if (!s.step()) return 0;
   auto text = s.column_text(0);
   if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos)
-    throw damaged_file(damage_message(path_, "its applied index '" + text.substr(0, 40) +
-                                                 "' is not a number"));
+    throw store_error(
+        damage_message(path_, "its applied index '" + text.substr(0, 40) + "' is not a number"));
   return static_cast<uint64_t>(std::stoull(text));
 }
 
-state_store::decoded state_store::decode(
+expected<state_store::decoded> state_store::decode(
     const std::vector<std::pair<uint64_t, std::string>>& entries, uint64_t after) {
   decoded out;
   out.reserve(entries.size());
@@ -93,30 +106,39 @@ state_store::decoded state_store::decode(
     if (index <= after) continue;
     v1::LogEntry entry;
     if (!entry.ParseFromString(bytes))
-      throw sql::sqlite_error("log entry " + std::to_string(index) +
-                              " cannot be decoded; the log is damaged (restore a snapshot or "
-                              "rejoin the cluster)");
+      return failure{errc::internal, "log entry " + std::to_string(index) +
+                                         " cannot be decoded; the log is damaged (restore a "
+                                         "snapshot or rejoin the cluster)"};
     out.emplace_back(index, std::move(entry));
   }
   return out;
 }
 
-void state_store::apply(const std::vector<std::pair<uint64_t, std::string>>& entries) {
-  auto out = decode(entries, applied_index());
-  apply(out.begin(), out.end());
+std::optional<failure> state_store::apply(
+    const std::vector<std::pair<uint64_t, std::string>>& entries) {
+  auto at = applied_index();
+  if (!at) return at.error();
+  auto out = decode(entries, *at);
+  if (!out) return out.error();
+  return apply(out->cbegin(), out->cend());
 }
 
-void state_store::apply(decoded::const_iterator first, decoded::const_iterator last) {
+std::optional<failure> state_store::apply(decoded::const_iterator first,
+                                          decoded::const_iterator last) {
+  return stored([&] { apply_all(first, last); });
+}
+
+void state_store::apply_all(decoded::const_iterator first, decoded::const_iterator last) {
   // A restore replaces the database: apply what comes before it, install
   // it, and go on from its index.
-  uint64_t applied = applied_index();
+  uint64_t applied = this->applied();
   auto start = first;
   for (auto it = first; it != last; ++it) {
     if (it->first <= applied) continue;
     for (const auto& c : it->second.changes()) {
       if (c.change_case() != v1::Change::kRestoreState) continue;
       apply_batch(start, it);
-      install(c.restore_state());
+      install_bytes(c.restore_state());
       sql::transaction tx(*db_);
       db_->cached("INSERT OR REPLACE INTO meta(key, value) VALUES('applied_index', ?)")
           .bind(1, std::to_string(it->first))
@@ -133,7 +155,7 @@ void state_store::apply(decoded::const_iterator first, decoded::const_iterator l
 void state_store::apply_batch(decoded::const_iterator first, decoded::const_iterator last) {
   if (first == last) return;
   sql::transaction tx(*db_);
-  uint64_t applied = applied_index();
+  uint64_t applied = this->applied();
   for (auto it = first; it != last; ++it) {
     if (it->first <= applied) continue;
     for (auto change : it->second.changes()) {
@@ -264,8 +286,8 @@ void each_row(sql::database& db, const char* query, F&& f) {
   while (s.step()) {
     auto bytes = s.column_blob(0);
     if (!x.ParseFromString(bytes))
-      throw damaged_file(damage_message(db.path(), std::string("a row cannot be decoded (") +
-                                                       query + ")"));
+      throw store_error(
+          damage_message(db.path(), std::string("a row cannot be decoded (") + query + ")"));
     f(x, bytes);
   }
 }
@@ -279,89 +301,106 @@ std::vector<T> load_table(sql::database& db, const char* query) {
 
 }  // namespace
 
-void state_store::each_volume(
+std::optional<failure> state_store::each_volume(
     const std::function<void(const v1::Volume&, const std::string&)>& f) {
-  each_row<v1::Volume>(*db_, "SELECT data FROM volumes ORDER BY namespace, id",
-                       [&](const v1::Volume& v, const std::string& bytes) { f(v, bytes); });
+  return stored([&] {
+    each_row<v1::Volume>(*db_, "SELECT data FROM volumes ORDER BY namespace, id",
+                         [&](const v1::Volume& v, const std::string& bytes) { f(v, bytes); });
+  });
 }
 
-state_contents state_store::load(bool volumes) {
-  state_contents c;
-  c.applied_index = applied_index();
-  if (volumes)
-    c.volumes = load_table<v1::Volume>(*db_, "SELECT data FROM volumes ORDER BY namespace, id");
-  c.plugins = load_table<v1::Plugin>(*db_, "SELECT data FROM plugins ORDER BY id");
-  c.nodes = load_table<v1::Node>(*db_, "SELECT data FROM nodes ORDER BY id");
-  c.allocs = load_table<v1::Alloc>(*db_, "SELECT data FROM allocs ORDER BY id");
-  c.acl_policies = load_table<v1::AclPolicy>(*db_, "SELECT data FROM acl_policies ORDER BY name");
-  c.acl_tokens = load_table<v1::AclToken>(*db_, "SELECT data FROM acl_tokens ORDER BY accessor_id");
-  auto s = db_->prepare("SELECT value FROM meta WHERE key='acl_bootstrap_index'");
-  if (s.step()) {
-    auto text = s.column_text(0);
-    if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos)
-      throw damaged_file(damage_message(path_, "its ACL bootstrap index is not a number"));
-    c.acl_bootstrap_index = std::stoull(text);
-  }
-  return c;
-}
-
-std::string state_store::digest() {
-  // FNV-1a over every row in key order: cheap and enough to compare servers.
-  uint64_t h = 1469598103934665603ULL;
-  auto mix = [&](const std::string& s) {
-    for (unsigned char ch : s) {
-      h ^= ch;
-      h *= 1099511628211ULL;
+expected<state_contents> state_store::load(bool volumes) {
+  return stored([&] {
+    state_contents c;
+    c.applied_index = applied();
+    if (volumes)
+      c.volumes = load_table<v1::Volume>(*db_, "SELECT data FROM volumes ORDER BY namespace, id");
+    c.plugins = load_table<v1::Plugin>(*db_, "SELECT data FROM plugins ORDER BY id");
+    c.nodes = load_table<v1::Node>(*db_, "SELECT data FROM nodes ORDER BY id");
+    c.allocs = load_table<v1::Alloc>(*db_, "SELECT data FROM allocs ORDER BY id");
+    c.acl_policies = load_table<v1::AclPolicy>(*db_, "SELECT data FROM acl_policies ORDER BY name");
+    c.acl_tokens =
+        load_table<v1::AclToken>(*db_, "SELECT data FROM acl_tokens ORDER BY accessor_id");
+    auto s = db_->prepare("SELECT value FROM meta WHERE key='acl_bootstrap_index'");
+    if (s.step()) {
+      auto text = s.column_text(0);
+      if (text.empty() || text.size() > 19 ||
+          text.find_first_not_of("0123456789") != std::string::npos)
+        throw store_error(damage_message(path_, "its ACL bootstrap index is not a number"));
+      c.acl_bootstrap_index = std::stoull(text);
     }
-    h ^= 0xff;
-    h *= 1099511628211ULL;
-  };
-  for (const char* q : {"SELECT data FROM volumes ORDER BY namespace, id",
-                        "SELECT alloc_id || node_id || mode || state FROM claims"
-                        " ORDER BY namespace, volume_id, alloc_id",
-                        "SELECT data FROM plugins ORDER BY id", "SELECT data FROM nodes ORDER BY id",
-                        "SELECT data FROM allocs ORDER BY id",
-                        "SELECT data FROM acl_policies ORDER BY name",
-                        "SELECT data FROM acl_tokens ORDER BY accessor_id"}) {
-    auto s = db_->prepare(q);
-    while (s.step()) mix(s.column_blob(0));
-  }
-  char buf[17];
-  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+    return c;
+  });
 }
 
-void state_store::snapshot_to(const std::string& path) {
+expected<std::string> state_store::digest() {
+  return stored([&] {
+    // FNV-1a over every row in key order: cheap and enough to compare servers.
+    uint64_t h = 1469598103934665603ULL;
+    auto mix = [&](const std::string& s) {
+      for (unsigned char ch : s) {
+        h ^= ch;
+        h *= 1099511628211ULL;
+      }
+      h ^= 0xff;
+      h *= 1099511628211ULL;
+    };
+    for (const char* q :
+         {"SELECT data FROM volumes ORDER BY namespace, id",
+          "SELECT alloc_id || node_id || mode || state FROM claims"
+          " ORDER BY namespace, volume_id, alloc_id",
+          "SELECT data FROM plugins ORDER BY id", "SELECT data FROM nodes ORDER BY id",
+          "SELECT data FROM allocs ORDER BY id", "SELECT data FROM acl_policies ORDER BY name",
+          "SELECT data FROM acl_tokens ORDER BY accessor_id"}) {
+      auto s = db_->prepare(q);
+      while (s.step()) mix(s.column_blob(0));
+    }
+    char buf[17];
+    snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return std::string(buf);
+  });
+}
+
+std::optional<failure> state_store::snapshot_to(const std::string& path) {
+  return stored([&] { copy_to(path); });
+}
+
+void state_store::copy_to(const std::string& path) {
   // VACUUM INTO would create it with SQLite's default mode (0644): the copy
   // holds the volumes' secrets, so it is made empty and 0600 first.
-  if (auto f = fresh_private_file(path)) throw sql::sqlite_error(f->message);
+  if (auto f = fresh_private_file(path)) throw store_error(f->message);
   db_->prepare("VACUUM INTO ?").bind(1, path).run();
 }
 
-std::string state_store::snapshot() {
+expected<std::string> state_store::snapshot() {
   auto tmp = path_ + ".snapshot";
-  snapshot_to(tmp);
+  if (auto f = snapshot_to(tmp)) return *f;
   std::ifstream in(tmp, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::remove(tmp.c_str());
-  if (bytes.empty()) throw sql::sqlite_error(path_ + ": cannot read the snapshot copy");
+  if (bytes.empty()) return failure{errc::internal, "cannot read the copy " + tmp};
   return bytes;
 }
 
-void state_store::install(const std::string& bytes) {
+std::optional<failure> state_store::install(const std::string& bytes) {
+  return stored([&] { install_bytes(bytes); });
+}
+
+void state_store::install_bytes(const std::string& bytes) {
   static const std::string magic = "SQLite format 3";
   if (bytes.compare(0, magic.size(), magic) != 0)
-    throw sql::sqlite_error("the snapshot is not a berth state database");
+    throw store_error("the snapshot is not a berth state database");
   auto tmp = path_ + ".incoming";
-  if (auto f = write_and_fsync(tmp, bytes)) throw sql::sqlite_error(f->message);
+  if (auto f = write_and_fsync(tmp, bytes)) throw store_error(f->message);
   replace_with(tmp);
 }
 
-void state_store::install_snapshot_file(const std::string& snapshot_path) {
+std::optional<failure> state_store::install_snapshot_file(const std::string& snapshot_path) {
   auto parts = read_snapshot_file_parts(snapshot_path, false);
+  if (!parts) return parts.error();
   auto tmp = path_ + ".incoming";
-  if (auto f = extract_snapshot_db(snapshot_path, parts, tmp)) throw sql::sqlite_error(f->message);
-  replace_with(tmp);
+  if (auto f = extract_snapshot_db(snapshot_path, *parts, tmp)) return f;
+  return stored([&] { replace_with(tmp); });
 }
 
 void state_store::replace_with(const std::string& tmp) {
@@ -371,12 +410,12 @@ void state_store::replace_with(const std::string& tmp) {
   std::remove((path_ + "-shm").c_str());
   // The old WAL must be gone from the disk before the new database is in
   // place: SQLite would replay its frames onto the new file.
-  if (auto f = fsync_dir_of(path_)) throw sql::sqlite_error(f->message);
+  if (auto f = fsync_dir_of(path_)) throw store_error(f->message);
   // Only once the rename is durable does anything read the new state (and
   // the applied index in it).
   if (auto f = rename_durably(tmp, path_, "state_db"))
-    throw sql::sqlite_error(path_ + ": cannot replace it with the snapshot: " + f->message);
-  open();
+    throw store_error(path_ + ": cannot replace it with the snapshot: " + f->message);
+  reopen();
 }
 
 }  // namespace berth

@@ -8,6 +8,10 @@
 // are applied again from the log.  Applying is idempotent (entries at or
 // below the applied index are skipped).
 //
+// Every public function returns what failed as a value (a failure naming
+// the file); the state machine fail-stops where a change could not be
+// applied.
+//
 // Not thread-safe: owned by one detached actor.
 #pragma once
 
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "messages/berth.pb.h"
+#include "messages/failure.hpp"
 #include "persistence/sqlite.hpp"
 
 namespace berth {
@@ -37,61 +42,74 @@ struct state_contents {
 
 class state_store {
  public:
-  explicit state_store(const std::string& path);
+  // Opens (creating) the state database at `path`; a failure names the file
+  // when it cannot be opened, is damaged or was written by a newer berth.
+  static expected<std::unique_ptr<state_store>> open(const std::string& path);
 
-  uint64_t applied_index();
+  expected<uint64_t> applied_index();
 
   // Rows in a table of the state ("volumes", "plugins", ...): a count, not
   // a load (berthd's start-up banner).
-  uint64_t rows(const std::string& table);
+  expected<uint64_t> rows(const std::string& table);
 
   // Applies entries (index, encoded v1::LogEntry) in index order in one
-  // transaction.  Throws when an entry cannot be decoded (naming its index).
-  void apply(const std::vector<std::pair<uint64_t, std::string>>& entries);
+  // transaction.  A failure when an entry cannot be decoded (naming its
+  // index) or cannot be written.
+  std::optional<failure> apply(const std::vector<std::pair<uint64_t, std::string>>& entries);
   // The same for entries decoded already (the state machine decodes each
   // entry once, for its catalog and for these tables).  An operator
   // restore's entry replaces the tables at its index.
   using decoded = std::vector<std::pair<uint64_t, v1::LogEntry>>;
-  void apply(decoded::const_iterator first, decoded::const_iterator last);
-  // Decodes the entries after index `after`; throws when one cannot be
+  std::optional<failure> apply(decoded::const_iterator first, decoded::const_iterator last);
+  // Decodes the entries after index `after`; a failure when one cannot be
   // decoded (naming its index: the log is damaged).
-  static decoded decode(const std::vector<std::pair<uint64_t, std::string>>& entries,
-                        uint64_t after);
+  static expected<decoded> decode(const std::vector<std::pair<uint64_t, std::string>>& entries,
+                                  uint64_t after);
 
   // Everything in the tables (`volumes` false: all but the volumes, which
   // each_volume gives one at a time).
-  state_contents load(bool volumes = true);
+  expected<state_contents> load(bool volumes = true);
   // Every volume, in key order, decoded one at a time, with its encoded
   // bytes: a catalog is built from them without holding every decoded
   // volume at once, or encoding them again.
-  void each_volume(const std::function<void(const v1::Volume&, const std::string&)>& f);
+  std::optional<failure> each_volume(
+      const std::function<void(const v1::Volume&, const std::string&)>& f);
 
   // A digest of every table's rows, equal on two servers exactly when their
   // state tables are equal.
-  std::string digest();
+  expected<std::string> digest();
 
   // A consistent copy of the whole state database (VACUUM INTO), as bytes:
-  // a backup (`berth operator snapshot save`).
-  std::string snapshot();
+  // a backup (`berth operator snapshot save`).  Made in the file
+  // PATH.snapshot next to the database, removed afterwards.
+  expected<std::string> snapshot();
 
   // The same copy written to the file `path` (created 0600; not fsynced):
   // a Raft snapshot's database, streamed from there into the snapshot file.
-  void snapshot_to(const std::string& path);
+  std::optional<failure> snapshot_to(const std::string& path);
 
   // Replaces the whole state database with a snapshot's bytes (atomically
   // and durably: written next to it, fsynced, renamed over it, directory
-  // fsynced, before it is opened again).  Throws when the bytes are not a
-  // berth state database or cannot be written.
-  void install(const std::string& bytes);
+  // fsynced, before it is opened again).  A failure when the bytes are not
+  // a berth state database or cannot be written; the store cannot be used
+  // after a failure to reopen it.
+  std::optional<failure> install(const std::string& bytes);
 
   // The same with the database inside a Raft snapshot file (format 2,
   // persistence/snapshot_file.hpp), copied out in pieces.
-  void install_snapshot_file(const std::string& snapshot_path);
+  std::optional<failure> install_snapshot_file(const std::string& snapshot_path);
 
   const std::string& path() const { return path_; }
 
  private:
-  void open();
+  // These raise store_error (store_error.hpp); the public functions return
+  // it as a failure.
+  explicit state_store(const std::string& path);
+  void reopen();
+  uint64_t applied();
+  void apply_all(decoded::const_iterator first, decoded::const_iterator last);
+  void install_bytes(const std::string& bytes);
+  void copy_to(const std::string& path);
   // Renames the fsynced database file `tmp` over the state database.
   void replace_with(const std::string& tmp);
   void apply_batch(decoded::const_iterator first, decoded::const_iterator last);

@@ -1,8 +1,9 @@
 // Damage detection in the persistence layer (persistence/integrity.hpp and
 // the stores): checksums, the snapshot file's header, SQLite headers and
 // quick_check, each refusing with a message that names the file.
-#include <doctest/doctest.h>
+#include "persistence/integrity.hpp"
 
+#include <doctest/doctest.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -11,13 +12,14 @@
 #include <iterator>
 
 #include "persistence/client_store.hpp"
-#include "persistence/integrity.hpp"
 #include "persistence/log_store.hpp"
 #include "persistence/state_store.hpp"
-
+#include "tests/persistence_values.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace berth;
+using berth::test::failure_of;
+using berth::test::must;
 namespace fs = std::filesystem;
 
 namespace {
@@ -44,16 +46,6 @@ void raw_sql(const fs::path& p, const char* sql) {
   sqlite3_close(db);
 }
 
-template <class Fn>
-std::string damage_of(Fn fn) {
-  try {
-    fn();
-  } catch (const damaged_file& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("crc32 is the IEEE CRC-32") {
@@ -66,40 +58,40 @@ TEST_CASE("the snapshot file round-trips and refuses damage, naming the file") {
   std::string payload(5000, 'x');
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7);
   auto file = encode_snapshot_file(payload);
-  CHECK(decode_snapshot_file("DIR/raft-snapshot.bin", file) == payload);
+  CHECK(must(decode_snapshot_file("DIR/raft-snapshot.bin", file)) == payload);
 
   auto flipped = file;
   flipped[file.size() / 2] ^= 0x01;
-  auto err = damage_of([&] { decode_snapshot_file("DIR/raft-snapshot.bin", flipped); });
+  auto err = failure_of(decode_snapshot_file("DIR/raft-snapshot.bin", flipped));
   CHECK(err.find("DIR/raft-snapshot.bin is damaged") != std::string::npos);
   CHECK(err.find("checksum") != std::string::npos);
   CHECK(err.find("berth operator snapshot restore") != std::string::npos);
 
-  err = damage_of([&] { decode_snapshot_file("S", file.substr(0, file.size() - 1)); });
+  err = failure_of(decode_snapshot_file("S", file.substr(0, file.size() - 1)));
   CHECK(err.find("truncated") != std::string::npos);
-  err = damage_of([&] { decode_snapshot_file("S", file.substr(0, 10)); });
+  err = failure_of(decode_snapshot_file("S", file.substr(0, 10)));
   CHECK(err.find("truncated") != std::string::npos);
-  err = damage_of([&] { decode_snapshot_file("S", file + "extra"); });
+  err = failure_of(decode_snapshot_file("S", file + "extra"));
   CHECK(err.find("too long") != std::string::npos);
 
   // A file from before the header: passed on as it is (its parse decides).
-  CHECK(decode_snapshot_file("S", "legacy bytes") == "legacy bytes");
+  CHECK(must(decode_snapshot_file("S", "legacy bytes")) == "legacy bytes");
 }
 
 TEST_CASE("a log entry whose bytes changed on disk fails its checksum") {
   temp_dir dir;
   auto path = dir.path / "log.db";
   {
-    log_store log(path.string());
+    auto log = must(log_store::open(path.string()));
     log_write w;
     for (uint64_t i = 1; i <= 5; ++i) w.entries.push_back({i, 1, "entry " + std::to_string(i)});
-    log.write(w);
-    CHECK(log.read(1, 5).size() == 5);
+    must(log->write(w));
+    CHECK(must(log->read(1, 5)).size() == 5);
   }
   raw_sql(path, "UPDATE entries SET data = CAST('entry X' AS BLOB) WHERE idx = 3");
-  log_store log(path.string());
-  CHECK(log.read(1, 2).size() == 2);
-  auto err = damage_of([&] { log.read(1, 5); });
+  auto log = must(log_store::open(path.string()));
+  CHECK(must(log->read(1, 2)).size() == 2);
+  auto err = failure_of(log->read(1, 5));
   CHECK(err.find(path.string() + " is damaged") != std::string::npos);
   CHECK(err.find("log entry 3 does not match its checksum") != std::string::npos);
 }
@@ -112,21 +104,21 @@ TEST_CASE("entries written before checksums existed are read unchecked") {
           "CREATE TABLE meta(key TEXT PRIMARY KEY, value BLOB NOT NULL);"
           "INSERT INTO meta VALUES('format_version', '1');"
           "INSERT INTO entries VALUES(1, 1, CAST('old' AS BLOB));");
-  log_store log(path.string());
-  auto rows = log.read(1, 10);
+  auto log = must(log_store::open(path.string()));
+  auto rows = must(log->read(1, 10));
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].data == "old");
   log_write w;
   w.entries.push_back({2, 1, "new"});
-  log.write(w);
-  CHECK(log.read(1, 10).size() == 2);
+  must(log->write(w));
+  CHECK(must(log->read(1, 10)).size() == 2);
 }
 
 TEST_CASE("a truncated or overwritten SQLite file is refused before it is opened") {
   temp_dir dir;
   auto path = dir.path / "state.db";
   {
-    state_store store(path.string());
+    auto store = must(state_store::open(path.string()));
     raw_sql(path, "PRAGMA wal_checkpoint(TRUNCATE)");
   }
   // Fill it so that it has more than a few pages, then checkpoint.
@@ -137,22 +129,22 @@ TEST_CASE("a truncated or overwritten SQLite file is refused before it is opened
   raw_sql(path, "PRAGMA wal_checkpoint(TRUNCATE)");
   auto bytes = read_all(path);
   REQUIRE(bytes.size() > 12 * 4096);
-  CHECK_NOTHROW(check_sqlite_header(path.string()));
+  CHECK(failure_of(check_sqlite_header(path.string())).empty());
 
   write_all(path, bytes.substr(0, bytes.size() / 2));
-  auto err = damage_of([&] { state_store s(path.string()); });
+  auto err = failure_of(state_store::open(path.string()));
   CHECK(err.find(path.string() + " is damaged (truncated") != std::string::npos);
 
   write_all(path, bytes.substr(0, bytes.size() - 100));
-  err = damage_of([&] { state_store s(path.string()); });
+  err = failure_of(state_store::open(path.string()));
   CHECK(err.find("truncated") != std::string::npos);
 
   write_all(path, bytes.substr(0, 50));
-  err = damage_of([&] { state_store s(path.string()); });
+  err = failure_of(state_store::open(path.string()));
   CHECK(err.find("shorter than a SQLite header") != std::string::npos);
 
   write_all(path, std::string(16, 'Z') + bytes.substr(16));
-  err = damage_of([&] { state_store s(path.string()); });
+  err = failure_of(state_store::open(path.string()));
   CHECK(err.find("not a SQLite database") != std::string::npos);
 
   // The last page (claims or its indexes, which load() never reads)
@@ -160,24 +152,24 @@ TEST_CASE("a truncated or overwritten SQLite file is refused before it is opened
   auto damaged = bytes;
   for (size_t i = bytes.size() - 4096; i < bytes.size(); ++i) damaged[i] = '\x5a';
   write_all(path, damaged);
-  err = damage_of([&] { state_store s(path.string()); });
+  err = failure_of(state_store::open(path.string()));
   CHECK(err.find(path.string() + " is damaged (PRAGMA quick_check") != std::string::npos);
 
   // And the intact file still opens.
   write_all(path, bytes);
-  state_store ok(path.string());
-  CHECK(ok.digest().size() == 16);
+  auto ok = must(state_store::open(path.string()));
+  CHECK(must(ok->digest()).size() == 16);
 }
 
 TEST_CASE("the client database keeps the newest leader term across a restart") {
   temp_dir dir;
   auto db = (dir.path / "client.db").string();
   {
-    client_store store(db);
-    CHECK(store.leader_term() == 0);
-    store.set_leader_term(4);
-    store.set_leader_term(9);
+    auto store = must(client_store::open(db));
+    CHECK(must(store->leader_term()) == 0);
+    must(store->set_leader_term(4));
+    must(store->set_leader_term(9));
   }
-  client_store reopened(db);
-  CHECK(reopened.leader_term() == 9);
+  auto reopened = must(client_store::open(db));
+  CHECK(must(reopened->leader_term()) == 9);
 }

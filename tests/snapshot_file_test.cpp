@@ -2,13 +2,14 @@
 // a database file, read back in parts, checked, copied out and put together
 // again from pieces; and the upgrade of a file of format 1
 // (persistence/recovery.hpp).
-#include <doctest/doctest.h>
+#include "persistence/snapshot_file.hpp"
 
+#include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <random>
 
@@ -16,11 +17,12 @@
 #include "messages/raft.pb.h"
 #include "persistence/integrity.hpp"
 #include "persistence/recovery.hpp"
-#include "persistence/snapshot_file.hpp"
-
+#include "tests/persistence_values.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace berth;
+using berth::test::failure_of;
+using berth::test::must;
 namespace fs = std::filesystem;
 
 namespace {
@@ -48,15 +50,6 @@ std::string fake_db(size_t n, unsigned seed) {
   return out;
 }
 
-std::string damage_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const damaged_file& e) {
-    return e.what();
-  }
-  return {};
-}
-
 raft::v1::Snapshot snapshot_meta(uint64_t index, uint64_t term) {
   raft::v1::Snapshot s;
   s.mutable_metadata()->set_index(index);
@@ -80,7 +73,7 @@ TEST_CASE("a snapshot file holds the snapshot and the database, read back in par
     CHECK(is_streamed_snapshot_file(t / "snap.bin"));
     CHECK((fs::status(t / "snap.bin").permissions() & fs::perms::all) ==
           (fs::perms::owner_read | fs::perms::owner_write));
-    auto parts = read_snapshot_file_parts(t / "snap.bin", true);
+    auto parts = must(read_snapshot_file_parts(t / "snap.bin", true));
     CHECK(parts.snapshot == snap);
     CHECK(parts.db_length == n);
     CHECK(parts.db_offset == snapshot_file_header + snap.size());
@@ -100,31 +93,31 @@ TEST_CASE("a damaged snapshot file is refused naming the file and the damage") {
   auto flipped = good;
   flipped[flipped.size() / 2] ^= 0x01;
   write_all(t / "flipped.bin", flipped);
-  auto err = damage_of([&] { read_snapshot_file_parts(t / "flipped.bin", true); });
+  auto err = failure_of(read_snapshot_file_parts(t / "flipped.bin", true));
   CHECK(err.find(t / "flipped.bin") != std::string::npos);
   CHECK(err.find("checksum") != std::string::npos);
   // Without verification the parts are read all the same (start-up verified them).
-  CHECK(damage_of([&] { read_snapshot_file_parts(t / "flipped.bin", false); }).empty());
+  CHECK(failure_of(read_snapshot_file_parts(t / "flipped.bin", false)).empty());
 
   write_all(t / "short.bin", good.substr(0, good.size() - 1));
-  CHECK(damage_of([&] { read_snapshot_file_parts(t / "short.bin", false); }).find("truncated") !=
+  CHECK(failure_of(read_snapshot_file_parts(t / "short.bin", false)).find("truncated") !=
         std::string::npos);
   write_all(t / "long.bin", good + "x");
-  CHECK(damage_of([&] { read_snapshot_file_parts(t / "long.bin", false); }).find("too long") !=
+  CHECK(failure_of(read_snapshot_file_parts(t / "long.bin", false)).find("too long") !=
         std::string::npos);
   write_all(t / "header.bin", good.substr(0, 20));
-  CHECK(damage_of([&] { read_snapshot_file_parts(t / "header.bin", false); }).find("header") !=
+  CHECK(failure_of(read_snapshot_file_parts(t / "header.bin", false)).find("header") !=
         std::string::npos);
 
   write_all(t / "notdb.db", std::string(5000, 'x'));
   REQUIRE_FALSE(write_snapshot_file(t / "notdb.bin", "meta", t / "notdb.db"));
-  CHECK(damage_of([&] { read_snapshot_file_parts(t / "notdb.bin", true); })
-            .find("not one") != std::string::npos);
+  CHECK(failure_of(read_snapshot_file_parts(t / "notdb.bin", true)).find("not one") !=
+        std::string::npos);
 
   auto newer = good;
   newer[8] = 3;  // format 3
   write_all(t / "newer.bin", newer);
-  CHECK(damage_of([&] { read_snapshot_file_parts(t / "newer.bin", false); })
+  CHECK(failure_of(read_snapshot_file_parts(t / "newer.bin", false))
             .find("unknown snapshot format 3") != std::string::npos);
   CHECK_FALSE(is_streamed_snapshot_file(t / "newer.bin"));
   CHECK_FALSE(is_streamed_snapshot_file(t / "missing.bin"));
@@ -160,7 +153,7 @@ TEST_CASE("a snapshot file sent in pieces of any size arrives whole") {
     }
     CHECK(at == whole.size());
     CHECK(read_all(t / "in.bin") == whole);
-    CHECK(read_snapshot_file_parts(t / "in.bin", true).db_length == 2500000);
+    CHECK(must(read_snapshot_file_parts(t / "in.bin", true)).db_length == 2500000);
   }
 }
 
@@ -175,9 +168,9 @@ TEST_CASE("a snapshot file of format 1 is rewritten in the streamed format at st
   write_all(t / "raft-snapshot.bin", encode_snapshot_file(snap.SerializeAsString()));
   CHECK_FALSE(is_streamed_snapshot_file(t / "raft-snapshot.bin"));
 
-  upgrade_snapshot_file(t / "raft-snapshot.bin");
+  must(upgrade_snapshot_file(t / "raft-snapshot.bin"));
   REQUIRE(is_streamed_snapshot_file(t / "raft-snapshot.bin"));
-  auto parts = read_snapshot_file_parts(t / "raft-snapshot.bin", true);
+  auto parts = must(read_snapshot_file_parts(t / "raft-snapshot.bin", true));
   raft::v1::Snapshot got;
   REQUIRE(got.ParseFromString(parts.snapshot));
   CHECK(got.metadata().index() == 77);
@@ -189,10 +182,10 @@ TEST_CASE("a snapshot file of format 1 is rewritten in the streamed format at st
   CHECK(members.members(0).name() == "s1");
   REQUIRE_FALSE(extract_snapshot_db(t / "raft-snapshot.bin", parts, t / "out.db"));
   CHECK(read_all(t / "out.db") == db);
-  CHECK(read_snapshot_of(t / "raft-snapshot.bin").metadata().index() == 77);
+  CHECK(must(read_snapshot_of(t / "raft-snapshot.bin")).metadata().index() == 77);
   // Nothing left behind; a second call leaves the file as it is.
   auto before = read_all(t / "raft-snapshot.bin");
-  upgrade_snapshot_file(t / "raft-snapshot.bin");
+  must(upgrade_snapshot_file(t / "raft-snapshot.bin"));
   CHECK(read_all(t / "raft-snapshot.bin") == before);
   size_t files = 0;
   for (const auto& e : fs::directory_iterator(t.path)) files += e.path().filename() != "out.db";
@@ -202,6 +195,5 @@ TEST_CASE("a snapshot file of format 1 is rewritten in the streamed format at st
   auto bad = encode_snapshot_file(snap.SerializeAsString());
   bad[bad.size() / 2] ^= 0x10;
   write_all(t / "bad.bin", bad);
-  CHECK(damage_of([&] { upgrade_snapshot_file(t / "bad.bin"); }).find("checksum") !=
-        std::string::npos);
+  CHECK(failure_of(upgrade_snapshot_file(t / "bad.bin")).find("checksum") != std::string::npos);
 }

@@ -20,12 +20,12 @@
 
 #include "actors/event_journal.hpp"
 #include "actors/log_monitor.hpp"
-#include "actors/vital.hpp"
 #include "actors/metrics.hpp"
 #include "actors/node.hpp"
 #include "actors/raft_log.hpp"
 #include "actors/server.hpp"
 #include "actors/state_machine.hpp"
+#include "actors/vital.hpp"
 #include "apps/berthd/dev_plugin.hpp"
 #include "apps/berthd/http_api.hpp"
 #include "apps/berthd/metrics_server.hpp"
@@ -34,6 +34,7 @@
 #include "persistence/client_store.hpp"
 #include "persistence/durable_file.hpp"
 #include "persistence/file_modes.hpp"
+#include "persistence/integrity.hpp"
 #include "tls/caf_tls.hpp"
 
 namespace berth {
@@ -108,6 +109,7 @@ node_config client_config(const agent_options& opts, const std::string& name) {
 struct stores {
   std::shared_ptr<log_store> log;
   std::shared_ptr<state_store> state;
+  uint64_t last_index = 0;
   uint64_t applied = 0;
   size_t volumes = 0;
   size_t plugins = 0;
@@ -117,26 +119,34 @@ struct stores {
 // file (persistence/integrity.hpp, check_data_dir), and brings the tables up
 // to the log's commit index (they may lag after a crash).
 stores open_stores(const std::string& data_dir) {
-  stores s;
-  try {
-    s.log = std::make_shared<log_store>((fs::path(data_dir) / "log.db").string());
-    s.state = std::make_shared<state_store>((fs::path(data_dir) / "state.db").string());
-    // A damaged file stops berthd here (damaged_file names it and the fix).
-    check_data_dir(*s.log, s.state->applied_index());
-    if (auto snap = snapshot_to_install(*s.log, s.state->applied_index()))
-      s.state->install_snapshot_file(*snap);
-    auto missing = committed_after(*s.log, s.state->applied_index());
-    if (!missing.empty()) s.state->apply(missing);
-    // Counted, not loaded: the state machine loads the state once, when it
-    // starts (a load here cost 1,000,000 volumes parsed and freed again).
-    s.applied = s.state->applied_index();
-    s.volumes = s.state->rows("volumes");
-    s.plugins = s.state->rows("plugins");
-  } catch (const sql::sqlite_error& e) {
-    throw std::runtime_error(std::string(e.what()) +
+  // A damaged file stops berthd here: the failure names it and the fix.
+  auto stop = [](const failure& f) {
+    if (is_damage(f)) throw damaged_data(f.message);
+    throw std::runtime_error(f.message +
                              " (if the file is damaged, move it away and restore a snapshot or "
                              "rejoin the cluster)");
-  }
+  };
+  auto need = [&](auto e) {
+    if (!e) stop(e.error());
+    return std::move(*e);
+  };
+  auto check = [&](const std::optional<failure>& f) {
+    if (f) stop(*f);
+  };
+  stores s;
+  s.log = need(log_store::open((fs::path(data_dir) / "log.db").string()));
+  s.state = need(state_store::open((fs::path(data_dir) / "state.db").string()));
+  check(check_data_dir(*s.log, need(s.state->applied_index())));
+  if (auto snap = need(snapshot_to_install(*s.log, need(s.state->applied_index()))))
+    check(s.state->install_snapshot_file(*snap));
+  auto missing = need(committed_after(*s.log, need(s.state->applied_index())));
+  if (!missing.empty()) check(s.state->apply(missing));
+  // Counted, not loaded: the state machine loads the state once, when it
+  // starts (a load here cost 1,000,000 volumes parsed and freed again).
+  s.applied = need(s.state->applied_index());
+  s.last_index = need(s.log->last_index());
+  s.volumes = need(s.state->rows("volumes"));
+  s.plugins = need(s.state->rows("plugins"));
   return s;
 }
 
@@ -192,7 +202,7 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
     started.applied_index = s.applied;
     started.volumes = s.volumes;
     started.plugins = s.plugins;
-    stats->restored(s.log->last_index(), s.applied);
+    stats->restored(s.last_index, s.applied);
     auto journal = sys.spawn(event_journal_server, opts.event_journal_size, s.applied);
     auto machine = sys.spawn<caf::detached>(state_machine, s.state, stats, journal, opts.acl);
     leader_options lo;
@@ -250,17 +260,22 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
   if (opts.dev || opts.client) {
     auto client = client_config(opts, started.name);
     for (const auto& p : client.plugins) started.plugin_ids.push_back(p.id);
-    std::shared_ptr<client_store> cs;
     auto db = (fs::path(opts.data_dir) / "client.db").string();
-    try {
-      cs = std::make_shared<client_store>(db);
-      cs->mounts();
-      cs->allocs();
-    } catch (const std::exception& e) {
-      throw std::runtime_error("cannot open the client database " + db + ": " + e.what() +
+    auto opened = client_store::open(db);
+    std::optional<failure> f;
+    if (!opened)
+      f = opened.error();
+    else if (auto m = (*opened)->mounts(); !m)
+      f = m.error();
+    else if (auto a = (*opened)->allocs(); !a)
+      f = a.error();
+    if (f) {
+      throw std::runtime_error("cannot open the client database " + db + ": " + f->message +
                                " (it records this node's mounts; if it is damaged, unmount what "
-                               "is under " + client.csi_root + ", move the file away and restart)");
+                               "is under " +
+                               client.csi_root + ", move the file away and restart)");
     }
+    std::shared_ptr<client_store> cs = std::move(*opened);
     watch_vital(sys.spawn(node, std::move(client), api, stats, std::move(cs)), "node",
                 exit_process);
   }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -74,9 +75,16 @@ struct agent_started {
   std::vector<std::string> plugin_ids;
 };
 
+// Thrown by start_agent when a file of the data directory is damaged (its
+// message names the file and the way to recover).
+struct damaged_data : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Starts the agent's actors in `sys`.  Throws std::runtime_error with a
 // message for the operator (naming the file or port and the fix) when the
-// agent cannot start; nothing is changed on disk in that case.
+// agent cannot start, damaged_data when its data is damaged; nothing is
+// changed on disk in that case.
 agent_started start_agent(caf::actor_system& sys, const agent_options& opts);
 
 }  // namespace berth

@@ -324,7 +324,7 @@ int main(int argc, char** argv) {
     }
     std::cout << std::endl;
     berth::logging::info("berthd", "started", {{"name", s.name}, {"mode", what}});
-  } catch (const berth::damaged_file& e) {
+  } catch (const berth::damaged_data& e) {
     berth::logging::error("berthd", "refusing to start on damaged data", {{"error", e.what()}});
     std::_Exit(1);
   } catch (const std::exception& e) {

@@ -171,6 +171,36 @@ class ShellTest(unittest.TestCase):
         self.assertEqual(saved.code, 0, saved)
         self.assertTrue(os.path.getsize(os.path.join(self.tmp, "state.snap")) > 0)
 
+    def test_snapshot_save_the_server_cannot_copy_fails_and_the_server_serves_on(self):
+        """When the server cannot make its copy of the state (here its
+        scratch file, DATA/state.db.snapshot, is a directory; a full disk is
+        the usual cause), the save fails naming the file, nothing is
+        written, and berthd goes on serving: before, the state machine ended
+        berthd (and before that, the server actor ended and berthd lingered
+        serving nobody)."""
+        scratch = os.path.join(self.tmp, "data", "state.db.snapshot")
+        os.mkdir(scratch)
+        with open(os.path.join(scratch, "keep"), "w") as f:
+            f.write("x")
+        target = os.path.join(self.tmp, "state.snap")
+        failed = berth(self.agent, "operator", "snapshot", "save", target)
+        self.assertNotEqual(failed.code, 0, failed)
+        self.assertIn("the state machine made no snapshot", failed.err)
+        self.assertIn(scratch, failed.err)
+        self.assertFalse(os.path.exists(target))
+        self.assertFalse(os.path.exists(target + ".partial"))
+        self.assertIsNone(self.agent.proc.poll(), "berthd ended on a failed snapshot")
+        # It serves reads and writes on.
+        spec = json.dumps({"id": "after", "plugin_id": "hostpath", "capacity_min": "1MiB",
+                           "capabilities": [{"access_mode": "single-node-writer",
+                                             "attachment_mode": "file-system"}]})
+        created = berth(self.agent, "volume", "create", "-", stdin=spec)
+        self.assertEqual(created.code, 0, created)
+        shutil.rmtree(scratch)
+        saved = berth(self.agent, "operator", "snapshot", "save", target)
+        self.assertEqual(saved.code, 0, saved)
+        self.assertTrue(os.path.getsize(target) > 0)
+
     def test_json_errors_survive_bytes_that_are_not_utf8(self):
         """A file name that is not UTF-8 shows as U+FFFD in a JSON error
         (dump() used to throw: berth aborted)."""

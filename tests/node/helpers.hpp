@@ -1,18 +1,19 @@
 // Helpers of the node tests: a temporary directory, and breaking a
 // client.db behind its store's back (as a damaged file would).
 #pragma once
-#include <vector>
-#include <fstream>
-#include <unistd.h>
-#include <signal.h>
-#include <sys/mount.h>
-
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sqlite3.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
+
+#include "tests/persistence_values.hpp"
 
 namespace berth::test {
 

@@ -12,6 +12,7 @@
 
 using namespace berth;
 using test::drop_table;
+using test::must;
 using test::temp_dir;
 
 namespace {
@@ -112,7 +113,8 @@ TEST_CASE("allocs: a command runs, its exit code is recorded and survives a rest
   temp_dir d;
   auto file = (d.path / "client.db").string();
   {
-    client_store store(file);
+    auto store_db = must(client_store::open(file));
+    auto& store = *store_db;
     alloc_table t;
     REQUIRE_FALSE(start_alloc(store, t, alloc_with("a1", {"sh", "-c", "exit 3"}),
                               (d.path / "allocs").string(), "n1"));
@@ -121,7 +123,8 @@ TEST_CASE("allocs: a command runs, its exit code is recorded and survives a rest
     REQUIRE(wait_for_exit(store, t, "a1"));
     CHECK(t.at("a1").exit_code == 3);
   }
-  client_store store(file);
+  auto store_db = must(client_store::open(file));
+  auto& store = *store_db;
   alloc_table loaded;
   REQUIRE_FALSE(load_allocs(store, loaded));
   REQUIRE(loaded.count("a1"));
@@ -135,7 +138,8 @@ TEST_CASE("allocs: a command runs, its exit code is recorded and survives a rest
 
 TEST_CASE("allocs: SIGTERM stops a command's process group") {
   temp_dir d;
-  client_store store((d.path / "client.db").string());
+  auto store_db = must(client_store::open((d.path / "client.db").string()));
+  auto& store = *store_db;
   alloc_table t;
   REQUIRE_FALSE(
       start_alloc(store, t, alloc_with("a1", {"sleep", "60"}), (d.path / "allocs").string(), "n1"));
@@ -147,7 +151,8 @@ TEST_CASE("allocs: SIGTERM stops a command's process group") {
 TEST_CASE("allocs: an alloc that cannot be recorded is a failure naming it, not an exception") {
   temp_dir d;
   auto file = (d.path / "client.db").string();
-  client_store store(file);
+  auto store_db = must(client_store::open(file));
+  auto& store = *store_db;
   drop_table(file, "allocs");
   alloc_table t;
   auto f =
@@ -163,7 +168,8 @@ TEST_CASE("allocs: an alloc that cannot be recorded is a failure naming it, not 
 
 TEST_CASE("allocs: a command that cannot start names the node and the alloc") {
   temp_dir d;
-  client_store store((d.path / "client.db").string());
+  auto store_db = must(client_store::open((d.path / "client.db").string()));
+  auto& store = *store_db;
   alloc_table t;
   // The alloc directory's parent is a file: it cannot be created.
   auto blocker = d.path / "file";

@@ -23,6 +23,7 @@
 #include "helpers.hpp"
 
 using namespace berth;
+using test::must;
 using test::plugin_process;
 using test::temp_dir;
 
@@ -75,7 +76,8 @@ struct fixture {
     c.plugins.push_back({"hp", v1::PLUGIN_MONOLITH, plugin.endpoint});
     c.fingerprint_interval = std::chrono::milliseconds(50);
     c.csi_timeout = std::chrono::seconds(10);
-    return sys->spawn(node, c, api, stats, std::make_shared<client_store>(db));
+    return sys->spawn(node, c, api, stats,
+                      std::shared_ptr<client_store>(must(client_store::open(db))));
   }
 
   // berth_csi_calls_in_flight{kind="controller"} as the node last set it.
@@ -90,7 +92,7 @@ struct fixture {
   }
 
   // What client.db says, through a connection of its own.
-  uint64_t recorded_term() { return client_store(db).leader_term(); }
+  uint64_t recorded_term() { return must(must(client_store::open(db))->leader_term()); }
 
   size_t plugin_calls(const std::string& method) {
     std::ifstream in(plugin.call_log);
@@ -137,13 +139,14 @@ bool refused_as_deposed(const std::variant<T, failure>& x) {
 TEST_CASE("node_fence: a newer leader's term is recorded before its request runs") {
   temp_dir d;
   auto file = (d.path / "client.db").string();
-  client_store store(file);
+  auto store_db = must(client_store::open(file));
+  auto& store = *store_db;
   leader_fence fence("n1");
   REQUIRE_FALSE(fence.load(store, false));
   CHECK(fence.term() == 0);
   CHECK_FALSE(fence.admit(store, 3));
   CHECK(fence.term() == 3);
-  CHECK(client_store(file).leader_term() == 3);
+  CHECK(must(must(client_store::open(file))->leader_term()) == 3);
   CHECK_FALSE(fence.admit(store, 3));  // the current leader
   CHECK_FALSE(fence.admit(store, 0));  // unfenced
   CHECK(fence.term() == 3);
@@ -151,7 +154,8 @@ TEST_CASE("node_fence: a newer leader's term is recorded before its request runs
 
 TEST_CASE("node_fence: an older leader is refused, naming the node, both terms and the way out") {
   temp_dir d;
-  client_store store((d.path / "client.db").string());
+  auto store_db = must(client_store::open((d.path / "client.db").string()));
+  auto& store = *store_db;
   leader_fence fence("n1");
   REQUIRE_FALSE(fence.admit(store, 7));
   auto f = fence.admit(store, 6);
@@ -167,14 +171,15 @@ TEST_CASE("node_fence: an older leader is refused, naming the node, both terms a
 TEST_CASE("node_fence: a heartbeat answer raises the fence, an older one never lowers it") {
   temp_dir d;
   auto file = (d.path / "client.db").string();
-  client_store store(file);
+  auto store_db = must(client_store::open(file));
+  auto& store = *store_db;
   leader_fence fence("n1");
   CHECK_FALSE(fence.heard(store, 5));
   CHECK(fence.term() == 5);
   CHECK_FALSE(fence.heard(store, 2));  // a server behind the others: no failure, no change
   CHECK_FALSE(fence.heard(store, 0));  // a server that knows no leader yet
   CHECK(fence.term() == 5);
-  CHECK(client_store(file).leader_term() == 5);
+  CHECK(must(must(client_store::open(file))->leader_term()) == 5);
   CHECK(fence.admit(store, 4));        // the deposed leader of term 4 is refused
   CHECK_FALSE(fence.admit(store, 5));  // the one of term 5 is not wedged
 }
@@ -183,11 +188,13 @@ TEST_CASE("node_fence: the fence holds across a restart unless told to forget it
   temp_dir d;
   auto file = (d.path / "client.db").string();
   {
-    client_store store(file);
+    auto store_db = must(client_store::open(file));
+    auto& store = *store_db;
     leader_fence fence("n1");
     REQUIRE_FALSE(fence.admit(store, 9));
   }
-  client_store store(file);
+  auto store_db = must(client_store::open(file));
+  auto& store = *store_db;
   leader_fence again("n1");
   REQUIRE_FALSE(again.load(store, false));
   CHECK(again.term() == 9);
@@ -201,7 +208,8 @@ TEST_CASE("node_fence: the fence holds across a restart unless told to forget it
 TEST_CASE("node_fence: a term that cannot be recorded is not taken (the request does not run)") {
   temp_dir d;
   auto file = (d.path / "client.db").string();
-  client_store store(file);
+  auto store_db = must(client_store::open(file));
+  auto& store = *store_db;
   leader_fence fence("n1");
   REQUIRE_FALSE(fence.admit(store, 2));
   test::drop_table(file, "meta");

@@ -29,6 +29,7 @@
 #include "helpers.hpp"
 
 using namespace berth;
+using test::must;
 using test::plugin_process;
 using test::temp_dir;
 
@@ -106,7 +107,8 @@ struct fixture {
     c.fingerprint_interval = std::chrono::milliseconds(50);
     c.csi_timeout = std::chrono::seconds(10);
     c.kill_timeout = std::chrono::milliseconds(500);
-    return sys->spawn(node, c, server, stats, std::make_shared<client_store>(db));
+    return sys->spawn(node, c, server, stats,
+                      std::shared_ptr<client_store>(must(client_store::open(db))));
   }
 
   std::vector<v1::AllocUpdate> exit_reports() {
@@ -195,7 +197,7 @@ int64_t run_loop(caf::scoped_actor& me, const node_actor& n, fixture& fx, const 
   REQUIRE(std::holds_alternative<bool>(ask<bool>(me, n, run_atom::value, wrap(a))));
   int64_t pid = 0;
   REQUIRE(eventually([&] {
-    for (auto& r : client_store(fx.db).allocs())
+    for (auto& r : must(must(client_store::open(fx.db))->allocs()))
       if (r.alloc.id() == id) pid = r.pid;
     return pid > 0;
   }));
@@ -226,8 +228,12 @@ int64_t writer_of_dead_agent(fixture& fx, Ready ready) {
   return w;
 }
 
-size_t mounts(fixture& fx) { return client_store(fx.db).mounts().size(); }
-size_t fenced(fixture& fx) { return client_store(fx.db).fenced().size(); }
+size_t mounts(fixture& fx) {
+  return must(must(client_store::open(fx.db))->mounts()).size();
+}
+size_t fenced(fixture& fx) {
+  return must(must(client_store::open(fx.db))->fenced()).size();
+}
 
 }  // namespace
 
@@ -247,12 +253,13 @@ TEST_CASE("node_lease: a node whose lease runs out stops and unmounts its single
   // Leases granted, then none (no leader confirms) and no server listens.
   fx.lease_ms->store(400);
   fx.listening->store(false);
-  REQUIRE(eventually([&] { return client_store(fx.db).meta("lease_ms") == 400; }));  // granted
+  REQUIRE(eventually(
+      [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == 400; }));  // granted
   fx.lease_ms->store(0);
   // The fence: the writer is stopped and its publication undone; the reader goes on.
   CHECK(eventually([&] { return !alive(w); }));
   CHECK(eventually([&] { return mounts(fx) == 1; }));
-  CHECK(client_store(fx.db).mounts().at(0).alloc_id == "r");
+  CHECK(must(must(client_store::open(fx.db))->mounts()).at(0).alloc_id == "r");
   CHECK(alive(r));
   CHECK(fenced(fx) == 1);  // recorded until the exit is reported
   CHECK_FALSE(mounted(target));
@@ -302,7 +309,8 @@ TEST_CASE("node_lease: the lease guard stops the writer while the node actor can
   publish(me, n, request(writer, "w", false, fx.plugin.node_id));
   auto w = run_loop(me, n, fx, "w");
   fx.lease_ms->store(400);
-  REQUIRE(eventually([&] { return client_store(fx.db).meta("lease_ms") == 400; }));  // granted
+  REQUIRE(eventually(
+      [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == 400; }));  // granted
   fx.lease_ms->store(0);
   fx.listening->store(false);  // the exit is reported only at the end
   auto workers = fx.sys->scheduler().num_workers();
@@ -339,13 +347,14 @@ TEST_CASE("node_lease: a restarted node whose lease ran out finishes the fence")
   fixture fx;
   // A long lease, renewed and recorded; then the agent dies, its alloc goes on.
   fx.lease_ms->store(60'000);
-  auto w = writer_of_dead_agent(fx, [&] { return client_store(fx.db).meta("lease_ms") == 60'000; });
+  auto w = writer_of_dead_agent(
+      fx, [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == 60'000; });
   CHECK(alive(w));
   // While it was down the lease ran out (its record says it was renewed
   // long ago), and no leader answers now.
   fx.lease_ms->store(0);
   fx.listening->store(false);
-  client_store(fx.db).set_meta("lease_renewed_wall_ms", wall_ms() - 120'000);
+  must(must(client_store::open(fx.db))->set_meta("lease_renewed_wall_ms", wall_ms() - 120'000));
   caf::scoped_actor me{*fx.sys};
   auto n = fx.spawn_node();
   CHECK(eventually([&] { return !alive(w); }));
@@ -361,21 +370,22 @@ TEST_CASE("node_lease: after the host restarted, recorded allocs are ended, neve
   // old command, so a signal from the restarted node would show.
   fixture fx;
   fx.lease_ms->store(60'000);
-  auto w = writer_of_dead_agent(fx, [&] { return client_store(fx.db).meta("lease_ms") == 60'000; });
+  auto w = writer_of_dead_agent(
+      fx, [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == 60'000; });
   auto boot = current_boot();
   REQUIRE(boot != 0);
-  client_store(fx.db).set_meta("boot_id", boot == 1 ? 2 : 1);
+  must(must(client_store::open(fx.db))->set_meta("boot_id", boot == 1 ? 2 : 1));
   // Its lease ran out meanwhile: the fence would stop a running writer.
   fx.lease_ms->store(0);
   fx.listening->store(false);
-  client_store(fx.db).set_meta("lease_renewed_wall_ms", wall_ms() - 120'000);
+  must(must(client_store::open(fx.db))->set_meta("lease_renewed_wall_ms", wall_ms() - 120'000));
   caf::scoped_actor me{*fx.sys};
   auto n = fx.spawn_node();
   CHECK(eventually([&] {
-    auto allocs = client_store(fx.db).allocs();
+    auto allocs = must(must(client_store::open(fx.db))->allocs());
     return allocs.size() == 1 && allocs[0].exited;
   }));
-  CHECK(client_store(fx.db).meta("boot_id") == boot);
+  CHECK(must(must(client_store::open(fx.db))->meta("boot_id")) == boot);
   // The fence still unmounts the volume (its writer ended with the boot)...
   CHECK(eventually([&] { return mounts(fx) == 0; }));
   // ...and signalled nobody.
@@ -389,7 +399,7 @@ TEST_CASE("node_lease: a fence recorded before a crash is finished after the res
   auto w = writer_of_dead_agent(fx, [] { return true; });
   // The agent had recorded the fence of "w" and died before it stopped it;
   // it comes back with a lease (a leader answers again).
-  client_store(fx.db).put_fenced("w", wall_ms());
+  must(must(client_store::open(fx.db))->put_fenced("w", wall_ms()));
   fx.lease_ms->store(60'000);
   caf::scoped_actor me{*fx.sys};
   auto n = fx.spawn_node();
@@ -422,7 +432,8 @@ TEST_CASE("node: an alloc stopped before its run request arrived is never starte
   REQUIRE(f != nullptr);
   CHECK(f->code == errc::refused);
   CHECK(f->message.find("stopped") != std::string::npos);
-  CHECK(client_store(fx.db).allocs().empty());  // nothing started, nothing recorded
+  CHECK(must(must(client_store::open(fx.db))->allocs())
+            .empty());  // nothing started, nothing recorded
   // Another alloc is started as usual.
   auto pid = run_loop(me, n, fx, "other");
   CHECK(alive(pid));

@@ -10,6 +10,7 @@
 
 using namespace berth;
 using test::drop_table;
+using test::must;
 using test::temp_dir;
 
 namespace {
@@ -142,7 +143,8 @@ TEST_CASE("mounts: records survive in client.db and are forgotten there first") 
   auto file = (d.path / "client.db").string();
   mount_table t;
   {
-    client_store store(file);
+    auto store_db = must(client_store::open(file));
+    auto& store = *store_db;
     auto r = request("a1");
     REQUIRE_FALSE(save_mount(store, t, record_of(r, paths_of("/csi", r), true, 7)));
     REQUIRE_FALSE(
@@ -151,7 +153,8 @@ TEST_CASE("mounts: records survive in client.db and are forgotten there first") 
     REQUIRE_FALSE(forget_mount(store, t, key_of(request("a2"))));
     CHECK(t.size() == 1);
   }
-  client_store again(file);
+  auto again_db = must(client_store::open(file));
+  auto& again = *again_db;
   mount_table loaded;
   REQUIRE_FALSE(load_mounts(again, loaded));
   REQUIRE(loaded.size() == 1);
@@ -162,7 +165,8 @@ TEST_CASE("mounts: records survive in client.db and are forgotten there first") 
 TEST_CASE("mounts: a client.db that cannot be written is a failure naming it, not an exception") {
   temp_dir d;
   auto file = (d.path / "client.db").string();
-  client_store store(file);
+  auto store_db = must(client_store::open(file));
+  auto& store = *store_db;
   mount_table t;
   auto r = request("a1");
   REQUIRE_FALSE(save_mount(store, t, record_of(r, paths_of("/csi", r), true, 1)));

@@ -239,11 +239,44 @@ bool interrupted_install(const std::vector<log_record>& log, const pbr::Snapshot
   return true;
 }
 
+// Tells the server whom this server follows (the leader's identity, or an
+// empty one when none is known, and the term).
+void announce_following(const self_ptr& self) {
+  auto& st = self->state;
+  v1::ServerInfo leader;
+  if (auto it = st.members.find(st.soft.leader); it != st.members.end()) leader = it->second;
+  // The term goes along so clients can fence off older leaders; it counts
+  // only when a leader of it is known (soft.leader != 0).
+  self->send(st.server, following_atom::value, st.soft.leader, wrap(std::move(leader)),
+             st.node ? st.node->term() : uint64_t{0});
+}
+
 void learn_member(const self_ptr& self, const std::string& context) {
   v1::ServerInfo info;
-  if (!context.empty() && info.ParseFromString(context) && info.raft_id() != 0)
-    self->state.members[info.raft_id()] = info;
+  if (!context.empty() && info.ParseFromString(context)) raft_log_detail::learn_member(self, info);
 }
+
+}  // namespace
+
+namespace raft_log_detail {
+
+void learn_member(const self_ptr& self, const v1::ServerInfo& info) {
+  auto& st = self->state;
+  if (info.raft_id() == 0) return;
+  bool news = !st.members.count(info.raft_id());
+  st.members[info.raft_id()] = info;
+  // A follower can hear from its leader before it has applied the entry
+  // that names it (a new or restarted server, a busy one): its server was
+  // told of a leader without an address, and would answer "no leader is
+  // elected" to every forwarded request until the next election.  Tell it
+  // again now that the address is known.
+  if (news && st.server && st.soft.role != raft::role::leader && st.soft.leader == info.raft_id())
+    announce_following(self);
+}
+
+}  // namespace raft_log_detail
+
+namespace {
 
 // Applies committed entries: to the state machine (all of them, so the
 // applied index advances over configuration changes and empty entries
@@ -408,12 +441,7 @@ void on_soft_state(self_ptr self, const raft::soft_state& soft) {
     st.leading_announced = false;
     st.forwarding = false;
     st.held.entries.clear();
-    v1::ServerInfo leader;
-    if (auto it = st.members.find(soft.leader); it != st.members.end()) leader = it->second;
-    // The term goes along so clients can fence off older leaders; it counts
-    // only when a leader of it is known (soft.leader != 0).
-    self->send(st.server, following_atom::value, soft.leader, wrap(std::move(leader)),
-               st.node->term());
+    announce_following(self);
   }
 }
 

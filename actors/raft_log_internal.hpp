@@ -24,6 +24,10 @@ void schedule_flush(const self_ptr& self);
 // or from a peer process whose server proof verified).
 bool from_proven(const self_ptr& self);
 
+// A member joins the address book; when it is the leader this server
+// follows, the server is told its address (learn_member, raft_log.cpp).
+void learn_member(const self_ptr& self, const v1::ServerInfo& info);
+
 // The members named in a snapshot's data (SnapshotData) join the address
 // book.
 void learn_members(const self_ptr& self, const pbr::Snapshot& snap);

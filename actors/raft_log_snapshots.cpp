@@ -131,7 +131,7 @@ caf::behavior snapshot_writer(caf::event_based_actor* w, std::string snap, std::
 void learn_members(const self_ptr& self, const pbr::Snapshot& snap) {
   v1::SnapshotData data;
   if (!data.ParseFromString(snap.data())) return;
-  for (const auto& m : data.members()) self->state.members[m.raft_id()] = m;
+  for (const auto& m : data.members()) learn_member(self, m);
 }
 
 // Compaction: when raft::snapshot_due says so (every snapshot_threshold

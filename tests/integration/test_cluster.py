@@ -211,6 +211,14 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual([c["alloc_id"] for c in stale["claims"]], ["a1"])
         self.assertEqual(len(self.shell("--json", "volume", "status", "--stale",
                                         via=victim.address).json()), 41)
+        # And it forwards to the leader: it heard from the leader before it
+        # knew the leader's address (the snapshot names the servers), and
+        # its server is told the address once it is known (before, it
+        # answered "no leader is elected right now" until the next election).
+        self.shell("volume", "create", "-", via=victim.address,
+                   stdin=json.dumps(dict(VOLUME, id="via-the-returned")))
+        fresh = self.shell("--json", "volume", "status", "via-the-returned", via=victim.address)
+        self.assertEqual(fresh.json()["id"], "via-the-returned")
         # It got there by installing the leader's snapshot, not by replaying
         # the log from its first entry (which the leader no longer has).
         self.assertTrue(os.path.exists(os.path.join(victim.data_dir, "raft-snapshot.bin")))

@@ -15,7 +15,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BERTH, BERTHD, berth, undo_mounts
+from harness import BERTH, BERTHD, SHELL_TIMEOUT, berth, undo_mounts
 
 HOSTPATH = os.environ.get("BERTH_HOSTPATH_BIN", "berth-hostpath")
 
@@ -282,7 +282,7 @@ class ClusterTestCase(unittest.TestCase):
 
     def b(self, *args, expect=0, stdin=None):
         """The shell through self.via; asserts its exit code."""
-        r = berth(self.via, "--timeout", "30", *args, stdin=stdin, timeout=90)
+        r = berth(self.via, "--timeout", SHELL_TIMEOUT, *args, stdin=stdin, timeout=90)
         self.assertEqual(r.code, expect, r)
         return r
 

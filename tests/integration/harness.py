@@ -132,6 +132,8 @@ def undo_mounts(tmp):
 # BERTH_TEST_TIME_SCALE (the sanitizer runs set 4): everything runs that many
 # times slower, so the shell's own deadline stretches with it.
 TIME_SCALE = float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
+# The shell's --timeout for tests that pass their own: 30 s, scaled.
+SHELL_TIMEOUT = str(int(30 * max(TIME_SCALE, 1)))
 
 
 def berth(agent_or_address, *args, stdin=None, timeout=60):

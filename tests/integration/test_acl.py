@@ -18,7 +18,7 @@ import tempfile
 import unittest
 
 from cluster import Client, ClusterTestCase
-from harness import BERTH, Result, berth
+from harness import BERTH, SHELL_TIMEOUT, TIME_SCALE, Result, berth
 
 READER = """
 # reads the default namespace, and the nodes
@@ -59,10 +59,10 @@ class AclTest(ClusterTestCase):
     def as_(self, token, *args, via=None, stdin=None):
         """The shell with this token ("": none, and no BERTH_TOKEN either)."""
         env = {k: v for k, v in os.environ.items() if k != "BERTH_TOKEN"}
-        argv = [BERTH, "--address", via or self.via, "--timeout", "30"]
+        argv = [BERTH, "--address", via or self.via, "--timeout", SHELL_TIMEOUT]
         argv += ["--token", token] if token else []
         proc = subprocess.run(argv + list(args), input=stdin, capture_output=True, text=True,
-                              timeout=90, env=env)
+                              timeout=90 * TIME_SCALE, env=env)
         return Result(proc)
 
     def expect(self, r, code, *fragments):

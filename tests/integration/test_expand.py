@@ -19,7 +19,7 @@ import time
 import unittest
 
 from cluster import ClusterTestCase
-from harness import berth
+from harness import SHELL_TIMEOUT, berth
 
 MiB = 1 << 20
 CRASHPOINT = "expand.controller_committed"
@@ -91,7 +91,7 @@ class ExpandTest(ClusterTestCase):
         self.via = leader.address
         # The leader dies after committing the controller step: the shell
         # may see it die (or retry the request on the new leader).
-        berth(self.via, "--timeout", "30", "volume", "expand", "data", "2MiB", timeout=90)
+        berth(self.via, "--timeout", SHELL_TIMEOUT, "volume", "expand", "data", "2MiB", timeout=90)
         self.wait(lambda: not leader.alive(), "the leader stopped at the crash point")
         self.assertEqual(leader.proc.returncode, 137)
         with open(leader.log_path, errors="replace") as f:
@@ -148,7 +148,7 @@ class ExpandTest(ClusterTestCase):
         leader.start()
         leader2 = self.cluster.leader()
         self.via = leader2.address
-        berth(self.via, "--timeout", "30", "volume", "create", "-",
+        berth(self.via, "--timeout", SHELL_TIMEOUT, "volume", "create", "-",
               stdin=volume_spec("data", "4MiB"), timeout=90)
         self.wait(lambda: not leader2.alive(), "the second leader stopped at the crash point")
         self.cluster.wait_leader(exclude=leader2)

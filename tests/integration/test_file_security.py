@@ -21,7 +21,7 @@ import time
 import unittest
 
 from cluster import ClusterTestCase, Client
-from harness import berth
+from harness import SHELL_TIMEOUT, berth
 
 SECRET = "s3cr3t-of-volume-v-8472"
 VOLUME = {"id": "v", "plugin_id": "hostpath", "secrets": {"password": SECRET},
@@ -65,7 +65,7 @@ class FileSecurityTest(ClusterTestCase):
         is retried briefly, as a script would."""
         deadline = time.time() + 20
         while True:
-            r = berth(self.via, "--timeout", "30", *args, stdin=stdin, timeout=90)
+            r = berth(self.via, "--timeout", SHELL_TIMEOUT, *args, stdin=stdin, timeout=90)
             if r.code != 5 or time.time() > deadline:
                 break
             time.sleep(0.2)

@@ -20,7 +20,7 @@ import time
 import unittest
 
 from cluster import Plugin
-from harness import Agent, berth, undo_mounts
+from harness import SHELL_TIMEOUT, Agent, berth, undo_mounts
 
 CAPS = [{"access_mode": "multi-node-multi-writer", "attachment_mode": "file-system"}]
 SIZE = 1048576
@@ -74,7 +74,7 @@ class HealthTest(unittest.TestCase):
         return r.json() if r.code == 0 else None
 
     def b(self, *args, stdin=None, expect=0):
-        r = berth(self.agent, "--timeout", "30", *args, stdin=stdin)
+        r = berth(self.agent, "--timeout", SHELL_TIMEOUT, *args, stdin=stdin)
         self.assertEqual(r.code, expect, r)
         return r
 

@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from checker import check_single_writer_plugin  # noqa: E402
 from cluster import ClusterTestCase, Client, Plugin  # noqa: E402
-from harness import berth  # noqa: E402
+from harness import SHELL_TIMEOUT, berth  # noqa: E402
 from cut_proxy import CutProxy  # noqa: E402
 
 # Short timeouts keep the test quick: a lease of 2 s, a margin of 4 s.
@@ -89,7 +89,7 @@ class PartitionBase(ClusterTestCase):
 
     def ask(self, *args):
         """The shell through self.via, whatever its exit code."""
-        return berth(self.via, "--timeout", "30", *args, timeout=90)
+        return berth(self.via, "--timeout", SHELL_TIMEOUT, *args, timeout=90)
 
     def healthy_nodes(self):
         r = self.ask("--json", "plugin", "status", "hostpath")

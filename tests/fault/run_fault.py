@@ -515,6 +515,10 @@ def main(argv=None):
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--verbose", "-v", action="store_true", help="print every fault")
     a = p.parse_args(argv)
+    # Under a sanitizer (BERTH_TEST_TIME_SCALE, 4 in make test-asan/-tsan)
+    # every step is that many times slower: the liveness bound of a release
+    # stretches with it (the safety checks do not change).
+    a.release_bound *= max(float(os.environ.get("BERTH_TEST_TIME_SCALE", "1")), 1)
     log("berth fault suite: seed %d (reproduce with --seed %d or BERTH_FAULT_SEED=%d)"
         % (a.seed, a.seed, a.seed))
     known = Nemesis.KINDS + Nemesis.PARTITION_KINDS

@@ -58,12 +58,20 @@ test: build
 test-asan: deps
 	@cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_SANITIZE=address,undefined >/dev/null
 	@cmake --build $(ASAN_DIR) -j $(JOBS)
-	bash scripts/sanitize-test.sh $(ASAN_DIR) $(JOBS)
+	@export BERTH_TEST_RUN=$$$$-$$(date +%s); \
+	python3 scripts/leftovers.py snapshot $(ASAN_DIR)/leftovers.json && \
+	bash scripts/sanitize-test.sh $(ASAN_DIR) $(JOBS); status=$$?; \
+	python3 scripts/leftovers.py check $(ASAN_DIR)/leftovers.json || status=1; \
+	exit $$status
 
 test-tsan: deps
 	@cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_SANITIZE=thread >/dev/null
 	@cmake --build $(TSAN_DIR) -j $(JOBS)
-	bash scripts/sanitize-test.sh $(TSAN_DIR) $(JOBS)
+	@export BERTH_TEST_RUN=$$$$-$$(date +%s); \
+	python3 scripts/leftovers.py snapshot $(TSAN_DIR)/leftovers.json && \
+	bash scripts/sanitize-test.sh $(TSAN_DIR) $(JOBS); status=$$?; \
+	python3 scripts/leftovers.py check $(TSAN_DIR)/leftovers.json || status=1; \
+	exit $$status
 
 fuzz:
 	@bash scripts/install-deps.sh clang libclang-rt-14-dev

@@ -16,6 +16,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -128,7 +129,15 @@ std::variant<T, failure> ask(caf::scoped_actor& me, const node_actor& n, Ts&&...
 // Waits for a condition (a state, not a duration), up to 20 s.
 template <class F>
 bool eventually(F f) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  // 20 s, stretched under a sanitizer (BERTH_TEST_TIME_SCALE, as the
+  // integration tests are).
+  static const double scale = [] {
+    const char* s = std::getenv("BERTH_TEST_TIME_SCALE");
+    double v = s ? std::atof(s) : 1.0;
+    return v > 1.0 ? v : 1.0;
+  }();
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(20000 * scale));
   while (std::chrono::steady_clock::now() < deadline) {
     if (f()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -62,6 +62,10 @@ struct node_state {
   std::map<std::string, csi_plugin_actor> connections;
   std::map<std::string, v1::PluginInstance> instances;  // last probed
   std::map<std::string, std::string> reported;          // last reported, serialized
+  // Plugins whose probe is still running: a tick probes only the others, so
+  // a plugin that does not answer holds one probe, not one per tick (each
+  // would take a thread of its own until its deadline).
+  std::set<std::string> probing;
   // The client's database and what it holds.
   std::shared_ptr<client_store> store;
   mount_table mounts;

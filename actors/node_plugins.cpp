@@ -43,12 +43,17 @@ void connect_plugins(node_self self) {
 
 void fingerprint(node_self self) {
   for (const auto& p : self->state.config.plugins) {
+    if (!self->state.probing.insert(p.id).second) continue;  // its last probe still runs
     csi_job job{[type = p.type](csi::client& c) { return probe_plugin(c, type); },
                 call_kind::identity, ""};
     self->request(self->state.connections.at(p.id), caf::infinite, csi_atom::value, std::move(job))
-        .then([self, p](csi_outcome& out) { on_probed(self, p, std::move(out.instance)); },
-              // The connection ended (it is restarted): the next tick probes again.
-              [](caf::error&) {});
+        .then(
+            [self, p](csi_outcome& out) {
+              self->state.probing.erase(p.id);
+              on_probed(self, p, std::move(out.instance));
+            },
+            // The connection ended (it is restarted): the next tick probes again.
+            [self, id = p.id](caf::error&) { self->state.probing.erase(id); });
   }
 }
 

@@ -11,6 +11,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -68,14 +69,15 @@ struct fixture {
     db = (dir.path / "client.db").string();
   }
 
-  node_actor spawn_node(api_actor api) {
+  node_actor spawn_node(api_actor api,
+                        std::chrono::milliseconds csi_timeout = std::chrono::seconds(10)) {
     node_config c;
     c.node_id = "n1";
     c.csi_root = (dir.path / "csi").string();
     c.alloc_dir = (dir.path / "allocs").string();
     c.plugins.push_back({"hp", v1::PLUGIN_MONOLITH, plugin.endpoint});
     c.fingerprint_interval = std::chrono::milliseconds(50);
-    c.csi_timeout = std::chrono::seconds(10);
+    c.csi_timeout = csi_timeout;
     return sys->spawn(node, c, api, stats,
                       std::shared_ptr<client_store>(must(client_store::open(db))));
   }
@@ -89,6 +91,18 @@ struct fixture {
           if (l.name == "kind" && l.value == "controller") return m.gauge.value;
     }
     return 0;
+  }
+
+  // berth_csi_calls_total of every method that ended with `code`.
+  double csi_calls_ended(const std::string& code) {
+    double n = 0;
+    for (const auto& family : stats->registry()->Collect()) {
+      if (family.name != "berth_csi_calls_total") continue;
+      for (const auto& m : family.metric)
+        for (const auto& l : m.label)
+          if (l.name == "code" && l.value == code) n += m.counter.value;
+    }
+    return n;
   }
 
   // What client.db says, through a connection of its own.
@@ -471,4 +485,36 @@ TEST_CASE("node_fence: a deposed leader's call that waited for its turn is not s
   }
   CHECK(f.plugin_calls("ControllerModifyVolume") == 0);
   CHECK(term == 6);
+}
+
+TEST_CASE("node probes: a plugin that does not answer holds one probe, not one per tick") {
+  // Fingerprints every 50 ms, CSI deadline 1 s.  While the plugin is
+  // stopped, each probe waits out its deadline; a tick that came meanwhile
+  // must not start another (each would hold a thread of its own until its
+  // deadline: under load that is the storm that starves every other call).
+  // Probes in sequence end at most one per deadline, plus the one that was
+  // running when the plugin stopped.
+  fixture f;
+  auto heartbeats = std::make_shared<std::atomic<int>>(0);
+  auto api = f.sys->spawn(fake_server, std::make_shared<std::atomic<uint64_t>>(1), heartbeats);
+  auto n = f.spawn_node(api, std::chrono::seconds(1));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (f.plugin_calls("NodeGetInfo") < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(f.plugin_calls("NodeGetInfo") >= 1);  // probed once
+  f.plugin.pause();
+  auto stopped = std::chrono::steady_clock::now();
+  double ended = 0;
+  deadline = stopped + std::chrono::seconds(60);
+  while ((ended = f.csi_calls_ended("DEADLINE_EXCEEDED")) < 3 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  caf::scoped_actor me{*f.sys};
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+  f.plugin.resume();
+  REQUIRE(ended >= 3);
+  INFO(ended << " probes timed out within " << seconds << " s of the plugin stopping");
+  CHECK(ended <= std::floor(seconds / 1.0) + 1);
 }

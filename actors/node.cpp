@@ -764,6 +764,12 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
                                 st.config.node_id +
                                 "' lost its lease (it could not reach a leader): its command is "
                                 "not started; run it again once the node is back");
+        if (auto gone = unpublished_volumes(st.mounts, st.unmounting, req.msg); !gone.empty())
+          return make_error(errc::refused,
+                            "alloc '" + req.msg.id() + "' is not started: volume '" + gone[0] +
+                                "' is no longer published for it on node '" + st.config.node_id +
+                                "' (the node's lease ran out after the publish and it was "
+                                "unmounted); run the alloc again");
         if (auto f =
                 start_alloc(*st.store, st.allocs, req.msg, st.config.alloc_dir, st.config.node_id))
           return to_error(*f);

@@ -37,6 +37,20 @@ mount_key key_of(const mount_record& m) {
   return {m.alloc_id, m.ns, m.volume_id};
 }
 
+std::vector<std::string> unpublished_volumes(const mount_table& mounts,
+                                             const std::set<mount_key>& unmounting,
+                                             const v1::Alloc& a) {
+  std::vector<std::string> out;
+  for (const auto& v : a.volumes()) {
+    if (v.published_path().empty()) continue;  // claimed on a node without a berth client
+    mount_key k{a.id(), a.namespace_(), v.volume_id()};
+    auto it = mounts.find(k);
+    if (it == mounts.end() || it->second.published_at_ms == 0 || unmounting.count(k))
+      out.push_back(v.volume_id());
+  }
+  return out;
+}
+
 bool staging_in_use(const mount_table& mounts, const std::string& staging,
                     const mount_key& except) {
   for (const auto& [k, m] : mounts)

@@ -17,6 +17,7 @@
 #include <exception>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -49,6 +50,15 @@ bool staging_in_use(const mount_table& mounts, const std::string& staging, const
 // disk).  A repeat after a restart then re-mounts nothing.
 bool published_already(const mount_table& mounts, const v1::NodeVolumeRequest& r,
                        const claim_paths& paths, bool target_exists);
+
+// The volumes of alloc `a` it was published for (a published path) that
+// are not published here for it now: no record, a record of a publish not
+// yet done, or one being unmounted (the node's lease ran out between the
+// publish and the run).  Its command must not start: it would write where
+// its volume is not.
+std::vector<std::string> unpublished_volumes(const mount_table& mounts,
+                                             const std::set<mount_key>& unmounting,
+                                             const v1::Alloc& a);
 
 // The record of a publication, without the volume's secrets (client.db
 // holds none); `staged`: the plugin staged it at paths.staging.

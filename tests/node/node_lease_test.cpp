@@ -306,6 +306,62 @@ TEST_CASE("node_lease: a node whose lease runs out stops and unmounts its single
   me->send_exit(n, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("node_lease: an alloc whose volume the fence unmounted before its run does not start") {
+  // The leader published "db" for alloc "w" and is about to send the run;
+  // meanwhile the node's lease runs out.  With no command running, the
+  // fence unmounts the publication at once.  The lease comes back, then the
+  // run arrives: the command must not start, it would write where its
+  // volume no longer is (the fault suite's seed 337289070 under TSan).
+  fixture fx;
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
+  auto target = publish(me, n, request(writer, "w", false, fx.plugin.node_id));
+  REQUIRE(mounted(target));
+  fx.lease_ms->store(400);
+  fx.listening->store(false);
+  REQUIRE(eventually(
+      [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == 400; }));  // granted
+  fx.lease_ms->store(0);
+  CHECK(eventually([&] { return mounts(fx) == 0; }));  // the fence unmounted it
+  CHECK_FALSE(mounted(target));
+  fx.lease_ms->store(60'000);
+  fx.listening->store(true);
+  REQUIRE(eventually(
+      [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == 60'000; }));
+  v1::Alloc a;
+  a.set_id("w");
+  a.set_namespace_("default");
+  a.set_node_id("n1");
+  auto* v = a.add_volumes();
+  v->set_name("data");
+  v->set_volume_id("db");
+  v->set_published_path(target);
+  for (auto arg : {"sh", "-c", "while true; do sleep 0.05; done"}) a.add_command(arg);
+  auto ran = ask<bool>(me, n, run_atom::value, wrap(a));
+  auto* refused = std::get_if<failure>(&ran);
+  if (refused == nullptr) {  // started: stop the node first, so that the test ends
+    me->send_exit(n, caf::exit_reason::user_shutdown);
+    me->wait_for(n);
+    FAIL("alloc 'w' started although the fence had unmounted its volume");
+  }
+  CHECK(refused->code == errc::refused);
+  CHECK(refused->message.find("volume 'db' is no longer published") != std::string::npos);
+  CHECK(must(must(client_store::open(fx.db))->allocs()).empty());  // nothing started
+  // Published again (the leader's next claim), the same alloc starts.
+  auto again = publish(me, n, request(writer, "w", false, fx.plugin.node_id));
+  a.mutable_volumes(0)->set_published_path(again);
+  REQUIRE(std::holds_alternative<bool>(ask<bool>(me, n, run_atom::value, wrap(a))));
+  int64_t pid = 0;
+  CHECK(eventually([&] {
+    for (auto& r : must(must(client_store::open(fx.db))->allocs()))
+      if (r.alloc.id() == "w") pid = r.pid;
+    return pid > 0;
+  }));
+  if (pid > 0) ::kill(static_cast<pid_t>(-pid), SIGKILL);
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("node_lease: the lease guard stops the writer while the node actor cannot run") {
   // Every worker thread of the actor system is held (as a client whose
   // scheduler is busy, or whose actor waits on a slow fsync): the node

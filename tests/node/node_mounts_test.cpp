@@ -102,6 +102,43 @@ TEST_CASE("mounts: a publication is recorded before it is asked, with its stagin
   CHECK(staging_in_use(t, p.staging, key_of(request("a2"))));
 }
 
+TEST_CASE("mounts: an alloc starts only on the publications it was given") {
+  auto alloc = [](std::initializer_list<std::pair<const char*, const char*>> vols) {
+    v1::Alloc a;
+    a.set_id("a1");
+    a.set_namespace_("prod");
+    for (auto [id, path] : vols) {
+      auto* v = a.add_volumes();
+      v->set_volume_id(id);
+      v->set_published_path(path);
+    }
+    return a;
+  };
+  auto t = table_of({request("a1", "db"), request("a1", "logs"), request("a2", "cache")});
+  std::set<mount_key> none;
+  using list = std::vector<std::string>;
+  CHECK(unpublished_volumes(t, none, alloc({})).empty());
+  CHECK(unpublished_volumes(t, none, alloc({{"db", "/p/db"}, {"logs", "/p/logs"}})).empty());
+  // Claimed where no berth client published it: nothing to check.
+  CHECK(unpublished_volumes(t, none, alloc({{"other", ""}})).empty());
+  // Not recorded for this alloc (another alloc's publication does not count).
+  CHECK(unpublished_volumes(t, none, alloc({{"db", "/p/db"}, {"cache", "/p/c"}})) ==
+        list{"cache"});
+  CHECK(unpublished_volumes({}, none, alloc({{"db", "/p/db"}, {"logs", "/p/l"}})) ==
+        list{"db", "logs"});
+  // Being unmounted (the fence took it) or only asked, not yet published.
+  std::set<mount_key> unmounting{{"a1", "prod", "logs"}};
+  CHECK(unpublished_volumes(t, unmounting, alloc({{"db", "/p/db"}, {"logs", "/p/l"}})) ==
+        list{"logs"});
+  auto asked = t;
+  asked.at({"a1", "prod", "db"}).published_at_ms = 0;
+  CHECK(unpublished_volumes(asked, none, alloc({{"db", "/p/db"}})) == list{"db"});
+  // Another namespace's volume of the same name is not this one.
+  auto a = alloc({{"db", "/p/db"}});
+  a.set_namespace_("dev");
+  CHECK(unpublished_volumes(t, none, a) == list{"db"});
+}
+
 TEST_CASE("mounts: a staging shared with another alloc is in use") {
   auto t = table_of({request("a1"), request("a2")});
   auto staging = paths_of("/csi", request("a1")).staging;

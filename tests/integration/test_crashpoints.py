@@ -36,7 +36,7 @@ import time
 import unittest
 
 from cluster import Cluster
-from harness import Agent, berth
+from harness import TIME_SCALE, Agent, berth
 
 CRASH_EXIT = 137
 THRESHOLD = 8  # --snapshot-threshold (berthd's minimum is 4)
@@ -132,7 +132,7 @@ class SnapshotCrashTest(unittest.TestCase):
         work = Workload("w")
         in_flight = None
         history = []  # (argv, exit code), for the failure messages
-        deadline = time.time() + 30
+        deadline = time.time() + 30 * max(TIME_SCALE, 1)
         while agent.proc.poll() is None:
             self.assertLess(time.time(), deadline, "%s was never reached" % point)
             step = work.next()
@@ -163,7 +163,7 @@ class SnapshotCrashTest(unittest.TestCase):
         # A release the crash interrupted half way (its steps are committed
         # one by one) is finished by the volume watcher: wait for it, then
         # every claim left is taken.
-        deadline = time.time() + 30
+        deadline = time.time() + 30 * max(TIME_SCALE, 1)
         while True:
             r = shell(restarted.address, "--json", "volume", "status")
             self.assertEqual(r.code, 0, r)
@@ -238,7 +238,7 @@ class InstallCrashTest(unittest.TestCase):
         return {p["id"]: p for p in self.cluster.peers(via=leader.address)}
 
     def wait_caught_up(self, server, timeout=30):
-        deadline = time.time() + timeout
+        deadline = time.time() + timeout * max(TIME_SCALE, 1)
         while True:
             leader = self.cluster.leader()
             if leader is not None:
@@ -272,7 +272,7 @@ class InstallCrashTest(unittest.TestCase):
         # follower's last one (whichever leads then): it can only catch up
         # by snapshot.
         others = [s for s in self.cluster.servers if s is not follower]
-        deadline = time.time() + 30
+        deadline = time.time() + 30 * max(TIME_SCALE, 1)
         while min(s.first_log_index() or 0 for s in others) <= behind + 1:
             self.assertLess(time.time(), deadline, "the logs were never compacted")
             self.change()
@@ -288,9 +288,9 @@ class InstallCrashTest(unittest.TestCase):
             self.assertTrue(banner.startswith("berthd:"), "did not start: %r; log: %s" %
                             (banner, tail(follower.log_path)))
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=30 * max(TIME_SCALE, 1))
             except subprocess.TimeoutExpired:
-                self.fail("%s was never reached" % point)
+                self.fail("%s was never reached; log: %s" % (point, tail(follower.log_path)))
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -69,6 +69,32 @@ void deliver_result(result_promise& rp, csi_outcome& out) {
   rp.deliver(wrap(std::move(r)));
 }
 
+// After an unpublish that left the staging to other publications: when
+// none uses it now (their unpublishes ran first), this one is the last out
+// and unstages it before `then` (which forgets the record and answers); a
+// failed unstage keeps the record, so that the retry unstages.
+void unstage_if_last(self_ptr self, const mount_key& key, const v1::NodeVolumeRequest& r,
+                     const claim_paths& paths, bool unstaged, uint64_t leader_term,
+                     std::function<void(csi_outcome&)> then) {
+  auto& st = self->state;
+  csi_outcome none;
+  if (paths.staging.empty() ||
+      !unstage_last_out(unstaged, staging_in_use(st.mounts, paths.staging, key))) {
+    then(none);
+    return;
+  }
+  auto make = [r, paths, leader_term, at = where(st.config.node_id, r.plugin_id())](bool stages) {
+    return csi_job{[=](csi::client& c) { return unstage_claim(c, r, paths, stages, at); },
+                   call_kind::node, r.volume().external_id(), leader_term};
+  };
+  if (run_csi(self, r.plugin_id(), make, then, [then](caf::error e) {
+        csi_outcome out;
+        out.error = to_failure(e);
+        then(out);
+      }))
+    start_polling(self);
+}
+
 // Registers with the server again (a new leader learns this node) and
 // raises the fence to the newest term the server knows a leader in: a
 // deposed leader is then refused even before the new one calls here.  An
@@ -198,17 +224,27 @@ void unmount_all(self_ptr self, std::vector<unmount> unmounts, std::function<voi
     };
     bool waits = run_csi(
         self, u.record.plugin_id, make,
-        [self, key = u.key, one_done](csi_outcome& out) {
+        [self, key = u.key, r = u.record.request, paths, unstaged = u.unstage,
+         one_done](csi_outcome& out) {
           auto& st = self->state;
-          st.unmounting.erase(key);
           if (out.error) {
+            st.unmounting.erase(key);
             report_problem(st, *out.error);
             one_done(false);
             return;
           }
-          auto f = forget_mount(*st.store, st.mounts, key);
-          if (f) report_problem(st, *f);
-          one_done(!f);
+          unstage_if_last(self, key, r, paths, unstaged, 0, [self, key, one_done](csi_outcome& out) {
+            auto& st = self->state;
+            st.unmounting.erase(key);
+            if (out.error) {
+              report_problem(st, *out.error);
+              one_done(false);
+              return;
+            }
+            auto f = forget_mount(*st.store, st.mounts, key);
+            if (f) report_problem(st, *f);
+            one_done(!f);
+          });
         },
         [self, key = u.key, one_done](caf::error) {
           self->state.unmounting.erase(key);
@@ -599,13 +635,18 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
                          call_kind::node, r.volume().external_id(), r.leader_term()};
         };
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
-        run(self, r.plugin_id(), make, rp, [self, key](result_promise& rp, csi_outcome& out) {
-          auto& st = self->state;
-          if (auto f = forget_mount(*st.store, st.mounts, key))
-            rp.deliver(to_error(*f));
-          else
-            deliver_result(rp, out);
-        });
+        run(self, r.plugin_id(), make, rp,
+            [self, key, r, paths, others](result_promise& rp, csi_outcome&) {
+              unstage_if_last(self, key, r, paths, !others, r.leader_term(), [self, key, rp](csi_outcome& out) mutable {
+                auto& st = self->state;
+                if (out.error)
+                  rp.deliver(to_error(*out.error));
+                else if (auto f = forget_mount(*st.store, st.mounts, key))
+                  rp.deliver(to_error(*f));
+                else
+                  deliver_result(rp, out);
+              });
+            });
         return rp;
       },
       [self](ctrl_publish_atom,

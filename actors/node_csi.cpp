@@ -220,12 +220,19 @@ csi_outcome unpublish_claim(csi::client& c, const v1::NodeVolumeRequest& r,
   for (auto d = fs::path(paths.target).parent_path(); d.filename() != "per-alloc";
        d = d.parent_path())
     if (!fs::remove(d, ec)) break;
-  if (unstage) {
-    if (failed(out, where, csi::method::node_unstage_volume,
-               c.node_unstage_volume(id, paths.staging).status))
-      return out;
-    fs::remove(paths.staging, ec);
-  }
+  if (unstage) return unstage_claim(c, r, paths, true, where);
+  return out;
+}
+
+csi_outcome unstage_claim(csi::client& c, const v1::NodeVolumeRequest& r, const claim_paths& paths,
+                          bool stages, const std::string& where) {
+  csi_outcome out;
+  if (!stages) return out;
+  if (failed(out, where, csi::method::node_unstage_volume,
+             c.node_unstage_volume(r.volume().external_id(), paths.staging).status))
+    return out;
+  std::error_code ec;
+  fs::remove(paths.staging, ec);
   return out;
 }
 

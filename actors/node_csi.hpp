@@ -84,6 +84,11 @@ csi_outcome publish_claim(csi::client& c, const v1::NodeVolumeRequest& r, const 
 csi_outcome unpublish_claim(csi::client& c, const v1::NodeVolumeRequest& r,
                             const claim_paths& paths, bool unstage, const std::string& where);
 
+// NodeUnstageVolume of a staging no publication uses any more (when the
+// plugin stages), then its directory is removed.
+csi_outcome unstage_claim(csi::client& c, const v1::NodeVolumeRequest& r, const claim_paths& paths,
+                          bool stages, const std::string& where);
+
 // ControllerPublishVolume; the outcome carries the publish context.
 csi_outcome controller_publish(csi::client& c, const v1::NodeVolumeRequest& r,
                                const std::string& where);

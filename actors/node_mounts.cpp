@@ -88,6 +88,10 @@ bool unstage_after_unpublish(bool plugin_stages, bool others_use_staging) {
   return plugin_stages && !others_use_staging;
 }
 
+bool unstage_last_out(bool unstaged_with_unpublish, bool others_use_staging_now) {
+  return !unstaged_with_unpublish && !others_use_staging_now;
+}
+
 bool has_mounts(const mount_table& mounts, const std::string& alloc_id) {
   for (const auto& [k, m] : mounts)
     if (std::get<0>(k) == alloc_id) return true;

@@ -81,6 +81,13 @@ mount_record intent_of(const v1::NodeVolumeRequest& r, const claim_paths& paths)
 // publication stages again.
 bool unstage_after_unpublish(bool plugin_stages, bool others_use_staging);
 
+// Whether a publication undone without its unstage (other publications used
+// the staging when it was asked, or were planned to go after it) must be
+// unstaged now: the last one out unstages when no publication uses the
+// staging any more.  Two unpublishes of one staging asked together each
+// saw the other and left it; the later one's answer unstages it.
+bool unstage_last_out(bool unstaged_with_unpublish, bool others_use_staging_now);
+
 // Whether this client still has a publication for the alloc.
 bool has_mounts(const mount_table& mounts, const std::string& alloc_id);
 

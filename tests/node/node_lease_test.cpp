@@ -27,6 +27,7 @@
 #include "../csi/plugin_process.hpp"
 #include "actors/clock.hpp"
 #include "actors/node.hpp"
+#include "actors/node_mounts.hpp"
 #include "helpers.hpp"
 
 using namespace berth;
@@ -360,6 +361,37 @@ TEST_CASE("node_lease: an alloc whose volume the fence unmounted before its run 
   }));
   if (pid > 0) ::kill(static_cast<pid_t>(-pid), SIGKILL);
   me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("node mounts: two unpublishes of one staging asked together leave nothing staged") {
+  // Two readers of one volume share its staging.  Their unpublishes arrive
+  // together (the fault suite's seed 190169359: two allocs stopped at
+  // once): each, when asked, saw the other still publishing, so neither
+  // unstaged and the staging stayed mounted with no claim.  The last one
+  // out unstages.
+  fixture fx;
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  auto shared = create(me, n, "logs", v1::MULTI_NODE_READER_ONLY);
+  auto r1 = request(shared, "r1", true, fx.plugin.node_id);
+  auto r2 = request(shared, "r2", true, fx.plugin.node_id);
+  publish(me, n, r1);
+  publish(me, n, r2);
+  auto staging = paths_of((fx.dir.path / "csi").string(), r1).staging;
+  CHECK(paths_of((fx.dir.path / "csi").string(), r2).staging == staging);
+  REQUIRE(std::filesystem::exists(staging));
+  CHECK(mounts(fx) == 2);
+  auto first = me->request(n, std::chrono::seconds(30), unpublish_atom::value, wrap(r1));
+  auto second = me->request(n, std::chrono::seconds(30), unpublish_atom::value, wrap(r2));
+  int answered = 0;
+  for (auto* rh : {&first, &second})
+    rh->receive([&](pb<v1::NodeVolumeResult>&) { ++answered; },
+                [&](caf::error& e) { FAIL_CHECK(to_failure(e).message); });
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+  CHECK(answered == 2);
+  CHECK(mounts(fx) == 0);
+  CHECK_FALSE(mounted(staging));
+  CHECK_FALSE(std::filesystem::exists(staging));  // unstaged, its directory removed
 }
 
 TEST_CASE("node_lease: the lease guard stops the writer while the node actor cannot run") {

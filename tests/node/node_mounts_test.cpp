@@ -102,6 +102,15 @@ TEST_CASE("mounts: a publication is recorded before it is asked, with its stagin
   CHECK(staging_in_use(t, p.staging, key_of(request("a2"))));
 }
 
+TEST_CASE("mounts: the last publication out of a staging unstages it") {
+  // Unstaged together with the unpublish: nothing more to do.
+  CHECK_FALSE(unstage_last_out(true, false));
+  CHECK_FALSE(unstage_last_out(true, true));
+  // Left to others when asked: unstage once none uses it, never while one does.
+  CHECK(unstage_last_out(false, false));
+  CHECK_FALSE(unstage_last_out(false, true));
+}
+
 TEST_CASE("mounts: an alloc starts only on the publications it was given") {
   auto alloc = [](std::initializer_list<std::pair<const char*, const char*>> vols) {
     v1::Alloc a;

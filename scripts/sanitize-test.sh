@@ -33,7 +33,8 @@ status=$?
 # Testing/Temporary/LastTest.log), where a process whose stderr went to a
 # test's log (a berthd an integration test started) shows its report; a
 # process a sanitizer stopped is never read as clean.
-pattern='^(ERROR: (Address|Leak|Thread|UndefinedBehavior)Sanitizer|WARNING: ThreadSanitizer)|runtime error:'
+# A report's first line may carry the process id first (==PID==ERROR: ...).
+pattern='^(==[0-9]+==)?(ERROR: (Address|Leak|Thread|UndefinedBehavior)Sanitizer|WARNING: ThreadSanitizer)|runtime error:'
 reports=$(find "$logs" -type f -size +0 | sort)
 files=0
 total=0

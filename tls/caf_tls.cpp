@@ -6,8 +6,15 @@
 #include <caf/openssl/manager.hpp>
 #include <caf/openssl/publish.hpp>
 #include <caf/openssl/remote_actor.hpp>
+#include <openssl/crypto.h>
+#include <openssl/ssl.h>
 
 namespace berth::tls {
+
+void keep_openssl_until_exit() {
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
+  OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT, nullptr);
+}
 
 void configure(caf::actor_system_config& cfg, const files& f) {
   if (!f.enabled()) return;

@@ -23,6 +23,15 @@
 
 namespace berth::tls {
 
+// Call first in main, before anything uses OpenSSL.  Stops OpenSSL from
+// freeing its state in an atexit handler: CAF 0.17's detached actor threads
+// (named caf.actor) may still run their thread-local destructors, which free
+// OpenSSL's per-thread error state, after the actor system's destructor
+// returned, so the exit-time clean-up raced them (a double free and leaks
+// under ASan in the TLS shell, issue 32).  The process's memory goes back to
+// the kernel at exit either way.
+void keep_openssl_until_exit();
+
 // Loads caf::openssl and sets its certificate options; turns CAF's
 // automatic connections off (they open a plain-text port of their own).
 // Call before the actor system is built, after caf::io::middleman is

@@ -42,6 +42,7 @@ void split_commas(std::vector<std::string>& xs) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  berth::tls::keep_openssl_until_exit();
   berth::agent_options opts;
   CLI::App app{
       "berthd: the berth agent. Manages CSI volumes, plugins and claims.\n"

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -122,12 +123,22 @@ void plugin_process::kill9() {
   pid_ = -1;
 }
 
+// kill() only queues the signal: each of the plugin's threads stops when it
+// next runs, which on a loaded machine can be after the test's first call
+// reached it (it answered OK: client_test under load).  waitpid reports the
+// stop once every thread has stopped.
 void plugin_process::pause() {
   ::kill(pid_, SIGSTOP);
+  int status = 0;
+  while (::waitpid(pid_, &status, WUNTRACED) == -1 && errno == EINTR) {
+  }
 }
 
 void plugin_process::resume() {
   ::kill(pid_, SIGCONT);
+  int status = 0;
+  while (::waitpid(pid_, &status, WCONTINUED) == -1 && errno == EINTR) {
+  }
 }
 
 int plugin_process::terminate() {

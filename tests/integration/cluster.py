@@ -1,6 +1,7 @@
 """A 3-server berth cluster and clients as real processes on 127.0.0.1, for
 the cluster and fault tests."""
 
+import atexit
 import glob
 import json
 import os
@@ -20,7 +21,7 @@ from harness import BERTH, BERTHD, SHELL_TIMEOUT, berth, undo_mounts
 HOSTPATH = os.environ.get("BERTH_HOSTPATH_BIN", "berth-hostpath")
 
 
-def _ephemeral_range():
+def ephemeral_range():
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low, high = (int(x) for x in f.read().split())
@@ -29,27 +30,79 @@ def _ephemeral_range():
         return 32768, 60999
 
 
+_RESERVED = os.path.join(tempfile.gettempdir(), "berth-test-ports")
+
+
+def reserve(port):
+    """Whether PORT is now this process's alone among the tests running on
+    this machine: a file per port in /tmp/berth-test-ports, made with
+    O_EXCL and holding the owner's pid.  A binding check alone cannot say
+    it: another test may have picked the port and not listen on it yet.
+    A file whose owner has exited is taken over."""
+    os.makedirs(_RESERVED, exist_ok=True)
+    path = os.path.join(_RESERVED, str(port))
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                with open(path) as f:
+                    owner = int(f.read().strip() or "0")
+            except (OSError, ValueError):
+                return False
+            if owner == os.getpid():
+                return False  # picked by this process before
+            if owner and os.path.exists("/proc/%d" % owner):
+                return False
+            try:
+                os.unlink(path)  # its owner exited without giving it back
+            except OSError:
+                return False
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+def _give_back_ports():
+    try:
+        names = os.listdir(_RESERVED)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(_RESERVED, name)
+        try:
+            with open(path) as f:
+                if f.read().strip() == str(os.getpid()):
+                    os.unlink(path)
+        except OSError:
+            pass
+
+
+atexit.register(_give_back_ports)
+
+
 def free_port():
-    """A port free now, for a process started later with it.  Taken below
-    the kernel's ephemeral range: a port the kernel handed out (bind to 0)
-    and given back could be handed out again to any outgoing connection of
-    a test running beside this one before the process listens on it (a
-    berthd then "cannot listen").  Below the range only another test's
-    free_port can pick it, among some 20,000."""
-    low, _ = _ephemeral_range()
+    """A port free now, for a process started later with it, and reserved
+    for this test process (see reserve).  Taken below the kernel's
+    ephemeral range: a port the kernel handed out (bind to 0) and given
+    back could be handed out again to any outgoing connection of a test
+    running beside this one before the process listens on it (a berthd then
+    "cannot listen")."""
+    low, _ = ephemeral_range()
     first = 10000 if low > 12000 else 1024
     rng = random.SystemRandom()
-    for _ in range(200):
+    for _ in range(400):
         port = rng.randrange(first, low)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+        if reserve(port):
             return port
-    with socket.socket() as s:  # below the range, everything is taken
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    raise RuntimeError("no free port in %d..%d on 127.0.0.1" % (first, low))
 
 
 class Process:

@@ -19,6 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import BERTH, BERTHD  # noqa: E402
+from cluster import ephemeral_range, reserve  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 DEPLOY = os.path.join(REPO, "deploy")
@@ -29,21 +30,26 @@ VOLUME = {"id": "shared", "plugin_id": "hostpath", "capabilities": [
 
 
 def free_range(n):
-    """A base port such that base..base+n-1 are all free on 127.0.0.1."""
-    for _ in range(200):
-        base = random.randrange(20000, 60000)
+    """A base port such that base..base+n-1 are all free on 127.0.0.1 and
+    reserved for this test process, below the kernel's ephemeral range (see
+    cluster.free_port)."""
+    low, _ = ephemeral_range()
+    first = 10000 if low > 12000 else 1024
+    for _ in range(400):
+        base = random.randrange(first, low - n)
         socks = []
         try:
             for p in range(base, base + n):
                 s = socket.socket()
                 socks.append(s)
                 s.bind(("127.0.0.1", p))
-            return base
         except OSError:
             continue
         finally:
             for s in socks:
                 s.close()
+        if all(reserve(p) for p in range(base, base + n)):
+            return base
     raise RuntimeError("no free range of %d ports" % n)
 
 

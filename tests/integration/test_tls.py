@@ -26,7 +26,7 @@ import unittest
 import socket
 import threading
 
-from cluster import Client, Cluster, Plugin, Server, free_port
+from cluster import Client, Cluster, Plugin, Server, free_port, reserve
 from harness import BERTH, BERTHD, Agent, undo_mounts
 
 VOLUME = {"plugin_id": "hostpath", "capabilities": [
@@ -634,7 +634,8 @@ class TlsRoleTest(unittest.TestCase):
                 try:
                     with socket.socket() as sk:
                         sk.bind(("127.0.0.1", port))
-                    return port
+                    if reserve(port):
+                        return port
                 except OSError:
                     continue
         self.skipTest("no free port below the servers' raft ports")

@@ -85,6 +85,8 @@ struct release_ctx {
   bool node_detached = false;
   // The node has not confirmed its unmounts on return (control/release).
   bool node_unmounts_pending = false;
+  // The volume with the steps this release took and has not committed yet.
+  std::optional<v1::Volume> unsaved;
 };
 
 // A controller RPC, queued by the plugin actor (one at a time per plugin).
@@ -101,13 +103,29 @@ void controller_step(self_ptr self, const plugin_actor& plugin, const node_actor
              [fail](caf::error& e) mutable { fail(std::move(e)); });
 }
 
-// The release workflow of one claim, resumable at every step because each
-// step is committed: taken -> unpublishing -> node-detached (NodeUnpublish,
-// NodeUnstage when no other claim on the node is published) ->
-// controller-detached (ControllerUnpublish when no live claim on the node
+// The release workflow of one claim: taken -> unpublishing -> node-detached
+// (NodeUnpublish, NodeUnstage when no other claim on the node is published)
+// -> controller-detached (ControllerUnpublish when no live claim on the node
 // remains) -> freed.  A node without a berth client counts as detached.
+// Unpublishing and the free are committed when reached; node-detached and
+// controller-detached are kept in `ctx.unsaved` and committed with the free,
+// or before the release stops short of it (control/release.hpp,
+// commit_before_next_step, says why each may or must wait).  A release
+// interrupted anywhere resumes from the last committed state.
 void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
-  const auto& vol = self->state.volume;
+  // Ends this run of the release with `result`, committing first the
+  // steps it took and has not committed, so a retry starts after them.
+  auto stop = [self, ctx, done](std::optional<caf::error> result) mutable {
+    if (!ctx.unsaved) {
+      done(std::move(result));
+      return;
+    }
+    persist(self, std::move(*ctx.unsaved), false,
+            [done, result](std::optional<caf::error> err) mutable {
+              done(result ? std::move(result) : std::move(err));
+            });
+  };
+  const auto& vol = ctx.unsaved ? *ctx.unsaved : self->state.volume;
   release_facts facts;
   facts.node_connected = static_cast<bool>(ctx.target);
   facts.node_detached = ctx.node_detached;
@@ -115,20 +133,29 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
   facts.controller_available = ctx.controller && ctx.plugin_handle;
   facts.node_unmounts_pending = ctx.node_unmounts_pending;
   auto step = next_release_step(vol, ctx.alloc, facts);
-  auto again = [self, ctx, done](std::optional<caf::error> err) {
-    if (err)
-      done(std::move(err));
-    else
-      release_steps(self, ctx, done);
-  };
-  auto commit = [self, ctx, again](v1::ClaimState to) {
-    auto v = self->state.volume;
+  auto commit = [self, ctx, done](v1::ClaimState to) mutable {
+    auto v = ctx.unsaved ? std::move(*ctx.unsaved) : self->state.volume;
     if (to == v1::CLAIM_UNPUBLISHING)
       release(v, ctx.alloc, ctx.reason, wall_ms());
     else
       advance_claim(v, ctx.alloc, to);
     if (to == v1::CLAIM_READY_TO_FREE) free_claim(v, ctx.alloc);
-    persist(self, std::move(v), false, again);
+    if (!commit_before_next_step(to)) {
+      ctx.unsaved = std::move(v);
+      // A CSI step done and not committed: a crash here leaves the claim
+      // at unpublishing (integration.retry ReleaseCrashTest).
+      crashpoint("release.uncommitted");
+      release_steps(self, std::move(ctx), std::move(done));
+      return;
+    }
+    ctx.unsaved.reset();
+    persist(self, std::move(v), false,
+            [self, ctx, done](std::optional<caf::error> err) mutable {
+              if (err)
+                done(std::move(err));
+              else
+                release_steps(self, std::move(ctx), std::move(done));
+            });
   };
   const auto* c = find_claim(vol, ctx.alloc);
   // Whether ControllerUnpublishVolume is needed is the plugin's to say:
@@ -136,7 +163,7 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
   // answer in time) the step waits instead of taking "not required", which
   // would leave the volume attached to the node.
   if (c != nullptr && c->state() == v1::CLAIM_NODE_DETACHED && ctx.plugin.id().empty()) {
-    done(make_error(errc::unavailable,
+    stop(make_error(errc::unavailable,
                     "volume '" + vol.id() + "': plugin '" + vol.plugin_id() +
                         "' is not known right now, so whether ControllerUnpublishVolume is "
                         "needed cannot be told; the release stays at node-detached until it is "
@@ -145,26 +172,26 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
   }
   switch (step.action) {
     case release_action::done:
-      done(std::nullopt);
+      stop(std::nullopt);
       return;
     case release_action::commit:
       commit(step.to);
       return;
     case release_action::wait_for_node:
-      done(make_error(errc::unavailable,
+      stop(make_error(errc::unavailable,
                       "volume '" + vol.id() + "': the berth client of node '" + c->node_id() +
                           "' is not connected, so NodeUnpublishVolume waits for it (or for "
                           "the node to be marked down; then the claim is released without it)"));
       return;
     case release_action::wait_for_controller:
-      done(make_error(errc::unavailable,
+      stop(make_error(errc::unavailable,
                       "volume '" + vol.id() + "': plugin '" + ctx.plugin.id() +
                           "' has no healthy controller on a node with a berth client; the "
                           "release stays at node-detached until one is back (the volume "
                           "watcher retries)"));
       return;
     case release_action::wait_for_unmounts:
-      done(make_error(errc::unavailable,
+      stop(make_error(errc::unavailable,
                       "volume '" + vol.id() + "': node '" + c->node_id() +
                           "' came back from down and has not confirmed that it unmounted what "
                           "was released without it (it may still have the volume staged); "
@@ -174,13 +201,13 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
       auto req = request_for(node_request(vol, *c, ctx.plugin), node_step::unpublish_unstage);
       req.set_unstage(step.unstage);
       csi_step(self, ctx.target, unpublish_atom::value, std::move(req),
-               [commit, to = step.to](v1::NodeVolumeResult) { commit(to); }, done);
+               [commit, to = step.to](v1::NodeVolumeResult) mutable { commit(to); }, stop);
       return;
     }
     case release_action::controller_unpublish:
       controller_step(self, ctx.plugin_handle, ctx.controller, ctrl_unpublish_atom::value,
                       node_request(vol, *c, ctx.plugin),
-                      [commit, to = step.to](v1::NodeVolumeResult) { commit(to); }, done);
+                      [commit, to = step.to](v1::NodeVolumeResult) mutable { commit(to); }, stop);
       return;
   }
 }
@@ -211,7 +238,7 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
   }
   auto unwind = [self, ctx, rp](caf::error cause) mutable {
     release_ctx rc{ctx.alloc, "publish failed", ctx.plugin, ctx.plugin_handle, ctx.target,
-                   ctx.controller, false, false};
+                   ctx.controller, false, false, std::nullopt};
     release_steps(self, rc, [self, rp, cause](std::optional<caf::error> err) mutable {
       auto f = to_failure(cause);
       if (err)
@@ -510,7 +537,7 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
                            last == self->state.published_ms.end() ? 0 : last->second);
         bool pending = req.msg.node_unmounts_pending();
         release_ctx ctx{alloc, reason, known_plugin(committed).value_or(v1::Plugin{}), plugin,
-                        target, controller, detached, pending};
+                        target, controller, detached, pending, std::nullopt};
         release_steps(self, std::move(ctx), answer(self, rp));
         return rp;
       },

@@ -35,6 +35,16 @@ release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
   }
 }
 
+bool commit_before_next_step(v1::ClaimState to) {
+  switch (to) {
+    case v1::CLAIM_NODE_DETACHED:
+    case v1::CLAIM_CONTROLLER_DETACHED:
+      return false;
+    default:
+      return true;
+  }
+}
+
 bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
                           bool operator_detach, bool keep_down_writers) {
   const auto* n = find_node(c, claim.node_id());

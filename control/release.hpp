@@ -1,8 +1,10 @@
 // The release of a claim, step by step, and which claims an operator's
 // detach releases.  The volume actor asks `next_release_step` what to do,
-// does it (a commit, or a CSI call through a node), and asks again; every
-// step is committed, so a release interrupted anywhere (a failed call, a
-// leader change) resumes where it stopped.
+// does it (a state change, or a CSI call through a node), and asks again;
+// `commit_before_next_step` says which state changes are committed at once
+// and which are kept until the next commit (a release interrupted anywhere,
+// a failed call or a leader change, resumes from the last committed state,
+// and every CSI call it repeats is idempotent).
 #pragma once
 
 #include <cstdint>
@@ -29,9 +31,9 @@ struct release_facts {
 
 enum class release_action {
   done,                  // the claim is freed (or never existed)
-  commit,                // commit the claim in state `to` (freed when ready-to-free)
-  node_unpublish,        // NodeUnpublishVolume (and NodeUnstageVolume when `unstage`), then commit `to`
-  controller_unpublish,  // ControllerUnpublishVolume, then commit `to`
+  commit,                // move the claim to state `to` (freed when ready-to-free)
+  node_unpublish,        // NodeUnpublishVolume (and NodeUnstageVolume when `unstage`), then `to`
+  controller_unpublish,  // ControllerUnpublishVolume, then `to`
   wait_for_node,         // the node's client is not connected: retry later
   wait_for_controller,   // no healthy controller: retry later
   wait_for_unmounts,     // the node has not confirmed its unmounts on return: retry later
@@ -50,6 +52,23 @@ struct release_step {
 // controller-detached -> freed.
 release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
                                const release_facts& facts);
+
+// Whether the release must commit the claim in state `to` before its next
+// step, or may keep it in memory and commit it with a later state (issue 28:
+// a cycle wrote 6 entries, each a leader and a follower fsync in sequence).
+//  - unpublishing: yes. The release's intent is durable before its first
+//    CSI call undoes anything: a claim the servers still call taken is never
+//    half unpublished, a leader that takes over (the volume watcher) resumes
+//    it, and no new claim counts the volume's writer slot free meanwhile.
+//  - node-detached, controller-detached: no. Each follows a call that may be
+//    repeated (NodeUnpublish, NodeUnstage and ControllerUnpublish succeed on
+//    what is already undone, CSI spec), so a crash before the next commit
+//    leaves the claim at unpublishing and the resumed release repeats them.
+//    The release commits them when it cannot go on (a wait or a failed call),
+//    so a retry starts after them; otherwise they commit with the free.
+//  - ready-to-free (the free): yes, it is the release's end; the volume's
+//    slot is free for new claims only once every call above succeeded.
+bool commit_before_next_step(v1::ClaimState to);
 
 // Whether a claim's release goes on without its node: the node's drain
 // passed its deadline; or, unless its client is connected, the node is

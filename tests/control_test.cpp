@@ -918,6 +918,41 @@ TEST_CASE("release_steps_follow_the_specs_order") {
   CHECK(next_release_step(v, "nobody", f).action == release_action::done);
 }
 
+TEST_CASE("release_commits_its_intent_and_its_end_and_keeps_the_steps_between") {
+  // Every path through the release's states, counted in entries: a
+  // release from taken commits 2 (unpublishing, the free), whatever calls
+  // it needed between them.
+  CHECK(commit_before_next_step(v1::CLAIM_UNPUBLISHING));
+  CHECK(commit_before_next_step(v1::CLAIM_READY_TO_FREE));
+  CHECK_FALSE(commit_before_next_step(v1::CLAIM_NODE_DETACHED));
+  CHECK_FALSE(commit_before_next_step(v1::CLAIM_CONTROLLER_DETACHED));
+  for (bool connected : {true, false})
+    for (bool controller : {true, false}) {
+      auto v = make_volume("db");
+      add_claim(v, "a", "n1");
+      release_facts f;
+      f.node_connected = connected;
+      f.node_detached = !connected;
+      f.controller_required = controller;
+      f.controller_available = true;
+      int commits = 0, steps = 0;
+      for (auto s = next_release_step(v, "a", f); s.action != release_action::done;
+           s = next_release_step(v, "a", f)) {
+        REQUIRE(++steps < 10);
+        REQUIRE(s.to != v1::CLAIM_STATE_UNKNOWN);
+        if (s.to == v1::CLAIM_READY_TO_FREE) {
+          v.clear_claims();
+        } else {
+          v.mutable_claims(0)->set_state(s.to);
+        }
+        if (commit_before_next_step(s.to)) ++commits;
+      }
+      CAPTURE(connected);
+      CAPTURE(controller);
+      CHECK(commits == 2);
+    }
+}
+
 TEST_CASE("release_keeps_staging_and_attachment_while_another_claim_is_on_the_node") {
   auto v = make_volume("db");
   add_claim(v, "a", "n1", v1::CLAIM_UNPUBLISHING);

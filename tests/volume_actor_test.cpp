@@ -127,6 +127,23 @@ struct fixture {
     return out;
   }
 
+  // The volume actor's answer to the release of `alloc`'s claim, its node
+  // detached (down, or no client), with no plugin actor and no controller.
+  std::variant<v1::Volume, failure> release_detached(const std::string& alloc,
+                                                     const v1::Plugin& plugin) {
+    caf::scoped_actor me{*sys};
+    v1::ReleaseRequest r;
+    r.set_volume_id("db");
+    r.set_alloc_id(alloc);
+    r.set_node_detached(true);
+    std::variant<v1::Volume, failure> out = failure{errc::internal, "no answer"};
+    me->request(vol, std::chrono::seconds(30), release_atom::value, wrap(r), wrap(plugin),
+                plugin_actor{}, node_actor{}, node_actor{})
+        .receive([&](pb<v1::Volume>& x) { out = std::move(x.msg); },
+                 [&](caf::error& e) { out = to_failure(e); });
+    return out;
+  }
+
   std::optional<v1::Volume> status() {
     caf::scoped_actor me{*sys};
     std::optional<v1::Volume> out;
@@ -195,4 +212,43 @@ TEST_CASE("volume_actor: a new claim without a known plugin is refused and commi
   auto v = f.status();
   REQUIRE(v);
   CHECK(v->claims_size() == 0);
+}
+
+TEST_CASE("volume_actor: a release commits two entries: unpublishing, then the free with the steps between") {
+  // Issue 28: node-detached and controller-detached were an entry each (a
+  // release took 4, a claim cycle 5).
+  fixture f;
+  REQUIRE(std::holds_alternative<v1::ClaimResult>(f.claim(claim_of("a1", "n1"), healthy_on("n1"))));
+  REQUIRE(*f.proposals == 1);
+  auto r = f.release_detached("a1", healthy_on("n1"));
+  REQUIRE_MESSAGE(std::holds_alternative<v1::Volume>(r), std::get<failure>(r).message);
+  CHECK(std::get<v1::Volume>(r).claims_size() == 0);
+  CHECK(*f.proposals == 3);
+  auto v = f.status();
+  REQUIRE(v);
+  CHECK(v->claims_size() == 0);
+}
+
+TEST_CASE("volume_actor: a release that stops short of the free commits the steps it took") {
+  // The plugin requires ControllerUnpublishVolume and no controller runs:
+  // the release stops at node-detached, and commits it, so the retry starts
+  // there (the node is not asked again).
+  fixture f;
+  auto p = healthy_on("n1");
+  p.set_controller_required(true);
+  REQUIRE(std::holds_alternative<v1::ClaimResult>(f.claim(claim_of("a1", "n1"), p)));
+  auto r = f.release_detached("a1", p);
+  REQUIRE(std::holds_alternative<failure>(r));
+  INFO(std::get<failure>(r).message);
+  CHECK(std::get<failure>(r).code == errc::unavailable);
+  CHECK(std::get<failure>(r).message.find("no healthy controller") != std::string::npos);
+  CHECK(*f.proposals == 3);  // claim, unpublishing, node-detached
+  auto v = f.status();
+  REQUIRE(v);
+  REQUIRE(v->claims_size() == 1);
+  CHECK(v->claims(0).state() == v1::CLAIM_NODE_DETACHED);
+  // Again: nothing new to commit until a controller is back.
+  auto again = f.release_detached("a1", p);
+  REQUIRE(std::holds_alternative<failure>(again));
+  CHECK(*f.proposals == 3);
 }

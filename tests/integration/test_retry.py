@@ -204,5 +204,64 @@ class UnknownOutcomeTest(ClusterTestCase):
         self.wait(registered, "the volume served by the next leader")
 
 
+class ReleaseCrashTest(unittest.TestCase):
+    """Issue 28: a release commits unpublishing, then the free with the CSI
+    steps between.  berthd --dev killed at `release.uncommitted` (its
+    NodeUnpublishVolume done, node-detached not committed) comes back with
+    the claim at unpublishing; the release resumes by itself, repeats
+    NodeUnpublishVolume (the plugin answers OK for what is gone) and frees
+    the claim."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="berth-release-crash-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.plugin = Plugin(self.tmp).start()
+        self.addCleanup(self.plugin.kill)
+        os.environ["BERTH_CRASHPOINT"] = "release.uncommitted"
+        try:
+            self.agent = agent_with_plugin(self.tmp, self.plugin)
+        finally:
+            del os.environ["BERTH_CRASHPOINT"]
+        self.addCleanup(self.agent.kill)
+        self.addCleanup(unmount_under, self.tmp)
+
+    def calls(self, name):
+        with open(self.plugin.call_log) as f:
+            return [l for l in f if name in l]
+
+    def test_a_release_killed_between_its_steps_resumes_and_frees(self):
+        r = berth(self.agent, "volume", "create", "-", stdin=json.dumps(dict(SPEC, id="v0")))
+        self.assertEqual(r.code, 0, r)
+        r = berth(self.agent, "--json", "volume", "claim", "v0", "--alloc", "a1", "--node", "n1")
+        self.assertEqual(r.code, 0, r)
+        path = r.json()["published_path"]
+        self.assertTrue(os.path.exists(path), path)
+        r = berth(self.agent, "--timeout", "20", "volume", "release", "v0", "--alloc", "a1")
+        deadline = time.time() + 30 * TIME_SCALE
+        while self.agent.proc.poll() is None:
+            self.assertLess(time.time(), deadline, "berthd never reached the crash point (%r)" % r)
+            time.sleep(0.05)
+        self.assertEqual(self.agent.proc.returncode, 137, r)
+        with open(self.agent.log_path, errors="replace") as f:
+            self.assertIn("crash point release.uncommitted reached", f.read())
+        self.assertNotEqual(r.code, 0, r)  # the answer was lost with berthd
+        self.assertEqual(len(self.calls("NodeUnpublishVolume")), 1)
+        self.agent.restart()
+        # Nobody asks again: the claim, at unpublishing, is the volume
+        # watcher's to finish.
+        deadline = time.time() + 60 * TIME_SCALE
+        while True:
+            s = berth(self.agent, "--json", "volume", "status", "v0")
+            if s.code == 0 and s.json()["claims"] == []:
+                break
+            self.assertLess(time.time(), deadline, "the claim was never freed: %r" % s)
+            time.sleep(0.1)
+        self.assertEqual(len(self.calls("NodeUnpublishVolume")), 2)
+        self.assertFalse(os.path.exists(path) and os.path.ismount(path), path)
+        # The volume is free: another alloc claims it.
+        r = berth(self.agent, "volume", "claim", "v0", "--alloc", "a2", "--node", "n1")
+        self.assertEqual(r.code, 0, r)
+
+
 if __name__ == "__main__":
     unittest.main()

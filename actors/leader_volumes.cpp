@@ -449,6 +449,9 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
     if (auto it = open.find(alloc); it != open.end() && --it->second <= 0) open.erase(it);
     done(std::move(f), std::move(r));
   };
+  const auto* node = find_node(st.cat, c.node_id());
+  c.set_node_unmounts_pending(
+      node != nullptr && unmounts_awaited(*node, static_cast<bool>(node_of(self, c.node_id()))));
   std::pair<std::string, std::string> slot{c.node_id(), plugin_id};
   c.set_node_volume_count(
       node_volume_count(st.cat, c.node_id(), plugin_id, key, st.claiming[slot]));
@@ -497,6 +500,7 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
   node_actor target;
   if (const auto* c = find_claim(*vol, r.alloc_id())) {
     target = node_of(self, c->node_id());
+    const bool connected = static_cast<bool>(target);
     r.set_node_detached(
         release_without_node(st.cat, *c, static_cast<bool>(target), r.operator_detach(),
                              st.options.keep_down_writers));
@@ -505,7 +509,7 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
       r.set_detached_at_ms(steady_ms());
     }
     const auto* n = find_node(st.cat, c->node_id());
-    r.set_node_unmounts_pending(n != nullptr && unmounts_awaited(*n));
+    r.set_node_unmounts_pending(n != nullptr && unmounts_awaited(*n, connected));
   }
   const auto plugin_id = vol->plugin_id();
   ask_volume_actor<pb<v1::Volume>>(

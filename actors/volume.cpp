@@ -219,6 +219,9 @@ struct claim_ctx {
   node_actor target;
   node_actor controller;
   std::vector<std::string> mount_flags;  // override the volume's, when given
+  // The node has not confirmed its unmounts on return: an unwind's
+  // ControllerUnpublish waits for them (claim simulation seed 507047).
+  bool node_unmounts_pending = false;
 };
 
 // After a claim is committed: controller publish (when the plugin requires
@@ -238,7 +241,7 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
   }
   auto unwind = [self, ctx, rp](caf::error cause) mutable {
     release_ctx rc{ctx.alloc, "publish failed", ctx.plugin, ctx.plugin_handle, ctx.target,
-                   ctx.controller, false, false, std::nullopt};
+                   ctx.controller, false, ctx.node_unmounts_pending, std::nullopt};
     release_steps(self, rc, [self, rp, cause](std::optional<caf::error> err) mutable {
       auto f = to_failure(cause);
       if (err)
@@ -499,7 +502,8 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
                                                    "': its plugin is not known right now; retry");
         auto rp = self->make_response_promise<pb<v1::ClaimResult>>();
         claim_ctx ctx{r.alloc_id, std::move(*p), plugin, target, controller,
-                      {q.mount_flags().begin(), q.mount_flags().end()}};
+                      {q.mount_flags().begin(), q.mount_flags().end()},
+                      q.node_unmounts_pending()};
         std::vector<v1::Change> also;
         if (q.has_alloc()) also.push_back(upsert_change(q.alloc()));
         if (also.empty() && next.SerializeAsString() == self->state.volume.SerializeAsString()) {

@@ -77,8 +77,8 @@ std::vector<std::string> lost_allocs_of(const catalog& c, const std::string& nod
 
 bool unmounts_pending(const v1::Node& n) { return n.has_client() && n.down_at_ms() != 0; }
 
-bool unmounts_awaited(const v1::Node& n) {
-  return n.status() == v1::NODE_READY && unmounts_pending(n);
+bool unmounts_awaited(const v1::Node& n, bool connected) {
+  return (n.status() == v1::NODE_READY || connected) && unmounts_pending(n);
 }
 
 std::vector<std::string> allocs_to_unmount_on_return(const catalog& c, const std::string& node_id) {

@@ -52,12 +52,13 @@ std::vector<std::string> lost_allocs_of(const catalog& c, const std::string& nod
 // allocs and allocs that ended before alike.  The leader asks on every
 // heartbeat until the client confirms (a new leader too: it is committed).
 bool unmounts_pending(const v1::Node& n);
-// A node back from down (ready again) that has not confirmed the unmounts
-// asked on its return: a ControllerUnpublish of a claim there waits for
-// them (control/release: wait_for_unmounts).  A node still down is not
+// A node back from down (ready again, or its client `connected` before its
+// heartbeat committed it ready) that has not confirmed the unmounts asked
+// on its return: a ControllerUnpublish of a claim there waits for them
+// (control/release: wait_for_unmounts).  A node still down and away is not
 // waited for: it fenced itself when its lease ran out (control/lease), and
 // it may never come back; its claims are released without it.
-bool unmounts_awaited(const v1::Node& n);
+bool unmounts_awaited(const v1::Node& n, bool connected);
 std::vector<std::string> allocs_to_unmount_on_return(const catalog& c, const std::string& node_id);
 // The node once its client confirmed the unmounts asked while its record
 // had `down_at_ms`: cleared; nullopt when it is not ready or was marked down

@@ -16,7 +16,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BERTH, BERTHD, SHELL_TIMEOUT, berth, undo_mounts
+from harness import BERTH, BERTHD, SHELL_TIMEOUT, TIME_SCALE, berth, undo_mounts
 
 HOSTPATH = os.environ.get("BERTH_HOSTPATH_BIN", "berth-hostpath")
 
@@ -267,13 +267,18 @@ class Cluster:
                 return next(s for s in self.servers if s.name == p["id"])
         return None
 
-    def wait_leader(self, timeout=20, exclude=None):
+    def wait_leader(self, timeout=60, exclude=None):
+        """The first server that names a leader.  The deadline is generous
+        (a fresh clone's make test beside two busy loops and a build: the
+        servers elected s3 in 1.5 s and no shell had an answer within 20 s
+        and 2 s per call)."""
+        timeout *= max(TIME_SCALE, 1)
         deadline = time.time() + timeout
         while time.time() < deadline:
             for s in self.servers:
                 if not s.alive() or s is exclude:
                     continue
-                r = berth(s.address, "--json", "--timeout", "2", "status")
+                r = berth(s.address, "--json", "--timeout", "5", "status")
                 if r.code == 0 and r.json().get("leader"):
                     return s
             time.sleep(0.05)

@@ -41,8 +41,9 @@ class GcBase(ClusterTestCase):
 
 
 class SystemGcTest(GcBase):
-    # (scaled: under a sanitizer a 0.7 s lease lapses on a live client)
-    SERVER_ARGS = ("--node-down-timeout", "%g" % (2 * max(TIME_SCALE, 1)),
+    # (6 s, a 2 s lease, and scaled: a 0.7 s lease lapsed on c1, a live client,
+    # beside two busy loops, and its fence ended alloc busy under the test)
+    SERVER_ARGS = ("--node-down-timeout", "%g" % (6 * max(TIME_SCALE, 1)),
                    "--alloc-gc-threshold", "never",
                    "--node-gc-threshold", "never")
 

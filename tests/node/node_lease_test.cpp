@@ -388,6 +388,7 @@ TEST_CASE("node mounts: two unpublishes of one staging asked together leave noth
     rh->receive([&](pb<v1::NodeVolumeResult>&) { ++answered; },
                 [&](caf::error& e) { FAIL_CHECK(to_failure(e).message); });
   me->send_exit(n, caf::exit_reason::user_shutdown);
+  me->wait_for(n);  // its store is read below: not while it may still write (or checkpoint)
   CHECK(answered == 2);
   CHECK(mounts(fx) == 0);
   CHECK_FALSE(mounted(staging));

@@ -39,7 +39,10 @@ uint64_t get_le(std::string_view in, size_t at, int bytes);
 // fine (it is created); a file that is not a SQLite database, or shorter
 // than its header says (truncated), is a failure naming it.  An empty file
 // is accepted only without a non-empty write-ahead log next to it (an
-// empty file is what a crash right after creating it leaves).
+// empty file is what a crash right after creating it leaves).  Beside a
+// non-empty write-ahead log the size is not checked: a checkpoint cut short
+// leaves the file shorter than its header until SQLite replays the log (the
+// quick_check after open judges the result).
 std::optional<failure> check_sqlite_header(const std::string& path);
 
 // The snapshot file's bytes around a serialized raft Snapshot.

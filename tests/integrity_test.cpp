@@ -161,6 +161,72 @@ TEST_CASE("a truncated or overwritten SQLite file is refused before it is opened
   CHECK(must(ok->digest()).size() == 16);
 }
 
+namespace {
+
+size_t count_rows(const fs::path& p, const char* table) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(p.c_str(), &db) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, (std::string("SELECT count(*) FROM ") + table).c_str(), -1, &st,
+                             nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+  auto n = static_cast<size_t>(sqlite3_column_int64(st, 0));
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a file cut short by a checkpoint opens from its write-ahead log") {
+  // The state a process killed during a checkpoint leaves: the checkpoint
+  // wrote page 1 (the header, with the new page count) but not the pages
+  // after it, and the log still holds them all.
+  temp_dir dir;
+  auto path = dir.path / "state.db";
+  auto cut = dir.path / "cut.db";
+  { auto store = must(state_store::open(path.string())); }
+  raw_sql(path, "PRAGMA wal_checkpoint(TRUNCATE)");
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "PRAGMA wal_autocheckpoint=0", nullptr, nullptr, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db,
+                       "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300)"
+                       " INSERT INTO claims SELECT 'default', 'v' || i, 'a', 'n' || (i % 7),"
+                       " 'write', hex(randomblob(100)) FROM n",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  // The file and its log before the checkpoint (the connection keeps the log).
+  fs::copy_file(path, cut);
+  fs::copy_file(path.string() + "-wal", cut.string() + "-wal");
+  REQUIRE(sqlite3_exec(db, "PRAGMA wal_checkpoint(FULL)", nullptr, nullptr, nullptr) == SQLITE_OK);
+  auto full = read_all(path);
+  sqlite3_close(db);
+  auto before = read_all(cut);
+  size_t page_size = (size_t(uint8_t(full[16])) << 8) | uint8_t(full[17]);
+  REQUIRE(full.size() > before.size() + 4 * page_size);
+  write_all(cut, full.substr(0, page_size) + before.substr(page_size));
+  // The header now records more pages than the file has.
+  auto header = read_all(cut).substr(0, 100);
+  uint32_t pages = (uint32_t(uint8_t(header[28])) << 24) | (uint32_t(uint8_t(header[29])) << 16) |
+                   (uint32_t(uint8_t(header[30])) << 8) | uint32_t(uint8_t(header[31]));
+  REQUIRE(size_t(pages) * page_size == full.size());
+  REQUIRE(fs::file_size(cut) < full.size());
+
+  CHECK(failure_of(check_sqlite_header(cut.string())).empty());
+  {
+    auto reopened = must(state_store::open(cut.string()));
+    CHECK(must(reopened->digest()).size() == 16);
+  }
+  CHECK(count_rows(cut, "claims") == 300);
+
+  // Without its log the same cut is damage, named as such.
+  write_all(cut, full.substr(0, page_size) + before.substr(page_size));
+  fs::remove(cut.string() + "-wal");
+  fs::remove(cut.string() + "-shm");
+  auto err = failure_of(state_store::open(cut.string()));
+  CHECK(err.find(cut.string() + " is damaged (truncated") != std::string::npos);
+}
+
 TEST_CASE("the client database keeps the newest leader term across a restart") {
   temp_dir dir;
   auto db = (dir.path / "client.db").string();

@@ -60,9 +60,7 @@ void release_for_drain(const self_ptr& self, const volume_key& key, const std::s
                      {"volume", key.second},
                      {"alloc", alloc},
                      {"error", f->message}});
-      return;
     }
-    leave_released_volume(self, alloc, key);
   });
 }
 

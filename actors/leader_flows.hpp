@@ -89,10 +89,6 @@ node_actor pick_controller(const self_ptr& self, const std::string& plugin_id,
 // Claims one volume through its actor (which has the node publish it).
 void claim_volume(const self_ptr& self, v1::ClaimRequest c,
                   std::function<void(std::optional<failure>, v1::ClaimResult)> done);
-// After a claim was released: the volume leaves the alloc when the alloc
-// has no command (one made by volume claim); an alloc left with no volume
-// is deleted (control/allocs alloc_after_release, on the applied catalog).
-void leave_released_volume(const self_ptr& self, const std::string& alloc, const volume_key& key);
 // Releases one claim through its volume actor.
 void release_claim(const self_ptr& self, v1::ReleaseRequest r,
                    std::function<void(std::optional<failure>, v1::Volume)> done);

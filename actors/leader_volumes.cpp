@@ -363,17 +363,14 @@ void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise
                                     " (released already, or never claimed); nothing to do"));
     return;
   }
-  auto key = found.key;
   auto text = "claim of alloc " + quoted(r.alloc_id()) + " on volume " + quoted(r.volume_id()) +
               " released";
-  auto alloc = r.alloc_id();
   release_claim(self, r,
-                [self, key, alloc, text, rp](std::optional<failure> f, v1::Volume v) mutable {
+                [self, text, rp](std::optional<failure> f, v1::Volume v) mutable {
                   if (f) {
                     deliver(rp, *f);
                     return;
                   }
-                  leave_released_volume(self, alloc, key);
                   deliver(rp, volume_response(self->state.cat, v, text));
                 });
 }
@@ -477,17 +474,6 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
 
 // Releases one claim through its volume actor (the watcher, detach, volume
 // release and force-deregister all come here).
-void leave_released_volume(const self_ptr& self, const std::string& alloc, const volume_key& key) {
-  write(
-      self, "alloc/" + alloc,
-      [alloc, key](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-        auto change = alloc_after_release(c, alloc, key);
-        if (!change) return std::vector<v1::Change>{};
-        return std::vector<v1::Change>{*change};
-      },
-      ignore_result());
-}
-
 void release_claim(const self_ptr& self, v1::ReleaseRequest r,
                    std::function<void(std::optional<failure>, v1::Volume)> done) {
   auto& st = self->state;

@@ -149,13 +149,20 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
       return;
     }
     ctx.unsaved.reset();
-    persist(self, std::move(v), false,
-            [self, ctx, done](std::optional<caf::error> err) mutable {
-              if (err)
-                done(std::move(err));
-              else
-                release_steps(self, std::move(ctx), std::move(done));
-            });
+    // The free's entry also drops the volume from the alloc record that
+    // `volume claim` made (resolved at apply: nothing for other allocs).
+    std::vector<v1::Change> also;
+    if (to == v1::CLAIM_READY_TO_FREE)
+      also.push_back(alloc_volume_freed_change(ctx.alloc, v.namespace_(), v.id()));
+    persist(
+        self, std::move(v), false,
+        [self, ctx, done](std::optional<caf::error> err) mutable {
+          if (err)
+            done(std::move(err));
+          else
+            release_steps(self, std::move(ctx), std::move(done));
+        },
+        std::move(also));
   };
   const auto* c = find_claim(vol, ctx.alloc);
   // Whether ControllerUnpublishVolume is needed is the plugin's to say:

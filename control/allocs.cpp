@@ -131,30 +131,6 @@ alloc_for_claim alloc_of_claim(const catalog& c, const v1::ClaimRequest& req, in
   return {std::nullopt, std::move(a)};
 }
 
-std::optional<v1::Change> alloc_after_release(const catalog& c, const std::string& alloc_id,
-                                              const volume_key& volume) {
-  const auto* known = find_alloc(c, alloc_id);
-  if (known == nullptr || !known->command().empty() || known->namespace_() != volume.first)
-    return std::nullopt;
-  auto v = find_volume(c, volume);
-  if (v && find_claim(*v, alloc_id) != nullptr) return std::nullopt;  // not freed
-  auto a = *known;
-  auto* vs = a.mutable_volumes();
-  auto pos = std::find_if(vs->begin(), vs->end(), [&](const v1::AllocVolume& x) {
-    return x.volume_id() == volume.second;
-  });
-  if (pos == vs->end()) return std::nullopt;
-  vs->erase(pos);
-  // Its node down, or back and not yet confirmed its unmounts: the alloc
-  // stays (ended, without volumes), so that the node is told to unmount it.
-  const auto* n = find_node(c, a.node_id());
-  bool away = n != nullptr && n->has_client() &&
-              (n->status() == v1::NODE_DOWN ||
-               (n->down_at_ms() != 0 && alloc_terminal(a.state())));
-  if (a.volumes().empty() && !away) return alloc_delete_change(a.id());
-  return upsert_change(std::move(a));
-}
-
 bool alloc_may_become(v1::AllocState from, v1::AllocState to) {
   switch (from) {
     case v1::ALLOC_PENDING:

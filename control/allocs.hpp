@@ -50,13 +50,8 @@ struct alloc_for_claim {
 };
 alloc_for_claim alloc_of_claim(const catalog& c, const v1::ClaimRequest& req, int64_t now_ms);
 
-// After `volume release` freed an alloc's claim: the volume leaves an alloc
-// without a command; such an alloc without volumes left is deleted, unless
-// its node is down or back from down without having confirmed its unmounts
-// (control/nodes: the node must still be told to unmount it).
-// nullopt when nothing changes.
-std::optional<v1::Change> alloc_after_release(const catalog& c, const std::string& alloc_id,
-                                              const volume_key& volume);
+// alloc_after_release (a claim's free and the alloc record it leaves) is
+// control/catalog's: the apply of a free's entry runs it.
 
 // A client's report that an alloc's command exited: the alloc to commit, or
 // nullopt when the report changes nothing (the alloc is terminal already, or

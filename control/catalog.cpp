@@ -11,6 +11,7 @@
 #include <google/protobuf/wire_format_lite.h>
 
 #include "control/entries.hpp"
+#include "messages/model.hpp"
 
 namespace berth {
 
@@ -275,6 +276,30 @@ void add_acl(catalog& c, std::vector<v1::AclPolicy> policies, std::vector<v1::Ac
   c.acl_bootstrap_index = bootstrap_index;
 }
 
+std::optional<v1::Change> alloc_after_release(const catalog& c, const std::string& alloc_id,
+                                              const volume_key& volume) {
+  const auto* known = find_alloc(c, alloc_id);
+  if (known == nullptr || !known->command().empty() || known->namespace_() != volume.first)
+    return std::nullopt;
+  auto v = find_volume(c, volume);
+  if (v && find_claim(*v, alloc_id) != nullptr) return std::nullopt;  // not freed
+  auto a = *known;
+  auto* vs = a.mutable_volumes();
+  auto pos = std::find_if(vs->begin(), vs->end(), [&](const v1::AllocVolume& x) {
+    return x.volume_id() == volume.second;
+  });
+  if (pos == vs->end()) return std::nullopt;
+  vs->erase(pos);
+  // Its node down, or back and not yet confirmed its unmounts: the alloc
+  // stays (ended, without volumes), so that the node is told to unmount it.
+  const auto* n = find_node(c, a.node_id());
+  bool away = n != nullptr && n->has_client() &&
+              (n->status() == v1::NODE_DOWN ||
+               (n->down_at_ms() != 0 && alloc_terminal(a.state())));
+  if (a.volumes().empty() && !away) return alloc_delete_change(a.id());
+  return upsert_change(std::move(a));
+}
+
 std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry) {
   std::vector<applied_change> out;
   if (index <= c.applied_index) return out;
@@ -282,6 +307,13 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
   uint32_t position = 0;
   for (auto change : entry.changes()) {
     ++position;
+    if (change.has_alloc_volume_freed()) {
+      const auto& f = change.alloc_volume_freed();
+      auto resolved = alloc_after_release(
+          c, f.alloc_id(), {f.volume().namespace_(), f.volume().id()});
+      if (!resolved) continue;
+      change = std::move(*resolved);
+    }
     stamp(change, index);
     v1::Change before;
     switch (change.change_case()) {
@@ -342,6 +374,7 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
         c.restored = true;
         change.set_restore_state("");  // the bytes stay in the log, not here
         break;
+      case v1::Change::kAllocVolumeFreed:  // resolved above
       case v1::Change::CHANGE_NOT_SET:
         continue;
     }

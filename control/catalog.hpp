@@ -133,8 +133,20 @@ struct catalog {
 };
 
 // Applies one committed entry at `index` (entries at or below the applied
-// index are skipped: applying is idempotent).  Returns what changed.
+// index are skipped: applying is idempotent).  Returns what changed, with
+// each alloc_volume_freed resolved into what it did (alloc_after_release
+// on the state the entry's earlier changes left), or left out when it did
+// nothing: the state tables store the returned changes.
 std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry);
+
+// After an alloc's claim on `volume` was freed: the volume leaves an alloc
+// without a command (a record `volume claim` made); such an alloc without
+// volumes left is deleted, unless its node is down or back from down
+// without having confirmed its unmounts (control/nodes: the node must still
+// be told to unmount it).  nullopt when nothing changes (the alloc has a
+// command, is gone, or the claim is not free).
+std::optional<v1::Change> alloc_after_release(const catalog& c, const std::string& alloc_id,
+                                              const volume_key& volume);
 
 // The order in which one entry's changes are told to the watcher: alloc
 // upserts first, the rest as they came.  A claim committed together with

@@ -64,6 +64,16 @@ v1::Change node_delete_change(const std::string& id) {
   return c;
 }
 
+v1::Change alloc_volume_freed_change(const std::string& alloc_id, const std::string& ns,
+                                     const std::string& volume_id) {
+  v1::Change c;
+  auto* f = c.mutable_alloc_volume_freed();
+  f->set_alloc_id(alloc_id);
+  f->mutable_volume()->set_namespace_(ns);
+  f->mutable_volume()->set_id(volume_id);
+  return c;
+}
+
 v1::Change restore_change(std::string state_db) {
   v1::Change c;
   c.set_restore_state(std::move(state_db));

@@ -27,6 +27,10 @@ v1::Change volume_delete_change(const std::string& ns, const std::string& id);
 v1::Change plugin_delete_change(const std::string& id);
 v1::Change alloc_delete_change(const std::string& id);
 v1::Change node_delete_change(const std::string& id);
+// A claim's free: the alloc record `volume claim` made loses the volume
+// (resolved at apply: control/catalog's alloc_after_release).
+v1::Change alloc_volume_freed_change(const std::string& alloc_id, const std::string& ns,
+                                     const std::string& volume_id);
 // operator snapshot restore: the whole state database replaces the catalog.
 v1::Change restore_change(std::string state_db);
 

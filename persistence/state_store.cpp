@@ -271,6 +271,11 @@ void state_store::apply_change(const v1::Change& c) {
     case v1::Change::kAclTokenDelete:
       db_->cached("DELETE FROM acl_tokens WHERE accessor_id=?").bind(1, c.acl_token_delete()).run();
       break;
+    case v1::Change::kAllocVolumeFreed:
+      // What it does depends on the state: the catalog's apply resolves it
+      // and the state machine hands over the result (control/catalog.hpp).
+      throw store_error(path_ + ": an alloc_volume_freed change reached the state tables "
+                                "unresolved (a bug: report it)");
     case v1::Change::kRestoreState:  // handled by apply()
     case v1::Change::CHANGE_NOT_SET:
       break;

@@ -58,7 +58,9 @@ class state_store {
   std::optional<failure> apply(const std::vector<std::pair<uint64_t, std::string>>& entries);
   // The same for entries decoded already (the state machine decodes each
   // entry once, for its catalog and for these tables).  An operator
-  // restore's entry replaces the tables at its index.
+  // restore's entry replaces the tables at its index.  Changes that the
+  // catalog resolves at apply (alloc_volume_freed) must come resolved: the
+  // state machine passes what its catalog's apply returned.
   using decoded = std::vector<std::pair<uint64_t, v1::LogEntry>>;
   std::optional<failure> apply(decoded::const_iterator first, decoded::const_iterator last);
   // Decodes the entries after index `after`; a failure when one cannot be

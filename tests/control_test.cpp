@@ -374,6 +374,47 @@ TEST_CASE("alloc_after_release_drops_the_volume_and_deletes_an_empty_alloc") {
   CHECK_FALSE(alloc_after_release(c, "cmd", {"default", "db"}));
 }
 
+TEST_CASE("a_free_entry_resolves_its_alloc_record_at_apply_on_the_state_it_finds") {
+  // The release's last entry: the volume with the claim gone, then the
+  // alloc's volume_freed, resolved by apply on what the entry left.
+  catalog c;
+  auto db = make_volume("db");
+  add_claim(db, "one", "n1");
+  add_claim(db, "two", "n1");
+  auto held = make_volume("held");
+  add_claim(held, "two", "n1");
+  auto cmd = make_alloc("cmd", "n1", v1::ALLOC_RUNNING, {"db"});
+  cmd.add_command("true");
+  commit(c, {upsert_change(db), upsert_change(held), upsert_change(make_node("n1")),
+             upsert_change(make_alloc("one", "n1", v1::ALLOC_RUNNING, {"db"})),
+             upsert_change(make_alloc("two", "n1", v1::ALLOC_RUNNING, {"db", "held"})), upsert_change(cmd)});
+  auto freed = db;
+  freed.clear_claims();
+  auto index = c.applied_index + 1;
+  auto applied = apply(c, index, make_entry({upsert_change(freed),
+                                             alloc_volume_freed_change("one", "default", "db"),
+                                             alloc_volume_freed_change("two", "default", "db"),
+                                             alloc_volume_freed_change("cmd", "default", "db"),
+                                             alloc_volume_freed_change("gone", "default", "db")}));
+  // The volume, "one" deleted (nothing left), "two" shrunk; "cmd" (it has
+  // a command) and "gone" (no record) change nothing and are left out.
+  REQUIRE(applied.size() == 3);
+  CHECK(applied[1].change.alloc_delete() == "one");
+  CHECK(applied[1].before.alloc_upsert().id() == "one");
+  REQUIRE(applied[2].change.has_alloc_upsert());
+  CHECK(applied[2].change.alloc_upsert().volumes_size() == 1);
+  CHECK(applied[2].change.alloc_upsert().modify_index() == index);
+  CHECK(find_alloc(c, "one") == nullptr);
+  CHECK(find_alloc(c, "two")->volumes(0).volume_id() == "held");
+  CHECK(find_alloc(c, "cmd")->volumes_size() == 1);
+  // In an entry where the claim is still there (no free before it): nothing.
+  applied = apply(c, index + 1, make_entry({alloc_volume_freed_change("two", "default", "held")}));
+  CHECK(applied.empty());
+  CHECK(find_alloc(c, "two")->volumes_size() == 1);
+  // Applied again at an old index: skipped, as every entry is.
+  CHECK(apply(c, index, make_entry({alloc_volume_freed_change("two", "default", "held")})).empty());
+}
+
 TEST_CASE("alloc_after_update_only_moves_forward_on_its_own_node") {
   catalog c;
   commit(c, {upsert_change(make_alloc("r", "n1", v1::ALLOC_RUNNING)),

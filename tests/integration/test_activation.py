@@ -75,6 +75,9 @@ class VolumeActorsOnDemandTest(ClusterTestCase):
         # The release runs its CSI steps through another new actor.
         self.b("volume", "release", "v1", "--alloc", "a1")
         self.assertEqual(self.claims("v1"), [])
+        # The alloc record `volume claim` made went with the free, in its
+        # entry: gone once the release answered.
+        self.b("alloc", "status", "a1", expect=3)
         self.b("volume", "claim", "v1", "--alloc", "a2", "--node", "c1")
         self.assertEqual(self.claims("v1"), [("a2", "taken")])
 

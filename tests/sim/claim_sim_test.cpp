@@ -264,6 +264,9 @@ struct world {
 
   // The replicated log: committed state, the current term and its leader.
   uint64_t term = 0, commit_index = 0;
+  // The committed state as a server's catalog holds it (what resolves a
+  // free's alloc_volume_freed), beside the maps the checks read.
+  catalog committed;
   std::map<std::string, v1::Volume> volumes;
   std::map<std::string, v1::Plugin> plugins;
   std::map<std::string, v1::Node> nodes;
@@ -475,9 +478,11 @@ struct world {
     }
   }
 
-  void apply(uint64_t index, v1::LogEntry entry) {
-    for (auto& change : *entry.mutable_changes()) {
-      stamp(change, index);
+  void apply(uint64_t index, const v1::LogEntry& entry) {
+    // The changes as the servers apply them (a claim's free resolved into
+    // what it does to its alloc record), stamped.
+    for (auto& applied : berth::apply(committed, index, entry)) {
+      auto& change = applied.change;
       switch (change.change_case()) {
         case v1::Change::kVolumeUpsert: {
           auto& v = *change.mutable_volume_upsert();

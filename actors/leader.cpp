@@ -718,8 +718,10 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
              node_actor node) -> caf::result<uint64_t, int64_t, uint64_t> {
         auto rp = self->make_response_promise<uint64_t, int64_t, uint64_t>();
         if (!self->state.options.acl) {
-          heartbeat(self, node_id, std::move(node));
-          grant_lease(self, rp);
+          if (heartbeat(self, node_id, std::move(node)))
+            grant_lease(self, rp);
+          else
+            rp.deliver(self->state.options.term, int64_t{0}, self->state.cat.applied_index);
           return rp;
         }
         // ACLs: only the client bound to this node id serves it; another
@@ -730,8 +732,11 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
                                rp.deliver(to_error(*f));
                                return;
                              }
-                             heartbeat(self, node_id, std::move(node));
-                             grant_lease(self, rp);
+                             if (heartbeat(self, node_id, std::move(node)))
+                               grant_lease(self, rp);
+                             else
+                               rp.deliver(self->state.options.term, int64_t{0},
+                                          self->state.cat.applied_index);
                            });
         return rp;
       },

@@ -19,6 +19,7 @@
 #include "control/activation.hpp"
 #include "control/catalog.hpp"
 #include "control/gc.hpp"
+#include "control/lease.hpp"
 #include "persistence/state_store.hpp"
 
 namespace berth {
@@ -86,6 +87,14 @@ struct leader_state {
   std::map<std::string, plugin_actor> plugin_actors;
   std::map<std::string, node_actor> node_actors;  // nodes with a connected berth client
   std::map<std::string, int64_t> last_seen;       // node -> steady ms of its last heartbeat
+  // The way back to each client (control/lease.hpp, node_reach): its node
+  // actor's address and the pings to it.  Kept across a mark-down; a new
+  // address (a restarted client) starts afresh.
+  struct node_path {
+    caf::actor_addr addr;
+    node_reach reach;
+  };
+  std::map<std::string, node_path> paths;
   // Heartbeats waiting for their lease, and whether a ReadIndex round that
   // confirms this leader is under way (leader_flows::grant_lease).
   std::vector<caf::typed_response_promise<uint64_t, int64_t, uint64_t>> lease_waiting;

@@ -6,6 +6,7 @@
 
 #include "actors/clock.hpp"
 #include "actors/leader_flows.hpp"
+#include "actors/node_call.hpp"
 #include "log/log.hpp"
 #include "control/allocs.hpp"
 #include "control/drain.hpp"
@@ -69,9 +70,61 @@ void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp) {
 
 void unmount_on_return(const self_ptr& self, const std::string& node_id, node_actor node);
 
-// A client's heartbeat (its node actor registering again).
-void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node) {
+namespace {
+
+// The answer (or the silence) of a ping on the way back to a client.
+void reach_answered(const self_ptr& self, const std::string& node_id, const caf::actor_addr& addr,
+                    int64_t asked_ms, bool answered) {
   auto& st = self->state;
+  auto it = st.paths.find(node_id);
+  if (it == st.paths.end() || it->second.addr != addr) return;  // another client since
+  bool was = reachable(it->second.reach);
+  it->second.reach = reach_after_ping(it->second.reach, asked_ms, answered, steady_ms());
+  bool is = reachable(it->second.reach);
+  if (was == is) return;
+  if (is) {
+    logging::info("leader", "node's client answers the leader again", {{"node", node_id}});
+    return;
+  }
+  logging::warn("leader",
+                "node's client does not answer the leader: its heartbeats arrive but a ping "
+                "sent back went unanswered for " +
+                    std::to_string(node_ping_timeout.count()) +
+                    " s; it is sent nothing and granted no lease until it answers (it "
+                    "reconnects through another server)",
+                {{"node", node_id}});
+  if (auto n = st.node_actors.find(node_id); n != st.node_actors.end() && n->second.address() == addr) {
+    st.node_actors.erase(n);
+    st.stats->actors("node", st.node_actors.size());
+  }
+}
+
+// Pings the client when one is due (control/lease.hpp, reach_ping_due);
+// whether the way back to it holds.
+bool check_way_back(const self_ptr& self, const std::string& node_id, const node_actor& node) {
+  auto& path = self->state.paths[node_id];
+  if (path.addr != node.address()) path = {node.address(), node_reach{}};
+  auto now = steady_ms();
+  if (reach_ping_due(path.reach, now,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(node_ping_interval)
+                         .count())) {
+    path.reach.asked_ms = now;
+    self->request(node, node_ping_timeout, ping_atom::value)
+        .then([self, node_id, addr = node.address(),
+               now](bool) { reach_answered(self, node_id, addr, now, true); },
+              [self, node_id, addr = node.address(), now](caf::error&) {
+                reach_answered(self, node_id, addr, now, false);
+              });
+  }
+  return reachable(path.reach);
+}
+
+}  // namespace
+
+// A client's heartbeat (its node actor registering again).
+bool heartbeat(const self_ptr& self, const std::string& node_id, node_actor node) {
+  auto& st = self->state;
+  if (!check_way_back(self, node_id, node)) return false;
   auto known = st.node_actors.find(node_id);
   bool fresh = known == st.node_actors.end() || known->second.address() != node.address();
   if (fresh) {
@@ -102,6 +155,7 @@ void heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
   // heartbeat until it is there.
   if (report_plugins_again(st.cat, node_id, was_down)) self->send(node, fingerprint_atom::value);
   unmount_on_return(self, node_id, node);
+  return true;
 }
 
 // A node back from down: every alloc of it that had ended may have had its

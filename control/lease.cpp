@@ -101,4 +101,19 @@ std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms) {
   return std::nullopt;
 }
 
+bool reach_ping_due(const node_reach& r, int64_t now_ms, int64_t interval_ms) {
+  if (r.asked_ms != 0) return false;
+  return r.lost || r.answered_ms == 0 || now_ms - r.answered_ms >= interval_ms;
+}
+
+bool reachable(const node_reach& r) { return !r.lost; }
+
+node_reach reach_after_ping(node_reach r, int64_t asked_ms, bool answered, int64_t now_ms) {
+  if (r.asked_ms != asked_ms) return r;  // not the ping in flight
+  r.asked_ms = 0;
+  r.lost = !answered;
+  if (answered) r.answered_ms = now_ms;
+  return r;
+}
+
 }  // namespace berth

@@ -132,4 +132,36 @@ int64_t default_lease_ms(int64_t node_down_ms);
 // failure naming both options and the fix.
 std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms);
 
+// --- the way back: the leader's calls to a client --------------------------------
+//
+// A heartbeat proves the way from a client to the leader, not the way back.
+// The leader's calls reach a node actor over CAF's routes, and a route
+// through a server can go stale while the client's heartbeats still arrive
+// (the client reconnected through another server after a partition, and the
+// leader's route still goes through the one it left: every call and ping
+// is lost in silence).  Then every CSI step sent there waited out its ping
+// guard, and a controller picked there held up its plugin's whole queue
+// (issue 26, partition-client with proxies, seeds 2 and 5).  So the leader
+// pings each client while it heartbeats; a ping that went unanswered for
+// its timeout marks the way back lost: the leader sends the node nothing
+// (it counts as not connected), does not count its heartbeats as heard,
+// and grants it no lease.  Without a lease the client tries its next
+// server after two heartbeats (a new route), and fences itself once its
+// lease runs out; the node is marked down when its last counted heartbeat
+// is older than --node-down-timeout.  One answered ping brings it back.
+struct node_reach {
+  int64_t asked_ms = 0;     // a ping in flight since then (0: none)
+  int64_t answered_ms = 0;  // the last ping answered (0: none yet)
+  bool lost = false;        // the last ping went unanswered
+};
+// Whether to ping now: none in flight, and none answered within
+// `interval_ms` (or the last one went unanswered).
+bool reach_ping_due(const node_reach& r, int64_t now_ms, int64_t interval_ms);
+// Whether the leader may count on the way back: until a ping goes
+// unanswered it does (a new client is served at once).
+bool reachable(const node_reach& r);
+// After the ping sent at `asked_ms` answered (`answered`) or not.  A late
+// answer of an older ping changes nothing.
+node_reach reach_after_ping(node_reach r, int64_t asked_ms, bool answered, int64_t now_ms);
+
 }  // namespace berth

@@ -5,6 +5,7 @@
 // client's lease always ends before the servers would release its claims.
 #include <doctest/doctest.h>
 
+#include <optional>
 #include <random>
 
 #include "control/lease.hpp"
@@ -184,6 +185,60 @@ TEST_CASE("lease_always_ends_a_margin_before_the_release") {
       auto client_at_release = static_cast<int64_t>(static_cast<double>(release_at) * drift);
       if (l.length_ms > 0)
         CHECK(client_at_release - l.until_ms >= down - len - down / 1000 - 1);
+    }
+  }
+}
+
+TEST_CASE("the_way_back_is_lost_when_a_ping_goes_unanswered_and_found_with_one_answer") {
+  node_reach r;
+  // A new client: served at once, pinged at once.
+  CHECK(reachable(r));
+  CHECK(reach_ping_due(r, 1000, 5000));
+  r.asked_ms = 1000;
+  CHECK_FALSE(reach_ping_due(r, 20000, 5000));  // one in flight at a time
+  r = reach_after_ping(r, 1000, true, 1200);
+  CHECK(reachable(r));
+  CHECK(r.asked_ms == 0);
+  CHECK(r.answered_ms == 1200);
+  CHECK_FALSE(reach_ping_due(r, 6199, 5000));  // answered within the interval
+  CHECK(reach_ping_due(r, 6200, 5000));
+  // Unanswered: lost, and pinged again on the next heartbeat.
+  r.asked_ms = 6200;
+  CHECK(reachable(r));  // until its timeout says otherwise
+  r = reach_after_ping(r, 6200, false, 16200);
+  CHECK_FALSE(reachable(r));
+  CHECK(reach_ping_due(r, 16201, 5000));
+  // A late answer of an older ping changes nothing.
+  r.asked_ms = 16300;
+  auto late = reach_after_ping(r, 6200, true, 16400);
+  CHECK_FALSE(reachable(late));
+  CHECK(late.asked_ms == 16300);
+  // One answer brings it back.
+  r = reach_after_ping(r, 16300, true, 16500);
+  CHECK(reachable(r));
+  CHECK(r.answered_ms == 16500);
+}
+
+TEST_CASE("the_way_back_follows_any_schedule_of_answers") {
+  // Property: whatever the answers, the way back is lost exactly when the
+  // last ping that finished went unanswered, and at most one is in flight.
+  std::mt19937_64 rng(26);
+  for (int run = 0; run < 200; ++run) {
+    node_reach r;
+    int64_t now = 1;
+    std::optional<bool> last;
+    for (int step = 0; step < 50; ++step) {
+      now += static_cast<int64_t>(rng() % 4000);
+      if (reach_ping_due(r, now, 5000)) {
+        REQUIRE(r.asked_ms == 0);
+        r.asked_ms = now;
+      }
+      if (r.asked_ms != 0 && rng() % 2 == 0) {
+        bool answered = rng() % 3 != 0;
+        r = reach_after_ping(r, r.asked_ms, answered, now);
+        last = answered;
+      }
+      CHECK(reachable(r) == (!last || *last));
     }
   }
 }

@@ -40,7 +40,10 @@
 // until its lease runs out, then fences itself (control/lease.hpp): its
 // publications made before the fence stop counting as writers, and it
 // unmounts them; until then they count, so a volume handed to another node
-// before the fence is two writers.
+// before the fence is two writers.  A client may also go deaf: its
+// heartbeats cross both ways but nothing else the leader sends reaches it
+// (a stale route back); the leader must notice (its pings go unanswered),
+// stop renewing the lease, and so have it fence before its claims move.
 //
 // BERTH_SIM_SEEDS=N runs N seeds (from BERTH_SIM_FIRST, default 1);
 // BERTH_SIM_SEED=S replays seed S (with BERTH_SIM_VERBOSE=1: every event).
@@ -135,7 +138,7 @@ struct null_metrics : metrics {
 struct coverage {
   uint64_t seeds = 0, steps = 0, claims_acked = 0, claims_refused = 0, releases_acked = 0,
            allocs_run = 0, stops = 0, leader_changes = 0, zombie_calls_refused = 0, node_kills = 0,
-           partitions = 0, fences = 0, fence_unmounts = 0, lapsed_publishes = 0,
+           partitions = 0, deafened = 0, fences = 0, fence_unmounts = 0, lapsed_publishes = 0,
            nodes_marked_down = 0, csi_calls = 0, csi_failed = 0, csi_failed_after = 0, csi_lost = 0,
            plugin_restarts = 0, proposals_failed = 0, stale_unmounts = 0, commits = 0,
            volume_actor_stops = 0, volume_actor_waits = 0,
@@ -193,6 +196,11 @@ struct sim_node {
   // when a partition heals.
   bool partitioned = false;
   int64_t heal_at = 0;
+  // The way back lost (control/lease.hpp, node_reach): its heartbeats and
+  // their answers cross, but nothing the leader sends reaches it (pings and
+  // calls go unanswered, silently), until deaf_until.
+  bool deaf = false;
+  int64_t deaf_until = 0;
   int64_t lease_until = 0;
   int64_t fenced_lease = 0;  // the lease_until this node fenced at
   uint64_t fences = 0;
@@ -897,6 +905,8 @@ caf::result<pb<v1::NodeVolumeResult>> enqueue(sim_node_actor::pointer self, worl
     return make_error(errc::unavailable, "node '" + id + "': the client died (simulated)");
   if (n.partitioned)  // never reached it
     return make_error(errc::unavailable, "node '" + id + "' is cut off (simulated)");
+  if (n.deaf)  // lost on the way: nobody answers
+    return self->make_response_promise<pb<v1::NodeVolumeResult>>();
   if (kind == call_kind::publish && !publish_allowed(req.volume().modify_index(), n.publish_floor))
     return make_error(errc::unavailable, "node '" + id + "' is below its publish floor (simulated)");
   switch (fence(n.term_seen, req.leader_term())) {
@@ -936,7 +946,10 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
       [self, w, id, inc](ctrl_unpublish_atom, pb<v1::NodeVolumeRequest>& r) {
         return enqueue(self, w, id, inc, call_kind::ctrl_unpublish, std::move(r.msg));
       },
-      [](ping_atom) { return true; },
+      [self, w, id](ping_atom) -> caf::result<bool> {
+        if (w->cluster.at(id).deaf) return self->make_response_promise<bool>();  // lost
+        return true;
+      },
       [](create_atom, pb<v1::Volume>& v, uint64_t) -> pb<v1::Volume> { return v; },
       [](validate_atom, pb<v1::Volume>&, uint64_t) -> std::string { return ""; },
       [](deregister_atom, pb<v1::Volume>&, uint64_t) -> bool { return true; },
@@ -961,10 +974,11 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
       [self, w, id, inc](expand_atom, pb<v1::NodeVolumeRequest>& r) {
         return enqueue(self, w, id, inc, call_kind::node_expand, std::move(r.msg));
       },
-      [w, id, inc](run_atom, pb<v1::Alloc>& a) -> caf::result<bool> {
+      [self, w, id, inc](run_atom, pb<v1::Alloc>& a) -> caf::result<bool> {
         auto& n = w->cluster.at(id);
         if (n.incarnation != inc || n.partitioned)
           return make_error(errc::unavailable, "node '" + id + "' is away (simulated)");
+        if (n.deaf) return self->make_response_promise<bool>();  // lost
         n.commands.insert(a.msg.id());
         return true;
       },
@@ -977,6 +991,7 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
           return make_error(errc::unavailable, "node '" + id + "': the client died (simulated)");
         if (n.partitioned)
           return make_error(errc::unavailable, "node '" + id + "' is cut off (simulated)");
+        if (n.deaf) return self->make_response_promise<int32_t>();  // lost
         if (!unmount) return 0;
         std::vector<std::string> vols;
         for (const auto& [vol, a] : n.records)
@@ -1009,7 +1024,8 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
       },
       // The leader lost this node's plugin instance: report it again.
       [w, id, inc](fingerprint_atom) {
-        if (w->cluster.at(id).incarnation == inc) w->refingerprint(id);
+        auto& n = w->cluster.at(id);
+        if (n.incarnation == inc && !n.deaf) w->refingerprint(id);
       },
       [](tick_atom) {},
       [](run_atom) {},
@@ -1175,6 +1191,7 @@ class simulation {
     for (auto& [id, n] : w.cluster) {
       n.hung_until = 0;
       if (n.partitioned) heal(n);
+      n.deaf = false;
       if (!n.alive) start_node(id);
     }
     settle(400, 1000);
@@ -1358,7 +1375,8 @@ class simulation {
     }
     if (roll < 85) return set_availability();
     if (roll < 88) return expand();
-    if (roll < 93) return partition_node();
+    if (roll < 92) return partition_node();
+    if (roll < 94) return deafen_node();
     advance(200 + static_cast<int64_t>(w.pick(w.chance(0.2) ? 80000 : 3000)));
   }
 
@@ -1710,11 +1728,32 @@ class simulation {
     w_.trace("node " + n.id + " reaches the servers again");
   }
 
+  // The way back from the servers to an alive node is lost for a while
+  // (a stale route): its heartbeats still arrive and are answered, but
+  // every ping and call the leader sends it is lost.  The leader must stop
+  // renewing its lease (the node then fences) before its claims can move.
+  void deafen_node() {
+    std::vector<std::string> hearing;
+    for (const auto& [id, n] : w_.cluster)
+      if (n.alive && !n.partitioned && !n.deaf) hearing.push_back(id);
+    if (hearing.size() <= 1) return;
+    auto& n = w_.cluster.at(hearing[w_.pick(hearing.size())]);
+    n.deaf = true;
+    n.deaf_until = w_.now_ms() + (w_.chance(0.6) ? 12000 + static_cast<int64_t>(w_.pick(20000))
+                                                 : 1000 + static_cast<int64_t>(w_.pick(8000)));
+    ++totals.deafened;
+    w_.trace("node " + n.id + " no longer hears the servers (they still hear it)");
+  }
+
   // On every slice of time: partitions heal when due; a node whose lease
   // ran out fences itself.
   void check_leases() {
     for (auto& [id, n] : w_.cluster) {
       if (n.partitioned && n.heal_at <= w_.now_ms()) heal(n);
+      if (n.deaf && n.deaf_until <= w_.now_ms()) {
+        n.deaf = false;
+        w_.trace("node " + n.id + " hears the servers again");
+      }
       if (n.alive && expired(w_.lease_of(n), w_.now_ms())) fence_node(n);
     }
   }
@@ -1882,7 +1921,7 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
       << " allocs run, " << totals.releases_acked << " releases acknowledged, " << totals.stops
       << " stops, " << totals.leader_changes << " leader changes (" << totals.zombie_calls_refused
       << " calls of deposed leaders refused, " << totals.proposals_failed << " proposals failed), "
-      << totals.node_kills << " node deaths, " << totals.partitions << " client partitions, " << totals.fences << " fences (" << totals.fence_unmounts << " unmounts, " << totals.lapsed_publishes << " publishes not sent across one), " << totals.nodes_marked_down << " nodes marked down, "
+      << totals.node_kills << " node deaths, " << totals.partitions << " client partitions, " << totals.deafened << " clients deaf to the servers, " << totals.fences << " fences (" << totals.fence_unmounts << " unmounts, " << totals.lapsed_publishes << " publishes not sent across one), " << totals.nodes_marked_down << " nodes marked down, "
       << totals.csi_calls << " CSI calls (" << totals.csi_failed << " failed, "
       << totals.csi_failed_after << " failed after their effect, " << totals.csi_lost << " lost, "
       << totals.plugin_restarts << " plugin restarts, " << totals.csi_expired

@@ -68,16 +68,9 @@ std::vector<v1::Event> apply_entries(self_ptr self, const committed_batch& batch
   const char* what = "apply committed entries";
   auto entries = need(what, state_store::decode(batch.entries, st.cat.applied_index));
   auto start = entries.cbegin();
-  for (auto it = entries.begin(); it != entries.end(); ++it) {
-    auto applied = apply(st.cat, it->first, it->second);
-    // A change resolved by the catalog (a claim's free and its alloc
-    // record): the tables store what it resolved to.
-    if (std::any_of(it->second.changes().begin(), it->second.changes().end(),
-                    [](const v1::Change& c) { return c.has_alloc_volume_freed(); })) {
-      it->second.clear_changes();
-      for (const auto& a : applied) *it->second.add_changes() = a.change;
-    }
-    for (auto& e : events_of(it->first, std::move(applied))) events.push_back(std::move(e));
+  for (auto it = entries.cbegin(); it != entries.cend(); ++it) {
+    for (auto& e : events_of(it->first, apply(st.cat, it->first, it->second)))
+      events.push_back(std::move(e));
     if (!st.cat.restored) continue;
     need(what, st.store->apply(start, it + 1));
     start = it + 1;

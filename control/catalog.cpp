@@ -300,6 +300,13 @@ std::optional<v1::Change> alloc_after_release(const catalog& c, const std::strin
   return upsert_change(std::move(a));
 }
 
+std::optional<v1::Change> alloc_after_free(const catalog& c, const v1::AllocVolumeFreed& freed) {
+  const auto* a = find_alloc(c, freed.alloc_id());
+  if (a == nullptr || alloc_terminal(a->state())) return std::nullopt;
+  return alloc_after_release(c, freed.alloc_id(),
+                             {freed.volume().namespace_(), freed.volume().id()});
+}
+
 std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry) {
   std::vector<applied_change> out;
   if (index <= c.applied_index) return out;
@@ -308,9 +315,7 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
   for (auto change : entry.changes()) {
     ++position;
     if (change.has_alloc_volume_freed()) {
-      const auto& f = change.alloc_volume_freed();
-      auto resolved = alloc_after_release(
-          c, f.alloc_id(), {f.volume().namespace_(), f.volume().id()});
+      auto resolved = alloc_after_free(c, change.alloc_volume_freed());
       if (!resolved) continue;
       change = std::move(*resolved);
     }

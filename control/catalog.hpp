@@ -134,9 +134,9 @@ struct catalog {
 
 // Applies one committed entry at `index` (entries at or below the applied
 // index are skipped: applying is idempotent).  Returns what changed, with
-// each alloc_volume_freed resolved into what it did (alloc_after_release
-// on the state the entry's earlier changes left), or left out when it did
-// nothing: the state tables store the returned changes.
+// each alloc_volume_freed resolved into what it did (alloc_after_free on
+// the state the entry's earlier changes left), or left out when it did
+// nothing; the state tables resolve it the same way from their rows.
 std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry);
 
 // After an alloc's claim on `volume` was freed: the volume leaves an alloc
@@ -147,6 +147,12 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
 // command, is gone, or the claim is not free).
 std::optional<v1::Change> alloc_after_release(const catalog& c, const std::string& alloc_id,
                                               const volume_key& volume);
+// What a free's alloc_volume_freed does (apply, and the state tables'
+// replay at start-up): alloc_after_release for a live alloc; an ended one
+// (complete, failed, lost: its claims are released by the watcher) keeps
+// its record as it is, its history, which a node back from down is also
+// told to unmount from.
+std::optional<v1::Change> alloc_after_free(const catalog& c, const v1::AllocVolumeFreed& freed);
 
 // The order in which one entry's changes are told to the watcher: alloc
 // upserts first, the rest as they came.  A claim committed together with

@@ -5,6 +5,7 @@
 #include <functional>
 #include <iterator>
 
+#include "control/catalog.hpp"
 #include "control/entries.hpp"
 #include "persistence/crashpoint.hpp"
 #include "persistence/durable_file.hpp"
@@ -158,6 +159,7 @@ void state_store::apply_batch(decoded::const_iterator first, decoded::const_iter
   uint64_t applied = this->applied();
   for (auto it = first; it != last; ++it) {
     if (it->first <= applied) continue;
+    applying_index_ = it->first;
     for (auto change : it->second.changes()) {
       stamp(change, it->first);
       apply_change(change);
@@ -272,14 +274,45 @@ void state_store::apply_change(const v1::Change& c) {
       db_->cached("DELETE FROM acl_tokens WHERE accessor_id=?").bind(1, c.acl_token_delete()).run();
       break;
     case v1::Change::kAllocVolumeFreed:
-      // What it does depends on the state: the catalog's apply resolves it
-      // and the state machine hands over the result (control/catalog.hpp).
-      throw store_error(path_ + ": an alloc_volume_freed change reached the state tables "
-                                "unresolved (a bug: report it)");
+      if (auto resolved = alloc_after_free(rows_for(c.alloc_volume_freed()), c.alloc_volume_freed())) {
+        stamp(*resolved, applying_index_);
+        apply_change(*resolved);
+      }
+      break;
     case v1::Change::kRestoreState:  // handled by apply()
     case v1::Change::CHANGE_NOT_SET:
       break;
   }
+}
+
+catalog state_store::rows_for(const v1::AllocVolumeFreed& f) {
+  catalog c;
+  auto one = [&](const char* query, auto bind, auto& out) {
+    auto& st = db_->cached(query);
+    bind(st);
+    bool found = st.step();
+    auto bytes = found ? st.column_blob(0) : std::string();
+    st.reset();  // no statement left open on the database
+    if (found && !out.ParseFromString(bytes))
+      throw store_error(damage_message(path_, std::string("a row cannot be decoded (") + query + ")"));
+    return found;
+  };
+  v1::Alloc a;
+  if (!one("SELECT data FROM allocs WHERE id=?", [&](sql::statement& st) { st.bind(1, f.alloc_id()); }, a))
+    return c;
+  v1::Node n;
+  if (one("SELECT data FROM nodes WHERE id=?", [&](sql::statement& st) { st.bind(1, a.node_id()); }, n))
+    c.nodes.emplace(n.id(), std::move(n));
+  v1::Volume v;
+  if (one("SELECT data FROM volumes WHERE namespace=? AND id=?",
+          [&](sql::statement& st) {
+            st.bind(1, f.volume().namespace_());
+            st.bind(2, f.volume().id());
+          },
+          v))
+    add_volume(c, v);
+  c.allocs.emplace(a.id(), std::move(a));
+  return c;
 }
 
 namespace {

@@ -28,6 +28,8 @@
 
 namespace berth {
 
+struct catalog;
+
 struct state_contents {
   uint64_t applied_index = 0;
   std::vector<v1::Volume> volumes;
@@ -38,7 +40,6 @@ struct state_contents {
   std::vector<v1::AclToken> acl_tokens;
   uint64_t acl_bootstrap_index = 0;
 };
-
 
 class state_store {
  public:
@@ -58,9 +59,10 @@ class state_store {
   std::optional<failure> apply(const std::vector<std::pair<uint64_t, std::string>>& entries);
   // The same for entries decoded already (the state machine decodes each
   // entry once, for its catalog and for these tables).  An operator
-  // restore's entry replaces the tables at its index.  Changes that the
-  // catalog resolves at apply (alloc_volume_freed) must come resolved: the
-  // state machine passes what its catalog's apply returned.
+  // restore's entry replaces the tables at its index.  A claim's
+  // alloc_volume_freed is resolved from the tables' rows with the
+  // catalog's rule (control/catalog.hpp, alloc_after_free), as the
+  // catalog's apply resolves it.
   using decoded = std::vector<std::pair<uint64_t, v1::LogEntry>>;
   std::optional<failure> apply(decoded::const_iterator first, decoded::const_iterator last);
   // Decodes the entries after index `after`; a failure when one cannot be
@@ -116,9 +118,13 @@ class state_store {
   void replace_with(const std::string& tmp);
   void apply_batch(decoded::const_iterator first, decoded::const_iterator last);
   void apply_change(const v1::Change& c);
+  // The rows a free's alloc_volume_freed is resolved on (its alloc, the
+  // alloc's node, the volume), as a catalog of just them.
+  catalog rows_for(const v1::AllocVolumeFreed& f);
 
   std::string path_;
   std::unique_ptr<sql::database> db_;
+  uint64_t applying_index_ = 0;  // the entry apply_batch is applying
 };
 
 }  // namespace berth

@@ -97,6 +97,11 @@ void reach_answered(const self_ptr& self, const std::string& node_id, const caf:
     st.node_actors.erase(n);
     st.stats->actors("node", st.node_actors.size());
   }
+  // A round of unmounts on return sent this way is lost with it: the next
+  // heartbeat that finds the way back starts a new one at once, instead of
+  // after the lost round's 60 s (partition-client, proxies, seed 5: a
+  // release waited a minute for it).
+  st.unmounting.erase(node_id);
 }
 
 // Pings the client when one is due (control/lease.hpp, reach_ping_due);

@@ -1707,14 +1707,22 @@ class simulation {
     }
   }
 
+  // A node that `fits`, at random, when at least one other fits too (so a
+  // fault never takes the last one); nullptr otherwise.
+  sim_node* pick_node(bool (*fits)(const sim_node&)) {
+    std::vector<std::string> ids;
+    for (const auto& [id, n] : w_.cluster)
+      if (fits(n)) ids.push_back(id);
+    if (ids.size() <= 1) return nullptr;
+    return &w_.cluster.at(ids[w_.pick(ids.size())]);
+  }
+
   // Cuts an alive node off from every server for a while (sometimes longer
   // than the node-down timeout); at least one other node stays reachable.
   void partition_node() {
-    std::vector<std::string> reachable;
-    for (const auto& [id, n] : w_.cluster)
-      if (n.alive && !n.partitioned) reachable.push_back(id);
-    if (reachable.size() <= 1) return;
-    auto& n = w_.cluster.at(reachable[w_.pick(reachable.size())]);
+    auto* picked = pick_node([](const sim_node& n) { return n.alive && !n.partitioned; });
+    if (picked == nullptr) return;
+    auto& n = *picked;
     n.partitioned = true;
     // Mostly past the node-down timeout (5 s), so the volume may move.
     n.heal_at = w_.now_ms() + (w_.chance(0.7) ? 5000 + static_cast<int64_t>(w_.pick(8000))
@@ -1733,11 +1741,10 @@ class simulation {
   // every ping and call the leader sends it is lost.  The leader must stop
   // renewing its lease (the node then fences) before its claims can move.
   void deafen_node() {
-    std::vector<std::string> hearing;
-    for (const auto& [id, n] : w_.cluster)
-      if (n.alive && !n.partitioned && !n.deaf) hearing.push_back(id);
-    if (hearing.size() <= 1) return;
-    auto& n = w_.cluster.at(hearing[w_.pick(hearing.size())]);
+    auto* picked =
+        pick_node([](const sim_node& n) { return n.alive && !n.partitioned && !n.deaf; });
+    if (picked == nullptr) return;
+    auto& n = *picked;
     n.deaf = true;
     n.deaf_until = w_.now_ms() + (w_.chance(0.6) ? 12000 + static_cast<int64_t>(w_.pick(20000))
                                                  : 1000 + static_cast<int64_t>(w_.pick(8000)));

@@ -192,8 +192,11 @@ using node_actor = caf::typed_actor<
     // published here whose plugin has GET_VOLUME_STATS, reported to the
     // leader as one volume_stats_report.
     caf::reacts_to<stats_atom>,
-    // Replies at once: whoever waits on a long step of this node checks
-    // that the node actor still hears it (actors/node_call.hpp).
+    // Replies at once, with whether a CSI step from the pinging actor
+    // reached this node: whoever waits on a long step of this node checks
+    // that the node actor still hears it and got the step
+    // (actors/node_call.hpp); the leader's pings on the way back only wait
+    // for the answer (control/lease.hpp, node_reach).
     caf::replies_to<ping_atom>::with<bool>,
     // ControllerExpandVolume of the request's volume (expand_required_bytes,
     // leader_term); replies with the capacity the plugin reported and

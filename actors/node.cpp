@@ -33,9 +33,23 @@ void start_polling(self_ptr self);
 
 // Runs a job on a plugin's connection (see run_csi) and hands its outcome
 // to on_ok, its error to the promise.
+// Notes that the current request's sender got a CSI step here (see
+// node_state::step_senders).  Called while its handler runs.
+void note_step_sender(self_ptr self) {
+  auto& st = self->state;
+  auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (!sender || !st.step_senders.insert(sender).second) return;
+  st.step_sender_order.push_back(sender);
+  if (st.step_sender_order.size() > 10000) {
+    st.step_senders.erase(st.step_sender_order.front());
+    st.step_sender_order.pop_front();
+  }
+}
+
 template <class Promise, class OnOk>
 void run(self_ptr self, const std::string& plugin_id, std::function<csi_job(bool)> make_job,
          Promise rp, OnOk on_ok) {
+  note_step_sender(self);
   auto done = [rp, on_ok](csi_outcome& out) mutable {
     if (out.error)
       rp.deliver(to_error(*out.error));
@@ -746,7 +760,10 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
               rp.deliver(wrap(std::move(out.health)));
             });
       },
-      [](ping_atom) { return true; },
+      [self](ping_atom) {
+        return self->state.step_senders.count(
+                   caf::actor_cast<caf::actor_addr>(self->current_sender())) > 0;
+      },
       [self](stats_atom) {
         measure_published(self);
         if (self->state.config.volume_stats_interval.count() >= 0)

@@ -85,6 +85,11 @@ struct node_state {
   // comes after the stop, is refused (no command runs that nobody owns).
   std::set<std::string> stopped_before_start;
   std::deque<std::string> stopped_order;
+  // The actors whose CSI steps reached this node (the latest 10,000): a
+  // ping from one of them is answered with whether its step arrived
+  // (actors/node_call.hpp: a step lost on a route that died is retried).
+  std::set<caf::actor_addr> step_senders;
+  std::deque<caf::actor_addr> step_sender_order;
   bool polling = false;
   bool measuring = false;  // a volume stats measure is under way
   // The newest leader term CSI requests or heartbeat answers came from

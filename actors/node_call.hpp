@@ -14,6 +14,12 @@
 // helper pings the node actor every ping_interval; a ping unanswered for
 // ping_timeout fails the step as `unavailable` (issue 27: a release waited
 // out the whole 75 s this way, and every controller call queued behind it).
+// And a step can be lost while the pings are answered: sent on a route that
+// died, to a client that is reached again another way (it reconnected
+// through another server).  The node answers each ping with whether a step
+// from the pinging helper reached it; two such answers in a row saying no
+// fail the step as `unavailable` too (issue 26, partition-client with
+// proxies, seed 3: a release held its volume for the 75 s step timeout).
 //
 // call_node spawns a small helper actor that monitors the node actor, sends
 // the request, and answers with the node's result, the timeout error, an
@@ -52,6 +58,7 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
   struct call {
     bool node_down = false;
     bool answered = false;
+    int unseen = 0;  // pings in a row whose answer says the step never arrived
     caf::response_promise rp;
   };
   auto c = std::make_shared<call>();
@@ -74,8 +81,23 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
         if (c->answered) return;
         self->request(node, node_ping_timeout, ping_atom::value)
             .then(
-                [self, c](bool) {
-                  if (!c->answered) self->delayed_send(self, node_ping_interval, tick_atom::value);
+                [self, c](bool arrived) {
+                  if (c->answered) return;
+                  // Twice in a row (5 s apart): the step was sent on a
+                  // route that died, and the node, reached again another
+                  // way, never got it.
+                  c->unseen = arrived ? 0 : c->unseen + 1;
+                  if (c->unseen >= 2) {
+                    c->answered = true;
+                    c->rp.deliver(make_error(
+                        errc::unavailable,
+                        "the node's berth client answers, but the step sent to it never "
+                        "arrived (its connection was replaced while the step was on the way); "
+                        "the step is retried"));
+                    self->quit();
+                    return;
+                  }
+                  self->delayed_send(self, node_ping_interval, tick_atom::value);
                 },
                 [self, c](caf::error& e) {
                   if (c->answered) return;

@@ -54,6 +54,11 @@ class Network:
         self.namespaces = []
 
     def setup(self):
+        # A run killed before its teardown leaves its bridge, namespaces and
+        # veths behind under its pid's prefix; a later run that gets the same
+        # pid (this one: its pid is alive, so nothing live has the prefix)
+        # takes them down first instead of failing on `ip link add`.
+        self.remove_stale()
         ip("link", "add", self.bridge, "type", "bridge")
         ip("addr", "add", self.subnet + ".1/24", "dev", self.bridge)
         ip("link", "set", self.bridge, "up")
@@ -76,6 +81,20 @@ class Network:
 
     def rejoin(self, ns):
         ip("link", "set", ns + "h", "up")
+
+    def remove_stale(self):
+        roles = ["s%d" % i for i in range(1, 8)] + ["c%d" % i for i in range(1, 8)]
+        namespaces = {self.prefix + r for r in roles}
+        links = {ns + "h" for ns in namespaces} | {self.bridge}
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        for line in listed.splitlines():
+            if line.split() and line.split()[0] in namespaces:
+                ip("netns", "delete", line.split()[0], check=False)
+        listed = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+        for line in listed.splitlines():
+            name = line.split()[0].split("@")[0] if line.split() else ""
+            if name in links:
+                ip("link", "delete", name, check=False)
 
     def teardown(self):
         for ns in self.namespaces:

@@ -17,6 +17,7 @@
 #include "actors/watcher.hpp"
 #include "control/allocs.hpp"
 #include "control/entries.hpp"
+#include "control/lease.hpp"
 #include "control/nodes.hpp"
 #include "control/placement.hpp"
 #include "control/release.hpp"
@@ -338,20 +339,24 @@ void confirm_leases(const self_ptr& self) {
   auto& st = self->state;
   if (st.lease_reading || st.lease_waiting.empty()) return;
   st.lease_reading = true;
-  auto batch = std::make_shared<std::vector<lease_promise>>(std::move(st.lease_waiting));
+  auto batch = std::make_shared<std::vector<std::pair<std::string, lease_promise>>>(
+      std::move(st.lease_waiting));
   st.lease_waiting.clear();
   self->request(st.log, std::chrono::seconds(5), read_atom::value)
       .then(
           [self, batch](uint64_t) {
             auto& st = self->state;
-            for (auto& rp : *batch)
-              rp.deliver(st.options.term, st.options.node_lease.count(),
+            for (auto& [node_id, rp] : *batch) {
+              bool grant =
+                  lease_grantable(find_node(st.cat, node_id), st.marking_down.count(node_id) > 0);
+              rp.deliver(st.options.term, grant ? st.options.node_lease.count() : int64_t{0},
                          st.cat.applied_index);
+            }
             st.lease_reading = false;
             confirm_leases(self);
           },
           [self, batch](caf::error& e) {
-            for (auto& rp : *batch) rp.deliver(e);
+            for (auto& [node_id, rp] : *batch) rp.deliver(e);
             self->state.lease_reading = false;
             confirm_leases(self);
           });
@@ -359,8 +364,8 @@ void confirm_leases(const self_ptr& self) {
 
 }  // namespace
 
-void grant_lease(const self_ptr& self, lease_promise rp) {
-  self->state.lease_waiting.push_back(std::move(rp));
+void grant_lease(const self_ptr& self, const std::string& node_id, lease_promise rp) {
+  self->state.lease_waiting.emplace_back(node_id, std::move(rp));
   confirm_leases(self);
 }
 
@@ -719,7 +724,7 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
         auto rp = self->make_response_promise<uint64_t, int64_t, uint64_t>();
         if (!self->state.options.acl) {
           if (heartbeat(self, node_id, std::move(node)))
-            grant_lease(self, rp);
+            grant_lease(self, node_id, rp);
           else
             rp.deliver(self->state.options.term, int64_t{0}, self->state.cat.applied_index);
           return rp;
@@ -733,7 +738,7 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
                                return;
                              }
                              if (heartbeat(self, node_id, std::move(node)))
-                               grant_lease(self, rp);
+                               grant_lease(self, node_id, rp);
                              else
                                rp.deliver(self->state.options.term, int64_t{0},
                                           self->state.cat.applied_index);

@@ -95,9 +95,10 @@ struct leader_state {
     node_reach reach;
   };
   std::map<std::string, node_path> paths;
-  // Heartbeats waiting for their lease, and whether a ReadIndex round that
-  // confirms this leader is under way (leader_flows::grant_lease).
-  std::vector<caf::typed_response_promise<uint64_t, int64_t, uint64_t>> lease_waiting;
+  // Heartbeats waiting for their lease (by node), and whether a ReadIndex
+  // round that confirms this leader is under way (leader_flows::grant_lease).
+  std::vector<std::pair<std::string, caf::typed_response_promise<uint64_t, int64_t, uint64_t>>>
+      lease_waiting;
   bool lease_reading = false;
   std::set<std::string> unmounting;  // nodes back from down asked to unmount, not yet confirmed
   // Nodes whose mark-down is being written (how many writes of it are in flight).

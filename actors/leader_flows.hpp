@@ -200,10 +200,12 @@ void drive_expansion(const self_ptr& self, const volume_key& key,
 void drive_expansions(const self_ptr& self);
 
 // --- leader.cpp: leases -----------------------------------------------------------
-// Answers a heartbeat with this leader's term and the node's lease once a
-// ReadIndex round that started after it arrived confirmed the leadership
-// (batched: one round for every heartbeat waiting); an error otherwise.
-void grant_lease(const self_ptr& self, lease_promise rp);
+// Answers a heartbeat of `node_id` with this leader's term and the node's
+// lease once a ReadIndex round that started after it arrived confirmed the
+// leadership (batched: one round for every heartbeat waiting); an error
+// otherwise.  The lease is 0 when control/lease's lease_grantable says no
+// at that moment (the node committed down or unknown, or being marked down).
+void grant_lease(const self_ptr& self, const std::string& node_id, lease_promise rp);
 
 // --- leader_nodes.cpp -------------------------------------------------------------
 void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp);

@@ -101,6 +101,11 @@ std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms) {
   return std::nullopt;
 }
 
+bool lease_grantable(const v1::Node* committed, bool marking_down) {
+  return committed != nullptr && committed->has_client() &&
+         committed->status() == v1::NODE_READY && !marking_down;
+}
+
 bool reach_ping_due(const node_reach& r, int64_t now_ms, int64_t interval_ms) {
   if (r.asked_ms != 0) return false;
   return r.lost || r.answered_ms == 0 || now_ms - r.answered_ms >= interval_ms;

@@ -123,6 +123,21 @@ bool publish_allowed(uint64_t claim_index, uint64_t floor);
 
 // --- the servers' side -----------------------------------------------------------
 
+// Whether the leader grants a lease to a heartbeat, judged when the lease
+// is handed out (after its ReadIndex round).  Only to a node the committed
+// state has ready with a client and that no mark-down of this leader is
+// under way for.  A lease given while a mark-down is in flight outlives it:
+// the mark-down commits and its claims are released without the node
+// (by this leader, or at once by a newer one that sees the node down)
+// while the node holds a fresh lease and may still publish and write
+// (claim simulation seed 73245: an expansion's NodePublish of a deposed
+// leader reached the node after its claim was freed without it).  Nor to
+// a node committed down or unknown: a newer leader that never saw the
+// node's return releases its claims without it at once, and counts no
+// node-down timeout.  The heartbeat that finds it down commits its return;
+// the next one, after that commit, gets the lease.
+bool lease_grantable(const v1::Node* committed, bool marking_down);
+
 // The lease length when --node-lease is not given: a third of the node-down
 // timeout (15 s of the default 45 s, a 30 s margin).
 int64_t default_lease_ms(int64_t node_down_ms);

@@ -242,3 +242,31 @@ TEST_CASE("the_way_back_follows_any_schedule_of_answers") {
     }
   }
 }
+
+TEST_CASE("a_lease_is_granted_only_to_a_node_committed_ready_and_not_being_marked_down") {
+  // Unknown to the committed state: a newer leader would release its
+  // claims without it at once.
+  CHECK_FALSE(lease_grantable(nullptr, false));
+  v1::Node n;
+  n.set_id("n1");
+  n.set_has_client(true);
+  n.set_status(v1::NODE_READY);
+  CHECK(lease_grantable(&n, false));
+  // A mark-down in flight: the lease would outlive it (claim simulation
+  // seed 73245).
+  CHECK_FALSE(lease_grantable(&n, true));
+  // Committed down: its return commits first, the next heartbeat gets it.
+  n.set_status(v1::NODE_DOWN);
+  CHECK_FALSE(lease_grantable(&n, false));
+  // Registered by an operator without a client (nothing heartbeats for it).
+  n.set_status(v1::NODE_READY);
+  n.set_has_client(false);
+  CHECK_FALSE(lease_grantable(&n, false));
+  // Every other status the proto knows is not ready either.
+  for (int s = v1::NodeStatus_MIN; s <= v1::NodeStatus_MAX; ++s) {
+    if (!v1::NodeStatus_IsValid(s)) continue;
+    n.set_has_client(true);
+    n.set_status(static_cast<v1::NodeStatus>(s));
+    CHECK(lease_grantable(&n, false) == (s == v1::NODE_READY));
+  }
+}

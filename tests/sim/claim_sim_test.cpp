@@ -75,6 +75,7 @@
 #include "actors/metrics.hpp"
 #include "control/entries.hpp"
 #include "control/lease.hpp"
+#include "control/nodes.hpp"
 #include "persistence/state_store.hpp"
 
 namespace {
@@ -858,15 +859,18 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
   }
   if (!fault_free && (x -= w->p_fail) < 0) {
     ++totals.csi_failed;
+    w->trace("node " + id + ": the call fails");
     if (c.answers) c.rp.deliver(error("unavailable"));
     if (c.done) c.done(false);
   } else if (!fault_free && (x -= w->p_fail_after) < 0) {
     ++totals.csi_failed_after;
+    w->trace("node " + id + ": the call fails after doing (part of) its work");
     run_effect(w, id, c, 1 + static_cast<int>(w->pick(2)));
     if (c.answers) c.rp.deliver(error("failed after doing (part of) its work"));
     if (c.done) c.done(false);
   } else if (!fault_free && (x -= w->p_lost) < 0) {
     ++totals.csi_lost;  // the answer is lost: the caller times out
+    w->trace("node " + id + ": the call's answer is lost");
     if (w->chance(0.5)) run_effect(w, id, c, 2);
     if (c.done) c.done(false);
   } else {
@@ -1287,9 +1291,15 @@ class simulation {
         auto a = w_.allocs.find(c.alloc_id());
         if (a == w_.allocs.end() || alloc_terminal(a->second.state())) return false;
       }
-    // Stale publications wait for their node to unmount them.
+    // Stale publications and stagings wait for their node to unmount them
+    // (a round of unmounts on return whose stop was lost is asked again
+    // only after the stop's 60 s timeout: seed 7127).
     for (const auto& [k, p] : w_.plugin.published)
       if (w_.stale(std::get<1>(k), p.epoch)) return false;
+    for (const auto& [k, e] : w_.plugin.staged)
+      if (w_.stale(k.second, e)) return false;
+    for (const auto& [id, n] : w_.nodes)
+      if (unmounts_pending(n) && w_.cluster.count(id) && w_.cluster.at(id).alive) return false;
     // An expansion of a published volume waits for its next retry.
     for (const auto& [id, v] : w_.volumes)
       if (v.has_expansion())

@@ -723,9 +723,8 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
              node_actor node) -> caf::result<uint64_t, int64_t, uint64_t> {
         auto rp = self->make_response_promise<uint64_t, int64_t, uint64_t>();
         if (!self->state.options.acl) {
-          if (heartbeat(self, node_id, std::move(node)))
-            grant_lease(self, node_id, rp);
-          else
+          if (!heartbeat(self, node_id, std::move(node),
+                         [self, node_id, rp] { grant_lease(self, node_id, rp); }))
             rp.deliver(self->state.options.term, int64_t{0}, self->state.cat.applied_index);
           return rp;
         }
@@ -737,9 +736,9 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
                                rp.deliver(to_error(*f));
                                return;
                              }
-                             if (heartbeat(self, node_id, std::move(node)))
-                               grant_lease(self, node_id, rp);
-                             else
+                             if (!heartbeat(self, node_id, std::move(node), [self, node_id, rp] {
+                                   grant_lease(self, node_id, rp);
+                                 }))
                                rp.deliver(self->state.options.term, int64_t{0},
                                           self->state.cat.applied_index);
                            });

@@ -211,8 +211,12 @@ void grant_lease(const self_ptr& self, const std::string& node_id, lease_promise
 void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp);
 // A client's heartbeat (its node actor registering again).  False when the
 // leader's way back to the client is lost (control/lease.hpp, node_reach):
-// the heartbeat is not counted and gets no lease.
-bool heartbeat(const self_ptr& self, const std::string& node_id, node_actor node);
+// the heartbeat is not counted and gets no lease.  Otherwise `registered`
+// runs once the node's record is committed ready (at once when it was), so
+// the lease granted after it finds the node's return committed
+// (lease_grantable).
+bool heartbeat(const self_ptr& self, const std::string& node_id, node_actor node,
+               std::function<void()> registered);
 // berth node drain and berth node eligibility.
 void node_drain(const self_ptr& self, const v1::NodeDrainRequest& r, response_promise rp);
 void node_eligibility(const self_ptr& self, const v1::NodeEligibilityRequest& r,

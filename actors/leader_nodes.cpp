@@ -127,7 +127,8 @@ bool check_way_back(const self_ptr& self, const std::string& node_id, const node
 }  // namespace
 
 // A client's heartbeat (its node actor registering again).
-bool heartbeat(const self_ptr& self, const std::string& node_id, node_actor node) {
+bool heartbeat(const self_ptr& self, const std::string& node_id, node_actor node,
+               std::function<void()> registered) {
   auto& st = self->state;
   if (!check_way_back(self, node_id, node)) return false;
   auto known = st.node_actors.find(node_id);
@@ -153,7 +154,7 @@ bool heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
         if (!next) return std::vector<v1::Change>{};
         return std::vector<v1::Change>{upsert_change(*next)};
       },
-      ignore_result());
+      [registered](std::optional<failure>) { registered(); });
   // Its plugin instances were dropped when it went down: report again.  So
   // too a client that misses one (its report went to a deposed leader, the
   // removal landed after it, or the ask or the report was lost), on every

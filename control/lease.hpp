@@ -134,8 +134,8 @@ bool publish_allowed(uint64_t claim_index, uint64_t floor);
 // leader reached the node after its claim was freed without it).  Nor to
 // a node committed down or unknown: a newer leader that never saw the
 // node's return releases its claims without it at once, and counts no
-// node-down timeout.  The heartbeat that finds it down commits its return;
-// the next one, after that commit, gets the lease.
+// node-down timeout.  The heartbeat that finds it down or unknown commits
+// its return, and its answer waits for that commit (leader_flows::heartbeat).
 bool lease_grantable(const v1::Node* committed, bool marking_down);
 
 // The lease length when --node-lease is not given: a third of the node-down

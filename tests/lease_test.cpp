@@ -255,7 +255,7 @@ TEST_CASE("a_lease_is_granted_only_to_a_node_committed_ready_and_not_being_marke
   // A mark-down in flight: the lease would outlive it (claim simulation
   // seed 73245).
   CHECK_FALSE(lease_grantable(&n, true));
-  // Committed down: its return commits first, the next heartbeat gets it.
+  // Committed down: its return commits first, then the heartbeat gets it.
   n.set_status(v1::NODE_DOWN);
   CHECK_FALSE(lease_grantable(&n, false));
   // Registered by an operator without a client (nothing heartbeats for it).

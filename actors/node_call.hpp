@@ -40,6 +40,7 @@
 #include <caf/response_promise.hpp>
 
 #include "actors/actors.hpp"
+#include "control/lease.hpp"
 
 namespace berth {
 
@@ -58,7 +59,7 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
   struct call {
     bool node_down = false;
     bool answered = false;
-    int unseen = 0;  // pings in a row whose answer says the step never arrived
+    step_watch watch;  // the pings' answers (control/lease.hpp)
     caf::response_promise rp;
   };
   auto c = std::make_shared<call>();
@@ -86,8 +87,8 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
                   // Twice in a row (5 s apart): the step was sent on a
                   // route that died, and the node, reached again another
                   // way, never got it.
-                  c->unseen = arrived ? 0 : c->unseen + 1;
-                  if (c->unseen >= 2) {
+                  c->watch = watch_after_ping(c->watch, arrived);
+                  if (step_lost(c->watch)) {
                     c->answered = true;
                     c->rp.deliver(make_error(
                         errc::unavailable,

@@ -121,4 +121,11 @@ node_reach reach_after_ping(node_reach r, int64_t asked_ms, bool answered, int64
   return r;
 }
 
+step_watch watch_after_ping(step_watch w, bool arrived) {
+  w.unseen = arrived ? 0 : w.unseen + 1;
+  return w;
+}
+
+bool step_lost(const step_watch& w) { return w.unseen >= 2; }
+
 }  // namespace berth

@@ -179,4 +179,17 @@ bool reachable(const node_reach& r);
 // answer of an older ping changes nothing.
 node_reach reach_after_ping(node_reach r, int64_t asked_ms, bool answered, int64_t now_ms);
 
+// A CSI step in flight on a node: its helper pings the node actor, which
+// answers whether a step from that helper reached it (actors/node_call.hpp).
+// A step sent on a route that died, to a client reached again another way,
+// never arrives while the pings are answered: two answers in a row saying
+// so (5 s apart) fail it as unavailable, and its caller retries it.  One
+// answer saying no is not enough: a ping that took a new route can overtake
+// a step still on its way over the old, slow one.
+struct step_watch {
+  int unseen = 0;  // answers in a row saying the step never arrived
+};
+step_watch watch_after_ping(step_watch w, bool arrived);
+bool step_lost(const step_watch& w);
+
 }  // namespace berth

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <random>
+#include <vector>
 
 #include "control/lease.hpp"
 
@@ -268,5 +269,32 @@ TEST_CASE("a_lease_is_granted_only_to_a_node_committed_ready_and_not_being_marke
     n.set_has_client(true);
     n.set_status(static_cast<v1::NodeStatus>(s));
     CHECK(lease_grantable(&n, false) == (s == v1::NODE_READY));
+  }
+}
+
+TEST_CASE("a_step_is_lost_after_two_answers_in_a_row_saying_it_never_arrived") {
+  step_watch w;
+  CHECK_FALSE(step_lost(w));
+  w = watch_after_ping(w, false);
+  CHECK_FALSE(step_lost(w));  // one answer is not enough
+  w = watch_after_ping(w, true);
+  CHECK_FALSE(step_lost(w));
+  CHECK(w.unseen == 0);  // an answer saying it arrived starts over
+  w = watch_after_ping(w, false);
+  w = watch_after_ping(w, false);
+  CHECK(step_lost(w));
+  // Property: lost exactly when the last two answers said no.
+  std::mt19937_64 rng(3);
+  for (int run = 0; run < 100; ++run) {
+    step_watch x;
+    std::vector<bool> answers;
+    for (int i = 0; i < 20; ++i) {
+      bool a = rng() % 3 != 0;
+      answers.push_back(a);
+      x = watch_after_ping(x, a);
+      bool expect = answers.size() >= 2 && !answers[answers.size() - 1] &&
+                    !answers[answers.size() - 2];
+      CHECK(step_lost(x) == expect);
+    }
   }
 }

@@ -285,6 +285,35 @@ void state_store::apply_change(const v1::Change& c) {
   }
 }
 
+namespace {
+
+// One row's message, or the damage error naming the file and the query.
+template <class T>
+void decode_row(const std::string& path, const char* query, const std::string& bytes, T& out) {
+  if (!out.ParseFromString(bytes))
+    throw store_error(damage_message(path, std::string("a row cannot be decoded (") + query + ")"));
+}
+
+template <class T, class F>
+void each_row(sql::database& db, const char* query, F&& f) {
+  auto s = db.prepare(query);
+  T x;
+  while (s.step()) {
+    auto bytes = s.column_blob(0);
+    decode_row(db.path(), query, bytes, x);
+    f(x, bytes);
+  }
+}
+
+template <class T>
+std::vector<T> load_table(sql::database& db, const char* query) {
+  std::vector<T> out;
+  each_row<T>(db, query, [&](T& x, const std::string&) { out.push_back(std::move(x)); });
+  return out;
+}
+
+}  // namespace
+
 catalog state_store::rows_for(const v1::AllocVolumeFreed& f) {
   catalog c;
   auto one = [&](const char* query, auto bind, auto& out) {
@@ -293,8 +322,7 @@ catalog state_store::rows_for(const v1::AllocVolumeFreed& f) {
     bool found = st.step();
     auto bytes = found ? st.column_blob(0) : std::string();
     st.reset();  // no statement left open on the database
-    if (found && !out.ParseFromString(bytes))
-      throw store_error(damage_message(path_, std::string("a row cannot be decoded (") + query + ")"));
+    if (found) decode_row(path_, query, bytes, out);
     return found;
   };
   v1::Alloc a;
@@ -315,29 +343,6 @@ catalog state_store::rows_for(const v1::AllocVolumeFreed& f) {
   return c;
 }
 
-namespace {
-
-template <class T, class F>
-void each_row(sql::database& db, const char* query, F&& f) {
-  auto s = db.prepare(query);
-  T x;
-  while (s.step()) {
-    auto bytes = s.column_blob(0);
-    if (!x.ParseFromString(bytes))
-      throw store_error(
-          damage_message(db.path(), std::string("a row cannot be decoded (") + query + ")"));
-    f(x, bytes);
-  }
-}
-
-template <class T>
-std::vector<T> load_table(sql::database& db, const char* query) {
-  std::vector<T> out;
-  each_row<T>(db, query, [&](T& x, const std::string&) { out.push_back(std::move(x)); });
-  return out;
-}
-
-}  // namespace
 
 std::optional<failure> state_store::each_volume(
     const std::function<void(const v1::Volume&, const std::string&)>& f) {

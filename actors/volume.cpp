@@ -249,11 +249,16 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
   auto unwind = [self, ctx, rp](caf::error cause) mutable {
     release_ctx rc{ctx.alloc, "publish failed", ctx.plugin, ctx.plugin_handle, ctx.target,
                    ctx.controller, false, ctx.node_unmounts_pending, std::nullopt};
-    release_steps(self, rc, [self, rp, cause](std::optional<caf::error> err) mutable {
+    release_steps(self, rc, [self, rp, cause, alloc = ctx.alloc](std::optional<caf::error> err) mutable {
       auto f = to_failure(cause);
+      const auto& v = self->state.volume;
+      // The unwind may have stopped before its first commit (a leader
+      // change): the claim is then still taken, not in release.
       if (err)
         f.message += "; unwinding it also failed (" + to_failure(*err).message +
-                     "): the claim stays in release, release it again";
+                     "): the claim is left taken or in release; release it (berth "
+                     "--namespace " + v.namespace_() + " volume release " + v.id() +
+                     " --alloc " + alloc + ")";
       else
         f.message += "; the claim was released again";
       rp.deliver(to_error(f));

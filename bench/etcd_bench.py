@@ -15,12 +15,17 @@ Measured:
   s and m are capped by their limit (they check a target, they do not find
   a maximum); l and xl are not reached on this machine, so they measure
   etcd's throughput with 500 (1,000) requests in flight.
-- puts one at a time and with 64 in flight through etcd's JSON gateway
-  (POST /v3/kv/put on the client port, HTTP/1.1 keep-alive, one connection
-  per thread, 16-byte keys, 100-byte values: about berth's 131-byte log
-  entry), for the p50 latency that check perf does not print.  The gateway
-  costs a little more than native gRPC (a JSON decode and an in-process gRPC
-  hop), and the Python client shares the 2 cores like berth-bench does.
+- puts one at a time and with 64 in flight against the leader, for the
+  p50 latency that check perf does not print, driven like berth-bench
+  drives berth: by etcd-put (bench/etcd_put.cpp, built with the bench
+  targets), compiled C++ on gRPC's async API, one thread keeping the puts
+  in flight over 4 connections (1 at 1 in flight), 16-byte keys and 96-byte
+  values (etcd's replicated entry is then 131 bytes, like berth's log
+  entry).  Without the binary: the old path, Python threads through etcd's
+  JSON gateway (POST /v3/kv/put on the client port, HTTP/1.1 keep-alive,
+  one connection and one request in flight per thread, 20-byte keys,
+  100-byte values), which costs etcd a JSON decode and an in-process gRPC
+  hop and the machine a Python client.  Each run records its "driver".
 
 Debian ships no etcd `benchmark` tool (dpkg -L etcd-client: etcdctl only).
 """
@@ -30,6 +35,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -167,6 +173,31 @@ def check_perf(cluster, load, endpoint):
             "output": [l for l in out.splitlines() if "PASS" in l or "FAIL" in l or "took" in l or "Stddev" in l]}
 
 
+DRIVER_GRPC = "etcd-put (gRPC, C++)"
+DRIVER_GATEWAY = "JSON gateway (python)"
+
+
+def grpc_puts(binary, endpoint, concurrency, duration, pids=(), warmup=1.0):
+    """Puts with etcd-put: `concurrency` in flight from one thread over
+    min(4, concurrency) gRPC connections.  Adds etcd's cores (like
+    check_perf) and the driver's CPU seconds."""
+    cpu0 = [cpu_seconds(p) for p in pids]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.time()
+    r = subprocess.run([binary, "--endpoints", endpoint, "--in-flight", str(concurrency),
+                        "--duration", str(duration), "--warmup", str(warmup)],
+                       capture_output=True, text=True, timeout=duration + warmup + 120)
+    wall = time.time() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode != 0:
+        raise RuntimeError("etcd-put failed (%d): %s %s" % (r.returncode, r.stdout, r.stderr))
+    out = json.loads(r.stdout)
+    out.update({"tool": "etcd-put KV.Put (gRPC async, C++)", "concurrency": concurrency,
+                "client_cpu_seconds": round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 2),
+                "etcd_cores": [round(((cpu_seconds(p) or 0) - (c or 0)) / wall, 2) for p, c in zip(pids, cpu0)]})
+    return out
+
+
 def gateway_puts(endpoint, concurrency, duration, warmup=1.0, value_bytes=100):
     """Puts through etcd's JSON gateway, `concurrency` threads each with one
     keep-alive connection and one request in flight."""
@@ -215,27 +246,40 @@ def gateway_puts(endpoint, concurrency, duration, warmup=1.0, value_bytes=100):
         t.join()
     lat.sort()
     pct = lambda p: 1000 * lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
-    return {"tool": "JSON gateway POST /v3/kv/put (python)", "concurrency": concurrency,
+    return {"tool": "JSON gateway POST /v3/kv/put (python)", "driver": DRIVER_GATEWAY,
+            "concurrency": concurrency,
             "ops": len(lat), "errors": errors[0], "seconds": duration,
             "ops_per_s": round(len(lat) / duration, 1), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
             "max_ms": 1000 * lat[-1] if lat else None, "key_bytes": 20, "value_bytes": value_bytes}
 
 
-def run(tmp, duration=10, load="l", levels=(1, 64), log=print):
-    """Starts etcd, measures, stops it (always).  Returns the report part."""
+def run(tmp, duration=10, load="l", levels=(1, 64), log=print, etcd_put=None):
+    """Starts etcd, measures, stops it (always).  Returns the report part.
+    `etcd_put`: the etcd-put binary; the JSON gateway path if it is not
+    there."""
     ensure_installed()
-    out = {"version": version(), "members": 3, "fsync": "on (etcd default)", "runs": []}
+    grpc = bool(etcd_put) and os.access(etcd_put, os.X_OK)
+    out = {"version": version(), "members": 3, "fsync": "on (etcd default)", "runs": [],
+           "driver": DRIVER_GRPC if grpc else DRIVER_GATEWAY}
     c = EtcdCluster(os.path.join(tmp, "etcd"))
     try:
         c.start()
         leader = c.endpoint(c.leader_index())
         out["leader_endpoint"] = leader
         log("etcd %s: 3 members on 127.0.0.1 (%s), leader %s" % (out["version"], c.endpoints, leader))
+        if not grpc:
+            log("etcd: %s not built, puts through the JSON gateway from python" % (etcd_put or "etcd-put"))
         for n in levels:
-            r = gateway_puts(leader, n, duration)
+            if grpc:
+                r = grpc_puts(etcd_put, leader, n, duration, pids=[p.pid for p in c.procs])
+                how = "etcd-put: gRPC, C++, %d connections, %d B keys, %d B values; etcd cores %s" % (
+                    r["connections"], r["key_bytes"], r["value_bytes"], r["etcd_cores"])
+            else:
+                r = gateway_puts(leader, n, duration)
+                how = "JSON gateway puts, python client"
             out["runs"].append(r)
-            log("etcd   %5d %8.1f %7.2f %7.2f %7.1f %5d   (JSON gateway puts, python client)" % (
-                n, r["ops_per_s"], r["p50_ms"] or 0, r["p99_ms"] or 0, r["max_ms"] or 0, r["errors"]))
+            log("etcd   %5d %8.1f %7.2f %7.2f %7.1f %5d   (%s)" % (
+                n, r["ops_per_s"], r["p50_ms"] or 0, r["p99_ms"] or 0, r["max_ms"] or 0, r["errors"], how))
         r = check_perf(c, load, leader)
         out["check_perf"] = r
         log("etcd   %5d %8s %7s %7s %7.1f %5s   (etcdctl check perf --load=%s: 60 s, 256 B keys, 1 KiB "

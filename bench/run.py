@@ -110,6 +110,7 @@ os.environ.setdefault("BERTHD_BIN", os.path.join(BUILD, "apps/berthd/berthd"))
 os.environ.setdefault("BERTH_BIN", os.path.join(BUILD, "apps/berth/berth"))
 os.environ.setdefault("BERTH_HOSTPATH_BIN", os.path.join(BUILD, "apps/berth-hostpath/berth-hostpath"))
 BENCH = os.path.join(BUILD, "bench/berth-bench")
+ETCD_PUT = os.path.join(BUILD, "bench/etcd-put")  # etcd's puts (bench/etcd_bench.py); optional
 sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
 
 import cluster  # noqa: E402  (needs the environment above)
@@ -1014,9 +1015,17 @@ def summary(report):
         print("(etcd here: not run%s. Issue figures: quoted, not measured here.)" % (
             ": " + etcd["error"] if etcd.get("error") else ""), flush=True)
         return
-    print("(etcd here: this run, 3 members on 127.0.0.1, fsync on; 1 and 64 in flight through etcd's JSON "
-          "gateway from python, %s through etcdctl check perf (256 B keys, 1 KiB values). "
-          "Issue figures: quoted, not measured here.)" % (cp.get("clients") or "-"), flush=True)
+    last = etcd["runs"][-1]
+    if etcd.get("driver") == etcd_bench.DRIVER_GRPC:
+        how = ("with etcd-put (C++, gRPC's async API, one thread, %d connections at most, %d B keys, "
+               "%d B values), driven as berth-bench drives berth" % (
+                   max(r["connections"] for r in etcd["runs"]), last["key_bytes"], last["value_bytes"]))
+    else:
+        how = "through etcd's JSON gateway from python (etcd-put not built; %d B keys, %d B values)" % (
+            last["key_bytes"], last["value_bytes"])
+    print("(etcd here: this run, 3 members on 127.0.0.1, fsync on; 1 and 64 in flight %s, %s through "
+          "etcdctl check perf (256 B keys, 1 KiB values). Issue figures: quoted, not measured here.)" % (
+              how, cp.get("clients") or "-"), flush=True)
 
 
 def tls_log_part(tmp, levels, report):
@@ -1120,7 +1129,8 @@ def main():
             print_row(r, leader.name)
             try:
                 report["etcd"] = etcd_bench.run(tmp, duration=ARGS.duration, load=ARGS.etcd,
-                                                levels=(1, 64), log=lambda m: print(m, flush=True))
+                                                levels=(1, 64), log=lambda m: print(m, flush=True),
+                                                etcd_put=ETCD_PUT)
             except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 report["etcd"] = {"error": str(e)}
                 print("etcd side by side failed: %s" % e, flush=True)

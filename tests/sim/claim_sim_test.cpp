@@ -298,6 +298,14 @@ struct world {
   // Releases begun (volume, alloc; volume "" = every claim of the alloc),
   // maybe before the claim's acknowledgement arrived.
   std::set<std::pair<std::string, std::string>> releases;
+  // Claims the operator is told to release (volume, alloc): a claim made
+  // with `volume claim` whose publication the node's fence undid (it stays
+  // until `berth volume release`, docs/user-guide.md), and a failed claim
+  // whose unwind failed too (its answer names the release command).  The
+  // operator does so once the faults stop; until then an expansion may
+  // wait for such a claim (seeds 22169, 55137: NodeExpandVolume needs the
+  // claim published again, which the node's publish floor refuses).
+  std::set<std::pair<std::string, std::string>> operator_releases;
   // Volumes a drain was asked for (berth volume availability VOLUME drain):
   // any claim on them may be released by the drain from then on.
   std::set<std::string> drained;
@@ -1212,6 +1220,16 @@ class simulation {
     }
     settle(400, 1000);
     if (!ok()) return;
+    // The operator releases what the answers and the user guide told them to.
+    bool asked = false;
+    for (const auto& [vol, alloc] : w.operator_releases) {
+      auto v = w.volumes.find(vol);
+      if (v == w.volumes.end() || !find_claim(v->second, alloc)) continue;
+      release_claim(vol, alloc);
+      asked = true;
+    }
+    if (asked) settle(400, 1000);
+    if (!ok()) return;
     check_settled("after the faults stopped");
     if (!ok()) return;
     // Drain: stop every alloc; then nothing may be left.
@@ -1446,6 +1464,8 @@ class simulation {
         if (r && r->error().message().find("availability") != std::string::npos)
           ++totals.paused_refusals;
         w_.trace("claim " + vol + " by " + alloc + ": " + (r ? r->error().message() : "no answer"));
+        if (r && r->error().message().find("unwinding it also failed") != std::string::npos)
+          w_.operator_releases.insert({vol, alloc});
         return;
       }
       w_.trace("claim " + vol + " by " + alloc + " acknowledged");
@@ -1540,6 +1560,11 @@ class simulation {
       if (!a.released) known.push_back(key);
     if (known.empty()) return;
     auto [vol, alloc] = known[w.pick(known.size())];
+    release_claim(vol, alloc);
+  }
+
+  void release_claim(const std::string& vol, const std::string& alloc) {
+    auto& w = w_;
     w.released(vol, alloc);
     w.trace("release " + vol + " of " + alloc);
     v1::Request req;
@@ -1680,6 +1705,7 @@ class simulation {
     for (const auto& [vol, alloc] : n.records) {
       if (!w_.single_writer(vol) || !writes(n.id, vol, alloc)) continue;
       n.fenced_records.insert({vol, alloc});
+      if (!n.commands.count(alloc)) w_.operator_releases.insert({vol, alloc});
       bool already = false;
       for (const auto& c : n.queue)
         already |= c.kind == call_kind::unmount && c.req.alloc_id() == alloc &&

@@ -345,7 +345,19 @@ void publish_for_expansion(self_ptr self, const v1::Plugin& p, plugin_actor plug
   auto plan = plan_publish(vol, *c, p, {});
   plan.publish.set_expand_required_bytes(vol.expansion().required_bytes());
   plan.publish.set_expand_limit_bytes(vol.expansion().limit_bytes());
-  auto node_publish = [self, rp, fail, target, node](v1::NodeVolumeRequest req) mutable {
+  // The node may refuse for good (a claim made before its lease last ran
+  // out, or one its fence undid): say which claim holds the expansion up.
+  auto refused = [rp, what = "volume '" + vol.id() + "': its expansion needs the claim of alloc '" +
+                             c->alloc_id() + "' published on node '" + node +
+                             "' again, and that failed (",
+                  fix = "); the leader retries; if the node keeps refusing, release that claim "
+                        "(berth --namespace " + vol.namespace_() + " volume release " + vol.id() +
+                        " --alloc " + c->alloc_id() + ")"](std::optional<caf::error> e) mutable {
+    auto f = to_failure(*e);
+    f.message = what + f.message + fix;
+    rp.deliver(to_error(f));
+  };
+  auto node_publish = [self, rp, refused, target, node](v1::NodeVolumeRequest req) mutable {
     self->state.published_ms[node] = steady_ms();
     csi_step(
         self, target, publish_atom::value, std::move(req),
@@ -359,7 +371,7 @@ void publish_for_expansion(self_ptr self, const v1::Plugin& p, plugin_actor plug
           persist(self, after_node_expand(self->state.volume, node, r.capacity_bytes()), false,
                   answer(self, rp));
         },
-        fail);
+        refused);
   };
   if (!plan.controller_publish) {
     node_publish(std::move(plan.publish));

@@ -236,10 +236,18 @@ class DevAgentTest(unittest.TestCase):
     def test_concurrent_write_claims_on_one_volume_admit_exactly_one(self):
         self.fingerprint()
         self.run_berth("volume", "register", "-", stdin=VOLUME_YAML)
+        def claim(i):
+            # Exit 7 (no answer in time: "safe to send again") is sent again,
+            # as its message tells an operator to: on a machine loaded far
+            # past its cores one of twelve shells can miss its 30 s.
+            for _ in range(3):
+                r = berth(self.agent, "volume", "claim", "db", "--alloc", "a%d" % i,
+                          "--node", "n1")
+                if r.code != 7:
+                    break
+            return r
         with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:
-            results = list(pool.map(
-                lambda i: berth(self.agent, "volume", "claim", "db", "--alloc", "a%d" % i,
-                                "--node", "n1"), range(12)))
+            results = list(pool.map(claim, range(12)))
         winners = [r for r in results if r.code == 0]
         self.assertEqual(len(winners), 1, results)
         self.assertTrue(all(r.code == 4 for r in results if r.code != 0), results)

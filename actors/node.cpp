@@ -73,6 +73,19 @@ void log_request(const char* step, const v1::NodeVolumeRequest& r) {
                   {"secrets", r.volume().secrets_size()}});
 }
 
+// The promise of a NodeUnpublish request: forgets that it is in flight
+// (node_state::unpublishing) when it is answered, whichever way.
+struct unpublish_promise {
+  self_ptr self;
+  mount_key key;
+  result_promise rp;
+  template <class T>
+  void deliver(T&& x) {
+    self->state.unpublishing.erase(key);
+    rp.deliver(std::forward<T>(x));
+  }
+};
+
 void deliver_result(result_promise& rp, csi_outcome& out) {
   v1::NodeVolumeResult r;
   r.set_target_path(out.target_path);
@@ -484,6 +497,7 @@ void measure_published(self_ptr self) {
   std::map<std::string, std::map<std::pair<std::string, std::string>, volume_measure>> by_plugin;
   for (const auto& [key, m] : st.mounts) {
     if (m.published_at_ms == 0) continue;  // asked, not confirmed published
+    if (st.unpublishing.count(key) || st.unmounting.count(key)) continue;  // going away
     auto inst = st.instances.find(m.plugin_id);
     if (inst == st.instances.end() || !inst->second.get_volume_stats()) continue;
     by_plugin[m.plugin_id].emplace(
@@ -510,23 +524,29 @@ void measure_published(self_ptr self) {
     send();  // nothing published: the node's usage is emptied (once)
     return;
   }
-  for (auto& [plugin, volumes] : by_plugin) {
-    std::vector<volume_measure> list;
-    for (auto& [k, m] : volumes) list.push_back(m);
-    auto make = [list, at = where(st.config.node_id, plugin)](bool) {
-      return csi_job{[list, at](csi::client& c) { return measure_volumes(c, list, at); },
-                     call_kind::node, ""};
-    };
-    auto one_done = [left, send]() {
-      if (--*left == 0) send();
-    };
-    auto done = [report, one_done](csi_outcome& out) {
-      for (auto& u : out.usage) *report->add_usage() = std::move(u);
-      one_done();
-    };
-    auto fail = [one_done](caf::error) { one_done(); };
-    if (run_csi(self, plugin, make, done, fail)) start_polling(self);
-  }
+  // One job per volume, under the volume's key: it runs in order with that
+  // volume's publish and unpublish calls, never beside them (a
+  // NodeGetVolumeStats that ran just after a NodeUnpublish it overtook
+  // failed with NOT_FOUND: integration.foreign_plugin under load).
+  *left = 0;
+  for (const auto& [plugin, volumes] : by_plugin) *left += volumes.size();
+  for (auto& [plugin, volumes] : by_plugin)
+    for (auto& [k, m] : volumes) {
+      std::vector<volume_measure> list{m};
+      auto make = [list, at = where(st.config.node_id, plugin)](bool) {
+        return csi_job{[list, at](csi::client& c) { return measure_volumes(c, list, at); },
+                       call_kind::node, list.front().external_id};
+      };
+      auto one_done = [left, send]() {
+        if (--*left == 0) send();
+      };
+      auto done = [report, one_done](csi_outcome& out) {
+        for (auto& u : out.usage) *report->add_usage() = std::move(u);
+        one_done();
+      };
+      auto fail = [one_done](caf::error) { one_done(); };
+      if (run_csi(self, plugin, make, done, fail)) start_polling(self);
+    }
 }
 
 }  // namespace
@@ -649,16 +669,19 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
                          call_kind::node, r.volume().external_id(), r.leader_term()};
         };
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
-        run(self, r.plugin_id(), make, rp,
-            [self, key, r, paths, others](result_promise& rp, csi_outcome&) {
+        st.unpublishing.insert(key);
+        run(self, r.plugin_id(), make, unpublish_promise{self, key, rp},
+            [self, key, r, paths, others](unpublish_promise& rp, csi_outcome&) {
               unstage_if_last(self, key, r, paths, !others, r.leader_term(), [self, key, rp](csi_outcome& out) mutable {
                 auto& st = self->state;
-                if (out.error)
+                if (out.error) {
                   rp.deliver(to_error(*out.error));
-                else if (auto f = forget_mount(*st.store, st.mounts, key))
+                } else if (auto f = forget_mount(*st.store, st.mounts, key)) {
                   rp.deliver(to_error(*f));
-                else
-                  deliver_result(rp, out);
+                } else {
+                  st.unpublishing.erase(key);
+                  deliver_result(rp.rp, out);
+                }
               });
             });
         return rp;

@@ -106,6 +106,10 @@ struct node_state {
   std::map<std::string, int64_t> fenced;
   std::map<std::string, int64_t> fence_kill_at;
   std::set<mount_key> unmounting;
+  // The servers' NodeUnpublish requests in flight: the volume stats skip
+  // them (a NodeGetVolumeStats after the NodeUnpublish asks about a volume
+  // no longer published there, NOT_FOUND).
+  std::set<mount_key> unpublishing;
   // Stops those writers the moment the lease runs out, on its own thread
   // (actors/lease_guard): kept current with the lease and the writers.
   std::shared_ptr<lease_guard> guard;

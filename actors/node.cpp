@@ -21,6 +21,10 @@ template <class T>
 using promise = caf::typed_response_promise<T>;
 using result_promise = promise<pb<v1::NodeVolumeResult>>;
 
+// How long a publish waits for the client's first lease (as long as the
+// answer to a heartbeat without a lease may take).
+constexpr int64_t first_lease_wait_ms = 10'000;
+
 // A client.db problem nobody waits for an answer on (polls, heartbeats):
 // printed once, so an operator sees it without a line every poll.
 void report_problem(node_state& st, const failure& f) {
@@ -157,10 +161,15 @@ void heartbeat(self_ptr self) {
               return;
             }
             st.missed_heartbeats = 0;
+            bool first = st.lease.length_ms == 0;
             st.lease = renew(st.lease, sent, lease_ms);
             st.guard->set_lease(st.lease.until_ms);
             if (!expired(st.lease, steady_ms()))
-              st.publish_floor->store(floor_after_renewal(st.publish_floor->load(), index));
+              st.publish_floor->store(floor_after_renewal(st.publish_floor->load(), index, first));
+            // The publishes that waited for this first lease: asked again.
+            for (auto& w : std::exchange(st.awaiting_lease, {}))
+              w.rp.delegate(caf::actor_cast<node_actor>(self), publish_atom::value,
+                            std::move(w.req));
             // Kept for a restart (control/lease: lease_at_start), at most
             // once a second; an older record only ends the lease sooner.
             auto renewed_wall = wall_ms() - (steady_ms() - sent);
@@ -173,6 +182,24 @@ void heartbeat(self_ptr self) {
               st.lease_recorded_wall_ms = renewed_wall;
           },
           [missed](caf::error&) { missed(); });
+}
+
+// Publishes that waited for the first lease longer than a heartbeat's
+// answer may take are refused: the leader's claim fails with a reason
+// instead of waiting out its step.
+void refuse_unleased_publishes(node_state& st) {
+  auto now = steady_ms();
+  auto& waiting = st.awaiting_lease;
+  auto late = std::stable_partition(waiting.begin(), waiting.end(), [&](const auto& w) {
+    return now - w.since_ms < first_lease_wait_ms;
+  });
+  for (auto it = late; it != waiting.end(); ++it)
+    it->rp.deliver(make_error(errc::unavailable,
+                              "node '" + st.config.node_id +
+                                  "' has no lease from a leader yet (its heartbeats are not "
+                                  "confirmed) and publishes nothing until it has one; retry "
+                                  "once the node reaches the servers"));
+  waiting.erase(late, waiting.end());
 }
 
 // Client mode: connect to the next server of the list (asynchronously).
@@ -580,7 +607,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
     } else {
       st.fenced = std::move(*fenced);
       st.lease = lease_at_start(*length, *renewed, wall_ms(), steady_ms());
-      if (expired(st.lease, steady_ms())) st.publish_floor->store(floor_lapsed);
+      st.publish_floor->store(floor_at_start(st.lease, steady_ms()));
       st.guard->set_lease(st.lease.length_ms > 0 ? st.lease.until_ms : 0);
       guard_writers(st);
     }
@@ -615,6 +642,11 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         }
         // control/lease: the publish floor.
         auto floor = st.publish_floor->load();
+        if (publish_waits_for_lease(st.lease, floor)) {
+          auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
+          st.awaiting_lease.push_back({rp, std::move(req), steady_ms()});
+          return rp;
+        }
         if (!publish_allowed(r.volume().modify_index(), floor))
           return make_error(
               errc::unavailable,
@@ -896,6 +928,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       },
       [self](lease_atom) {
         auto& st = self->state;
+        refuse_unleased_publishes(st);
         if (expired(st.lease, steady_ms())) {
           st.publish_floor->store(floor_lapsed);
           fence(self);

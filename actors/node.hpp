@@ -115,7 +115,16 @@ struct node_state {
   std::shared_ptr<lease_guard> guard;
   // The publish floor (control/lease), shared with the plugin connections.
   std::shared_ptr<std::atomic<uint64_t>> publish_floor =
-      std::make_shared<std::atomic<uint64_t>>(0);
+      std::make_shared<std::atomic<uint64_t>>(floor_lapsed);
+  // Publishes that came before this client's first lease (control/lease:
+  // publish_waits_for_lease): asked again once it is granted, refused after
+  // first_lease_wait.
+  struct unleased_publish {
+    caf::typed_response_promise<pb<v1::NodeVolumeResult>> rp;
+    pb<v1::NodeVolumeRequest> req;
+    int64_t since_ms;  // steady clock
+  };
+  std::vector<unleased_publish> awaiting_lease;
   // The last client.db problem printed (printed once, not every poll).
   std::string last_problem;
   static inline const char* name = "node";

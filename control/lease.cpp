@@ -77,8 +77,17 @@ std::string seconds(int64_t ms) {
 
 }  // namespace
 
-uint64_t floor_after_renewal(uint64_t floor, uint64_t applied_index) {
+uint64_t floor_at_start(const lease& l, int64_t now_ms) {
+  return l.length_ms > 0 && !expired(l, now_ms) ? 0 : floor_lapsed;
+}
+
+uint64_t floor_after_renewal(uint64_t floor, uint64_t applied_index, bool first_lease) {
+  if (first_lease) return 0;
   return floor == floor_lapsed ? applied_index : floor;
+}
+
+bool publish_waits_for_lease(const lease& l, uint64_t floor) {
+  return l.length_ms == 0 && floor == floor_lapsed;
 }
 
 bool publish_allowed(uint64_t claim_index, uint64_t floor) { return claim_index >= floor; }

@@ -117,9 +117,32 @@ guard_signal guard_step(int64_t now_ms, int64_t lease_until_ms, int64_t kill_tim
 // committed at or after the leader's applied index in that renewal (the
 // index is at least that of any mark-down of the node decided before the
 // renewal).  A request's volume carries the index of its claim's commit.
+//
+// A client that has held no lease since it started (none granted yet, none
+// recorded before a restart) publishes nothing either: it has no lease to
+// lose, so it would never fence what it published.  A claim committed
+// between its registration and its first grant (the grant waits for the
+// registration's commit and a ReadIndex round) was published on such a
+// client, whose heartbeats a partition cut before its first answer came;
+// marked down, its claim went to another node while it still wrote
+// (integration.partition on a loaded CI machine).  Its publishes wait for
+// the first grant (publish_waits_for_lease; actors/node refuses them after
+// a while), and that grant sets the floor to 0: a process that never held a
+// lease was sent nothing before it connected (calls to an earlier process
+// died with its connections), a deposed leader's call is refused by the
+// term fence the grant's answer raised, and the leader that grants it
+// publishes no claim it released.
 constexpr uint64_t floor_lapsed = UINT64_MAX;
-uint64_t floor_after_renewal(uint64_t floor, uint64_t applied_index);
+// The floor a client starts with: 0 while a lease recorded before a restart
+// still holds, floor_lapsed otherwise.
+uint64_t floor_at_start(const lease& l, int64_t now_ms);
+// The floor after a grant answering a heartbeat; `first_lease`: the client
+// held no lease since it started.
+uint64_t floor_after_renewal(uint64_t floor, uint64_t applied_index, bool first_lease = false);
 bool publish_allowed(uint64_t claim_index, uint64_t floor);
+// Whether a publish waits for the client's first lease instead of being
+// judged against the floor: none held since the start.
+bool publish_waits_for_lease(const lease& l, uint64_t floor);
 
 // --- the servers' side -----------------------------------------------------------
 

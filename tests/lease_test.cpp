@@ -46,6 +46,27 @@ TEST_CASE("lease_at_start_keeps_only_what_the_wall_clock_leaves") {
   CHECK(l.until_ms == 15'100);
 }
 
+TEST_CASE("the_publish_floor_holds_nothing_before_the_first_lease_and_after_a_lapse") {
+  // At the start: 0 only while a lease recorded before a restart holds.
+  CHECK(floor_at_start(lease{}, 1000) == floor_lapsed);
+  CHECK(floor_at_start(lease{15000, 5000}, 1000) == 0);
+  CHECK(floor_at_start(lease{15000, 5000}, 5000) == floor_lapsed);
+  // No lease held since the start: a publish waits for the first one.
+  CHECK(publish_waits_for_lease(lease{}, floor_at_start(lease{}, 0)));
+  CHECK_FALSE(publish_waits_for_lease(lease{15000, 5000}, floor_lapsed));  // lapsed: refused
+  CHECK_FALSE(publish_waits_for_lease(lease{}, 0));
+  // The first lease sets no floor; a renewal after a lapse sets the
+  // leader's applied index; a renewal of a lease that held keeps the floor.
+  CHECK(floor_after_renewal(floor_lapsed, 42, true) == 0);
+  CHECK(floor_after_renewal(floor_lapsed, 42, false) == 42);
+  CHECK(floor_after_renewal(17, 42, false) == 17);
+  for (uint64_t claim : {0, 16, 17, 41, 42, 43}) {
+    CHECK(publish_allowed(claim, floor_after_renewal(floor_lapsed, 42, true)));
+    CHECK(publish_allowed(claim, floor_after_renewal(floor_lapsed, 42)) == (claim >= 42));
+    CHECK_FALSE(publish_allowed(claim, floor_lapsed));
+  }
+}
+
 TEST_CASE("heartbeat_period_is_a_quarter_lease_within_bounds") {
   CHECK(heartbeat_period_ms(0, 5000) == 5000);  // no lease yet: the fingerprint interval
   CHECK(heartbeat_period_ms(15000, 5000) == 3750);

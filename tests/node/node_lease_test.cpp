@@ -46,6 +46,7 @@ struct lease_server_state {
   std::shared_ptr<std::atomic<bool>> listening;
   std::shared_ptr<std::mutex> mu;
   std::shared_ptr<std::vector<v1::AllocUpdate>> exits;
+  std::shared_ptr<std::atomic<int>> heartbeats;
   static inline const char* name = "lease_server";
 };
 
@@ -54,7 +55,9 @@ api_actor::behavior_type lease_server(api_actor::stateful_pointer<lease_server_s
                                       std::shared_ptr<std::atomic<uint64_t>> index,
                                       std::shared_ptr<std::atomic<bool>> listening,
                                       std::shared_ptr<std::mutex> mu,
-                                      std::shared_ptr<std::vector<v1::AllocUpdate>> exits) {
+                                      std::shared_ptr<std::vector<v1::AllocUpdate>> exits,
+                                      std::shared_ptr<std::atomic<int>> heartbeats) {
+  self->state.heartbeats = std::move(heartbeats);
   self->state.lease_ms = std::move(lease_ms);
   self->state.index = std::move(index);
   self->state.listening = std::move(listening);
@@ -71,9 +74,18 @@ api_actor::behavior_type lease_server(api_actor::stateful_pointer<lease_server_s
       },
       [self](node_atom, const std::string&, const std::string&,
              node_actor) -> caf::result<uint64_t, int64_t, uint64_t> {
+        ++*self->state.heartbeats;
         return {uint64_t{1}, self->state.lease_ms->load(), self->state.index->load()};
       },
   };
+}
+
+// The lease the fixture's server grants from the start: short, so a test
+// can let it run out (stretched under a sanitizer, as eventually() is).
+int64_t short_lease_ms() {
+  const char* s = std::getenv("BERTH_TEST_TIME_SCALE");
+  double v = s ? std::atof(s) : 1.0;
+  return static_cast<int64_t>(1000 * (v > 1.0 ? v : 1.0));
 }
 
 struct fixture {
@@ -83,7 +95,10 @@ struct fixture {
   std::unique_ptr<caf::actor_system> sys;
   std::string db;
   std::shared_ptr<metrics> stats = make_metrics();
-  std::shared_ptr<std::atomic<int64_t>> lease_ms = std::make_shared<std::atomic<int64_t>>(0);
+  const int64_t short_ms = short_lease_ms();
+  std::shared_ptr<std::atomic<int64_t>> lease_ms =
+      std::make_shared<std::atomic<int64_t>>(short_ms);
+  std::shared_ptr<std::atomic<int>> heartbeats = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::atomic<uint64_t>> index = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<std::atomic<bool>> listening = std::make_shared<std::atomic<bool>>(true);
   std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
@@ -97,7 +112,7 @@ struct fixture {
     add_message_types(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
     db = (dir.path / "client.db").string();
-    server = sys->spawn(lease_server, lease_ms, index, listening, mu, exits);
+    server = sys->spawn(lease_server, lease_ms, index, listening, mu, exits, heartbeats);
   }
 
   node_actor spawn_node() {
@@ -261,10 +276,9 @@ TEST_CASE("node_lease: a node whose lease runs out stops and unmounts its single
   CHECK(mounts(fx) == 2);
 
   // Leases granted, then none (no leader confirms) and no server listens.
-  fx.lease_ms->store(400);
   fx.listening->store(false);
   REQUIRE(eventually(
-      [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == 400; }));  // granted
+      [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == fx.short_ms; }));  // granted
   fx.lease_ms->store(0);
   // The fence: the writer is stopped and its publication undone; the reader goes on.
   CHECK(eventually([&] { return !alive(w); }));
@@ -307,6 +321,61 @@ TEST_CASE("node_lease: a node whose lease runs out stops and unmounts its single
   me->send_exit(n, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("node_lease: a node publishes nothing before its first lease") {
+  // A claim committed between the node's registration and its first lease
+  // (integration.partition on a loaded CI machine): published at once, its
+  // writer ran on a client that never held a lease, so it never fenced when
+  // a partition cut it off, and the volume went to another node meanwhile.
+  // The publish now waits for the first grant; without one it is refused.
+  fixture fx;
+  fx.lease_ms->store(0);  // no leader confirms this node's heartbeats yet
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
+  auto req = request(writer, "w", false, fx.plugin.node_id);
+  auto attached = ask<pb<v1::NodeVolumeResult>>(me, n, ctrl_publish_atom::value, wrap(req));
+  REQUIRE(std::holds_alternative<pb<v1::NodeVolumeResult>>(attached));
+  for (auto& [k, v] : std::get<pb<v1::NodeVolumeResult>>(attached).msg.publish_context())
+    (*req.mutable_publish_context())[k] = v;
+  std::atomic<bool> answered{false};
+  std::variant<pb<v1::NodeVolumeResult>, failure> out = failure{errc::internal, "no answer"};
+  std::thread asker([&] {
+    caf::scoped_actor other{*fx.sys};
+    out = ask<pb<v1::NodeVolumeResult>>(other, n, publish_atom::value, wrap(req));
+    answered = true;
+  });
+  // Heartbeats come and go without a lease: the publish waits, nothing is mounted.
+  auto seen = fx.heartbeats->load();
+  REQUIRE(eventually([&] { return fx.heartbeats->load() >= seen + 3; }));
+  CHECK_FALSE(answered.load());
+  CHECK(mounts(fx) == 0);
+  // The first lease: the publish goes ahead (a first lease sets no floor:
+  // the claim's index 0 is older than the leader's applied index 7).
+  fx.index->store(7);
+  fx.lease_ms->store(60'000);
+  asker.join();
+  if (auto* f = std::get_if<failure>(&out)) FAIL_CHECK(f->message);
+  REQUIRE(std::holds_alternative<pb<v1::NodeVolumeResult>>(out));
+  CHECK(mounted(std::get<pb<v1::NodeVolumeResult>>(out).msg.target_path()));
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("node_lease: a publish that waited for a first lease that never came is refused") {
+  fixture fx;
+  fx.lease_ms->store(0);
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
+  auto out = ask<pb<v1::NodeVolumeResult>>(me, n, publish_atom::value,
+                                           wrap(request(writer, "w", false, fx.plugin.node_id)));
+  auto* refused = std::get_if<failure>(&out);
+  REQUIRE(refused != nullptr);
+  CHECK(refused->code == errc::unavailable);
+  CHECK(refused->message.find("node 'n1' has no lease from a leader yet") != std::string::npos);
+  CHECK(mounts(fx) == 0);
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("node_lease: an alloc whose volume the fence unmounted before its run does not start") {
   // The leader published "db" for alloc "w" and is about to send the run;
   // meanwhile the node's lease runs out.  With no command running, the
@@ -319,10 +388,9 @@ TEST_CASE("node_lease: an alloc whose volume the fence unmounted before its run 
   auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
   auto target = publish(me, n, request(writer, "w", false, fx.plugin.node_id));
   REQUIRE(mounted(target));
-  fx.lease_ms->store(400);
   fx.listening->store(false);
   REQUIRE(eventually(
-      [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == 400; }));  // granted
+      [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == fx.short_ms; }));  // granted
   fx.lease_ms->store(0);
   CHECK(eventually([&] { return mounts(fx) == 0; }));  // the fence unmounted it
   CHECK_FALSE(mounted(target));
@@ -406,9 +474,8 @@ TEST_CASE("node_lease: the lease guard stops the writer while the node actor can
   auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
   publish(me, n, request(writer, "w", false, fx.plugin.node_id));
   auto w = run_loop(me, n, fx, "w");
-  fx.lease_ms->store(400);
   REQUIRE(eventually(
-      [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == 400; }));  // granted
+      [&] { return must(must(client_store::open(fx.db))->meta("lease_ms")) == fx.short_ms; }));  // granted
   fx.lease_ms->store(0);
   fx.listening->store(false);  // the exit is reported only at the end
   auto workers = fx.sys->scheduler().num_workers();

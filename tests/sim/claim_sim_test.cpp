@@ -205,7 +205,14 @@ struct sim_node {
   int64_t lease_until = 0;
   int64_t fenced_lease = 0;  // the lease_until this node fenced at
   uint64_t fences = 0;
-  uint64_t publish_floor = 0;  // control/lease: publishes of older claims are not sent
+  // control/lease: publishes of older claims are not sent; none before the
+  // first lease (floor_at_start).
+  uint64_t publish_floor = floor_lapsed;
+  // Publishes that came before the node's first lease: asked again once it
+  // is granted (as actors/node's awaiting_lease).
+  std::vector<std::pair<caf::typed_response_promise<pb<v1::NodeVolumeResult>>,
+                        v1::NodeVolumeRequest>>
+      unleased;
   std::set<std::string> fenced_allocs;
   std::set<std::string> commands;  // allocs whose command the leader started here
   // What a fence unmounted (volume, alloc): the client undid it on its own,
@@ -931,6 +938,13 @@ caf::result<pb<v1::NodeVolumeResult>> enqueue(sim_node_actor::pointer self, worl
     return make_error(errc::unavailable, "node '" + id + "' is cut off (simulated)");
   if (n.deaf)  // lost on the way: nobody answers
     return self->make_response_promise<pb<v1::NodeVolumeResult>>();
+  if (kind == call_kind::publish && publish_waits_for_lease(w->lease_of(n), n.publish_floor)) {
+    w->trace("node " + id + " holds a publish until its first lease: " + volume_of(req) +
+             " alloc " + req.alloc_id());
+    auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
+    n.unleased.emplace_back(rp, std::move(req));
+    return rp;
+  }
   if (kind == call_kind::publish && !publish_allowed(req.volume().modify_index(), n.publish_floor))
     return make_error(errc::unavailable, "node '" + id + "' is below its publish floor (simulated)");
   switch (fence(n.term_seen, req.leader_term())) {
@@ -1061,12 +1075,16 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
         self->request(w->leader, caf::infinite, node_atom::value, id, std::string(),
                       caf::actor_cast<node_actor>(self))
             .then(
-                [w, id, inc, sent](uint64_t, int64_t lease_ms, uint64_t index) {
+                [self, w, id, inc, sent](uint64_t, int64_t lease_ms, uint64_t index) {
                   auto& n = w->cluster.at(id);
                   if (n.incarnation != inc || n.partitioned || lease_ms <= 0) return;
+                  bool first = n.lease_until == 0;
                   n.lease_until = renew(w->lease_of(n), sent, lease_ms).until_ms;
                   if (!expired(w->lease_of(n), w->now_ms()))
-                    n.publish_floor = floor_after_renewal(n.publish_floor, index);
+                    n.publish_floor = floor_after_renewal(n.publish_floor, index, first);
+                  for (auto& [rp, req] : std::exchange(n.unleased, {}))
+                    rp.delegate(caf::actor_cast<sim_node_actor>(self), publish_atom::value,
+                                pb<v1::NodeVolumeRequest>{std::move(req)});
                 },
                 [](caf::error&) {});
       },
@@ -1652,6 +1670,7 @@ class simulation {
     n.alive = false;
     ++n.incarnation;
     n.queue.clear();  // calls not run yet die with the client
+    n.unleased.clear();
   }
 
   void restart_node() {
@@ -1669,6 +1688,7 @@ class simulation {
     n.hung_until = 0;
     w_.trace("node " + id + " starts");
     // Its lease ran out while it was down: it fences at once (lease_at_start).
+    n.publish_floor = floor_at_start(w_.lease_of(n), w_.now_ms());
     if (expired(w_.lease_of(n), w_.now_ms())) fence_node(n);
     heartbeat(n);
     fingerprint(n);

@@ -1,5 +1,6 @@
 #include "plugin_process.hpp"
 
+#include <cstdlib>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -100,7 +101,12 @@ void plugin_process::start() {
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // 10 s, stretched under a sanitizer (BERTH_TEST_TIME_SCALE): a TSan
+  // berth-hostpath beside an ASan run of the integration tests took longer.
+  const char* scale_env = std::getenv("BERTH_TEST_TIME_SCALE");
+  double scale = scale_env ? std::atof(scale_env) : 1.0;
+  auto wait = std::chrono::milliseconds(static_cast<int64_t>(10000 * (scale > 1.0 ? scale : 1.0)));
+  auto until = std::chrono::steady_clock::now() + wait;
   while (std::chrono::steady_clock::now() < until) {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -113,7 +119,8 @@ void plugin_process::start() {
       return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  throw std::runtime_error("berth-hostpath did not answer Probe within 10 s");
+  throw std::runtime_error("berth-hostpath did not answer Probe within " +
+                           std::to_string(wait.count() / 1000) + " s");
 }
 
 void plugin_process::kill9() {

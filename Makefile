@@ -91,7 +91,8 @@ chaos: build
 	# Copies of the binaries: a rebuild during the run does not pull them away.
 	mkdir -p $(CHAOS_OUT)/bin
 	cp $(BUILD_DIR)/apps/berthd/berthd $(BUILD_DIR)/apps/berth/berth \
-	    $(BUILD_DIR)/apps/berth-hostpath/berth-hostpath $(CHAOS_OUT)/bin/
+	    $(BUILD_DIR)/apps/berth-hostpath/berth-hostpath \
+	    $(BUILD_DIR)/apps/berth-alloc/berth-alloc $(CHAOS_OUT)/bin/
 	BERTHD_BIN=$(CHAOS_OUT)/bin/berthd BERTH_BIN=$(CHAOS_OUT)/bin/berth \
 	BERTH_HOSTPATH_BIN=$(CHAOS_OUT)/bin/berth-hostpath \
 	BERTH_FAULT_SEED=$(CHAOS_SEED) \

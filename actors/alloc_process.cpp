@@ -20,16 +20,17 @@ namespace berth {
 
 namespace fs = std::filesystem;
 
-namespace {
+std::string default_alloc_supervisor() {
+  std::error_code ec;
+  auto self = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  if (!ec)
+    for (const auto& candidate : {self / "berth-alloc", self / ".." / "berth-alloc" / "berth-alloc"})
+      if (fs::exists(candidate, ec)) return fs::weakly_canonical(candidate, ec).string();
+  return "berth-alloc";  // from PATH
+}
 
-// "$@" runs the command as given (no shell parsing of its words).
-constexpr const char* wrapper =
-    "\"$@\"; code=$?; printf '%s' \"$code\" > \"$BERTH_ALLOC_EXIT.tmp\" && "
-    "mv -f \"$BERTH_ALLOC_EXIT.tmp\" \"$BERTH_ALLOC_EXIT\"; exit $code";
-
-}  // namespace
-
-alloc_spawn start_alloc_process(const v1::Alloc& alloc, const std::string& dir) {
+alloc_spawn start_alloc_process(const v1::Alloc& alloc, const std::string& dir,
+                                const alloc_supervision& supervision) {
   alloc_spawn out;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -46,10 +47,14 @@ alloc_spawn start_alloc_process(const v1::Alloc& alloc, const std::string& dir) 
     env.push_back(std::move(kv));
   }
   env.push_back("BERTH_ALLOC_ID=" + alloc.id());
-  env.push_back("BERTH_ALLOC_EXIT=" + out.exit_file);
   for (const auto& v : alloc.volumes())
     env.push_back(volume_env_name(v.name()) + "=" + v.published_path());
-  std::vector<std::string> args{"/bin/sh", "-c", wrapper, "berth-alloc"};
+  std::vector<std::string> args{"berth-alloc", "--exit-file", out.exit_file};
+  if (!supervision.lease_file.empty()) {
+    args.insert(args.end(), {"--lease-file", supervision.lease_file, "--kill-timeout-ms",
+                             std::to_string(supervision.kill_timeout_ms)});
+  }
+  args.push_back("--");
   args.insert(args.end(), alloc.command().begin(), alloc.command().end());
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
@@ -80,11 +85,12 @@ alloc_spawn start_alloc_process(const v1::Alloc& alloc, const std::string& dir) 
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
                                       POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
-  int rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv.data(), envp.data());
+  int rc = posix_spawnp(&pid, supervision.binary.c_str(), &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
-    out.error = std::string("cannot start /bin/sh: ") + std::strerror(rc);
+    out.error = "cannot start its supervisor " + supervision.binary + ": " + std::strerror(rc) +
+                " (install berth-alloc next to berthd or in PATH)";
     return out;
   }
   out.pid = pid;
@@ -108,7 +114,7 @@ alloc_exit check_alloc_process(int64_t pid, const std::string& exit_file) {
     return out;
   }
   if (r == 0) return out;  // our child, still running
-  // Not our child (this client restarted since): the wrapper's file tells.
+  // Not our child (this client restarted since): the supervisor's file tells.
   std::ifstream in(exit_file);
   int code = 0;
   if (in >> code) {

@@ -1,7 +1,11 @@
 // An alloc's command as a process on the client's host.  The command runs
-// under /bin/sh as a wrapper in its own process group; the wrapper writes
-// the command's exit code to a file, so a client restarted while the
-// command ran (it is then no longer the parent) still learns how it ended.
+// under its supervisor, berth-alloc (apps/berth-alloc), which leads the
+// alloc's process group, writes the command's exit code to a file (so a
+// client restarted while the command ran, no longer its parent, still
+// learns how it ended) and, for an alloc that writes a single-writer
+// volume, stops the command when the client's lease runs out even when the
+// agent is dead or frozen (control/lease.hpp: the guard that outlives the
+// agent).
 #pragma once
 
 #include <cstdint>
@@ -17,10 +21,25 @@ struct alloc_spawn {
   std::string error;      // set when it could not start
 };
 
-// Starts the alloc's command in `dir` (created; stdout and stderr go to
-// DIR/stdout and DIR/stderr) with BERTH_ALLOC_ID and BERTH_VOLUME_<NAME>
-// set from the alloc's published volumes.
-alloc_spawn start_alloc_process(const v1::Alloc& alloc, const std::string& dir);
+// How the supervisor guards the command.
+struct alloc_supervision {
+  std::string binary = "berth-alloc";  // the supervisor (a path, or found in PATH)
+  // The client's lease file (control/lease: lease_file_text); empty: the
+  // alloc writes no single-writer volume and is not fenced.
+  std::string lease_file;
+  int64_t kill_timeout_ms = 5000;  // SIGTERM, then SIGKILL after this
+};
+
+// Starts the alloc's command under its supervisor in `dir` (created;
+// stdout and stderr go to DIR/stdout and DIR/stderr) with BERTH_ALLOC_ID
+// and BERTH_VOLUME_<NAME> set from the alloc's published volumes.
+alloc_spawn start_alloc_process(const v1::Alloc& alloc, const std::string& dir,
+                                const alloc_supervision& supervision);
+
+// The supervisor binary berthd uses: berth-alloc next to the running
+// executable (an installation), in ../berth-alloc/ (the build tree), or
+// from PATH.
+std::string default_alloc_supervisor();
 
 struct alloc_exit {
   bool exited = false;

@@ -2,8 +2,11 @@
 
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "actors/clock.hpp"
@@ -20,10 +23,6 @@ using self_ptr = node_actor::stateful_pointer<node_state>;
 template <class T>
 using promise = caf::typed_response_promise<T>;
 using result_promise = promise<pb<v1::NodeVolumeResult>>;
-
-// How long a publish waits for the client's first lease (as long as the
-// answer to a heartbeat without a lease may take).
-constexpr int64_t first_lease_wait_ms = 10'000;
 
 // A client.db problem nobody waits for an answer on (polls, heartbeats):
 // printed once, so an operator sees it without a line every poll.
@@ -126,6 +125,43 @@ void unstage_if_last(self_ptr self, const mount_key& key, const v1::NodeVolumeRe
     start_polling(self);
 }
 
+// The lease as the allocs' supervisors read it (control/lease: the guard
+// that outlives the agent): written whenever the lease changes, through a
+// temporary file and a rename, so a supervisor reads the old or the new
+// one.  Not fsynced: it means something only within this boot (a host
+// crash ends every command with it), and a supervisor that finds no file
+// or a torn one fences.  A file that cannot be written leaves the old end,
+// so the supervisors stop their commands then: the safe side.
+void write_lease_file(node_state& st) {
+  int64_t until = st.lease.length_ms > 0 ? st.lease.until_ms : 0;
+  if (until == st.lease_file_until_ms) return;
+  auto tmp = st.config.lease_file + ".tmp";
+  bool ok = false;
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << lease_file_text(st.boot_id, until);
+    out.close();
+    ok = static_cast<bool>(out);
+  }
+  if (ok && std::rename(tmp.c_str(), st.config.lease_file.c_str()) == 0) {
+    st.lease_file_until_ms = until;
+    return;
+  }
+  report_problem(st, failure{errc::internal, "node '" + st.config.node_id +
+                                                 "' cannot write its lease file " +
+                                                 st.config.lease_file + ": " +
+                                                 std::strerror(errno) +
+                                                 " (its allocs' supervisors fence at the lease "
+                                                 "they last read; check the data directory)"});
+}
+
+// The lease now held: the guard thread and the supervisors' file follow it.
+void hold_lease(node_state& st, const lease& l) {
+  st.lease = l;
+  st.guard->set_lease(l.length_ms > 0 ? l.until_ms : 0);
+  write_lease_file(st);
+}
+
 // Registers with the server again (a new leader learns this node) and
 // raises the fence to the newest term the server knows a leader in: a
 // deposed leader is then refused even before the new one calls here.  An
@@ -162,8 +198,7 @@ void heartbeat(self_ptr self) {
             }
             st.missed_heartbeats = 0;
             bool first = st.lease.length_ms == 0;
-            st.lease = renew(st.lease, sent, lease_ms);
-            st.guard->set_lease(st.lease.until_ms);
+            hold_lease(st, renew(st.lease, sent, lease_ms));
             if (!expired(st.lease, steady_ms()))
               st.publish_floor->store(floor_after_renewal(st.publish_floor->load(), index, first));
             // The publishes that waited for this first lease: asked again.
@@ -191,7 +226,7 @@ void refuse_unleased_publishes(node_state& st) {
   auto now = steady_ms();
   auto& waiting = st.awaiting_lease;
   auto late = std::stable_partition(waiting.begin(), waiting.end(), [&](const auto& w) {
-    return now - w.since_ms < first_lease_wait_ms;
+    return !first_lease_wait_over(w.since_ms, now);
   });
   for (auto it = late; it != waiting.end(); ++it)
     it->rp.deliver(make_error(errc::unavailable,
@@ -374,6 +409,17 @@ std::map<std::string, int64_t> guarded_writers(const node_state& st) {
 
 void guard_writers(node_state& st) {
   st.guard->update([&st] { return guarded_writers(st); });
+}
+
+// How the supervisor of alloc `id` guards its command: fenced (the lease
+// file) when it writes a single-writer volume here (plan_fence's stop).
+alloc_supervision supervision_of(const node_state& st, const std::string& id) {
+  alloc_supervision s;
+  s.binary = st.config.alloc_supervisor;
+  s.kill_timeout_ms = st.config.kill_timeout.count();
+  if (plan_fence(publication_facts(st.mounts), {id}).stop.count(id))
+    s.lease_file = st.config.lease_file;
+  return s;
 }
 
 // Stops an alloc on this node's own account (recorded first, so a restart
@@ -587,6 +633,11 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
   st.config = std::move(config);
   st.api = std::move(api);
   st.guard = std::make_shared<lease_guard>(st.config.node_id, st.config.kill_timeout);
+  if (st.config.alloc_supervisor.empty()) st.config.alloc_supervisor = default_alloc_supervisor();
+  if (st.config.lease_file.empty())
+    st.config.lease_file =
+        (std::filesystem::path(st.config.alloc_dir).parent_path() / "lease").string();
+  st.boot_id = boot_id_text();
   // What this client published and runs, as of before a restart: kept as
   // it is (nothing is re-mounted); exits are reported, releases work.
   auto loaded = load_mounts(*st.store, st.mounts);
@@ -606,9 +657,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       loaded = store_failure(*st.store, what, !length ? length.error() : renewed.error());
     } else {
       st.fenced = std::move(*fenced);
-      st.lease = lease_at_start(*length, *renewed, wall_ms(), steady_ms());
+      hold_lease(st, lease_at_start(*length, *renewed, wall_ms(), steady_ms()));
       st.publish_floor->store(floor_at_start(st.lease, steady_ms()));
-      st.guard->set_lease(st.lease.length_ms > 0 ? st.lease.until_ms : 0);
       guard_writers(st);
     }
   }
@@ -884,7 +934,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
                                 "' (the node's lease ran out after the publish and it was "
                                 "unmounted); run the alloc again");
         if (auto f =
-                start_alloc(*st.store, st.allocs, req.msg, st.config.alloc_dir, st.config.node_id))
+                start_alloc(*st.store, st.allocs, req.msg, st.config.alloc_dir, st.config.node_id,
+                            supervision_of(st, req.msg.id())))
           return to_error(*f);
         guard_writers(st);
         start_polling(self);

@@ -46,6 +46,11 @@ struct node_config {
   bool forget_leader_term = false;
   // Where alloc commands run (DATA/allocs/<id>: stdout, stderr, exit).
   std::string alloc_dir;
+  // Each alloc's command runs under this supervisor (berth-alloc, found by
+  // default_alloc_supervisor), which reads the lease from `lease_file`
+  // (empty: ALLOC_DIR/../lease), written at the start and on every renewal.
+  std::string alloc_supervisor;
+  std::string lease_file;
   // How long a stopped alloc's command gets after SIGTERM before SIGKILL.
   std::chrono::milliseconds kill_timeout{5000};
   // Client mode: the servers' shell endpoints (HOST:PORT) to register with;
@@ -99,6 +104,10 @@ struct node_state {
   // (control/lease.hpp): when it runs out, this node fences itself.
   berth::lease lease;
   int64_t lease_recorded_wall_ms = 0;  // last renewal written to client.db
+  // The host's boot id, which the lease file names (control/lease:
+  // lease_file_text), and the lease end the file holds now.
+  std::string boot_id;
+  int64_t lease_file_until_ms = -1;
   int missed_heartbeats = 0;           // in a row: another server is tried after 2
   // The self-fence: allocs this node stops on its own (also in client.db,
   // so a restart finishes it), with when to SIGKILL (steady ms), and the

@@ -64,12 +64,13 @@ std::optional<failure> load_allocs(client_store& store, alloc_table& allocs) {
 }
 
 std::optional<failure> start_alloc(client_store& store, alloc_table& allocs, const v1::Alloc& a,
-                                   const std::string& alloc_dir, const std::string& node_id) {
+                                   const std::string& alloc_dir, const std::string& node_id,
+                                   const alloc_supervision& supervision) {
   alloc_record rec;
   rec.alloc = a;
   if (!a.command().empty()) {
     auto dir = (std::filesystem::path(alloc_dir) / a.id()).string();
-    auto spawned = start_alloc_process(a, dir);
+    auto spawned = start_alloc_process(a, dir, supervision);
     if (!spawned.error.empty())
       return failure{errc::internal, "node '" + node_id + "' could not start alloc '" + a.id() +
                                          "': " + spawned.error};
@@ -84,10 +85,16 @@ std::optional<failure> start_alloc(client_store& store, alloc_table& allocs, con
   return std::nullopt;
 }
 
-int64_t current_boot() {
+std::string boot_id_text() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
-  if (!(in >> id) || id.empty()) return 0;
+  if (!(in >> id)) return {};
+  return id;
+}
+
+int64_t current_boot() {
+  auto id = boot_id_text();
+  if (id.empty()) return 0;
   auto h = static_cast<int64_t>(std::hash<std::string>{}(id) & 0x7fffffffffffffffULL);
   return h == 0 ? 1 : h;
 }

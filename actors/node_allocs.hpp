@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "actors/alloc_process.hpp"
 #include "messages/api.pb.h"
 #include "messages/model.hpp"
 #include "persistence/client_store.hpp"
@@ -24,8 +25,9 @@ using alloc_table = std::map<std::string, alloc_record>;  // by alloc id
 // knows: it has one and saw no exit yet).
 bool command_running(const alloc_record& a);
 
-// The host's boot (a hash of /proc/sys/kernel/random/boot_id; 0 when it
-// cannot be read).
+// The host's boot id as /proc/sys/kernel/random/boot_id gives it (empty
+// when it cannot be read), and a hash of it (0 then).
+std::string boot_id_text();
 int64_t current_boot();
 
 // After the host restarted (`recorded_boot`, from client.db, differs from
@@ -63,11 +65,12 @@ bool needs_polling(const alloc_table& allocs, bool stops_waiting, bool calls_wai
 // Reads every recorded alloc into `allocs`.
 std::optional<failure> load_allocs(client_store& store, alloc_table& allocs);
 
-// Starts the alloc's command (if any) in alloc_dir/ID and records it; a
-// command that cannot be recorded is killed (an unrecorded one would outlive
-// a restart unsupervised).
+// Starts the alloc's command (if any) in alloc_dir/ID under its supervisor
+// and records it; a command that cannot be recorded is killed (an
+// unrecorded one would outlive a restart unsupervised).
 std::optional<failure> start_alloc(client_store& store, alloc_table& allocs, const v1::Alloc& a,
-                                   const std::string& alloc_dir, const std::string& node_id);
+                                   const std::string& alloc_dir, const std::string& node_id,
+                                   const alloc_supervision& supervision);
 
 // Checks every running command; records the exits it finds.
 std::optional<failure> collect_exits(client_store& store, alloc_table& allocs);

@@ -67,6 +67,34 @@ guard_signal guard_step(int64_t now_ms, int64_t lease_until_ms, int64_t kill_tim
   return guard_signal::kill;
 }
 
+std::string lease_file_text(const std::string& boot_id, int64_t until_ms) {
+  return boot_id + " " + std::to_string(until_ms) + "\n";
+}
+
+int64_t lease_until_in_file(const std::string& text, const std::string& boot_id) {
+  constexpr int64_t lapsed = 1;
+  if (boot_id.empty() || text.empty() || text.back() != '\n') return lapsed;
+  auto space = text.find(' ');
+  if (space == std::string::npos || text.compare(0, space, boot_id) != 0 ||
+      space != boot_id.size())
+    return lapsed;
+  auto digits = text.substr(space + 1, text.size() - space - 2);
+  if (digits.empty() || digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return lapsed;
+  auto until = std::stoll(digits);
+  return until > 0 ? until : lapsed;
+}
+
+int64_t supervisor_lease_until(int64_t held_until_ms, int64_t read_until_ms, int64_t now_ms) {
+  if (held_until_ms > 0 && now_ms >= held_until_ms) return held_until_ms;
+  return std::max(held_until_ms, read_until_ms);
+}
+
+bool first_lease_wait_over(int64_t since_ms, int64_t now_ms) {
+  return now_ms - since_ms >= first_lease_wait_ms;
+}
+
 namespace {
 
 std::string seconds(int64_t ms) {

@@ -108,6 +108,35 @@ enum class guard_signal { none, term, kill };
 guard_signal guard_step(int64_t now_ms, int64_t lease_until_ms, int64_t kill_timeout_ms,
                         int64_t& term_at_ms, int64_t& kill_at_ms);
 
+// The guard that outlives the agent.  The lease guard is a thread of the
+// client's agent: a killed (or frozen) agent stops nobody, and its allocs'
+// commands would write on after the servers marked the node down and handed
+// its volumes to another node (the fault suite's kill-client with the
+// agent down longer than the node-down timeout).  So every alloc command
+// runs under its own supervisor process, berth-alloc (apps/berth-alloc),
+// which the agent's death does not stop: the agent writes its lease to a
+// file (DATA/lease) at its start and on every renewal, and the supervisor
+// of an alloc that writes a single-writer volume steps guard_step on what
+// the file says, with the same kill timeout.  Both clocks are the host's
+// steady clock (CLOCK_MONOTONIC), shared by every process of one boot; the
+// file names the boot, so a file left from an earlier boot counts as no
+// lease.  What the file holds: "BOOT_ID UNTIL_MS\n".
+std::string lease_file_text(const std::string& boot_id, int64_t until_ms);
+// The lease end a supervisor steps on, from the file's text: its UNTIL_MS
+// when the text is well formed, names `boot_id` and a granted lease (> 0);
+// otherwise 1, a lease that ran out long ago (no file, a torn or foreign
+// one, none granted: a writer runs only after a grant, so anything else is
+// a lapse, and the supervisor fences rather than trusts it).
+int64_t lease_until_in_file(const std::string& text, const std::string& boot_id);
+// The lease end a supervisor keeps after reading the file at `now_ms`
+// (`held_until_ms` 0: nothing read yet): the later of what it held and
+// what it read.  Every value the agent writes was a lease it held, so a
+// shorter one (a restarted agent's record, older than the file) never
+// shortens what still holds.  A lapse, once seen, is kept: the supervisor
+// has signalled its command, and a renewal after that (a restarted agent)
+// does not spare it the SIGKILL after the kill timeout.
+int64_t supervisor_lease_until(int64_t held_until_ms, int64_t read_until_ms, int64_t now_ms);
+
 // The publish floor.  A claim's NodeStage/NodePublish may reach a node
 // after its lease ran out and the servers released the claim without it
 // (a call queued behind a slow plugin, or sent just before a partition,
@@ -143,6 +172,11 @@ bool publish_allowed(uint64_t claim_index, uint64_t floor);
 // Whether a publish waits for the client's first lease instead of being
 // judged against the floor: none held since the start.
 bool publish_waits_for_lease(const lease& l, uint64_t floor);
+// How long a publish waits for the client's first lease before it is
+// refused (as long as the answer to a heartbeat without a lease may take),
+// and whether one that waited since `since_ms` is refused at `now_ms`.
+constexpr int64_t first_lease_wait_ms = 10'000;
+bool first_lease_wait_over(int64_t since_ms, int64_t now_ms);
 
 // --- the servers' side -----------------------------------------------------------
 

@@ -7,6 +7,8 @@
 
 #include <optional>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "control/lease.hpp"
@@ -160,6 +162,84 @@ TEST_CASE("guard_terms_at_expiry_then_kills_after_the_timeout_every_second") {
   int64_t t3 = 0, k3 = 0;
   CHECK(guard_step(10'000, 10'000, 0, t3, k3) == guard_signal::term);
   CHECK(guard_step(10'000, 10'000, 0, t3, k3) == guard_signal::kill);
+}
+
+TEST_CASE("the_lease_file_names_its_boot_and_anything_else_is_a_lapse") {
+  const std::string boot = "6b1f0c2e-1d4a-4b8e-9a57-0c3d2e1f4a5b";
+  CHECK(lease_file_text(boot, 123'456) == boot + " 123456\n");
+  CHECK(lease_until_in_file(lease_file_text(boot, 123'456), boot) == 123'456);
+  // Round trip over many values.
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 1000; ++i) {
+    int64_t until = static_cast<int64_t>(rng() % 4'000'000'000'000ULL) + 1;
+    CAPTURE(until);
+    CHECK(lease_until_in_file(lease_file_text(boot, until), boot) == until);
+  }
+  // Everything else reads as a lease that ran out long ago (1).
+  const std::vector<std::string> lapsed{
+      "",                                   // no file, or empty
+      boot + " 123456",                     // torn: no newline
+      boot + " \n",                         // no number
+      boot + " 12a4\n",                     // not a number
+      boot + " -5\n",                       // negative
+      boot + " 0\n",                        // no lease granted
+      boot + " 1234567890123456789012\n",   // too long
+      "another-boot 123456\n",              // an earlier boot's file
+      boot + "x 123456\n",                  // a boot id that only starts the same
+      boot + "  123456\n",                  // two spaces
+      "123456\n",
+  };
+  for (const auto& text : lapsed) {
+    CAPTURE(text);
+    CHECK(lease_until_in_file(text, boot) == 1);
+  }
+  // Without a boot id of its own, the supervisor trusts no file.
+  CHECK(lease_until_in_file(lease_file_text(boot, 5), "") == 1);
+  // A lapsed file makes the guard signal at once.
+  int64_t term = 0, kill = 0;
+  CHECK(guard_step(50, lease_until_in_file("", boot), 5000, term, kill) == guard_signal::term);
+}
+
+TEST_CASE("a_supervisor_keeps_the_longest_lease_and_a_lapse_once_seen") {
+  // First read: what the file says.
+  CHECK(supervisor_lease_until(0, 10'000, 5'000) == 10'000);
+  // A renewal extends it; an older value read later does not shorten it.
+  CHECK(supervisor_lease_until(10'000, 12'000, 9'000) == 12'000);
+  CHECK(supervisor_lease_until(12'000, 11'000, 9'500) == 12'000);
+  CHECK(supervisor_lease_until(12'000, 1, 9'500) == 12'000);
+  // Once it ran out, a renewal read afterwards changes nothing.
+  CHECK(supervisor_lease_until(12'000, 30'000, 12'000) == 12'000);
+  CHECK(supervisor_lease_until(1, 30'000, 12'000) == 1);
+  // Property: over random schedules of renewals and reads, the kept value
+  // never falls while it holds, never rises once passed, and is always a
+  // value that was written or the lapse marker.
+  std::mt19937_64 rng(11);
+  for (int run = 0; run < 500; ++run) {
+    int64_t now = 1000, written = 1000 + static_cast<int64_t>(rng() % 3000), held = 0;
+    std::set<int64_t> values{written, 1};
+    for (int step = 0; step < 50; ++step) {
+      now += static_cast<int64_t>(rng() % 800);
+      if (rng() % 3 == 0) {  // the agent renews (or a restarted one writes an older end)
+        written = rng() % 4 == 0 ? now - static_cast<int64_t>(rng() % 500) : now + 2000;
+        values.insert(written);
+      }
+      int64_t read = rng() % 10 == 0 ? 1 : written;
+      auto next = supervisor_lease_until(held, read, now);
+      CAPTURE(run);
+      CAPTURE(step);
+      CHECK(values.count(next));
+      if (held > 0 && now < held) CHECK(next >= held);
+      if (held > 0 && now >= held) CHECK(next == held);
+      held = next;
+    }
+  }
+}
+
+TEST_CASE("a_publish_waits_for_a_first_lease_ten_seconds_at_most") {
+  CHECK_FALSE(first_lease_wait_over(1000, 1000));
+  CHECK_FALSE(first_lease_wait_over(1000, 1000 + first_lease_wait_ms - 1));
+  CHECK(first_lease_wait_over(1000, 1000 + first_lease_wait_ms));
+  CHECK(first_lease_wait_over(1000, 1'000'000));
 }
 
 TEST_CASE("lease_options_leave_a_margin") {

@@ -94,6 +94,7 @@ node_config client_config(const agent_options& opts, const std::string& name) {
       opts.volume_stats_ms < 0 ? -1 : std::max<int64_t>(opts.volume_stats_ms, 100));
   cfg.servers = opts.servers;
   cfg.alloc_dir = (fs::path(opts.data_dir) / "allocs").string();
+  cfg.lease_file = (fs::path(opts.data_dir) / "lease").string();
   for (const auto& flag : opts.plugin_flags) {
     auto p = parse_plugin_flag(flag);
     if (auto* err = std::get_if<std::string>(&p)) throw std::runtime_error(*err);

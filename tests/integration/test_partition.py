@@ -16,11 +16,15 @@ c2 published it (the plugins' call logs), the volume never had two live
 write publications, and no line c1's alloc wrote comes after c2's
 publication. After the heal, c1 reports what it did and keeps nothing.
 
-A second case freezes c1's agent (SIGSTOP: it cannot fence itself) on a
+A second case kills c1's agent (SIGKILL): its alloc's supervisor,
+berth-alloc, stops the writer when the lease the agent last wrote runs out,
+before the volume moves to c2.
+
+A third case freezes c1's agent (SIGSTOP: it cannot fence itself) on a
 cluster started with --keep-down-writers: the down node's claim is never
 released without it, until the operator detaches it.
 
-A third (issue 27) freezes a client whose volume is being released: its
+A fourth (issue 27) freezes a client whose volume is being released: its
 connection stays open and silent, so no down message comes; the release's
 NodeUnpublishVolume fails once the node actor leaves a ping unanswered
 (actors/node_call.hpp), not after the step's whole timeout (75 s), and the
@@ -121,6 +125,23 @@ class PartitionBase(ClusterTestCase):
         return self.ask("alloc", "run", "--node", node, "--id", alloc, "--volume", "data=sw", "--",
                       "sh", "-c", WRITER % node)
 
+    def claim_on_c2(self):
+        """c2 asks until the volume is its own: refused (exit 4) while c1
+        holds it. Returns when it was acknowledged and c2's alloc."""
+        attempt = 0
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            attempt += 1
+            w2 = "w2-%d" % attempt  # a refused run stays refused: a new alloc each time
+            r = self.run_writer("c2", w2)
+            if r.code == 0:
+                return time.time(), w2
+            self.assertIn(r.code, (4, 5, 7), r)  # refused or unavailable, nothing else
+            if r.code == 7:  # unknown outcome: the run may have been made
+                self.ask("alloc", "stop", w2)
+            time.sleep(0.2)
+        self.fail("c2 never got the volume after c1 was cut off")
+
     def writes(self):
         """The lines every alloc wrote to the shared volume: (node, ns)."""
         out = []
@@ -157,21 +178,7 @@ class CutOffClientTest(PartitionBase):
         for p in self.proxies:
             p.cut()
         cut_at = time.time()
-        # c2 asks until the volume is its own: refused (exit 4) while c1 holds it.
-        acknowledged, attempt = None, 0
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            attempt += 1
-            w2 = "w2-%d" % attempt  # a refused run stays refused: a new alloc each time
-            r = self.run_writer("c2", w2)
-            if r.code == 0:
-                acknowledged = time.time()
-                break
-            self.assertIn(r.code, (4, 5, 7), r)  # refused or unavailable, nothing else
-            if r.code == 7:  # unknown outcome: the run may have been made
-                self.ask("alloc", "stop", w2)
-            time.sleep(0.2)
-        self.assertIsNotNone(acknowledged, "c2 never got the volume after c1 was cut off")
+        acknowledged, w2 = self.claim_on_c2()
         # c1's alloc had stopped by the time c2's claim was acknowledged.
         moved_after = acknowledged - cut_at
         self.assertFalse(alive(pid), "c1's alloc (pid %d) still runs %.1f s after the cut, when "
@@ -203,6 +210,50 @@ class CutOffClientTest(PartitionBase):
             p.heal()
         self.wait(lambda: self.client_table("c1", "fenced") == [], "c1's fence finished", 60)
         self.assertEqual(self.client_table("c1", "mounts"), [])
+        a = self.b("--json", "alloc", "status", "w1").json()
+        self.assertIn(a["state"], ("complete", "failed", "lost"), a)
+        self.b("alloc", "stop", w2)
+        self.wait(lambda: not self.volume().get("claims"), "the volume free again")
+
+
+class DeadAgentTest(PartitionBase):
+    """A killed agent cannot fence: nothing of it runs. Its alloc's
+    supervisor (berth-alloc, control/lease.hpp: the guard that outlives the
+    agent) stops the writer when the lease the agent last wrote runs out,
+    before the servers mark c1 down and hand the volume to c2."""
+
+    def test_killed_agent_s_writer_stops_before_the_volume_moves(self):
+        self.assertEqual(self.run_writer("c1", "w1").code, 0)
+        self.wait(lambda: any(n == "c1" for n, _ in self.writes()), "c1's alloc writing")
+        pid = self.alloc_pid("c1", "w1")
+        self.assertGreater(pid, 0)
+        self.assertTrue(alive(pid))
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            self.assertIn(b"--lease-file", f.read(), "c1's writer runs without a fence")
+
+        self.clients["c1"].kill(signal.SIGKILL)
+        killed_at = time.time()
+        acknowledged, w2 = self.claim_on_c2()
+        moved_after = acknowledged - killed_at
+        self.assertFalse(alive(pid), "c1's alloc (pid %d) still runs %.1f s after its agent was "
+                         "killed, when c2's claim was acknowledged: two writers" % (pid, moved_after))
+        self.assertGreater(moved_after, 2.0, "the volume moved before c1's lease ran out")
+        # No line of c1's comes after c2's publication (c1's mount stays
+        # until c1 comes back: nobody is left there to unmount it).
+        pub2 = [e["at_ns"] for e in self.calls("c2")
+                if e.get("code") == 0 and e["method"] == "NodePublishVolume"]
+        self.assertTrue(pub2, "c2 never published the volume")
+        self.wait(lambda: any(n == "c2" for n, _ in self.writes()), "c2's alloc writing")
+        last_c1 = max(ns for n, ns in self.writes() if n == "c1")
+        self.assertLess(last_c1, min(pub2), "c1 wrote after c2 published the volume")
+        with open(os.path.join(self.tmp, "c1", "allocs", "w1", "stderr"), errors="replace") as f:
+            self.assertIn("lease ran out", f.read())
+
+        # c1 comes back: it unmounts what the servers released without it
+        # and reports how the alloc ended.
+        self.clients["c1"].start()
+        self.wait(lambda: self.client_table("c1", "mounts") == [], "c1 unmounted on its return",
+                  60)
         a = self.b("--json", "alloc", "status", "w1").json()
         self.assertIn(a["state"], ("complete", "failed", "lost"), a)
         self.b("alloc", "stop", w2)

@@ -4,10 +4,16 @@
 
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <fstream>
 #include <thread>
 
+#include "actors/clock.hpp"
+#include "actors/node_mounts.hpp"
+#include "control/lease.hpp"
 #include "helpers.hpp"
 
 using namespace berth;
@@ -31,6 +37,29 @@ v1::Alloc alloc_with(const std::string& id, std::vector<std::string> command) {
   a.set_id(id);
   for (auto& c : command) a.add_command(c);
   return a;
+}
+
+// The supervisor built beside the tests; with a lease file, it fences.
+alloc_supervision supervised(const std::string& lease_file = {}, int64_t kill_timeout_ms = 5000) {
+  alloc_supervision s;
+  s.binary = BERTH_ALLOC_BIN;
+  s.lease_file = lease_file;
+  s.kill_timeout_ms = kill_timeout_ms;
+  return s;
+}
+
+// Writes the lease file as the node actor does (tmp, rename).
+void write_lease(const std::string& path, const std::string& text) {
+  { std::ofstream(path + ".tmp", std::ios::trunc) << text; }
+  REQUIRE(std::rename((path + ".tmp").c_str(), path.c_str()) == 0);
+}
+
+bool process_gone(pid_t pid) {
+  if (kill(pid, 0) == -1) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  return close != std::string::npos && text.size() > close + 2 && text[close + 2] == 'Z';
 }
 
 // Polls until the alloc's command exited (the condition, with a deadline).
@@ -117,7 +146,7 @@ TEST_CASE("allocs: a command runs, its exit code is recorded and survives a rest
     auto& store = *store_db;
     alloc_table t;
     REQUIRE_FALSE(start_alloc(store, t, alloc_with("a1", {"sh", "-c", "exit 3"}),
-                              (d.path / "allocs").string(), "n1"));
+                              (d.path / "allocs").string(), "n1", supervised()));
     REQUIRE(t.count("a1"));
     CHECK(t.at("a1").pid > 0);
     REQUIRE(wait_for_exit(store, t, "a1"));
@@ -142,7 +171,7 @@ TEST_CASE("allocs: SIGTERM stops a command's process group") {
   auto& store = *store_db;
   alloc_table t;
   REQUIRE_FALSE(
-      start_alloc(store, t, alloc_with("a1", {"sleep", "60"}), (d.path / "allocs").string(), "n1"));
+      start_alloc(store, t, alloc_with("a1", {"sleep", "60"}), (d.path / "allocs").string(), "n1", supervised()));
   signal_alloc(t, "a1", false);
   REQUIRE(wait_for_exit(store, t, "a1"));
   CHECK(t.at("a1").exit_code != 0);
@@ -156,7 +185,8 @@ TEST_CASE("allocs: an alloc that cannot be recorded is a failure naming it, not 
   drop_table(file, "allocs");
   alloc_table t;
   auto f =
-      start_alloc(store, t, alloc_with("a1", {"sleep", "60"}), (d.path / "allocs").string(), "n1");
+      start_alloc(store, t, alloc_with("a1", {"sleep", "60"}), (d.path / "allocs").string(), "n1",
+                  supervised());
   REQUIRE(f);
   CHECK(f->code == errc::internal);
   CHECK(f->message.find("alloc 'a1'") != std::string::npos);
@@ -174,8 +204,111 @@ TEST_CASE("allocs: a command that cannot start names the node and the alloc") {
   // The alloc directory's parent is a file: it cannot be created.
   auto blocker = d.path / "file";
   { std::ofstream(blocker.string()) << "x"; }
-  auto f = start_alloc(store, t, alloc_with("a1", {"true"}), blocker.string(), "n1");
+  auto f = start_alloc(store, t, alloc_with("a1", {"true"}), blocker.string(), "n1", supervised());
   REQUIRE(f);
   CHECK(f->message.find("node 'n1' could not start alloc 'a1'") == 0);
   CHECK(t.empty());
+}
+
+// The guard that outlives the agent (control/lease.hpp): berth-alloc runs
+// the command and fences it on the lease file alone, with nobody else
+// watching the lease (no node actor, no lease guard thread here).
+
+TEST_CASE("allocs: the supervisor stops its writer when the lease file runs out") {
+  temp_dir d;
+  auto store_db = must(client_store::open((d.path / "client.db").string()));
+  auto& store = *store_db;
+  auto lease = (d.path / "lease").string();
+  auto boot = boot_id_text();
+  REQUIRE_FALSE(boot.empty());
+  auto first_until = steady_ms() + 400;
+  write_lease(lease, lease_file_text(boot, first_until));
+  alloc_table t;
+  REQUIRE_FALSE(start_alloc(store, t, alloc_with("w", {"sleep", "60"}),
+                            (d.path / "allocs").string(), "n1", supervised(lease)));
+  // A renewal before the end: the writer runs on past the first end.
+  auto second_until = steady_ms() + 3000;
+  write_lease(lease, lease_file_text(boot, second_until));
+  while (steady_ms() < first_until + 300) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE_FALSE(collect_exits(store, t));
+  if (steady_ms() < second_until - 200) CHECK_FALSE(t.at("w").exited);  // else too late to tell
+  // A restarted agent's older record (or a lapse it computed from it)
+  // never shortens a lease that holds.
+  write_lease(lease, lease_file_text(boot, steady_ms() - 1));
+  auto looked = steady_ms() + 300;
+  while (steady_ms() < looked) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE_FALSE(collect_exits(store, t));
+  if (steady_ms() < second_until - 200) CHECK_FALSE(t.at("w").exited);
+  // Nobody renews it: SIGTERM once it runs out, not before.
+  REQUIRE(wait_for_exit(store, t, "w"));
+  CHECK(steady_ms() >= second_until);
+  CHECK(t.at("w").exit_code == 128 + SIGTERM);
+  std::ifstream exit_file(t.at("w").exit_file);
+  int code = 0;
+  CHECK((exit_file >> code));
+  CHECK(code == 128 + SIGTERM);
+}
+
+TEST_CASE("allocs: a supervisor fences at once on no lease file, another boot's, or none granted") {
+  for (std::string text : {std::string("-"), std::string("another-boot 99999999999\n"),
+                           boot_id_text() + " 0\n", boot_id_text() + " 12"}) {
+    CAPTURE(text);
+    temp_dir d;
+    auto store_db = must(client_store::open((d.path / "client.db").string()));
+    auto& store = *store_db;
+    auto lease = (d.path / "lease").string();
+    if (text != "-") write_lease(lease, text);
+    alloc_table t;
+    REQUIRE_FALSE(start_alloc(store, t, alloc_with("w", {"sleep", "60"}),
+                              (d.path / "allocs").string(), "n1", supervised(lease)));
+    REQUIRE(wait_for_exit(store, t, "w"));
+    CHECK(t.at("w").exit_code == 128 + SIGTERM);
+  }
+}
+
+TEST_CASE("allocs: a writer that ignores SIGTERM is killed after the kill timeout") {
+  temp_dir d;
+  auto store_db = must(client_store::open((d.path / "client.db").string()));
+  auto& store = *store_db;
+  auto lease = (d.path / "lease").string();
+  write_lease(lease, lease_file_text(boot_id_text(), steady_ms() + 200));
+  alloc_table t;
+  // sh ignores SIGTERM, and so does the sleep it starts (an ignored signal
+  // stays ignored across exec): only SIGKILL ends them.
+  REQUIRE_FALSE(start_alloc(store, t, alloc_with("w", {"sh", "-c", "trap '' TERM; sleep 60; :"}),
+                            (d.path / "allocs").string(), "n1", supervised(lease, 300)));
+  REQUIRE(wait_for_exit(store, t, "w"));
+  CHECK(t.at("w").exit_code == 128 + SIGKILL);
+  std::ifstream exit_file(t.at("w").exit_file);
+  int code = 0;
+  CHECK((exit_file >> code));
+  CHECK(code == 128 + SIGKILL);
+}
+
+TEST_CASE("allocs: an alloc without a lease file is never fenced, and its command dies with its "
+          "supervisor") {
+  temp_dir d;
+  auto store_db = must(client_store::open((d.path / "client.db").string()));
+  auto& store = *store_db;
+  auto pid_file = (d.path / "pid").string();
+  alloc_table t;
+  REQUIRE_FALSE(start_alloc(store, t,
+                            alloc_with("r", {"sh", "-c", "echo $$ > " + pid_file + "; exec sleep 60"}),
+                            (d.path / "allocs").string(), "n1", supervised()));
+  pid_t command = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (command == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(pid_file);
+    if (!(in >> command)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(command > 0);
+  REQUIRE_FALSE(collect_exits(store, t));
+  CHECK_FALSE(t.at("r").exited);
+  // Only the supervisor is killed (not its group): the command goes with it.
+  REQUIRE(kill(static_cast<pid_t>(t.at("r").pid), SIGKILL) == 0);
+  REQUIRE(wait_for_exit(store, t, "r"));
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!process_gone(command) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(process_gone(command));
 }

@@ -75,6 +75,7 @@ struct fixture {
     c.node_id = "n1";
     c.csi_root = (dir.path / "csi").string();
     c.alloc_dir = (dir.path / "allocs").string();
+    c.alloc_supervisor = BERTH_ALLOC_BIN;
     c.plugins.push_back({"hp", v1::PLUGIN_MONOLITH, plugin.endpoint});
     c.fingerprint_interval = std::chrono::milliseconds(50);
     c.csi_timeout = csi_timeout;

@@ -120,6 +120,7 @@ struct fixture {
     c.node_id = "n1";
     c.csi_root = (dir.path / "csi").string();
     c.alloc_dir = (dir.path / "allocs").string();
+    c.alloc_supervisor = BERTH_ALLOC_BIN;
     c.plugins.push_back({"hp", v1::PLUGIN_MONOLITH, plugin.endpoint});
     c.fingerprint_interval = std::chrono::milliseconds(50);
     c.csi_timeout = std::chrono::seconds(10);

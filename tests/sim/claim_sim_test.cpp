@@ -33,9 +33,11 @@
 //
 // A node marked down by the leader is treated as lost: what it still has
 // published is stale (the servers released it without the node) until the
-// node comes back and unmounts it, and is exempt from 3 meanwhile; from 1
-// only while its client is dead (a dead or frozen agent cannot fence
-// itself: docs/user-guide.md, Leases).  A client that is alive but cut off
+// node comes back and unmounts it, and is exempt from 3 meanwhile.  A dead
+// client cannot fence itself, but its commands' supervisors stop them when
+// the lease it last held runs out: they count as writers in 1 until then
+// (a claim without a command on a dead client is exempt: docs/user-guide.md,
+// Leases).  A client that is alive but cut off
 // from the servers (a partition: nothing crosses either way) keeps writing
 // until its lease runs out, then fences itself (control/lease.hpp): its
 // publications made before the fence stop counting as writers, and it
@@ -355,13 +357,20 @@ struct world {
   }
 
   // Whether a publication's alloc may still be writing: a live one, or a
-  // stale one on a node whose client runs and has not fenced since (a dead
-  // client cannot fence: exempt, as documented).
-  bool writing(const std::string& node, const plugin_model::pub& p) const {
+  // stale one on a node whose client runs and has not fenced since.  A dead
+  // client cannot fence, but the supervisor of each command it started
+  // (berth-alloc) stops it when the lease the client last held runs out
+  // (control/lease.hpp: the guard that outlives the agent): until then it
+  // counts.  A claim without a command on a dead client has nobody of
+  // berth's writing: exempt, as documented.
+  bool writing(const std::string& node, const std::string& alloc,
+               const plugin_model::pub& p) const {
     if (!p.write) return false;
     if (!stale(node, p.epoch)) return true;
     const auto& n = cluster.at(node);
-    return n.alive && p.fences == n.fences;
+    if (p.fences != n.fences) return false;
+    if (n.alive) return true;
+    return n.commands.count(alloc) && now_ms() < n.lease_until;
   }
 
   // --- the plugin's rules (CSI spec order), checked as calls run ---------
@@ -590,7 +599,7 @@ struct world {
     // 1. single writer, at the plugin.
     std::map<std::string, std::vector<std::string>> writers;
     for (const auto& [k, p] : plugin.published)
-      if (single_writer(std::get<0>(k)) && writing(std::get<1>(k), p))
+      if (single_writer(std::get<0>(k)) && writing(std::get<1>(k), std::get<2>(k), p))
         writers[std::get<0>(k)].push_back(std::get<2>(k) + "@" + std::get<1>(k));
     for (const auto& [vol, ws] : writers)
       if (ws.size() > 1)

@@ -1,0 +1,177 @@
+// berth-alloc: the supervisor of one alloc's command on a client's host.
+// The agent (berthd --client) starts it in a process group of its own, the
+// group it signals to stop the alloc; it runs the command as its child and
+// outlives the agent:
+//   - the command's exit code goes to the exit file (durably), so an agent
+//     restarted while the command ran still learns how it ended;
+//   - with --lease-file, the alloc writes a single-writer volume: when the
+//     client's lease (the file the agent renews) runs out, it sends SIGTERM
+//     to the group and SIGKILL after the kill timeout (control/lease:
+//     guard_step, lease_until_in_file), whether or not the agent is alive
+//     to fence.  A killed or frozen agent no longer leaves a writer running
+//     after the servers handed its volume to another node.
+//   - the command dies with it (PR_SET_PDEATHSIG): a writer never runs
+//     without its guard.
+// It ignores SIGTERM, SIGINT and SIGHUP itself (they are for the command:
+// it reports the command's end) and ends the way the command ended.
+//
+//   berth-alloc --exit-file FILE [--lease-file FILE --kill-timeout-ms MS] -- COMMAND [ARGS...]
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "control/lease.hpp"
+#include "persistence/durable_file.hpp"
+
+namespace {
+
+constexpr auto poll_period = std::chrono::milliseconds(50);
+
+int64_t steady_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return in ? out.str() : std::string();
+}
+
+std::string boot_id() {
+  auto text = read_text("/proc/sys/kernel/random/boot_id");
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+int usage(const char* why) {
+  std::fprintf(stderr,
+               "berth-alloc: %s\n"
+               "usage: berth-alloc --exit-file FILE [--lease-file FILE --kill-timeout-ms MS] -- "
+               "COMMAND [ARGS...]\n"
+               "(started by berthd for each alloc's command; not for use by hand)\n",
+               why);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string exit_file, lease_file;
+  int64_t kill_timeout_ms = 5000;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (i + 1 >= argc) return usage(("option " + a + " needs a value").c_str());
+    if (a == "--exit-file")
+      exit_file = argv[++i];
+    else if (a == "--lease-file")
+      lease_file = argv[++i];
+    else if (a == "--kill-timeout-ms")
+      kill_timeout_ms = std::atoll(argv[++i]);
+    else
+      return usage(("unknown option " + a).c_str());
+  }
+  if (exit_file.empty()) return usage("--exit-file is required");
+  if (i >= argc) return usage("no command after --");
+
+  // The signals that stop the alloc are for the command; this process
+  // reports how it ended.  Blocked (not ignored) so that the child starts
+  // with them at their defaults after restoring the mask.
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
+  sigprocmask(SIG_BLOCK, &stop_signals, &old_mask);
+  // The group this process leads is the alloc's: the agent signals it,
+  // and the fence's SIGKILL takes everything the command started.
+  if (getpgrp() != getpid()) setpgid(0, 0);
+  const pid_t supervisor = getpid();
+  pid_t child = fork();
+  if (child < 0) {
+    std::fprintf(stderr, "berth-alloc: cannot start %s: fork failed: %s\n", argv[i],
+                 std::strerror(errno));
+    return 127;
+  }
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != supervisor) _exit(137);  // the supervisor died already
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execvp(argv[i], argv + i);
+    std::fprintf(stderr, "berth-alloc: cannot run %s: %s\n", argv[i], std::strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+  }
+
+  const std::string boot = lease_file.empty() ? std::string() : boot_id();
+  int64_t until = 0, term_at = 0, kill_at = 0;
+  for (;;) {
+    int status = 0;
+    pid_t r = waitpid(child, &status, WNOHANG);
+    if (r == child) {
+      int code = WIFEXITED(status) ? WEXITSTATUS(status)
+                                   : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1);
+      if (auto f = berth::write_file_durably(exit_file, std::to_string(code)))
+        std::fprintf(stderr, "berth-alloc: cannot record the exit code %d: %s\n", code,
+                     f->message.c_str());
+      if (WIFSIGNALED(status)) {  // end as the command ended
+        int sig = WTERMSIG(status);
+        std::signal(sig, SIG_DFL);
+        sigset_t only;
+        sigemptyset(&only);
+        sigaddset(&only, sig);
+        sigprocmask(SIG_UNBLOCK, &only, nullptr);
+        kill(supervisor, sig);
+      }
+      return code;
+    }
+    if (r < 0 && errno != EINTR) {
+      std::fprintf(stderr, "berth-alloc: lost its command: %s\n", std::strerror(errno));
+      return 1;
+    }
+    if (!lease_file.empty()) {
+      auto now = steady_ms();
+      // The file is read only once what was read before has run out: a
+      // renewal is only needed then.
+      if (until == 0 || now >= until)
+        until = berth::supervisor_lease_until(
+            until, berth::lease_until_in_file(read_text(lease_file), boot), now);
+      switch (berth::guard_step(now, until, kill_timeout_ms, term_at, kill_at)) {
+        case berth::guard_signal::none:
+          break;
+        case berth::guard_signal::term:
+          std::fprintf(stderr,
+                       "berth-alloc: the client's lease ran out: SIGTERM to the alloc's command "
+                       "(it writes a single-writer volume)\n");
+          kill(-getpgrp(), SIGTERM);  // blocked here
+          break;
+        case berth::guard_signal::kill:
+          if (auto f = berth::write_file_durably(exit_file, std::to_string(128 + SIGKILL)))
+            std::fprintf(stderr, "berth-alloc: cannot record the exit code: %s\n",
+                         f->message.c_str());
+          kill(-getpgrp(), SIGKILL);  // what else the command started, and this process
+          return 128 + SIGKILL;
+      }
+    }
+    std::this_thread::sleep_for(poll_period);
+  }
+}

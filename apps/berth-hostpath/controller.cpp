@@ -46,7 +46,7 @@ Status plugin::create_volume(const v1::CreateVolumeRequest& req, v1::CreateVolum
       return {StatusCode::INVALID_ARGUMENT,
               "volume_content_source needs a snapshot_id or a volume_id"};
   }
-  if (auto why = bad_mutable_parameters(req.mutable_parameters()); !why.empty())
+  if (auto why = bad_mutable_parameters(req.mutable_parameters(), opts_.mutable_keys); !why.empty())
     return {StatusCode::INVALID_ARGUMENT, why};
   int64_t required = req.capacity_range().required_bytes();
   int64_t limit = req.capacity_range().limit_bytes();
@@ -352,7 +352,7 @@ Status plugin::controller_modify(const v1::ControllerModifyVolumeRequest& req,
     return {StatusCode::INVALID_ARGUMENT, "volume_id is required"};
   if (req.mutable_parameters().empty())
     return {StatusCode::INVALID_ARGUMENT, "mutable_parameters are required"};
-  if (auto why = bad_mutable_parameters(req.mutable_parameters()); !why.empty())
+  if (auto why = bad_mutable_parameters(req.mutable_parameters(), opts_.mutable_keys); !why.empty())
     return {StatusCode::INVALID_ARGUMENT, why};
   auto it = state_.volumes.find(id);
   if (it == state_.volumes.end())

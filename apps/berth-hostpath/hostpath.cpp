@@ -40,7 +40,8 @@ std::string snapshot_id_for(const std::string& name) {
   return "snap-" + stable_hash(name);
 }
 
-std::string bad_mutable_parameters(const google::protobuf::Map<std::string, std::string>& params) {
+std::string bad_mutable_parameters(const google::protobuf::Map<std::string, std::string>& params,
+                                   const std::set<std::string>& supported) {
   for (const auto& [key, value] : params) {
     bool ok = !key.empty() && key.size() <= 63;
     for (unsigned char c : key)
@@ -48,6 +49,13 @@ std::string bad_mutable_parameters(const google::protobuf::Map<std::string, std:
     if (!ok)
       return "mutable parameter key '" + key
              + "' is not supported: keys are 1 to 63 characters of [A-Za-z0-9._/-]";
+    if (!supported.count(key)) {
+      std::string names;
+      for (const auto& k : supported) names += (names.empty() ? "" : ", ") + k;
+      return "mutable parameter key '" + key + "' is not supported by this berth-hostpath (it "
+             "supports: " + (names.empty() ? std::string("none") : names) +
+             "; start it with --mutable-parameter-key KEY to accept another)";
+    }
   }
   return {};
 }

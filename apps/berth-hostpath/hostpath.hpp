@@ -65,6 +65,9 @@ struct options {
   // re-reads it; N >= 0 once it holds N bytes (0: every save rewrites the
   // whole snapshot). A test and benchmark aid.
   int64_t journal_limit = -1;
+  // The mutable parameter keys CreateVolume and ControllerModifyVolume
+  // accept (--mutable-parameter-key); any other key is INVALID_ARGUMENT.
+  std::set<std::string> mutable_keys{"iops", "tier"};
 };
 
 class plugin {
@@ -240,7 +243,8 @@ std::string snapshot_id_for(const std::string& name);
 
 // Empty when `params` are mutable parameters berth-hostpath accepts (keys
 // of 1 to 63 characters out of [A-Za-z0-9._/-]; any value), else why not.
-std::string bad_mutable_parameters(const google::protobuf::Map<std::string, std::string>& params);
+std::string bad_mutable_parameters(const google::protobuf::Map<std::string, std::string>& params,
+                                   const std::set<std::string>& supported);
 
 // Empty when `cap` is a capability berth-hostpath serves, else the reason
 // (for an INVALID_ARGUMENT answer).

@@ -90,12 +90,30 @@ int main(int argc, char** argv) {
                  "append one JSON line per RPC (method, ids, paths, code, at_ns and end_ns: "
                  "when the call started and when its answer was ready), fsync'ed; "
                  "never secrets");
+  std::vector<std::string> mutable_keys;
+  app.add_option("--mutable-parameter-key", mutable_keys,
+                 "a mutable parameter key CreateVolume and ControllerModifyVolume accept "
+                 "(repeatable or comma-separated; default: iops,tier); any other key is "
+                 "INVALID_ARGUMENT")
+      ->delimiter(',');
   app.add_option("--delay", delay_args,
                  "CALL=MS (repeatable): the RPC named CALL (the spec's name, e.g. "
                  "ControllerPublishVolume) takes at least MS more milliseconds, slept at its "
                  "start while holding no lock, so the plugin behaves like a slow cloud plugin. "
                  "A test aid; off by default");
   CLI11_PARSE(app, argc, argv);
+  if (!mutable_keys.empty()) {
+    opts.mutable_keys.clear();
+    for (const auto& k : mutable_keys) {
+      google::protobuf::Map<std::string, std::string> probe;
+      probe[k] = "";
+      if (auto why = berth::hostpath::bad_mutable_parameters(probe, {k}); !why.empty()) {
+        std::fprintf(stderr, "berth-hostpath: --mutable-parameter-key: %s\n", why.c_str());
+        return 2;
+      }
+      opts.mutable_keys.insert(k);
+    }
+  }
 
   std::map<std::string, std::chrono::milliseconds> delays;
   for (const auto& kv : delay_args) {

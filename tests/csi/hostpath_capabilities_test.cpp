@@ -479,6 +479,20 @@ TEST_CASE("hostpath ControllerModifyVolume: mutable parameters, checked, kept ac
   auto bad = mod;
   (*bad.mutable_mutable_parameters())[""] = "x";
   CHECK(CALL(c, controller, ControllerModifyVolume, bad).code == StatusCode::INVALID_ARGUMENT);
+  // A well-formed key the plugin does not support (the conformance suite's
+  // "should fail if specified mutable parameters are not supported" and
+  // "should not create volume with an invalid volume attribute class"):
+  // refused at both calls, and nothing changes.
+  auto fake = mod;
+  fake.clear_mutable_parameters();
+  (*fake.mutable_mutable_parameters())["XXX_FakeKey"] = "XXX_FakeValue";
+  auto refused = CALL(c, controller, ControllerModifyVolume, fake);
+  CHECK(refused.code == StatusCode::INVALID_ARGUMENT);
+  CHECK(refused.message.find("'XXX_FakeKey' is not supported") != std::string::npos);
+  CHECK(refused.message.find("iops, tier") != std::string::npos);
+  auto fake_create = create_req("fake");
+  (*fake_create.mutable_mutable_parameters())["XXX_FakeKey"] = "XXX_FakeValue";
+  CHECK(CALL(c, controller, CreateVolume, fake_create).code == StatusCode::INVALID_ARGUMENT);
 
   p.kill9();
   auto saved = berth::test::hostpath_state_on_disk(p.root / "state");
@@ -537,4 +551,16 @@ TEST_CASE("hostpath --shared-root: a snapshot made through one node is seen thro
   auto shared = berth::test::hostpath_state_on_disk(a.root / "state");
   CHECK(shared.snapshots.count(sid) == 1);
   CHECK(berth::test::hostpath_state_on_disk(a.root / "nodes" / "n1").snapshots.empty());
+}
+
+TEST_CASE("hostpath --mutable-parameter-key: the keys it accepts are the ones given") {
+  plugin_process p({"--mount-mode", "symlink", "--mutable-parameter-key", "qos,replicas"});
+  p.start();
+  stubs c(p.endpoint);
+  auto req = create_req("qos");
+  (*req.mutable_mutable_parameters())["qos"] = "high";
+  REQUIRE(CALL(c, controller, CreateVolume, req).code == StatusCode::OK);
+  auto tier = create_req("tier");
+  (*tier.mutable_mutable_parameters())["tier"] = "gold";  // a default key, not given here
+  CHECK(CALL(c, controller, CreateVolume, tier).code == StatusCode::INVALID_ARGUMENT);
 }

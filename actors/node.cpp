@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+
+#include <fcntl.h>
+#include <unistd.h>
 #include <set>
 
 #include "actors/clock.hpp"
@@ -136,12 +138,12 @@ void write_lease_file(node_state& st) {
   int64_t until = st.lease.length_ms > 0 ? st.lease.until_ms : 0;
   if (until == st.lease_file_until_ms) return;
   auto tmp = st.config.lease_file + ".tmp";
+  auto text = lease_file_text(st.boot_id, until);
   bool ok = false;
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << lease_file_text(st.boot_id, until);
-    out.close();
-    ok = static_cast<bool>(out);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ok = ::close(fd) == 0 && ok;
   }
   if (ok && std::rename(tmp.c_str(), st.config.lease_file.c_str()) == 0) {
     st.lease_file_until_ms = until;
@@ -205,10 +207,10 @@ void heartbeat(self_ptr self) {
             for (auto& w : std::exchange(st.awaiting_lease, {}))
               w.rp.delegate(caf::actor_cast<node_actor>(self), publish_atom::value,
                             std::move(w.req));
-            // Kept for a restart (control/lease: lease_at_start), at most
-            // once a second; an older record only ends the lease sooner.
+            // Kept for a restart (control/lease: lease_at_start,
+            // lease_record_due); an older record only ends the lease sooner.
             auto renewed_wall = wall_ms() - (steady_ms() - sent);
-            if (renewed_wall - st.lease_recorded_wall_ms < 1000) return;
+            if (!lease_record_due(st.lease_recorded_wall_ms, renewed_wall, lease_ms)) return;
             auto f = st.store->set_meta("lease_ms", lease_ms);
             if (!f) f = st.store->set_meta("lease_renewed_wall_ms", renewed_wall);
             if (f)

@@ -25,6 +25,11 @@ lease lease_at_start(int64_t length_ms, int64_t renewed_wall_ms, int64_t wall_no
   return {length_ms, steady_now_ms + left};
 }
 
+bool lease_record_due(int64_t recorded_wall_ms, int64_t renewed_wall_ms, int64_t length_ms) {
+  int64_t every = std::min<int64_t>(1000, std::max<int64_t>(length_ms / 4, 1));
+  return renewed_wall_ms - recorded_wall_ms >= every;
+}
+
 int64_t heartbeat_period_ms(int64_t length_ms, int64_t interval_ms) {
   if (length_ms <= 0) return interval_ms;
   return std::max<int64_t>(100, length_ms / 4);
@@ -86,8 +91,8 @@ int64_t lease_until_in_file(const std::string& text, const std::string& boot_id)
   return until > 0 ? until : lapsed;
 }
 
-int64_t supervisor_lease_until(int64_t held_until_ms, int64_t read_until_ms, int64_t now_ms) {
-  if (held_until_ms > 0 && now_ms >= held_until_ms) return held_until_ms;
+int64_t supervisor_lease_until(int64_t held_until_ms, int64_t read_until_ms, bool signalled) {
+  if (signalled && held_until_ms > 0) return held_until_ms;
   return std::max(held_until_ms, read_until_ms);
 }
 

@@ -58,6 +58,15 @@ bool expired(const lease& l, int64_t now_ms);
 lease lease_at_start(int64_t length_ms, int64_t renewed_wall_ms, int64_t wall_now_ms,
                      int64_t steady_now_ms);
 
+// Whether a renewal at wall time `renewed_wall_ms` is recorded in client.db
+// for a restart (lease_at_start), the last one recorded at
+// `recorded_wall_ms`: at most once a second, and at least every quarter of
+// the lease.  An older record only ends a restarted client's lease sooner,
+// but a record a whole short lease old (1 s: a lease of a third of a 3 s
+// node-down timeout, renewed every 250 ms) made a restarted client find its
+// lease out and fence a healthy alloc (integration.lifecycle under load).
+bool lease_record_due(int64_t recorded_wall_ms, int64_t renewed_wall_ms, int64_t length_ms);
+
 // How often a client with lease length `length_ms` heartbeats: a quarter
 // of the lease (at least 100 ms); before it has a lease, every
 // `interval_ms` (--fingerprint-interval).  Each heartbeat costs the leader a
@@ -128,14 +137,16 @@ std::string lease_file_text(const std::string& boot_id, int64_t until_ms);
 // one, none granted: a writer runs only after a grant, so anything else is
 // a lapse, and the supervisor fences rather than trusts it).
 int64_t lease_until_in_file(const std::string& text, const std::string& boot_id);
-// The lease end a supervisor keeps after reading the file at `now_ms`
-// (`held_until_ms` 0: nothing read yet): the later of what it held and
-// what it read.  Every value the agent writes was a lease it held, so a
-// shorter one (a restarted agent's record, older than the file) never
-// shortens what still holds.  A lapse, once seen, is kept: the supervisor
-// has signalled its command, and a renewal after that (a restarted agent)
-// does not spare it the SIGKILL after the kill timeout.
-int64_t supervisor_lease_until(int64_t held_until_ms, int64_t read_until_ms, int64_t now_ms);
+// The lease end a supervisor keeps after reading the file (`held_until_ms`
+// 0: nothing read yet): the later of what it held and what it read.  Every
+// value the agent writes was a lease it held, so a shorter one (a
+// restarted agent's record, older than the file) never shortens what it
+// held.  The supervisor reads the file only once what it held has run out,
+// so a renewal found then continues the lease.  Once it has signalled its
+// command (`signalled`: SIGTERM sent), what it held stays: a renewal after
+// that (a restarted agent) does not spare the command the SIGKILL after
+// the kill timeout.
+int64_t supervisor_lease_until(int64_t held_until_ms, int64_t read_until_ms, bool signalled);
 
 // The publish floor.  A claim's NodeStage/NodePublish may reach a node
 // after its lease ran out and the servers released the claim without it

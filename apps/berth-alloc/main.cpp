@@ -105,6 +105,13 @@ int main(int argc, char** argv) {
   // and the fence's SIGKILL takes everything the command started.
   if (getpgrp() != getpid()) setpgid(0, 0);
   const pid_t supervisor = getpid();
+  // The lease as it stands when the command starts (read again each time
+  // what was read has run out).
+  const std::string boot = lease_file.empty() ? std::string() : boot_id();
+  int64_t until = 0, term_at = 0, kill_at = 0;
+  if (!lease_file.empty())
+    until = berth::supervisor_lease_until(0, berth::lease_until_in_file(read_text(lease_file), boot),
+                                          false);
   pid_t child = fork();
   if (child < 0) {
     std::fprintf(stderr, "berth-alloc: cannot start %s: fork failed: %s\n", argv[i],
@@ -122,8 +129,6 @@ int main(int argc, char** argv) {
     _exit(errno == ENOENT ? 127 : 126);
   }
 
-  const std::string boot = lease_file.empty() ? std::string() : boot_id();
-  int64_t until = 0, term_at = 0, kill_at = 0;
   for (;;) {
     int status = 0;
     pid_t r = waitpid(child, &status, WNOHANG);
@@ -152,9 +157,9 @@ int main(int argc, char** argv) {
       auto now = steady_ms();
       // The file is read only once what was read before has run out: a
       // renewal is only needed then.
-      if (until == 0 || now >= until)
+      if (now >= until)
         until = berth::supervisor_lease_until(
-            until, berth::lease_until_in_file(read_text(lease_file), boot), now);
+            until, berth::lease_until_in_file(read_text(lease_file), boot), term_at != 0);
       switch (berth::guard_step(now, until, kill_timeout_ms, term_at, kill_at)) {
         case berth::guard_signal::none:
           break;

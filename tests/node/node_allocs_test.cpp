@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -221,12 +222,20 @@ TEST_CASE("allocs: the supervisor stops its writer when the lease file runs out"
   auto lease = (d.path / "lease").string();
   auto boot = boot_id_text();
   REQUIRE_FALSE(boot.empty());
-  auto first_until = steady_ms() + 400;
+  auto first_until = steady_ms() + 1000;
   write_lease(lease, lease_file_text(boot, first_until));
   alloc_table t;
-  REQUIRE_FALSE(start_alloc(store, t, alloc_with("w", {"sleep", "60"}),
+  // The supervisor reads the lease before it starts the command: once the
+  // command runs, it holds the first end.
+  REQUIRE_FALSE(start_alloc(store, t, alloc_with("w", {"sh", "-c", "touch started; exec sleep 60"}),
                             (d.path / "allocs").string(), "n1", supervised(lease)));
-  // A renewal before the end: the writer runs on past the first end.
+  auto started = d.path / "allocs" / "w" / "started";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!std::filesystem::exists(started) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(std::filesystem::exists(started));
+  // A renewal before the end: the writer runs on past the first end (the
+  // supervisor reads the file again once what it held ran out).
   auto second_until = steady_ms() + 3000;
   write_lease(lease, lease_file_text(boot, second_until));
   while (steady_ms() < first_until + 300) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -243,6 +252,9 @@ TEST_CASE("allocs: the supervisor stops its writer when the lease file runs out"
   REQUIRE(wait_for_exit(store, t, "w"));
   CHECK(steady_ms() >= second_until);
   CHECK(t.at("w").exit_code == 128 + SIGTERM);
+  std::ifstream err((d.path / "allocs" / "w" / "stderr").string());
+  std::string said((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  CHECK(said.find("the client's lease ran out") != std::string::npos);
   std::ifstream exit_file(t.at("w").exit_file);
   int code = 0;
   CHECK((exit_file >> code));

@@ -125,6 +125,16 @@ class PartitionBase(ClusterTestCase):
         return self.ask("alloc", "run", "--node", node, "--id", alloc, "--volume", "data=sw", "--",
                       "sh", "-c", WRITER % node)
 
+    def start_c1_writer(self):
+        """Runs alloc w1 writing the volume on c1; returns its pid (its
+        supervisor's) once it writes."""
+        self.assertEqual(self.run_writer("c1", "w1").code, 0)
+        self.wait(lambda: any(n == "c1" for n, _ in self.writes()), "c1's alloc writing")
+        pid = self.alloc_pid("c1", "w1")
+        self.assertGreater(pid, 0)
+        self.assertTrue(alive(pid))
+        return pid
+
     def claim_on_c2(self):
         """c2 asks until the volume is its own: refused (exit 4) while c1
         holds it. Returns when it was acknowledged and c2's alloc."""
@@ -169,11 +179,7 @@ def alive(pid):
 
 class CutOffClientTest(PartitionBase):
     def test_cut_off_client_fences_before_the_volume_moves(self):
-        self.assertEqual(self.run_writer("c1", "w1").code, 0)
-        self.wait(lambda: any(n == "c1" for n, _ in self.writes()), "c1's alloc writing")
-        pid = self.alloc_pid("c1", "w1")
-        self.assertGreater(pid, 0)
-        self.assertTrue(alive(pid))
+        pid = self.start_c1_writer()
 
         for p in self.proxies:
             p.cut()
@@ -223,11 +229,7 @@ class DeadAgentTest(PartitionBase):
     before the servers mark c1 down and hand the volume to c2."""
 
     def test_killed_agent_s_writer_stops_before_the_volume_moves(self):
-        self.assertEqual(self.run_writer("c1", "w1").code, 0)
-        self.wait(lambda: any(n == "c1" for n, _ in self.writes()), "c1's alloc writing")
-        pid = self.alloc_pid("c1", "w1")
-        self.assertGreater(pid, 0)
-        self.assertTrue(alive(pid))
+        pid = self.start_c1_writer()
         with open("/proc/%d/cmdline" % pid, "rb") as f:
             self.assertIn(b"--lease-file", f.read(), "c1's writer runs without a fence")
 

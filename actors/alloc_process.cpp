@@ -24,7 +24,8 @@ std::string default_alloc_supervisor() {
   std::error_code ec;
   auto self = fs::read_symlink("/proc/self/exe", ec).parent_path();
   if (!ec)
-    for (const auto& candidate : {self / "berth-alloc", self / ".." / "berth-alloc" / "berth-alloc"})
+    for (const auto& candidate :
+         {self / "berth-alloc", self / ".." / "berth-alloc" / "berth-alloc"})
       if (fs::exists(candidate, ec)) return fs::weakly_canonical(candidate, ec).string();
   return "berth-alloc";  // from PATH
 }

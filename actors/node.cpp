@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <set>
 
 #include "actors/clock.hpp"
 #include "actors/log_monitor.hpp"

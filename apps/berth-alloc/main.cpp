@@ -16,6 +16,10 @@
 // it reports the command's end) and ends the way the command ended.
 //
 //   berth-alloc --exit-file FILE [--lease-file FILE --kill-timeout-ms MS] -- COMMAND [ARGS...]
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -27,10 +31,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "control/lease.hpp"
 #include "persistence/durable_file.hpp"
@@ -110,8 +110,8 @@ int main(int argc, char** argv) {
   const std::string boot = lease_file.empty() ? std::string() : boot_id();
   int64_t until = 0, term_at = 0, kill_at = 0;
   if (!lease_file.empty())
-    until = berth::supervisor_lease_until(0, berth::lease_until_in_file(read_text(lease_file), boot),
-                                          false);
+    until = berth::supervisor_lease_until(
+        0, berth::lease_until_in_file(read_text(lease_file), boot), false);
   pid_t child = fork();
   if (child < 0) {
     std::fprintf(stderr, "berth-alloc: cannot start %s: fork failed: %s\n", argv[i],

@@ -172,7 +172,8 @@ TEST_CASE("allocs: SIGTERM stops a command's process group") {
   auto& store = *store_db;
   alloc_table t;
   REQUIRE_FALSE(
-      start_alloc(store, t, alloc_with("a1", {"sleep", "60"}), (d.path / "allocs").string(), "n1", supervised()));
+      start_alloc(store, t, alloc_with("a1", {"sleep", "60"}), (d.path / "allocs").string(), "n1",
+                  supervised()));
   signal_alloc(t, "a1", false);
   REQUIRE(wait_for_exit(store, t, "a1"));
   CHECK(t.at("a1").exit_code != 0);
@@ -238,7 +239,8 @@ TEST_CASE("allocs: the supervisor stops its writer when the lease file runs out"
   // supervisor reads the file again once what it held ran out).
   auto second_until = steady_ms() + 3000;
   write_lease(lease, lease_file_text(boot, second_until));
-  while (steady_ms() < first_until + 300) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (steady_ms() < first_until + 300)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   REQUIRE_FALSE(collect_exits(store, t));
   if (steady_ms() < second_until - 200) CHECK_FALSE(t.at("w").exited);  // else too late to tell
   // A restarted agent's older record (or a lapse it computed from it)
@@ -305,7 +307,8 @@ TEST_CASE("allocs: an alloc without a lease file is never fenced, and its comman
   auto pid_file = (d.path / "pid").string();
   alloc_table t;
   REQUIRE_FALSE(start_alloc(store, t,
-                            alloc_with("r", {"sh", "-c", "echo $$ > " + pid_file + "; exec sleep 60"}),
+                            alloc_with("r", {"sh", "-c",
+                                             "echo $$ > " + pid_file + "; exec sleep 60"}),
                             (d.path / "allocs").string(), "n1", supervised()));
   pid_t command = 0;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -10,7 +10,7 @@ import time
 import unittest
 
 from cluster import ClusterTestCase
-from harness import berth
+from harness import TIME_SCALE, berth
 
 
 def volume_spec(vid):
@@ -21,6 +21,11 @@ def volume_spec(vid):
 
 class DrainTest(ClusterTestCase):
     PREFIX = "berth-drain-"
+    # c1's agent is paused while four shell commands run: the lease (a
+    # third of the node-down timeout) must outlast that pause by far, also
+    # under a sanitizer (make test-tsan: the pause took 14 s, past the 15 s
+    # lease of the default 45 s, and the alloc's supervisor fenced it).
+    SERVER_ARGS = ("--node-down-timeout", "%d" % int(45 * max(TIME_SCALE, 1)))
 
     def setUp(self):
         super().setUp()
@@ -77,7 +82,8 @@ class DrainTest(ClusterTestCase):
         # c1's agent is paused while the refusals are checked: the drain
         # cannot stop anything there meanwhile, so it is still draining
         # (not drained, which words the refusal otherwise). The pause is far
-        # shorter than the lease (15 s) and the node-down timeout.
+        # shorter than the lease (15 s, times the time scale) and the
+        # node-down timeout.
         os.kill(self.client1.proc.pid, signal.SIGSTOP)
         try:
             r = self.b("node", "drain", "c1", "--deadline", "10m")

@@ -65,7 +65,7 @@ bool process_gone(pid_t pid) {
 
 // Polls until the alloc's command exited (the condition, with a deadline).
 bool wait_for_exit(client_store& store, alloc_table& allocs, const std::string& id) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
     REQUIRE_FALSE(collect_exits(store, allocs));
     if (allocs.at(id).exited) return true;
@@ -285,12 +285,22 @@ TEST_CASE("allocs: a writer that ignores SIGTERM is killed after the kill timeou
   auto store_db = must(client_store::open((d.path / "client.db").string()));
   auto& store = *store_db;
   auto lease = (d.path / "lease").string();
-  write_lease(lease, lease_file_text(boot_id_text(), steady_ms() + 200));
+  write_lease(lease, lease_file_text(boot_id_text(), steady_ms() + 5000));
   alloc_table t;
   // sh ignores SIGTERM, and so does the sleep it starts (an ignored signal
-  // stays ignored across exec): only SIGKILL ends them.
-  REQUIRE_FALSE(start_alloc(store, t, alloc_with("w", {"sh", "-c", "trap '' TERM; sleep 60; :"}),
+  // stays ignored across exec): only SIGKILL ends them.  It says when it
+  // ignores it, which must be before the lease runs out for the test to
+  // tell (under ASan on a busy machine a 200 ms lease ran out before sh
+  // had set its trap).
+  REQUIRE_FALSE(start_alloc(store, t,
+                            alloc_with("w", {"sh", "-c",
+                                             "trap '' TERM; touch ignoring; sleep 60; :"}),
                             (d.path / "allocs").string(), "n1", supervised(lease, 300)));
+  auto ignoring = d.path / "allocs" / "w" / "ignoring";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!std::filesystem::exists(ignoring) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(std::filesystem::exists(ignoring));
   REQUIRE(wait_for_exit(store, t, "w"));
   CHECK(t.at("w").exit_code == 128 + SIGKILL);
   std::ifstream exit_file(t.at("w").exit_file);

@@ -105,6 +105,7 @@ struct fixture {
   std::shared_ptr<std::vector<v1::AllocUpdate>> exits =
       std::make_shared<std::vector<v1::AllocUpdate>>();
   api_actor server;
+  std::string lease_file;  // the node's DATA/lease (empty: beside allocs/)
 
   fixture() {
     plugin.start();
@@ -121,6 +122,7 @@ struct fixture {
     c.csi_root = (dir.path / "csi").string();
     c.alloc_dir = (dir.path / "allocs").string();
     c.alloc_supervisor = BERTH_ALLOC_BIN;
+    c.lease_file = lease_file;
     c.plugins.push_back({"hp", v1::PLUGIN_MONOLITH, plugin.endpoint});
     c.fingerprint_interval = std::chrono::milliseconds(50);
     c.csi_timeout = std::chrono::seconds(10);
@@ -545,6 +547,11 @@ TEST_CASE("node_lease: after the host restarted, recorded allocs are ended, neve
   fx.lease_ms->store(0);
   fx.listening->store(false);
   must(must(client_store::open(fx.db))->set_meta("lease_renewed_wall_ms", wall_ms() - 120'000));
+  // After a real reboot the writer and its supervisor are gone with the old
+  // boot. Here they still run, so the supervisor must not read the lease
+  // the restarted agent writes (it would fence on it, as it should in the
+  // same boot): the restarted node writes its lease elsewhere.
+  fx.lease_file = (fx.dir.path / "lease-after-reboot").string();
   caf::scoped_actor me{*fx.sys};
   auto n = fx.spawn_node();
   CHECK(eventually([&] {

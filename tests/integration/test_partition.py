@@ -152,6 +152,16 @@ class PartitionBase(ClusterTestCase):
             time.sleep(0.2)
         self.fail("c2 never got the volume after c1 was cut off")
 
+    def moved_to_c2(self, pid, since, what):
+        """c2 claims the volume (claim_on_c2); by then c1's alloc `pid` is
+        gone and c1's lease had run out. Returns c2's alloc."""
+        acknowledged, w2 = self.claim_on_c2()
+        moved_after = acknowledged - since
+        self.assertFalse(alive(pid), "c1's alloc (pid %d) still runs %.1f s after %s, when c2's "
+                         "claim was acknowledged: two writers" % (pid, moved_after, what))
+        self.assertGreater(moved_after, 2.0, "the volume moved before c1's lease ran out")
+        return w2
+
     def writes(self):
         """The lines every alloc wrote to the shared volume: (node, ns)."""
         out = []
@@ -184,12 +194,8 @@ class CutOffClientTest(PartitionBase):
         for p in self.proxies:
             p.cut()
         cut_at = time.time()
-        acknowledged, w2 = self.claim_on_c2()
         # c1's alloc had stopped by the time c2's claim was acknowledged.
-        moved_after = acknowledged - cut_at
-        self.assertFalse(alive(pid), "c1's alloc (pid %d) still runs %.1f s after the cut, when "
-                         "c2's claim was acknowledged: two writers" % (pid, moved_after))
-        self.assertGreater(moved_after, 2.0, "the volume moved before c1's lease ran out")
+        w2 = self.moved_to_c2(pid, cut_at, "the cut")
 
         # The plugins' logs: c1 unpublished before c2 published; never two writers.
         c1 = [e for e in self.calls("c1") if e.get("code") == 0]
@@ -235,11 +241,7 @@ class DeadAgentTest(PartitionBase):
 
         self.clients["c1"].kill(signal.SIGKILL)
         killed_at = time.time()
-        acknowledged, w2 = self.claim_on_c2()
-        moved_after = acknowledged - killed_at
-        self.assertFalse(alive(pid), "c1's alloc (pid %d) still runs %.1f s after its agent was "
-                         "killed, when c2's claim was acknowledged: two writers" % (pid, moved_after))
-        self.assertGreater(moved_after, 2.0, "the volume moved before c1's lease ran out")
+        w2 = self.moved_to_c2(pid, killed_at, "its agent was killed")
         # No line of c1's comes after c2's publication (c1's mount stays
         # until c1 comes back: nobody is left there to unmount it).
         pub2 = [e["at_ns"] for e in self.calls("c2")

@@ -38,11 +38,22 @@ void start_polling(self_ptr self);
 
 // Runs a job on a plugin's connection (see run_csi) and hands its outcome
 // to on_ok, its error to the promise.
-// Notes that the current request's sender got a CSI step here (see
-// node_state::step_senders).  Called while its handler runs.
-void note_step_sender(self_ptr self) {
+// Who sent a step: the source of its response promise.  Not
+// current_sender(): making the promise takes the sender out of the
+// message (CAF 0.17), so every step handler, which makes its promise
+// first, noted nobody, the pings of every step's helper were answered
+// "never arrived", and every CSI step that took over two pings (10 s: a
+// slow NodeStage, a cloud ControllerPublish) failed and was retried or
+// unwound as lost.
+template <class T>
+caf::actor_addr sender_of(promise<T>& rp) {
+  return caf::actor_cast<caf::actor_addr>(static_cast<caf::response_promise&>(rp).source());
+}
+
+// Notes that `sender` got a CSI step here (see node_state::step_senders):
+// the pings of its helper (actors/node_call.hpp) are answered yes.
+void note_step_sender(self_ptr self, const caf::actor_addr& sender) {
   auto& st = self->state;
-  auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
   if (!sender || !st.step_senders.insert(sender).second) return;
   st.step_sender_order.push_back(sender);
   if (st.step_sender_order.size() > 10000) {
@@ -54,7 +65,7 @@ void note_step_sender(self_ptr self) {
 template <class Promise, class OnOk>
 void run(self_ptr self, const std::string& plugin_id, std::function<csi_job(bool)> make_job,
          Promise rp, OnOk on_ok) {
-  note_step_sender(self);
+  note_step_sender(self, sender_of(rp));
   auto done = [rp, on_ok](csi_outcome& out) mutable {
     if (out.error)
       rp.deliver(to_error(*out.error));
@@ -90,6 +101,10 @@ struct unpublish_promise {
     rp.deliver(std::forward<T>(x));
   }
 };
+
+caf::actor_addr sender_of(unpublish_promise& p) {
+  return sender_of(p.rp);
+}
 
 void deliver_result(result_promise& rp, csi_outcome& out) {
   v1::NodeVolumeResult r;

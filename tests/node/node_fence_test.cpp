@@ -488,6 +488,42 @@ TEST_CASE("node_fence: a deposed leader's call that waited for its turn is not s
   CHECK(term == 6);
 }
 
+TEST_CASE("node steps: a step in flight is known to its sender's pings, however long it runs") {
+  // The helper of every CSI step (actors/node_call.hpp) pings the node
+  // actor every 5 s; two answers in a row saying the step never arrived
+  // fail it as lost.  The node noted nobody (its handlers make their
+  // response promise first, which takes the sender out of the message), so
+  // every step over 10 s failed: a 12 s NodePublishVolume or
+  // NodeUnpublishVolume was answered "the step sent to it never arrived".
+  fixture f({"--delay", "CreateVolume=3000"});
+  auto n = f.spawn_node(api_actor{});
+  caf::scoped_actor me{*f.sys};
+  caf::scoped_actor other{*f.sys};
+  auto ping = [&](caf::scoped_actor& from) {
+    std::optional<bool> arrived;
+    from->request(n, std::chrono::seconds(30), ping_atom::value)
+        .receive([&](bool b) { arrived = b; }, [&](caf::error&) {});
+    return arrived;
+  };
+  CHECK(ping(me) == false);  // nothing sent yet
+  auto slow = me->request(n, std::chrono::seconds(30), create_atom::value, wrap(spec()),
+                          uint64_t{1});
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (f.controller_calls_in_flight() < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto in_flight = f.controller_calls_in_flight();
+  auto mine = ping(me);
+  auto theirs = ping(other);
+  bool created = false;
+  slow.receive([&](pb<v1::Volume>&) { created = true; },
+               [&](caf::error& e) { MESSAGE(to_failure(e).message); });
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+  REQUIRE(in_flight == 1);  // the pings were asked while CreateVolume ran
+  CHECK(mine == true);      // the step reached the node: its sender's pings say so
+  CHECK(theirs == false);   // another actor sent it nothing
+  CHECK(created);
+}
+
 TEST_CASE("node probes: a plugin that does not answer holds one probe, not one per tick") {
   // Fingerprints every 50 ms, CSI deadline 1 s.  While the plugin is
   // stopped, each probe waits out its deadline; a tick that came meanwhile

@@ -284,6 +284,49 @@ void stop_volume_actor(const self_ptr& self, const volume_key& key) {
 
 }  // namespace
 
+namespace {
+
+void report_lane(const self_ptr& self, const std::string& kind, const std::string& plugin) {
+  const auto& a = self->state.admitted;
+  auto lane = kind == "claim" ? claim_lane(plugin) : release_lane(plugin);
+  self->state.stats->plugin_operations(plugin, kind, a.running(lane), a.queued(lane));
+}
+
+}  // namespace
+
+void admit(const self_ptr& self, const std::string& kind, const std::string& plugin_id,
+           std::function<void(std::function<void()>)> run) {
+  auto& st = self->state;
+  auto r = st.admitted.add(kind == "claim" ? claim_lane(plugin_id) : release_lane(plugin_id));
+  auto ticket = r.ticket;
+  auto turn = [self, ticket, kind, plugin_id, run = std::move(run)] {
+    run([self, ticket, kind, plugin_id] {
+      auto& st = self->state;
+      if (auto next = st.admitted.finish(ticket)) st.admission_ready.push_back(*next);
+      report_lane(self, kind, plugin_id);
+      if (st.admission_running) return;  // the loop below runs it
+      st.admission_running = true;
+      while (!st.admission_ready.empty()) {
+        auto t = st.admission_ready.front();
+        st.admission_ready.pop_front();
+        auto it = st.admission_waiting.find(t);
+        if (it == st.admission_waiting.end()) continue;
+        auto work = std::move(it->second);
+        st.admission_waiting.erase(it);
+        work();
+      }
+      st.admission_running = false;
+    });
+  };
+  if (r.start) {
+    report_lane(self, kind, plugin_id);
+    turn();
+  } else {
+    st.admission_waiting.emplace(ticket, std::move(turn));
+    report_lane(self, kind, plugin_id);
+  }
+}
+
 void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use use) {
   auto& st = self->state;
   auto& slot = st.volume_actors[key];
@@ -620,6 +663,7 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
   st.log = std::move(log);
   st.stats = std::move(stats);
   st.options = options;
+  st.admitted = admission(options.plugin_window);
   st.watcher = self->spawn<caf::linked>(watcher, caf::actor_cast<leader_actor>(self), st.stats);
   st.stats->clear_state();
   for (auto s :

@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "actors/actors.hpp"
 #include "actors/metrics.hpp"
 #include "control/activation.hpp"
+#include "control/admission.hpp"
 #include "control/catalog.hpp"
 #include "control/gc.hpp"
 #include "control/lease.hpp"
@@ -57,6 +59,10 @@ struct leader_options {
   int64_t volume_health_ms = 60000;
   // berthd --acl: every request is checked against its token (control/acl).
   bool acl = false;
+  // berthd --plugin-window: how many claims, and how many releases, of one
+  // plugin's volumes are routed to the volume actors at once; the rest wait
+  // at the leader in arrival order (control/admission); 0: no limit.
+  size_t plugin_window = default_plugin_window;
 };
 
 // What the leader keeps for a volume with an actor or work under way
@@ -104,6 +110,24 @@ struct leader_state {
   // Nodes whose mark-down is being written (how many writes of it are in flight).
   std::map<std::string, int> marking_down;
   std::map<std::string, int> claims_in_flight;  // alloc -> claims routed, not yet answered
+  // Releases running or waiting for their plugin's window, by claim
+  // ("NAMESPACE/VOLUME/ALLOC"): a release of the same claim asked meanwhile
+  // joins one (control/release joins_running_release) and gets its outcome.
+  struct release_run {
+    uint64_t id = 0;
+    bool detach = false;
+    std::vector<std::function<void(std::optional<failure>, const v1::Volume&)>> joined;
+  };
+  std::map<std::string, std::vector<release_run>> releases_running;
+  uint64_t release_runs = 0;
+  // Claims and releases per plugin: which run now, which wait for room in
+  // their plugin's window (control/admission; leader_flows::admit), and the
+  // work of each waiting ticket; `ready` holds tickets whose turn came, run
+  // in a loop rather than recursively (a turn may end as soon as it starts).
+  admission admitted;
+  std::map<uint64_t, std::function<void()>> admission_waiting;
+  std::deque<uint64_t> admission_ready;
+  bool admission_running = false;
   std::map<std::string, size_t> controller_turn;  // round-robin per plugin
   // Volumes being claimed, per node and plugin: counted against the
   // plugin's max volumes per node together with the claimed ones.

@@ -68,6 +68,13 @@ pb<v1::Plugin> committed_plugin(const self_ptr& self, const std::string& plugin_
 // stopped or the catalog has not yet applied what the last one committed.
 // `use` sends one request and calls `done(index)` with the index its
 // answer carried (0 when it failed).
+// Runs `run` now, or once the plugin's window for `kind` ("claim",
+// "release") has room (control/admission): the claims and releases of one
+// plugin's volumes wait behind each other, never behind another plugin's.
+// `run` is handed the end of its turn, to call once it is answered (again:
+// nothing).
+void admit(const self_ptr& self, const std::string& kind, const std::string& plugin_id,
+           std::function<void(std::function<void()>)> run);
 using volume_use = std::function<void(volume_actor, std::function<void(uint64_t)> done)>;
 void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use use);
 // Stops the actors idle for longer than the idle timeout (on the tick).

@@ -13,6 +13,7 @@
 #include "control/placement.hpp"
 #include "control/release.hpp"
 #include "control/views.hpp"
+#include "log/log.hpp"
 
 namespace berth::leader_flows {
 
@@ -421,9 +422,14 @@ void add_progress(const self_ptr& self, v1::Response r, response_promise rp) {
           [r, rp](caf::error&) mutable { deliver(rp, std::move(r)); });
 }
 
-// Claims one volume through its actor (which has the node publish it).
-void claim_volume(const self_ptr& self, v1::ClaimRequest c,
-                  std::function<void(std::optional<failure>, v1::ClaimResult)> done) {
+namespace {
+
+using claim_done_fn = std::function<void(std::optional<failure>, v1::ClaimResult)>;
+using release_done_fn = std::function<void(std::optional<failure>, v1::Volume)>;
+
+// A claim whose turn in its plugin's window came: judged again on the
+// catalog as it is now (the volume, the node's client, its volume count).
+void route_claim(const self_ptr& self, v1::ClaimRequest c, claim_done_fn done) {
   auto& st = self->state;
   auto found = lookup_volume(st.cat, c.namespace_(), c.volume_id());
   if (found.error) {
@@ -439,13 +445,6 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
   }
   const auto key = found.key;
   const auto plugin_id = volume_at(st.cat, key).plugin_id();
-  // alloc stop waits for this claim (its entry commits the alloc record).
-  ++st.claims_in_flight[c.alloc_id()];
-  done = [self, alloc = c.alloc_id(), done](std::optional<failure> f, v1::ClaimResult r) {
-    auto& open = self->state.claims_in_flight;
-    if (auto it = open.find(alloc); it != open.end() && --it->second <= 0) open.erase(it);
-    done(std::move(f), std::move(r));
-  };
   const auto* node = find_node(st.cat, c.node_id());
   c.set_node_unmounts_pending(
       node != nullptr && unmounts_awaited(*node, static_cast<bool>(node_of(self, c.node_id()))));
@@ -472,10 +471,8 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c,
       pick_controller(self, plugin_id));
 }
 
-// Releases one claim through its volume actor (the watcher, detach, volume
-// release and force-deregister all come here).
-void release_claim(const self_ptr& self, v1::ReleaseRequest r,
-                   std::function<void(std::optional<failure>, v1::Volume)> done) {
+// A release whose turn in its plugin's window came.
+void route_release(const self_ptr& self, v1::ReleaseRequest r, release_done_fn done) {
   auto& st = self->state;
   volume_key key{ns_or_default(r.namespace_()), r.volume_id()};
   auto vol = find_volume(st.cat, key);
@@ -506,6 +503,87 @@ void release_claim(const self_ptr& self, v1::ReleaseRequest r,
       },
       [done](caf::error& e) { done(to_failure(e), {}); }, release_atom::value, wrap(std::move(r)),
       committed_plugin(self, plugin_id), plugin_of(self, plugin_id), target, pick_controller(self, plugin_id));
+}
+
+}  // namespace
+
+// Claims one volume through its actor (which has the node publish it), in
+// turn with the other claims of its plugin (admit).
+void claim_volume(const self_ptr& self, v1::ClaimRequest c, claim_done_fn done) {
+  auto& st = self->state;
+  auto found = lookup_volume(st.cat, c.namespace_(), c.volume_id());
+  if (found.error) {
+    done(found.error.value_or(
+             failure{errc::not_found, "volume " + quoted(c.volume_id()) + " vanished"}),
+         {});
+    return;
+  }
+  const auto plugin_id = volume_at(st.cat, found.key).plugin_id();
+  // alloc stop waits for this claim (its entry commits the alloc record),
+  // also while it waits for its turn.
+  ++st.claims_in_flight[c.alloc_id()];
+  done = [self, alloc = c.alloc_id(), done](std::optional<failure> f, v1::ClaimResult r) {
+    auto& open = self->state.claims_in_flight;
+    if (auto it = open.find(alloc); it != open.end() && --it->second <= 0) open.erase(it);
+    done(std::move(f), std::move(r));
+  };
+  admit(self, "claim", plugin_id,
+        [self, c = std::move(c), done = std::move(done)](std::function<void()> end) mutable {
+          route_claim(self, std::move(c),
+                      [done, end](std::optional<failure> f, v1::ClaimResult r) {
+                        done(std::move(f), std::move(r));
+                        end();
+                      });
+        });
+}
+
+// Releases one claim through its volume actor (the watcher, detach, volume
+// release and force-deregister all come here), in turn with the other
+// releases of its plugin (admit); a release of a claim already being
+// released joins that one (joins_running_release).
+void release_claim(const self_ptr& self, v1::ReleaseRequest r, release_done_fn done) {
+  auto& st = self->state;
+  volume_key key{ns_or_default(r.namespace_()), r.volume_id()};
+  auto vol = find_volume(st.cat, key);
+  if (!vol) {
+    done(failure{errc::not_found, "volume " + quoted(r.volume_id()) + " is not registered"}, {});
+    return;
+  }
+  auto claim = key.first + "/" + key.second + "/" + r.alloc_id();
+  auto& runs = st.releases_running[claim];
+  for (auto& run : runs)
+    if (joins_running_release(run.detach, r.operator_detach())) {
+      logging::debug("leader", "a release of a claim being released waits for that one",
+                     {{"volume", r.volume_id()}, {"alloc", r.alloc_id()}});
+      run.joined.push_back([done](std::optional<failure> f, const v1::Volume& v) { done(f, v); });
+      return;
+    }
+  auto id = ++st.release_runs;
+  runs.push_back({id, r.operator_detach(), {}});
+  // Every release that joined this one gets its outcome.
+  done = [self, claim, id, done](std::optional<failure> f, v1::Volume v) {
+    std::vector<std::function<void(std::optional<failure>, const v1::Volume&)>> joined;
+    auto& all = self->state.releases_running;
+    if (auto it = all.find(claim); it != all.end()) {
+      auto& list = it->second;
+      for (auto run = list.begin(); run != list.end(); ++run)
+        if (run->id == id) {
+          joined = std::move(run->joined);
+          list.erase(run);
+          break;
+        }
+      if (list.empty()) all.erase(it);
+    }
+    for (auto& j : joined) j(f, v);
+    done(std::move(f), std::move(v));
+  };
+  admit(self, "release", vol->plugin_id(),
+        [self, r = std::move(r), done = std::move(done)](std::function<void()> end) mutable {
+          route_release(self, std::move(r), [done, end](std::optional<failure> f, v1::Volume v) {
+            done(std::move(f), std::move(v));
+            end();
+          });
+        });
 }
 
 }  // namespace berth::leader_flows

@@ -233,6 +233,13 @@ class prometheus_metrics final : public metrics {
                                   "configured max_*_calls, halved while the plugin answers "
                                   "RESOURCE_EXHAUSTED or ABORTED")
                             .Register(*registry_)},
+        plugin_operations_{prometheus::BuildGauge()
+                               .Name("berth_plugin_operations")
+                               .Help("The leader's claims and releases of a plugin's volumes, by "
+                                     "plugin, kind (claim, release) and state: running (routed "
+                                     "to the volume actors) or queued (waiting for room in the "
+                                     "plugin's window, berthd --plugin-window)")
+                               .Register(*registry_)},
         csi_backoffs_(prometheus::BuildCounter()
                           .Name("berth_csi_call_backoffs_total")
                           .Help("CSI calls queued again after RESOURCE_EXHAUSTED or ABORTED, by "
@@ -382,6 +389,15 @@ class prometheus_metrics final : public metrics {
     csi_call_limit_.set({{"plugin", plugin}, {"kind", kind}}, static_cast<double>(limit));
   }
 
+  void plugin_operations(const std::string& plugin, const std::string& kind, size_t running,
+                         size_t queued) override {
+    std::lock_guard<std::mutex> guard(mtx_);
+    plugin_operations_.set({{"plugin", plugin}, {"kind", kind}, {"state", "running"}},
+                           static_cast<double>(running));
+    plugin_operations_.set({{"plugin", plugin}, {"kind", kind}, {"state", "queued"}},
+                           static_cast<double>(queued));
+  }
+
   void csi_call_backoff(const std::string& plugin) override {
     csi_backoffs_.Add({{"plugin", plugin}}).Increment();
   }
@@ -439,6 +455,7 @@ class prometheus_metrics final : public metrics {
   prometheus::Family<prometheus::Histogram>& csi_call_seconds_;
   gauges csi_in_flight_;
   gauges csi_call_limit_;
+  gauges plugin_operations_;
   prometheus::Family<prometheus::Counter>& csi_backoffs_;
   prometheus::Histogram& claim_seconds_;
   prometheus::Family<prometheus::Counter>& requests_;

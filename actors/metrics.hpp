@@ -76,6 +76,11 @@ class metrics {
   // Messages waiting in the mailbox of the actor of `kind` ("leader",
   // "replicated_log", ...), sampled by the actor itself.
   virtual void mailbox(const std::string& kind, size_t backlog) = 0;
+  // The leader's claims or releases (`kind`) of one plugin's volumes routed
+  // to the volume actors now and waiting for room in the plugin's window
+  // (control/admission).
+  virtual void plugin_operations(const std::string& plugin, const std::string& kind,
+                                 size_t running, size_t queued) = 0;
   // Claims the volume watcher is releasing now.
   virtual void watcher_pending(size_t count) = 0;
   // Allocs by state, and nodes by status ("ready", "down"), as the leader

@@ -407,7 +407,7 @@ void expansion_steps(self_ptr self, std::optional<v1::Plugin> p, plugin_actor pl
   auto fail = [rp](std::optional<caf::error> e) mutable { rp.deliver(std::move(*e)); };
   v1::NodeVolumeRequest req;
   req.set_plugin_id(vol.plugin_id());
-  *req.mutable_volume() = vol;
+  *req.mutable_volume() = node_view(vol);
   req.set_expand_required_bytes(vol.expansion().required_bytes());
   req.set_expand_limit_bytes(vol.expansion().limit_bytes());
   switch (step.action) {

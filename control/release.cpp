@@ -63,6 +63,10 @@ bool still_detached(bool node_detached, int64_t detached_at_ms, int64_t last_pub
   return detached_at_ms == 0 || last_publish_ms == 0 || last_publish_ms < detached_at_ms;
 }
 
+bool joins_running_release(bool running_is_detach, bool asks_detach) {
+  return running_is_detach || !asks_detach;
+}
+
 detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string& node_id) {
   detach_plan plan;
   const auto* n = find_node(c, node_id);
@@ -79,12 +83,24 @@ detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string
   return plan;
 }
 
+v1::Volume node_view(const v1::Volume& v) {
+  v1::Volume out;
+  out.set_id(v.id());
+  out.set_namespace_(v.namespace_());
+  out.set_external_id(v.external_id());
+  out.set_modify_index(v.modify_index());
+  if (v.has_mount_options()) *out.mutable_mount_options() = v.mount_options();
+  *out.mutable_context() = v.context();
+  *out.mutable_secrets() = v.secrets();
+  return out;
+}
+
 v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
                                    const v1::Plugin& plugin) {
   v1::NodeVolumeRequest r;
   r.set_plugin_id(v.plugin_id());
   r.set_alloc_id(c.alloc_id());
-  *r.mutable_volume() = v;
+  *r.mutable_volume() = node_view(v);
   r.set_read_only(c.mode() == v1::CLAIM_READ);
   r.set_access_mode(c.access_mode());
   r.set_attachment_mode(c.attachment_mode());

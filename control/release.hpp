@@ -94,6 +94,16 @@ bool release_without_node(const catalog& c, const v1::Claim& claim, bool connect
 // request without the time (0) is taken as decided.
 bool still_detached(bool node_detached, int64_t detached_at_ms, int64_t last_publish_ms);
 
+// Whether a release of a claim asked while another release of the same
+// claim runs (or waits for its plugin's window) waits for that one's outcome
+// instead of running again: unless it asks for more than the running one, a
+// volume detach (`asks_detach`: a node without a client counts as detached)
+// behind a plain release.  Run twice, the second waited in the volume
+// actor's mailbox and then failed "has no claim", although the claim was
+// released (issue 28: the watcher asked again for every release taking over
+// 100 ms, and an operator's retried `volume release` got that error).
+bool joins_running_release(bool running_is_detach, bool asks_detach);
+
 // volume detach VOLUME NODE: the claims on that node to release (of allocs
 // that are terminal or vanished, claims already in release, or any claim
 // when the node is down) and the ones kept (taken by running allocs).
@@ -103,8 +113,18 @@ struct detach_plan {
 };
 detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string& node_id);
 
+// The part of a volume a client reads for its CSI calls: id, namespace,
+// external id, modify index (a publish's claim index: control/lease's
+// publish floor), mount options, context and secrets.  Its claims,
+// capabilities, topology, parameters, capacity and the rest stay on the
+// servers (issue 28: every node request carried, encoded, shipped and
+// decoded the whole volume, its every claim included).  A client's
+// client.db keeps what it was sent, so a node-side read of another field
+// must add it here first (tests/control_test.cpp pins the set).
+v1::Volume node_view(const v1::Volume& v);
+
 // What a node actor needs for one claim's CSI calls (the term is added by
-// the sender).
+// the sender); its volume is node_view's.
 v1::NodeVolumeRequest node_request(const v1::Volume& v, const v1::Claim& c,
                                    const v1::Plugin& plugin);
 

@@ -1164,6 +1164,13 @@ TEST_CASE("only_a_node_back_from_down_is_waited_for_its_unmounts") {
   CHECK_FALSE(unmounts_awaited(plain, true));  // no berth client: nothing to confirm
 }
 
+TEST_CASE("a_release_asked_while_one_of_the_same_claim_runs_joins_it_unless_it_asks_for_more") {
+  CHECK(joins_running_release(false, false));       // the watcher behind a plain release
+  CHECK(joins_running_release(true, false));        // a plain release behind a detach
+  CHECK(joins_running_release(true, true));         // a detach retried
+  CHECK_FALSE(joins_running_release(false, true));  // a detach runs: it counts an away node as gone
+}
+
 TEST_CASE("a_release_decided_without_the_node_goes_through_it_once_published_there_since") {
   // Claim simulation seed 16517: a release decided while the claim's node
   // was down waited 75 s in the volume actor's mailbox behind a CSI step;
@@ -1317,6 +1324,42 @@ TEST_CASE("a_down_nodes_claim_is_controller_unpublished_from_the_csi_node_it_was
   inst->set_node_id("n1");
   inst->set_csi_node_id("csi-n1-now");
   CHECK(node_request(v, *c, p).csi_node_id() == "csi-n1-now");
+}
+
+TEST_CASE("a_node_request_carries_only_the_volume_fields_a_client_reads") {
+  auto v = make_volume("db");
+  v.set_namespace_("team");
+  v.set_external_id("ext-db");
+  v.set_modify_index(42);
+  v.mutable_mount_options()->set_fs_type("ext4");
+  v.mutable_mount_options()->add_mount_flags("noatime");
+  (*v.mutable_context())["share"] = "s1";
+  (*v.mutable_secrets())["password"] = "hunter2";
+  (*v.mutable_parameters())["tier"] = "gold";
+  v.set_capacity_min(1 << 20);
+  v.set_capacity_bytes(1 << 21);
+  v.add_accessible_topology();
+  add_claim(v, "other", "n2");
+  auto* c = add_claim(v, "a", "n1");
+  auto p = controller_plugin({{"n1", true}});
+  auto r = node_request(v, *c, p);
+  v1::Volume expected;
+  expected.set_id("db");
+  expected.set_namespace_("team");
+  expected.set_external_id("ext-db");
+  expected.set_modify_index(42);
+  *expected.mutable_mount_options() = v.mount_options();
+  *expected.mutable_context() = v.context();
+  *expected.mutable_secrets() = v.secrets();
+  CHECK(r.volume().SerializeAsString() == expected.SerializeAsString());
+  CHECK(node_view(v).SerializeAsString() == expected.SerializeAsString());
+  CHECK(r.volume().claims_size() == 0);
+  CHECK(r.volume().parameters().empty());
+  CHECK(r.plugin_id() == v.plugin_id());  // the request's own fields are kept
+  CHECK(r.alloc_id() == "a");
+  CHECK(r.access_mode() == c->access_mode());
+  // Smaller on the wire than the volume it came from.
+  CHECK(r.volume().ByteSizeLong() < v.ByteSizeLong());
 }
 
 TEST_CASE("a_node_request_carries_the_secrets_only_for_a_call_that_sends_them") {

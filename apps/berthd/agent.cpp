@@ -214,6 +214,7 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
     lo.gc = gc_thresholds{opts.alloc_gc_ms, opts.node_gc_ms};
     lo.volume_idle_ms = opts.volume_idle_ms;
     lo.volume_actors_max = opts.volume_actors_max;
+    lo.plugin_window = opts.plugin_window;
     lo.volume_health_ms = opts.volume_health_ms;
     lo.acl = opts.acl;
     auto front = sys.spawn(server, machine, journal, stats, lo);

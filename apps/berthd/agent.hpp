@@ -15,6 +15,7 @@ class actor_system;
 }
 
 #include "control/activation.hpp"
+#include "control/admission.hpp"
 #include "tls/tls.hpp"
 
 namespace berth {
@@ -55,6 +56,7 @@ struct agent_options {
   std::string volume_idle_timeout = "30s";  // servers: as given; parsed into volume_idle_ms
   int64_t volume_idle_ms = 30 * 1000;       // < 0: never
   size_t volume_actors_max = default_volume_actors_max;
+  size_t plugin_window = default_plugin_window;  // servers: berthd --plugin-window
   std::string volume_health_interval = "60s";  // servers: parsed into volume_health_ms
   int64_t volume_health_ms = 60 * 1000;        // < 0: never
   std::string volume_stats_interval = "60s";   // clients: parsed into volume_stats_ms

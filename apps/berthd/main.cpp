@@ -140,6 +140,13 @@ int main(int argc, char** argv) {
                      "not with --volume-idle-timeout never")
       ->check(CLI::Range(size_t{1}, size_t{100'000'000}))
       ->capture_default_str();
+  server->add_option("--plugin-window", opts.plugin_window,
+                     "How many claims, and separately how many releases, of one plugin's "
+                     "volumes the leader works on at once; the rest wait at the leader in "
+                     "the order they came (berth_plugin_operations shows both), so an attach "
+                     "storm on one plugin does not delay another plugin's claims; 0: no limit")
+      ->check(CLI::Range(size_t{0}, size_t{1'000'000}))
+      ->capture_default_str();
   server->add_option("--volume-health-interval", opts.volume_health_interval,
                      "How often the leader asks each plugin for its volumes' condition "
                      "(ListVolumes or ControllerGetVolume, when a controller advertises "

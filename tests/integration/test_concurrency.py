@@ -16,7 +16,7 @@ import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import BERTHD, berth
+from harness import BERTH, BERTHD, TIME_SCALE, Agent, berth
 from test_csi import Plugin, agent_with_plugin, unmount_under
 
 CONTROLLER = {"CreateVolume", "DeleteVolume", "ControllerPublishVolume",
@@ -109,6 +109,110 @@ class ConcurrencyTest(unittest.TestCase):
         self.in_parallel([("volume", "claim", "v%d" % i, "--alloc", "a%d" % i, "--node", "n1")
                           for i in range(4)])
         self.check_calls(1, 1)
+
+    def test_a_plugins_window_queues_its_claims_at_the_leader_never_another_plugins(self):
+        """berthd --plugin-window 1: one claim of a plugin at a time reaches
+        its volume actor; the next waits at the leader (queued on /metrics),
+        and a claim on another plugin goes on meanwhile (issue 28: a storm
+        on one plugin delayed every other plugin's claims)."""
+        self.tmp = tempfile.mkdtemp(prefix="berth-window-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        # "slow" holds each ControllerPublishVolume for 60 s (below the
+        # client's --csi-timeout, 70 s here): a claim behind the first waits
+        # for as long.  Nothing waits for that: the test ends before.
+        slow = Plugin(os.path.join(self.tmp, "slow"), node_id="csi-n1",
+                      extra_args=["--delay", "ControllerPublishVolume=60000"]).start()
+        self.addCleanup(slow.kill)
+        fast = Plugin(os.path.join(self.tmp, "fast"), node_id="csi-n1").start()
+        self.addCleanup(fast.kill)
+        self.agent = Agent(os.path.join(self.tmp, "data"), extra_args=[
+            "--node-name", "n1", "--plugin-window", "1",
+            "--plugin", "slow=monolith:" + slow.socket + ",max_controller_calls=4",
+            "--plugin", "fast=monolith:" + fast.socket,
+            "--fingerprint-interval", "0.2", "--csi-timeout", "70",
+            "--csi-root", os.path.join(self.tmp, "csi")]).start()
+        self.addCleanup(self.agent.kill)
+        self.addCleanup(unmount_under, self.tmp)
+        self.wait_for(lambda: all(self.healthy(p) for p in ("slow", "fast")),
+                      "both plugins healthy")
+        for plugin, vol in (("slow", "s0"), ("slow", "s1"), ("fast", "f0")):
+            spec = {"id": vol, "plugin_id": plugin, "capacity_min": "1MiB",
+                    "capabilities": [{"access_mode": "single-node-writer",
+                                      "attachment_mode": "file-system"}]}
+            self.ok("volume", "create", "-", stdin=json.dumps(spec))
+        # Two claims on "slow": the first reaches the plugin, the second waits
+        # at the leader (the shell waits for them; stopped at the end).
+        shells = []
+        for vol in ("s0", "s1"):
+            shells.append(subprocess.Popen(
+                [BERTH, "--address", self.agent.address, "--timeout", "600", "volume", "claim",
+                 vol, "--alloc", "a-" + vol, "--node", "n1"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self.addCleanup(shells[-1].wait)
+            self.addCleanup(shells[-1].kill)
+        queued = 'berth_plugin_operations{kind="claim",plugin="slow",state="queued"}'
+        running = 'berth_plugin_operations{kind="claim",plugin="slow",state="running"}'
+        self.wait_for(lambda: self.agent.scrape()[0].get(queued) == 1 and
+                      self.agent.scrape()[0].get(running) == 1, "one claim of slow queued")
+        # Meanwhile a claim on "fast" is answered, published.
+        r = self.ok("volume", "claim", "f0", "--alloc", "a-f0", "--node", "n1")
+        self.assertIn("claimed", r.out)
+        series, _ = self.agent.scrape()
+        # ... while slow's second claim still waits its turn, and slow's
+        # plugin saw one ControllerPublishVolume, not two at once.
+        self.assertEqual(series[queued], 1, "slow's second claim left the queue before f0's "
+                         "claim was answered: the first ControllerPublishVolume ended early?")
+        self.assertEqual(series[running], 1)
+        self.assertEqual(series['berth_plugin_operations{kind="claim",plugin="fast",'
+                                'state="queued"}'], 0)
+        self.assertEqual([c for c in slow.records() if c["method"] == "ControllerPublishVolume"],
+                         [], "slow answered a ControllerPublishVolume before its 60 s delay")
+
+    def test_a_release_asked_again_while_it_runs_gets_its_outcome(self):
+        """A retried `volume release` (or the volume watcher) while the
+        release runs joins it and answers as it does; it used to wait behind
+        it in the volume's actor and then fail "has no claim" (issue 28)."""
+        self.tmp = tempfile.mkdtemp(prefix="berth-join-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        # NodeUnpublishVolume takes 12 s (over two of the step's 5 s pings): the
+        # second release arrives during it.
+        self.plugin = Plugin(self.tmp, extra_args=["--delay", "NodeUnpublishVolume=12000"]).start()
+        self.addCleanup(self.plugin.kill)
+        self.agent = agent_with_plugin(self.tmp, self.plugin)
+        self.addCleanup(self.agent.kill)
+        self.addCleanup(unmount_under, self.tmp)
+        self.create(1)
+        self.ok("volume", "claim", "v0", "--alloc", "a0", "--node", "n1")
+        first = subprocess.Popen(
+            [BERTH, "--address", self.agent.address, "--timeout", "300", "volume", "release",
+             "v0", "--alloc", "a0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(first.wait)
+        self.addCleanup(first.kill)
+
+        def unpublishing():
+            v = self.ok("--json", "volume", "status", "v0").json()
+            return [c["state"] for c in v.get("claims", [])] == ["unpublishing"]
+        self.wait_for(unpublishing, "the first release committed its intent")
+        second = self.ok("volume", "release", "v0", "--alloc", "a0")
+        out, err = first.communicate(timeout=120 * max(TIME_SCALE, 1))
+        self.assertEqual(first.returncode, 0, err)
+        self.assertIn("released", out)
+        self.assertIn("claim of alloc 'a0' on volume 'v0' released", second.out)
+        self.assertEqual(self.ok("--json", "volume", "status", "v0").json().get("claims", []), [])
+        # One NodeUnpublishVolume: the second release ran nothing of its own.
+        self.assertEqual([m for m, _ in self.plugin.calls()].count("NodeUnpublishVolume"), 1)
+
+    def healthy(self, plugin):
+        r = berth(self.agent, "--json", "plugin", "status", plugin)
+        return r.code == 0 and r.json()["nodes_healthy"] == 1 and \
+            r.json()["controllers_healthy"] == 1
+
+    def wait_for(self, cond, what, timeout=60):
+        deadline = time.time() + timeout * max(TIME_SCALE, 1)
+        while not cond():
+            if time.time() > deadline:
+                self.fail("timed out waiting for: " + what)
+            time.sleep(0.1)
 
     def test_a_bad_plugin_option_is_refused_naming_it(self):
         with tempfile.TemporaryDirectory() as tmp:

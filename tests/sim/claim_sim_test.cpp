@@ -132,6 +132,13 @@ struct null_metrics : metrics {
   void watcher_retry() override {}
   void mailbox(const std::string&, size_t) override {}
   void watcher_pending(size_t) override {}
+  // How often a claim or a release was seen waiting for its plugin's
+  // window (control/admission): evidence the schedules queue both.
+  void plugin_operations(const std::string&, const std::string& kind, size_t,
+                         size_t queued) override {
+    if (queued > 0) ++(kind == "claim" ? claims_queued : releases_queued);
+  }
+  uint64_t claims_queued = 0, releases_queued = 0;
   void allocs(const std::string&, size_t) override {}
   void nodes(const std::string&, size_t) override {}
   std::shared_ptr<prometheus::Collectable> registry() override { return nullptr; }
@@ -147,7 +154,7 @@ struct coverage {
            volume_actor_stops = 0, volume_actor_waits = 0,
            availability_set = 0, drains = 0, paused_refusals = 0, csi_expired = 0, expands = 0,
            expands_refused = 0, controller_expands = 0, node_expands = 0, stage_expands = 0,
-           expansions_finished = 0;
+           expansions_finished = 0, claims_queued = 0, releases_queued = 0;
 } totals;
 
 // --- the simulated world ----------------------------------------------------
@@ -1892,6 +1899,9 @@ class simulation {
     // Volume actors come and go: stopped at the first tick they are idle
     // (requests often arrive while one stops), after 1 s idle, or never.
     options.volume_idle_ms = std::array<int64_t, 3>{0, 1000, -1}[w.seed % 3];
+    // The plugin's window (berthd --plugin-window): claims and releases
+    // queue at the leader behind one or two of their plugin's, or never.
+    options.plugin_window = std::array<size_t, 4>{1, 2, 64, 0}[(w.seed / 3) % 4];
     options.term = w.term;
     w.leader = w.sys->spawn(leader, caf::actor_cast<replicated_log_actor>(w.log), w.contents(),
                             stats_, options);
@@ -1990,6 +2000,8 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
     ++totals.seeds;
     totals.volume_actor_stops += sim.stats().actor_stops;
     totals.volume_actor_waits += sim.stats().actor_waits;
+    totals.claims_queued += sim.stats().claims_queued;
+    totals.releases_queued += sim.stats().releases_queued;
     if (why.empty()) continue;
     ++failures;
     FAIL_CHECK("claim simulation failed at seed "
@@ -2017,10 +2029,17 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
       << totals.expands << " volume expands (" << totals.expands_refused
       << " refused or unanswered, " << totals.controller_expands << " ControllerExpandVolume, "
       << totals.node_expands << " NodeExpandVolume, " << totals.stage_expands << " at a stage, "
-      << totals.expansions_finished << " expansions finished)");
+      << totals.expansions_finished << " expansions finished); " << totals.claims_queued
+      << " claims and " << totals.releases_queued
+      << " releases seen waiting for their plugin's window");
   // Evidence that the schedules reach a request arriving while its volume's
   // actor is being stopped (control/activation).
   if (totals.seeds >= 100) CHECK(totals.volume_actor_waits > 0);
+  // ... and claims and releases waiting at the leader for their turn.
+  if (totals.seeds >= 100) {
+    CHECK(totals.claims_queued > 0);
+    CHECK(totals.releases_queued > 0);
+  }
   // ... and expansions that finish, through a node and at a stage.
   if (totals.seeds >= 100) {
     CHECK(totals.expansions_finished > 0);

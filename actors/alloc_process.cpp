@@ -50,7 +50,15 @@ alloc_spawn start_alloc_process(const v1::Alloc& alloc, const std::string& dir,
   env.push_back("BERTH_ALLOC_ID=" + alloc.id());
   for (const auto& v : alloc.volumes())
     env.push_back(volume_env_name(v.name()) + "=" + v.published_path());
-  std::vector<std::string> args{"berth-alloc", "--exit-file", out.exit_file};
+  // The supervisor's go (see alloc_spawn::start_fd): both ends close on
+  // exec, so no other child keeps the pipe open; the read end is dup'ed to
+  // fd 3 in the supervisor (dup2 clears close-on-exec there).
+  int go[2];
+  if (pipe2(go, O_CLOEXEC) != 0) {
+    out.error = std::string("cannot make its start pipe: ") + std::strerror(errno);
+    return out;
+  }
+  std::vector<std::string> args{"berth-alloc", "--exit-file", out.exit_file, "--start-fd", "3"};
   if (!supervision.lease_file.empty()) {
     args.insert(args.end(), {"--lease-file", supervision.lease_file, "--kill-timeout-ms",
                              std::to_string(supervision.kill_timeout_ms)});
@@ -72,6 +80,7 @@ alloc_spawn start_alloc_process(const v1::Alloc& alloc, const std::string& dir,
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, go[0], 3);
   posix_spawn_file_actions_addchdir_np(&fa, dir.c_str());
   posix_spawnattr_setpgroup(&attr, 0);
   sigset_t none;
@@ -89,13 +98,29 @@ alloc_spawn start_alloc_process(const v1::Alloc& alloc, const std::string& dir,
   int rc = posix_spawnp(&pid, supervision.binary.c_str(), &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
+  close(go[0]);
   if (rc != 0) {
+    close(go[1]);
     out.error = "cannot start its supervisor " + supervision.binary + ": " + std::strerror(rc) +
                 " (install berth-alloc next to berthd or in PATH)";
     return out;
   }
   out.pid = pid;
+  out.start_fd = go[1];
   return out;
+}
+
+void release_alloc_process(alloc_spawn& s, bool go) {
+  if (s.start_fd < 0) return;
+  if (go) {
+    char byte = 1;
+    ssize_t n;
+    do {
+      n = write(s.start_fd, &byte, 1);
+    } while (n < 0 && errno == EINTR);
+  }
+  close(s.start_fd);
+  s.start_fd = -1;
 }
 
 alloc_exit check_alloc_process(int64_t pid, const std::string& exit_file) {

@@ -19,7 +19,16 @@ struct alloc_spawn {
   int64_t pid = 0;        // also the process group id
   std::string exit_file;  // DIR/exit
   std::string error;      // set when it could not start
+  // The pipe the supervisor waits on before it starts the command
+  // (berth-alloc --start-fd): give it the go with release_alloc_process
+  // once the alloc's record is durable.  Closed without the go (this
+  // process died), the command never starts.
+  int start_fd = -1;
 };
+
+// Lets the supervisor start the command (once its record is durable), or,
+// with go false, closes the pipe so that it never does.  Idempotent.
+void release_alloc_process(alloc_spawn& s, bool go = true);
 
 // How the supervisor guards the command.
 struct alloc_supervision {

@@ -68,19 +68,25 @@ std::optional<failure> start_alloc(client_store& store, alloc_table& allocs, con
                                    const alloc_supervision& supervision) {
   alloc_record rec;
   rec.alloc = a;
+  alloc_spawn spawned;
   if (!a.command().empty()) {
     auto dir = (std::filesystem::path(alloc_dir) / a.id()).string();
-    auto spawned = start_alloc_process(a, dir, supervision);
+    spawned = start_alloc_process(a, dir, supervision);
     if (!spawned.error.empty())
       return failure{errc::internal, "node '" + node_id + "' could not start alloc '" + a.id() +
                                          "': " + spawned.error};
     rec.pid = spawned.pid;
     rec.exit_file = spawned.exit_file;
   }
+  // The supervisor waits for its go until the record (its pid) is durable:
+  // a client killed before leaves no command that a restarted one does not
+  // know of and could not stop.
   if (auto f = store.put_alloc(rec)) {
+    release_alloc_process(spawned, false);
     if (rec.pid) signal_alloc_process(rec.pid, SIGKILL);
     return store_failure(store, "record alloc '" + a.id() + "' (its command was killed)", *f);
   }
+  release_alloc_process(spawned, true);
   allocs[a.id()] = std::move(rec);
   return std::nullopt;
 }

@@ -12,10 +12,18 @@
 //     after the servers handed its volume to another node.
 //   - the command dies with it (PR_SET_PDEATHSIG): a writer never runs
 //     without its guard.
+//   - with --start-fd N, the command starts only once the agent wrote a
+//     byte to that pipe, which it does once the alloc's record (its pid) is
+//     durable in client.db; an agent that dies before (the pipe's end
+//     reads EOF) leaves no command behind that no restarted agent knows
+//     of and could stop (fault.short: a client killed between starting
+//     an alloc's supervisor and recording it; the alloc's stop found no
+//     record, its claims were released, its command read on).
 // It ignores SIGTERM, SIGINT and SIGHUP itself (they are for the command:
 // it reports the command's end) and ends the way the command ended.
 //
-//   berth-alloc --exit-file FILE [--lease-file FILE --kill-timeout-ms MS] -- COMMAND [ARGS...]
+//   berth-alloc --exit-file FILE [--lease-file FILE --kill-timeout-ms MS] [--start-fd N]
+//               -- COMMAND [ARGS...]
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -60,8 +68,8 @@ std::string boot_id() {
 int usage(const char* why) {
   std::fprintf(stderr,
                "berth-alloc: %s\n"
-               "usage: berth-alloc --exit-file FILE [--lease-file FILE --kill-timeout-ms MS] -- "
-               "COMMAND [ARGS...]\n"
+               "usage: berth-alloc --exit-file FILE [--lease-file FILE --kill-timeout-ms MS] "
+               "[--start-fd N] -- COMMAND [ARGS...]\n"
                "(started by berthd for each alloc's command; not for use by hand)\n",
                why);
   return 2;
@@ -72,6 +80,7 @@ int usage(const char* why) {
 int main(int argc, char** argv) {
   std::string exit_file, lease_file;
   int64_t kill_timeout_ms = 5000;
+  int start_fd = -1;
   int i = 1;
   for (; i < argc; ++i) {
     std::string a = argv[i];
@@ -86,6 +95,8 @@ int main(int argc, char** argv) {
       lease_file = argv[++i];
     else if (a == "--kill-timeout-ms")
       kill_timeout_ms = std::atoll(argv[++i]);
+    else if (a == "--start-fd")
+      start_fd = std::atoi(argv[++i]);
     else
       return usage(("unknown option " + a).c_str());
   }
@@ -104,6 +115,21 @@ int main(int argc, char** argv) {
   // The group this process leads is the alloc's: the agent signals it,
   // and the fence's SIGKILL takes everything the command started.
   if (getpgrp() != getpid()) setpgid(0, 0);
+  if (start_fd >= 0) {
+    char go = 0;
+    ssize_t n;
+    do {
+      n = read(start_fd, &go, 1);
+    } while (n < 0 && errno == EINTR);
+    close(start_fd);
+    if (n != 1) {
+      std::fprintf(stderr,
+                   "berth-alloc: the agent ended before it recorded this alloc; its command %s "
+                   "is not started\n",
+                   argv[i]);
+      return 125;
+    }
+  }
   const pid_t supervisor = getpid();
   // The lease as it stands when the command starts (read again each time
   // what was read has run out).

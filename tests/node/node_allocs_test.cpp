@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -336,4 +337,58 @@ TEST_CASE("allocs: an alloc without a lease file is never fenced, and its comman
   while (!process_gone(command) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(process_gone(command));
+}
+
+TEST_CASE("allocs: a supervisor starts its command only on the agent's go, never when the agent "
+          "ends before recording it") {
+  // fault.short: a client killed between starting an alloc's supervisor
+  // and recording the alloc in client.db left a command running that its
+  // restarted client did not know of; the alloc's stop found nothing to
+  // stop and its claims were released while the command read on.
+  temp_dir d;
+  auto started = [&](const std::string& id) { return d.path / ("started-" + id); };
+  auto spawn = [&](const std::string& id) {
+    auto s = start_alloc_process(alloc_with(id, {"sh", "-c", "touch " + started(id).string()}),
+                                 (d.path / "allocs" / id).string(), supervised());
+    REQUIRE(s.error.empty());
+    REQUIRE(s.start_fd >= 0);
+    return s;
+  };
+  auto ended = [](alloc_spawn& s) {
+    int status = 0;
+    REQUIRE(waitpid(static_cast<pid_t>(s.pid), &status, 0) == s.pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  // Two supervisors waiting at once: the first's pipe closed without the go
+  // ends it, though the second (which must hold no end of the first's pipe)
+  // still waits.
+  auto a = spawn("a");
+  auto b = spawn("b");
+  release_alloc_process(a, false);
+  CHECK(ended(a) == 125);
+  CHECK_FALSE(std::filesystem::exists(started("a")));
+  std::ifstream err(d.path / "allocs" / "a" / "stderr");
+  std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  CHECK(text.find("is not started") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(started("b")));  // no go yet
+  release_alloc_process(b, true);
+  CHECK(ended(b) == 0);
+  CHECK(std::filesystem::exists(started("b")));
+  release_alloc_process(b, true);  // again: nothing
+  CHECK(b.start_fd == -1);
+}
+
+TEST_CASE("allocs: start_alloc gives the go once the alloc is recorded") {
+  temp_dir d;
+  auto store_db = must(client_store::open((d.path / "client.db").string()));
+  alloc_table t;
+  auto marker = (d.path / "ran").string();
+  REQUIRE_FALSE(start_alloc(*store_db, t, alloc_with("r", {"sh", "-c", "touch " + marker}),
+                            (d.path / "allocs").string(), "n1", supervised()));
+  REQUIRE(wait_for_exit(*store_db, t, "r"));
+  CHECK(t.at("r").exit_code == 0);
+  CHECK(std::filesystem::exists(marker));
+  auto recorded = must(store_db->allocs());
+  REQUIRE(recorded.size() == 1);
+  CHECK(recorded[0].pid == t.at("r").pid);
 }

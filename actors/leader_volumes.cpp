@@ -427,23 +427,30 @@ namespace {
 using claim_done_fn = std::function<void(std::optional<failure>, v1::ClaimResult)>;
 using release_done_fn = std::function<void(std::optional<failure>, v1::Volume)>;
 
+// The volume a claim names, as the catalog has it now; none (and the claim
+// answered with why) when it is not registered.
+std::optional<volume_key> claimed_volume(const self_ptr& self, const v1::ClaimRequest& c,
+                                         const claim_done_fn& done) {
+  auto found = lookup_volume(self->state.cat, c.namespace_(), c.volume_id());
+  if (!found.error) return found.key;
+  done(found.error.value_or(
+           failure{errc::not_found, "volume " + quoted(c.volume_id()) + " vanished"}),
+       {});
+  return std::nullopt;
+}
+
 // A claim whose turn in its plugin's window came: judged again on the
 // catalog as it is now (the volume, the node's client, its volume count).
 void route_claim(const self_ptr& self, v1::ClaimRequest c, claim_done_fn done) {
   auto& st = self->state;
-  auto found = lookup_volume(st.cat, c.namespace_(), c.volume_id());
-  if (found.error) {
-    done(found.error.value_or(
-             failure{errc::not_found, "volume " + quoted(c.volume_id()) + " vanished"}),
-         {});
-    return;
-  }
+  auto found_key = claimed_volume(self, c, done);
+  if (!found_key) return;
   if (auto f = refuse_client_away(st.cat, c.node_id(), static_cast<bool>(node_of(self, c.node_id())),
                                   st.marking_down.count(c.node_id()) > 0)) {
     done(*f, {});
     return;
   }
-  const auto key = found.key;
+  const auto key = *found_key;
   const auto plugin_id = volume_at(st.cat, key).plugin_id();
   const auto* node = find_node(st.cat, c.node_id());
   c.set_node_unmounts_pending(
@@ -471,15 +478,22 @@ void route_claim(const self_ptr& self, v1::ClaimRequest c, claim_done_fn done) {
       pick_controller(self, plugin_id));
 }
 
+// The volume a release names, as the catalog has it now; none (and the
+// release answered with why) when it is not registered.
+std::optional<v1::Volume> released_volume(const self_ptr& self, const v1::ReleaseRequest& r,
+                                          const release_done_fn& done) {
+  auto vol = find_volume(self->state.cat, {ns_or_default(r.namespace_()), r.volume_id()});
+  if (!vol)
+    done(failure{errc::not_found, "volume " + quoted(r.volume_id()) + " is not registered"}, {});
+  return vol;
+}
+
 // A release whose turn in its plugin's window came.
 void route_release(const self_ptr& self, v1::ReleaseRequest r, release_done_fn done) {
   auto& st = self->state;
   volume_key key{ns_or_default(r.namespace_()), r.volume_id()};
-  auto vol = find_volume(st.cat, key);
-  if (!vol) {
-    done(failure{errc::not_found, "volume " + quoted(r.volume_id()) + " is not registered"}, {});
-    return;
-  }
+  auto vol = released_volume(self, r, done);
+  if (!vol) return;
   node_actor target;
   if (const auto* c = find_claim(*vol, r.alloc_id())) {
     target = node_of(self, c->node_id());
@@ -511,14 +525,9 @@ void route_release(const self_ptr& self, v1::ReleaseRequest r, release_done_fn d
 // turn with the other claims of its plugin (admit).
 void claim_volume(const self_ptr& self, v1::ClaimRequest c, claim_done_fn done) {
   auto& st = self->state;
-  auto found = lookup_volume(st.cat, c.namespace_(), c.volume_id());
-  if (found.error) {
-    done(found.error.value_or(
-             failure{errc::not_found, "volume " + quoted(c.volume_id()) + " vanished"}),
-         {});
-    return;
-  }
-  const auto plugin_id = volume_at(st.cat, found.key).plugin_id();
+  auto key = claimed_volume(self, c, done);
+  if (!key) return;
+  const auto plugin_id = volume_at(st.cat, *key).plugin_id();
   // alloc stop waits for this claim (its entry commits the alloc record),
   // also while it waits for its turn.
   ++st.claims_in_flight[c.alloc_id()];
@@ -544,11 +553,8 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c, claim_done_fn done) 
 void release_claim(const self_ptr& self, v1::ReleaseRequest r, release_done_fn done) {
   auto& st = self->state;
   volume_key key{ns_or_default(r.namespace_()), r.volume_id()};
-  auto vol = find_volume(st.cat, key);
-  if (!vol) {
-    done(failure{errc::not_found, "volume " + quoted(r.volume_id()) + " is not registered"}, {});
-    return;
-  }
+  auto vol = released_volume(self, r, done);
+  if (!vol) return;
   auto claim = key.first + "/" + key.second + "/" + r.alloc_id();
   auto& runs = st.releases_running[claim];
   for (auto& run : runs)

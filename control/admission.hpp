@@ -20,9 +20,13 @@
 
 namespace berth {
 
-// berthd --plugin-window's default: above a plugin's usual controller and
-// node call limits (16 each), so a storm still keeps its plugin busy.
-inline constexpr size_t default_plugin_window = 64;
+// berthd --plugin-window's default.  A claim holds its place through all
+// its CSI steps, so the window must cover the claims in ControllerPublish
+// and those waiting for a node call (a client runs 16 at once): at 64,
+// a 1,000-claim storm on a client with max_controller_calls=64 took 7.4-9.4 s
+// against 6.2-7.7 s with no window; at 128, 5.9 s, with another plugin's
+// claim p99 during it 541 ms against 761-1,280 ms (bench/README, run 20).
+inline constexpr size_t default_plugin_window = 128;
 
 class admission {
  public:

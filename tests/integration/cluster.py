@@ -292,6 +292,29 @@ class Cluster:
                 pass
 
 
+def fold_repeats(lines):
+    """Consecutive log lines equal but for their first word (the time) as
+    one, followed by how many more there were."""
+    out, last, more = [], None, 0
+
+    def flush():
+        if more:
+            out.append("    (the line above %d more time%s, until %s)\n" %
+                       (more, "s" if more > 1 else "", until))
+    until = ""
+    for line in lines:
+        body = line.split(" ", 1)[1] if " " in line else line
+        if body == last:
+            more += 1
+            until = line.split(" ", 1)[0]
+            continue
+        flush()
+        out.append(line)
+        last, more = body, 0
+    flush()
+    return out
+
+
 class ClusterTestCase(unittest.TestCase):
     """A test on a fresh 3-server cluster in its own temporary directory,
     stopped (and its mounts undone) after the test. SERVER_ARGS: more berthd
@@ -328,11 +351,13 @@ class ClusterTestCase(unittest.TestCase):
 
     def print_logs(self, lines=40):
         """The end of every berthd's log (a failed test's, so CI shows what
-        happened: the directory itself is removed)."""
+        happened: the directory itself is removed).  A line repeated but for
+        its time is printed once with its count, so a test that polls (a
+        `system gc` every 0.1 s) does not push out what happened before."""
         for path in sorted(glob.glob(os.path.join(self.tmp, "*.log"))):
             try:
                 with open(path, errors="replace") as f:
-                    tail = f.readlines()[-lines:]
+                    tail = fold_repeats(f.readlines())[-lines:]
             except OSError:
                 continue
             print("--- last %d lines of %s" % (len(tail), os.path.basename(path)), file=sys.stderr)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -113,11 +114,23 @@ alloc_spawn start_alloc_process(const v1::Alloc& alloc, const std::string& dir,
 void release_alloc_process(alloc_spawn& s, bool go) {
   if (s.start_fd < 0) return;
   if (go) {
+    // A supervisor that died already (killed) makes the write fail with
+    // EPIPE: its SIGPIPE, which would end this process, is blocked here
+    // and taken back (the alloc is recorded: its exit is seen as any other).
+    sigset_t pipe_signal, old;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, &old);
     char byte = 1;
     ssize_t n;
     do {
       n = write(s.start_fd, &byte, 1);
     } while (n < 0 && errno == EINTR);
+    if (n < 0 && errno == EPIPE) {
+      timespec now{0, 0};
+      sigtimedwait(&pipe_signal, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
   }
   close(s.start_fd);
   s.start_fd = -1;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -376,6 +377,16 @@ TEST_CASE("allocs: a supervisor starts its command only on the agent's go, never
   CHECK(std::filesystem::exists(started("b")));
   release_alloc_process(b, true);  // again: nothing
   CHECK(b.start_fd == -1);
+  // The go to a supervisor that died meanwhile does not end this process
+  // (its SIGPIPE is taken back): the alloc's exit is seen as any other.
+  std::signal(SIGPIPE, SIG_DFL);
+  auto c = spawn("c");
+  REQUIRE(kill(static_cast<pid_t>(c.pid), SIGKILL) == 0);
+  int status = 0;
+  REQUIRE(waitpid(static_cast<pid_t>(c.pid), &status, 0) == c.pid);
+  release_alloc_process(c, true);
+  CHECK(c.start_fd == -1);
+  CHECK_FALSE(std::filesystem::exists(started("c")));
 }
 
 TEST_CASE("allocs: start_alloc gives the go once the alloc is recorded") {

@@ -389,6 +389,46 @@ TEST_CASE("allocs: a supervisor starts its command only on the agent's go, never
   CHECK_FALSE(std::filesystem::exists(started("c")));
 }
 
+TEST_CASE("allocs: a stop signalled while the supervisor waits for the go reaches the command") {
+  // An `alloc stop` right after the go: its SIGTERM to the alloc's group
+  // found the supervisor (which blocks it, the signals being for the
+  // command) before the command existed, and the command ran on until the
+  // SIGKILL after the grace period ("SIGTERM stops a command's process
+  // group" failed under load).  Here the SIGTERM is sent once the
+  // supervisor blocks it and waits for the go, before the go.
+  temp_dir d;
+  auto s = start_alloc_process(alloc_with("t", {"sleep", "60"}), (d.path / "allocs" / "t").string(),
+                               supervised());
+  REQUIRE(s.error.empty());
+  auto blocks_sigterm = [&] {
+    std::ifstream in("/proc/" + std::to_string(s.pid) + "/status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("SigBlk:", 0) == 0)
+        return (std::stoull(line.substr(7), nullptr, 16) >> (SIGTERM - 1)) & 1;
+    return 0ull;
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!blocks_sigterm() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(blocks_sigterm());
+  signal_alloc_process(s.pid, SIGTERM);
+  release_alloc_process(s, true);
+  // The command ends of the SIGTERM, not of the end of its 60 s: the
+  // supervisor records 143 and ends as it did.
+  int status = 0;
+  auto started_wait = std::chrono::steady_clock::now();
+  REQUIRE(waitpid(static_cast<pid_t>(s.pid), &status, 0) == s.pid);
+  auto waited = std::chrono::steady_clock::now() - started_wait;
+  CHECK(waited < std::chrono::seconds(50));
+  CHECK(WIFSIGNALED(status));
+  if (WIFSIGNALED(status)) CHECK(WTERMSIG(status) == SIGTERM);
+  std::ifstream exit_file(s.exit_file);
+  int code = 0;
+  CHECK((exit_file >> code));
+  CHECK(code == 128 + SIGTERM);
+}
+
 TEST_CASE("allocs: start_alloc gives the go once the alloc is recorded") {
   temp_dir d;
   auto store_db = must(client_store::open((d.path / "client.db").string()));

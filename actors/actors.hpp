@@ -35,6 +35,10 @@ using applied_atom = caf::atom_constant<caf::atom("applied")>;
 using changed_atom = caf::atom_constant<caf::atom("changed")>;
 using claim_atom = caf::atom_constant<caf::atom("claim")>;
 using condition_atom = caf::atom_constant<caf::atom("condition")>;
+// A node's question to the helper of a CSI step (actors/node_call.hpp)
+// right before the step's call is sent: whether it still waits for the
+// step (bool).  Only the helper answers it; it is no actor's interface.
+using confirm_atom = caf::atom_constant<caf::atom("confirm")>;
 using create_atom = caf::atom_constant<caf::atom("create")>;
 using csi_atom = caf::atom_constant<caf::atom("csi")>;
 using ctrl_publish_atom = caf::atom_constant<caf::atom("ctrlpub")>;

@@ -64,6 +64,32 @@ void on_done(self_ptr self, const std::string& plugin, const std::shared_ptr<met
   run_ready(self, plugin, stats);
 }
 
+// Sends a job the gate started to a worker.
+void send_job(self_ptr self, const std::string& plugin, const std::shared_ptr<metrics>& stats,
+              uint64_t ticket) {
+  auto& st = self->state;
+  auto it = st.jobs.find(ticket);
+  if (it == st.jobs.end()) return;
+  csi_plugin_actor worker;
+  if (st.idle.empty()) {
+    worker = self->spawn<caf::detached + caf::linked>(csi_worker, st.client);
+    ++st.workers;
+  } else {
+    worker = std::move(st.idle.back());
+    st.idle.pop_back();
+  }
+  self->request(worker, caf::infinite, csi_atom::value, it->second.job)
+      .then(
+          [self, plugin, stats, ticket, worker](csi_outcome& out) {
+            on_done(self, plugin, stats, ticket, worker, std::move(out));
+          },
+          [self, plugin, stats, ticket, worker](caf::error& e) {
+            csi_outcome out;
+            out.error = failure{errc::internal, "CSI call failed: " + to_string(e)};
+            on_done(self, plugin, stats, ticket, worker, std::move(out));
+          });
+}
+
 // Hands every job the gate lets start to a worker; arms the timer for the
 // next backoff that ends.
 void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<metrics>& stats) {
@@ -116,23 +142,47 @@ void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<m
       st.gate->finish(ticket, false, steady_ms());
       continue;
     }
-    csi_plugin_actor worker;
-    if (st.idle.empty()) {
-      worker = self->spawn<caf::detached + caf::linked>(csi_worker, st.client);
-      ++st.workers;
-    } else {
-      worker = std::move(st.idle.back());
-      st.idle.pop_back();
+    if (!waiting.job.confirm) {
+      send_job(self, plugin, stats, ticket);
+      continue;
     }
-    self->request(worker, caf::infinite, csi_atom::value, st.jobs.at(ticket).job)
+    // A step of a server's helper (actors/node_call.hpp): sent only once
+    // the helper said, just now, that it still waits for it.  Its turn
+    // (the gate's slot, the volume's place) is held meanwhile.
+    auto helper = caf::actor_cast<caf::actor>(waiting.job.confirm);
+    auto refuse = [self, plugin, stats, ticket](const std::string& why) {
+      auto& st = self->state;
+      auto it = st.jobs.find(ticket);
+      if (it == st.jobs.end()) return;
+      logging::warn("csi", "CSI call not sent: the server gave up on its step",
+                    {{"plugin", plugin}, {"external_id", it->second.job.volume}, {"why", why}});
+      csi_outcome out;
+      out.error = failure{errc::unavailable,
+                          "plugin '" + plugin +
+                              "': the step reached this node after the server gave up on it (" +
+                              why + ") and its CSI call was not sent; the server retries it"};
+      it->second.rp.deliver(std::move(out));
+      st.jobs.erase(it);
+      st.gate->finish(ticket, false, steady_ms());
+    };
+    if (!helper) {
+      refuse("its sender is gone");
+      self->send(self, tick_atom::value);  // the jobs behind it, once this loop is done
+      continue;
+    }
+    self->request(helper, step_confirm_timeout, confirm_atom::value)
         .then(
-            [self, plugin, stats, ticket, worker](csi_outcome& out) {
-              on_done(self, plugin, stats, ticket, worker, std::move(out));
+            [self, plugin, stats, ticket, refuse](bool waits) {
+              if (waits) {
+                send_job(self, plugin, stats, ticket);
+                return;
+              }
+              refuse("its sender no longer waits for it");
+              run_ready(self, plugin, stats);
             },
-            [self, plugin, stats, ticket, worker](caf::error& e) {
-              csi_outcome out;
-              out.error = failure{errc::internal, "CSI call failed: " + to_string(e)};
-              on_done(self, plugin, stats, ticket, worker, std::move(out));
+            [self, plugin, stats, refuse](caf::error& e) {
+              refuse("its sender did not confirm it: " + to_string(e));
+              run_ready(self, plugin, stats);
             });
   }
   report(self, plugin, stats);

@@ -62,10 +62,25 @@ void note_step_sender(self_ptr self, const caf::actor_addr& sender) {
   }
 }
 
+// The job of a step whose sender asked to confirm its start
+// (NodeVolumeRequest.confirm_start): the plugin's connection asks `sender`
+// right before the call is sent (actors/node_call.hpp).
+std::function<csi_job(bool)> confirmed_by(std::function<csi_job(bool)> make_job,
+                                          bool confirm_start, const caf::actor_addr& sender) {
+  if (!confirm_start) return make_job;
+  return [make_job = std::move(make_job), sender](bool stages) {
+    auto job = make_job(stages);
+    job.confirm = sender;
+    return job;
+  };
+}
+
 template <class Promise, class OnOk>
 void run(self_ptr self, const std::string& plugin_id, std::function<csi_job(bool)> make_job,
-         Promise rp, OnOk on_ok) {
-  note_step_sender(self, sender_of(rp));
+         Promise rp, OnOk on_ok, bool confirm_start) {
+  auto sender = sender_of(rp);
+  note_step_sender(self, sender);
+  make_job = confirmed_by(std::move(make_job), confirm_start, sender);
   auto done = [rp, on_ok](csi_outcome& out) mutable {
     if (out.error)
       rp.deliver(to_error(*out.error));
@@ -122,7 +137,7 @@ void deliver_result(result_promise& rp, csi_outcome& out) {
 // failed unstage keeps the record, so that the retry unstages.
 void unstage_if_last(self_ptr self, const mount_key& key, const v1::NodeVolumeRequest& r,
                      const claim_paths& paths, bool unstaged, uint64_t leader_term,
-                     std::function<void(csi_outcome&)> then) {
+                     const caf::actor_addr& sender, std::function<void(csi_outcome&)> then) {
   auto& st = self->state;
   csi_outcome none;
   if (paths.staging.empty() ||
@@ -134,7 +149,8 @@ void unstage_if_last(self_ptr self, const mount_key& key, const v1::NodeVolumeRe
     return csi_job{[=](csi::client& c) { return unstage_claim(c, r, paths, stages, at); },
                    call_kind::node, r.volume().external_id(), leader_term};
   };
-  if (run_csi(self, r.plugin_id(), make, then, [then](caf::error e) {
+  if (run_csi(self, r.plugin_id(), confirmed_by(make, r.confirm_start(), sender), then,
+              [then](caf::error e) {
         csi_outcome out;
         out.error = to_failure(e);
         then(out);
@@ -339,7 +355,8 @@ void unmount_all(self_ptr self, std::vector<unmount> unmounts, std::function<voi
             one_done(false);
             return;
           }
-          unstage_if_last(self, key, r, paths, unstaged, 0, [self, key, one_done](csi_outcome& out) {
+          unstage_if_last(self, key, r, paths, unstaged, 0, caf::actor_addr{},
+                          [self, key, one_done](csi_outcome& out) {
             auto& st = self->state;
             st.unmounting.erase(key);
             if (out.error) {
@@ -566,14 +583,15 @@ void start_polling(self_ptr self) {
 // `volume`: the CSI volume id (or, before CreateVolume, berth's key of it).
 template <class T, class Call, class OnOk>
 caf::result<T> controller_call(self_ptr self, const std::string& plugin_id, uint64_t term,
-                               std::string volume, Call call, OnOk on_ok) {
+                               std::string volume, Call call, OnOk on_ok,
+                               bool confirm_start = false) {
   if (auto f = self->state.fence.admit(*self->state.store, term)) return to_error(*f);
   auto rp = self->make_response_promise<T>();
   auto make = [call, at = where(self->state.config.node_id, plugin_id), volume, term](bool) {
     return csi_job{[call, at](csi::client& c) { return call(c, at); }, call_kind::controller,
                    volume, term};
   };
-  run(self, plugin_id, make, rp, on_ok);
+  run(self, plugin_id, make, rp, on_ok, confirm_start);
   return rp;
 }
 
@@ -750,7 +768,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
                 rp.deliver(to_error(*f));
               else
                 deliver_result(rp, out);
-            });
+            },
+            r.confirm_start());
         return rp;
       },
       [self](unpublish_atom,
@@ -771,7 +790,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         st.unpublishing.insert(key);
         run(self, r.plugin_id(), make, unpublish_promise{self, key, rp},
             [self, key, r, paths, others](unpublish_promise& rp, csi_outcome&) {
-              unstage_if_last(self, key, r, paths, !others, r.leader_term(), [self, key, rp](csi_outcome& out) mutable {
+              unstage_if_last(self, key, r, paths, !others, r.leader_term(), sender_of(rp),
+                              [self, key, rp](csi_outcome& out) mutable {
                 auto& st = self->state;
                 if (out.error) {
                   rp.deliver(to_error(*out.error));
@@ -782,7 +802,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
                   deliver_result(rp.rp, out);
                 }
               });
-            });
+            },
+            r.confirm_start());
         return rp;
       },
       [self](ctrl_publish_atom,
@@ -793,7 +814,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         };
         return controller_call<pb<v1::NodeVolumeResult>>(
             self, req.msg.plugin_id(), req.msg.leader_term(), req.msg.volume().external_id(), call,
-            deliver_result);
+            deliver_result, req.msg.confirm_start());
       },
       [self](ctrl_unpublish_atom,
              pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
@@ -803,7 +824,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         };
         return controller_call<pb<v1::NodeVolumeResult>>(
             self, req.msg.plugin_id(), req.msg.leader_term(), req.msg.volume().external_id(), call,
-            deliver_result);
+            deliver_result, req.msg.confirm_start());
       },
       [self](create_atom, pb<v1::Volume>& req, uint64_t term) -> caf::result<pb<v1::Volume>> {
         auto call = [v = req.msg](csi::client& c, const std::string& at) {
@@ -899,7 +920,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         };
         return controller_call<pb<v1::NodeVolumeResult>>(
             self, req.msg.plugin_id(), req.msg.leader_term(), req.msg.volume().external_id(), call,
-            deliver_result);
+            deliver_result, req.msg.confirm_start());
       },
       [self](expand_atom, pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
         log_request("node_expand", req.msg);
@@ -926,7 +947,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
           return csi_job{[=](csi::client& c) { return node_expand(c, r, paths, staged, at); },
                          call_kind::node, r.volume().external_id(), r.leader_term()};
         };
-        run(self, r.plugin_id(), make, rp, deliver_result);
+        run(self, r.plugin_id(), make, rp, deliver_result, r.confirm_start());
         return rp;
       },
       [self](run_atom, pb<v1::Alloc>& req) -> caf::result<bool> {

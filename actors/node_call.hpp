@@ -21,6 +21,16 @@
 // fail the step as `unavailable` too (issue 26, partition-client with
 // proxies, seed 3: a release held its volume for the 75 s step timeout).
 //
+// And a step can arrive late: sent just before a partition, held in TCP
+// while the helper gave up on it and its caller went on (another
+// controller unpublished the volume, the volume was published again), then
+// delivered after the heal.  Run then, it would undo what was done since.
+// So the node asks the helper, right before the step's call is sent,
+// whether it still waits for it (confirm_atom; the request's
+// confirm_start), and sends nothing without a yes within
+// step_confirm_timeout; a helper that gave up has quit and answers nothing
+// (control/lease: step_failure_hold_ms).
+//
 // call_node spawns a small helper actor that monitors the node actor, sends
 // the request, and answers with the node's result, the timeout error, an
 // `unavailable` error on the node actor's down message or an unanswered
@@ -33,13 +43,16 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/response_promise.hpp>
 
 #include "actors/actors.hpp"
+#include "actors/clock.hpp"
 #include "control/lease.hpp"
 
 namespace berth {
@@ -60,13 +73,33 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
     bool node_down = false;
     bool answered = false;
     step_watch watch;  // the pings' answers (control/lease.hpp)
+    int64_t confirmed_ms = 0;  // the last yes to the node's confirm_atom
+    std::optional<caf::error> failure;  // held until the call cannot start
     caf::response_promise rp;
   };
   auto c = std::make_shared<call>();
+  // Fails the step once a call the node may have been told to send can no
+  // longer start (control/lease: step_failure_hold_ms).
+  auto fail = [self, c](caf::error e) {
+    auto hold = step_failure_hold_ms(
+        c->confirmed_ms,
+        std::chrono::duration_cast<std::chrono::milliseconds>(step_confirm_timeout).count(),
+        steady_ms());
+    if (hold > 0) {
+      c->failure = std::move(e);
+      self->delayed_send(self, std::chrono::milliseconds(hold), tick_atom::value);
+      return;
+    }
+    c->answered = true;
+    c->rp.deliver(std::move(e));
+    self->quit();
+  };
   auto down_error = [] {
     return make_error(errc::unavailable,
                       "the node's berth client disconnected before it answered; the step is retried");
   };
+  // At once, held failure or not: a closed connection delivers no yes
+  // afterwards (a confirmation on the way died with it).
   self->set_down_handler([self, c, down_error](caf::down_msg&) {
     c->node_down = true;
     if (c->rp.pending() && !c->answered) {
@@ -77,42 +110,50 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
   });
   self->monitor(node);
   return {
-      // The pings while the step runs.
-      [self, c, node](tick_atom) {
+      // The node's question right before it sends the step's call.
+      [c](confirm_atom) {
+        if (c->answered || c->failure) return false;
+        c->confirmed_ms = steady_ms();
+        return true;
+      },
+      // The pings while the step runs; a failure held, once its hold ends.
+      [self, c, node, fail](tick_atom) {
         if (c->answered) return;
+        if (c->failure) {
+          auto e = std::move(*c->failure);
+          c->failure.reset();
+          fail(std::move(e));
+          return;
+        }
         self->request(node, node_ping_timeout, ping_atom::value)
             .then(
-                [self, c](bool arrived) {
-                  if (c->answered) return;
+                [self, c, fail](bool arrived) {
+                  if (c->answered || c->failure) return;
                   // Twice in a row (5 s apart): the step was sent on a
                   // route that died, and the node, reached again another
                   // way, never got it.
                   c->watch = watch_after_ping(c->watch, arrived);
                   if (step_lost(c->watch)) {
-                    c->answered = true;
-                    c->rp.deliver(make_error(
+                    fail(make_error(
                         errc::unavailable,
                         "the node's berth client answers, but the step sent to it never "
                         "arrived (its connection was replaced while the step was on the way); "
                         "the step is retried"));
-                    self->quit();
                     return;
                   }
                   self->delayed_send(self, node_ping_interval, tick_atom::value);
                 },
-                [self, c](caf::error& e) {
-                  if (c->answered) return;
-                  c->answered = true;
-                  c->rp.deliver(make_error(
+                [c, fail](caf::error& e) {
+                  if (c->answered || c->failure) return;
+                  fail(make_error(
                       errc::unavailable,
                       "the node's berth client did not answer for " +
                           std::to_string(node_ping_timeout.count()) +
                           " s while the step ran (a network partition, or a stopped "
                           "process: " + to_failure(e).message + "); the step is retried"));
-                  self->quit();
                 });
       },
-      [self, c, node, timeout, down_error](Atom atom, Request& req) {
+      [self, c, node, timeout, down_error, fail](Atom atom, Request& req) {
         c->rp = self->make_response_promise();
         if (c->node_down) {
           c->answered = true;
@@ -129,11 +170,9 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
                   c->rp.deliver(std::move(r));
                   self->quit();
                 },
-                [self, c](caf::error& e) {
-                  if (c->answered) return;
-                  c->answered = true;
-                  c->rp.deliver(std::move(e));
-                  self->quit();
+                [c, fail](caf::error& e) {
+                  if (c->answered || c->failure) return;
+                  fail(std::move(e));
                 });
       },
   };
@@ -147,6 +186,9 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
 template <class Result, class Self, class Atom, class Request>
 auto call_node(Self* self, const node_actor& node, std::chrono::milliseconds timeout, Atom atom,
                Request req) {
+  static_assert(std::is_same_v<Request, pb<v1::NodeVolumeRequest>>,
+                "a step to a node is a NodeVolumeRequest: its node confirms it with the helper");
+  req.msg.set_confirm_start(true);
   auto helper = self->spawn(detail::node_call<Result, Atom, Request>, node, timeout);
   return self->request(helper, caf::infinite, atom, std::move(req));
 }

@@ -4,6 +4,7 @@
 // actors as a caf::error.
 #pragma once
 
+#include <caf/actor_addr.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
@@ -88,6 +89,14 @@ failure to_failure(const caf::error& e);
 // idempotent, and the client runs a plugin's calls in order).
 constexpr std::chrono::seconds csi_step_timeout{75};
 
+// How long a node waits for a step's sender to confirm that it still waits
+// for the step (NodeVolumeRequest.confirm_start) before the step's CSI call
+// is sent; no answer within it and the call is not sent.  The sender's
+// helper (actors/node_call.hpp) gives up on a step it confirmed no sooner
+// than this after its confirmation (plus a second for the two clocks'
+// rates), so a call it gave up on can no longer start.
+constexpr std::chrono::seconds step_confirm_timeout{10};
+
 // --- in-process messages ----------------------------------------------------
 
 // Committed entries, in index order, for the state machine to apply.
@@ -141,6 +150,10 @@ struct csi_job {
   // against the node's publish floor when the call starts (control/lease).
   bool publish = false;
   uint64_t claim_index = 0;
+  // Who must confirm that it still waits for the step before its call is
+  // sent (null: nobody; NodeVolumeRequest.confirm_start): asked when the
+  // call's turn comes, with step_confirm_timeout.
+  caf::actor_addr confirm;
 };
 
 }  // namespace berth

@@ -170,4 +170,9 @@ step_watch watch_after_ping(step_watch w, bool arrived) {
 
 bool step_lost(const step_watch& w) { return w.unseen >= 2; }
 
+int64_t step_failure_hold_ms(int64_t confirmed_ms, int64_t confirm_timeout_ms, int64_t now_ms) {
+  if (confirmed_ms == 0) return 0;
+  return std::max<int64_t>(0, confirmed_ms + confirm_timeout_ms + 1000 - now_ms);
+}
+
 }  // namespace berth

@@ -260,4 +260,26 @@ struct step_watch {
 step_watch watch_after_ping(step_watch w, bool arrived);
 bool step_lost(const step_watch& w);
 
+// A step is sent to its plugin only once its helper confirmed, right
+// before, that it still waits for it (NodeVolumeRequest.confirm_start);
+// the node sends nothing when no confirmation comes within
+// `confirm_timeout_ms` of its question.  So a helper that gives up on a
+// step without ever confirming it knows the call never starts, and its
+// caller may go on without it: a step delivered late (a partition; TCP
+// delivers after the heal) finds nobody to confirm it.  A helper that
+// confirmed at `confirmed_ms` (0: never) holds its failure until the
+// call's latest start has passed: the node's question came before the
+// confirmation, so its wait ends before confirmed_ms + confirm_timeout_ms
+// by any clock running at the same rate (a second more for the rates).
+// How long to hold a failure found at `now_ms` (0: fail now).  Not for
+// a closed connection: a yes on the way died with it.
+//
+// What this does not cover: a call confirmed and started, whose node is
+// cut off while it runs.  Its helper fails it after the hold, and the call
+// may still be running on the plugin (at most the client's --csi-timeout
+// per call).  Holding the failure that long would hold the volume's
+// release as long (integration.lifecycle: a client killed during a release
+// step is retried at once, within 40 s).
+int64_t step_failure_hold_ms(int64_t confirmed_ms, int64_t confirm_timeout_ms, int64_t now_ms);
+
 }  // namespace berth

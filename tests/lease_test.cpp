@@ -407,6 +407,31 @@ TEST_CASE("a_lease_is_granted_only_to_a_node_committed_ready_and_not_being_marke
   }
 }
 
+TEST_CASE("a_step_failure_is_held_until_a_call_it_confirmed_can_no_longer_start") {
+  // Never confirmed: the node sends nothing without a confirmation, so the
+  // failure goes out at once, whenever it is found.
+  CHECK(step_failure_hold_ms(0, 10'000, 5) == 0);
+  CHECK(step_failure_hold_ms(0, 10'000, 1'000'000) == 0);
+  // Confirmed at 100 s: the node's question came before, so its wait for the
+  // answer ends before 110 s; a second more for the clocks' rates.
+  CHECK(step_failure_hold_ms(100'000, 10'000, 100'000) == 11'000);
+  CHECK(step_failure_hold_ms(100'000, 10'000, 105'000) == 6'000);
+  CHECK(step_failure_hold_ms(100'000, 10'000, 111'000) == 0);
+  CHECK(step_failure_hold_ms(100'000, 10'000, 200'000) == 0);
+  // Property: a failure held from any moment ends at the same point, never
+  // before confirmed + timeout + 1 s, and is never negative.
+  std::mt19937_64 rng(11);
+  for (int run = 0; run < 1000; ++run) {
+    int64_t confirmed = 1 + static_cast<int64_t>(rng() % 1'000'000);
+    int64_t timeout = static_cast<int64_t>(rng() % 60'000);
+    int64_t now = confirmed + static_cast<int64_t>(rng() % 100'000);
+    auto hold = step_failure_hold_ms(confirmed, timeout, now);
+    CHECK(hold >= 0);
+    CHECK(now + hold >= confirmed + timeout + 1000);
+    if (hold > 0) CHECK(now + hold == confirmed + timeout + 1000);
+  }
+}
+
 TEST_CASE("a_step_is_lost_after_two_answers_in_a_row_saying_it_never_arrived") {
   step_watch w;
   CHECK_FALSE(step_lost(w));

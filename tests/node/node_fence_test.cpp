@@ -19,6 +19,7 @@
 
 #include "../csi/plugin_process.hpp"
 #include "actors/node.hpp"
+#include "actors/node_call.hpp"
 #include "actors/node_csi.hpp"
 #include "csi/client.hpp"
 #include "helpers.hpp"
@@ -522,6 +523,78 @@ TEST_CASE("node steps: a step in flight is known to its sender's pings, however 
   CHECK(mine == true);      // the step reached the node: its sender's pings say so
   CHECK(theirs == false);   // another actor sent it nothing
   CHECK(created);
+}
+
+TEST_CASE("node steps: a step that arrives after its helper gave up is never sent to the plugin") {
+  // fault.short, seed 1801572624: a ControllerUnpublishVolume sent to a
+  // client's controller just before a partition reached it after the heal,
+  // 25 s later, long after its helper had given up and the release had been
+  // done through another controller and the volume published to the node
+  // again; run then, it detached the volume under its new writer.  The
+  // node now asks the step's helper right before the call is sent, and a
+  // helper that gave up has quit.
+  fixture f;
+  auto n = f.spawn_node(api_actor{});
+  caf::scoped_actor me{*f.sys};
+  auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{1});
+  REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
+  auto vol = std::get<pb<v1::Volume>>(created).msg;
+  v1::NodeVolumeRequest r;
+  r.set_plugin_id("hp");
+  r.set_alloc_id("a1");
+  *r.mutable_volume() = vol;
+  r.set_access_mode(v1::SINGLE_NODE_WRITER);
+  r.set_attachment_mode(v1::FILE_SYSTEM);
+  r.set_csi_node_id("n1");
+  r.set_leader_term(1);
+  r.set_confirm_start(true);
+  // The late step: its sender (a helper that gave up) is gone by the time
+  // the node takes it up.
+  auto gone = f.sys->spawn([n, r](caf::event_based_actor* self) {
+    self->request(n, std::chrono::seconds(30), ctrl_unpublish_atom::value, wrap(r));
+    self->quit();
+  });
+  me->wait_for(gone);
+  // The same step through a real helper (actors/node_call.hpp), which
+  // confirms it.  The volume's calls run one at a time in arrival order, so
+  // it runs after the node dealt with the late one.
+  std::optional<failure> error;
+  bool done = false;
+  call_node<pb<v1::NodeVolumeResult>>(me.ptr(), n, std::chrono::seconds(30),
+                                      ctrl_unpublish_atom::value, wrap(r))
+      .receive([&](pb<v1::NodeVolumeResult>&) { done = true; },
+               [&](caf::error& e) { error = to_failure(e); });
+  auto calls = f.plugin_calls("ControllerUnpublishVolume");
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+  if (error) MESSAGE(error->message);
+  CHECK(done);        // confirmed by its helper: sent
+  CHECK(calls == 1);  // the late step was not
+}
+
+TEST_CASE("node steps: a step of a sender that does not confirm it is not sent") {
+  // A sender that asks for the confirmation (confirm_start) and never
+  // answers it: the node waits step_confirm_timeout (10 s) and sends
+  // nothing; the step is answered unavailable, naming why.
+  fixture f;
+  auto n = f.spawn_node(api_actor{});
+  caf::scoped_actor me{*f.sys};
+  auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{1});
+  REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
+  v1::NodeVolumeRequest r;
+  r.set_plugin_id("hp");
+  *r.mutable_volume() = std::get<pb<v1::Volume>>(created).msg;
+  r.set_csi_node_id("n1");
+  r.set_leader_term(1);
+  r.set_confirm_start(true);
+  auto out = ask<pb<v1::NodeVolumeResult>>(me, n, ctrl_unpublish_atom::value, wrap(r));
+  // The scoped actor left the confirmation in its mailbox unanswered.
+  auto calls = f.plugin_calls("ControllerUnpublishVolume");
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+  REQUIRE(std::holds_alternative<failure>(out));
+  auto& e = std::get<failure>(out);
+  CHECK(e.code == errc::unavailable);
+  CHECK(e.message.find("after the server gave up on it") != std::string::npos);
+  CHECK(calls == 0);
 }
 
 TEST_CASE("node probes: a plugin that does not answer holds one probe, not one per tick") {

@@ -170,9 +170,20 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
                   c->rp.deliver(std::move(r));
                   self->quit();
                 },
-                [c, fail](caf::error& e) {
-                  if (c->answered || c->failure) return;
-                  fail(std::move(e));
+                [self, c, fail](caf::error& e) {
+                  if (c->answered) return;
+                  // The step's timeout is the helper's own verdict: held
+                  // like the pings'.  Any other error is the node's answer
+                  // (the call ended, or was never sent): at once, held
+                  // failure or not (a plugin that fails fast must not wait
+                  // out the hold: integration.ui's watcher retries).
+                  if (e == caf::sec::request_timeout) {
+                    if (!c->failure) fail(std::move(e));
+                    return;
+                  }
+                  c->answered = true;
+                  c->rp.deliver(std::move(e));
+                  self->quit();
                 });
       },
   };

@@ -571,6 +571,38 @@ TEST_CASE("node steps: a step that arrives after its helper gave up is never sen
   CHECK(calls == 1);  // the late step was not
 }
 
+TEST_CASE("node steps: a confirmed step the plugin fails is answered at once, not held") {
+  // The helper holds a failure of its own (pings, timeout) for 11 s after
+  // it confirmed a call; an answer of the node is no such failure.  Held,
+  // every fast plugin error cost 11 s and integration.ui's watcher retries
+  // (a killed plugin) did not show within its 20 s.
+  fixture f;
+  auto n = f.spawn_node(api_actor{});
+  caf::scoped_actor me{*f.sys};
+  auto vol = spec();
+  vol.set_external_id("no-such-volume");
+  v1::NodeVolumeRequest r;
+  r.set_plugin_id("hp");
+  r.set_alloc_id("a1");
+  *r.mutable_volume() = vol;
+  r.set_access_mode(v1::SINGLE_NODE_WRITER);
+  r.set_attachment_mode(v1::FILE_SYSTEM);
+  r.set_csi_node_id("n1");
+  r.set_leader_term(1);
+  std::optional<failure> error;
+  auto asked = std::chrono::steady_clock::now();
+  call_node<pb<v1::NodeVolumeResult>>(me.ptr(), n, std::chrono::seconds(30),
+                                      ctrl_publish_atom::value, wrap(r))
+      .receive([&](pb<v1::NodeVolumeResult>&) {}, [&](caf::error& e) { error = to_failure(e); });
+  auto took = std::chrono::steady_clock::now() - asked;
+  auto calls = f.plugin_calls("ControllerPublishVolume");
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+  REQUIRE(error.has_value());
+  CHECK(error->message.find("NOT_FOUND") != std::string::npos);
+  CHECK(calls == 1);  // confirmed and sent
+  CHECK(took < std::chrono::seconds(10));  // not held (the hold is 11 s)
+}
+
 TEST_CASE("node steps: a step of a sender that does not confirm it is not sent") {
   // A sender that asks for the confirmation (confirm_start) and never
   // answers it: the node waits step_confirm_timeout (10 s) and sends

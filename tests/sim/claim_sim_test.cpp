@@ -46,6 +46,12 @@
 // heartbeats cross both ways but nothing else the leader sends reaches it
 // (a stale route back); the leader must notice (its pings go unanswered),
 // stop renewing the lease, and so have it fence before its claims move.
+// Half of the partitions hold the steps that reach the node (and its
+// pings) until the heal instead of failing them: their helpers give up
+// meanwhile, and the node, as the real one does, sends a held step only
+// once its sender confirms that it still waits for it (confirm_start);
+// a late step that undid what was done since would attach a volume for
+// nobody or take a published claim's attachment or publication.
 //
 // BERTH_SIM_SEEDS=N runs N seeds (from BERTH_SIM_FIRST, default 1);
 // BERTH_SIM_SEED=S replays seed S (with BERTH_SIM_VERBOSE=1: every event).
@@ -154,12 +160,16 @@ struct coverage {
            volume_actor_stops = 0, volume_actor_waits = 0,
            availability_set = 0, drains = 0, paused_refusals = 0, csi_expired = 0, expands = 0,
            expands_refused = 0, controller_expands = 0, node_expands = 0, stage_expands = 0,
-           expansions_finished = 0, claims_queued = 0, releases_queued = 0;
+           expansions_finished = 0, claims_queued = 0, releases_queued = 0, steps_held = 0,
+           late_confirmed = 0, late_refused = 0, late_refused_seeds = 0;
 } totals;
 
 // --- the simulated world ----------------------------------------------------
 
-using sim_node_actor = node_actor::extend<caf::reacts_to<flush_atom>>;
+// A partition that held steps heals: the node takes them up.
+using sim_heal_atom = caf::atom_constant<caf::atom("simheal")>;
+using sim_node_actor =
+    node_actor::extend<caf::reacts_to<flush_atom>, caf::reacts_to<sim_heal_atom>>;
 using sim_log_actor = replicated_log_actor::extend<caf::reacts_to<stop_atom>>;
 using volume_node = std::pair<std::string, std::string>;                    // volume, node
 using publication_key = std::tuple<std::string, std::string, std::string>;  // volume, node, alloc
@@ -183,6 +193,19 @@ struct call {
   // not started by then is answered without being run (0: no limit).
   int64_t start_by_ms = 0;
   std::function<void(bool)> done;  // the node's own unmount: whether it succeeded
+  // A step held by a partition (confirm_start): asked of its sender, the
+  // response promise's source (the helper of actors/node_call.hpp), when
+  // its turn comes, as actors/csi_plugin's run_ready does; null once asked.
+  caf::actor confirm_with;
+};
+
+// A step that reached a node cut off in a holding partition: kept, not
+// answered, until the heal (TCP delivers it then).
+struct held_step {
+  call_kind kind;
+  v1::NodeVolumeRequest req;
+  caf::typed_response_promise<pb<v1::NodeVolumeResult>> rp;
+  caf::actor sender;  // the promise's source (the request's sender)
 };
 
 struct sim_node {
@@ -206,6 +229,14 @@ struct sim_node {
   // when a partition heals.
   bool partitioned = false;
   int64_t heal_at = 0;
+  // A partition that holds (drawn per partition): the steps that reach the
+  // node are kept until the heal (held) and its pings go unanswered, so the
+  // helpers give up on them after node_ping_timeout, as against a real
+  // silent connection; taken up in arrival order after the heal, each
+  // asked of its sender when its turn comes (confirming: one asked now).
+  bool holds = false;
+  std::deque<held_step> held;
+  bool confirming = false;
   // The way back lost (control/lease.hpp, node_reach): its heartbeats and
   // their answers cross, but nothing the leader sends reaches it (pings and
   // calls go unanswered, silently), until deaf_until.
@@ -257,6 +288,8 @@ struct acked_claim {
   std::string node;
   bool write = false;
   bool released = false;  // a release of it began (or its alloc ended)
+  bool published = false;  // acknowledged published at the plugin
+  uint64_t epoch = 0;      // its node's down epoch then
 };
 
 struct log_front {
@@ -382,7 +415,42 @@ struct world {
 
   // --- the plugin's rules (CSI spec order), checked as calls run ---------
 
+  // An acknowledged claim, published when acknowledged, stays attached to
+  // its node (when the plugin requires ControllerPublish) and published
+  // there until a release of it began (its alloc ended, its volume
+  // drained), unless its node fenced it or was marked down since (the
+  // servers release its claims without it).  A step the servers gave up
+  // on, delivered late (a holding partition), must not undo it: a
+  // ControllerUnpublish or NodeUnpublish of an earlier release or unwind
+  // run after the volume was published again.  Checked as the attachment
+  // (`alloc` null) or the publication of `alloc` goes.
+  void check_unmount(const std::string& vol, const std::string& node, const std::string* alloc) {
+    if (alloc == nullptr && !controller_required) return;
+    for (const auto& [key, a] : acked) {
+      if (key.first != vol || a.node != node || (alloc != nullptr && key.second != *alloc)) continue;
+      if (!a.published || a.released || drained.count(vol)) continue;
+      if (releases.count({vol, key.second}) || releases.count({"", key.second})) continue;
+      const auto& n = cluster.at(node);
+      if (n.down_epoch != a.epoch || n.fenced_records.count(key)) continue;
+      if (auto al = allocs.find(key.second); al != allocs.end() && alloc_terminal(al->second.state()))
+        continue;
+      fail("published claim: " +
+           std::string(alloc == nullptr ? "ControllerUnpublishVolume" : "NodeUnpublishVolume") +
+           " of volume '" + vol + "' on node '" + node + "' while the acknowledged claim of alloc '" +
+           key.second + "' is taken there and nobody released it");
+    }
+  }
+
   void ctrl_publish(const std::string& vol, const std::string& node) {
+    // A claim is committed taken before its ControllerPublish is sent; one
+    // run for a node where the volume has no claim is a step the servers
+    // gave up on, delivered late: it attaches the volume for nobody.
+    bool claimed = false;
+    if (auto v = volumes.find(vol); v != volumes.end())
+      for (const auto& c : v->second.claims()) claimed |= c.node_id() == node;
+    if (!claimed)
+      fail("CSI order: ControllerPublishVolume of volume '" + vol + "' to node '" + node +
+           "', where the volume has no claim");
     plugin.attached[{vol, node}] = cluster.at(node).down_epoch;
   }
 
@@ -395,6 +463,7 @@ struct world {
       if (std::get<0>(k) == vol && std::get<1>(k) == node && !stale(node, p.epoch))
         fail("CSI order: ControllerUnpublishVolume of volume '" + vol + "' from node '" + node +
              "' while alloc '" + std::get<2>(k) + "' still has it published there");
+    if (plugin.attached.count({vol, node})) check_unmount(vol, node, nullptr);
     plugin.attached.erase({vol, node});
   }
 
@@ -418,6 +487,7 @@ struct world {
   }
 
   void node_unpublish(const std::string& vol, const std::string& node, const std::string& alloc) {
+    if (plugin.published.count({vol, node, alloc})) check_unmount(vol, node, &alloc);
     plugin.published.erase({vol, node, alloc});
   }
 
@@ -664,7 +734,10 @@ struct world {
       fail("acknowledged claim: alloc '" + alloc + "' on volume '" + vol +
            "' was acknowledged as published at " + path + " but the plugin on node '" + node +
            "' has no such publication");
-    acked[{vol, alloc}] = acked_claim{node, write, false};
+    acked_claim a{node, write, false};
+    a.published = !path.empty() && plugin.published.count({vol, node, alloc});
+    a.epoch = cluster.at(node).down_epoch;
+    acked[{vol, alloc}] = a;
   }
 
   void released(const std::string& vol, const std::string& alloc) {
@@ -772,6 +845,12 @@ std::string volume_of(const v1::NodeVolumeRequest& r) {
   return r.volume().id();
 }
 
+std::string kind_name(call_kind k) {
+  static const char* names[] = {"publish", "unpublish",   "ctrl_publish", "ctrl_unpublish",
+                                "unmount", "ctrl_expand", "node_expand"};
+  return names[static_cast<int>(k)];
+}
+
 // Runs one call's effect on the plugin.  `steps` limits how many of its CSI
 // calls happen (a failure part way).
 void run_effect(world* w, const std::string& node, const call& c, int steps) {
@@ -835,7 +914,7 @@ void run_effect(world* w, const std::string& node, const call& c, int steps) {
 
 void process_call(sim_node_actor::pointer self, world* w, const std::string& id) {
   auto& n = w->cluster.at(id);
-  if (n.queue.empty() || n.hung_until > w->now_ms()) return;
+  if (n.queue.empty() || n.hung_until > w->now_ms() || n.confirming) return;
   auto c = std::move(n.queue.front());
   n.queue.pop_front();
   if (c.start_by_ms > 0 && c.start_by_ms < w->now_ms()) {
@@ -879,11 +958,43 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
     if (!n.queue.empty()) self->send(self, flush_atom::value);
     return;
   }
+  if (c.confirm_with) {
+    // A step delivered after a holding partition: sent only once its
+    // sender says, now, that it still waits for it (actors/csi_plugin's
+    // run_ready); its turn is held meanwhile.
+    auto helper = std::exchange(c.confirm_with, caf::actor{});
+    n.confirming = true;
+    n.queue.push_front(std::move(c));
+    auto inc = n.incarnation;
+    auto answer = [self, w, id, inc](bool waits, const std::string& why) {
+      auto& n = w->cluster.at(id);
+      if (n.incarnation != inc || !n.confirming) return;
+      n.confirming = false;
+      if (!waits) {
+        auto c = std::move(n.queue.front());
+        n.queue.pop_front();
+        ++totals.late_refused;
+        w->trace("node " + id + " does not send a late step: " + kind_name(c.kind) + " " +
+                 volume_of(c.req) + " alloc " +
+                 c.req.alloc_id() + " (" + why + ")");
+        c.rp.deliver(make_error(errc::unavailable,
+                                "node '" + id + "': the step reached this node after the server "
+                                "gave up on it (" + why + "); not sent (simulated)"));
+      } else {
+        ++totals.late_confirmed;
+      }
+      process_call(self, w, id);
+    };
+    self->request(helper, step_confirm_timeout, confirm_atom::value)
+        .then([answer](bool waits) { answer(waits, "its sender no longer waits for it"); },
+              [answer](caf::error& e) {
+                answer(false, "its sender did not confirm it: " + to_string(e));
+              });
+    return;
+  }
   ++totals.csi_calls;
   if (w->verbose) {
-    static const char* names[] = {"publish", "unpublish",   "ctrl_publish", "ctrl_unpublish",
-                                  "unmount", "ctrl_expand", "node_expand"};
-    w->trace("node " + id + " runs " + names[static_cast<int>(c.kind)] + " " + volume_of(c.req) +
+    w->trace("node " + id + " runs " + kind_name(c.kind) + " " + volume_of(c.req) +
              " alloc " + c.req.alloc_id() + " for " + c.req.csi_node_id() + " term " +
              std::to_string(c.req.leader_term()) + (c.req.unstage() ? " unstage" : ""));
   }
@@ -944,30 +1055,29 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
   if (!n.queue.empty()) self->send(self, flush_atom::value);
 }
 
-caf::result<pb<v1::NodeVolumeResult>> enqueue(sim_node_actor::pointer self, world* w,
-                                              const std::string& id, uint64_t incarnation,
-                                              call_kind kind, v1::NodeVolumeRequest req) {
+// A step that reached the node: answered at once (`rp`) or queued for the
+// plugin.  `confirm_with`: a step delivered late, asked of its sender when
+// its turn comes.
+void admit(sim_node_actor::pointer self, world* w, const std::string& id, call_kind kind,
+           v1::NodeVolumeRequest req, caf::typed_response_promise<pb<v1::NodeVolumeResult>> rp,
+           caf::actor confirm_with = {}) {
   auto& n = w->cluster.at(id);
-  if (n.incarnation != incarnation)  // killed, its exit not processed yet
-    return make_error(errc::unavailable, "node '" + id + "': the client died (simulated)");
-  if (n.partitioned)  // never reached it
-    return make_error(errc::unavailable, "node '" + id + "' is cut off (simulated)");
-  if (n.deaf)  // lost on the way: nobody answers
-    return self->make_response_promise<pb<v1::NodeVolumeResult>>();
   if (kind == call_kind::publish && publish_waits_for_lease(w->lease_of(n), n.publish_floor)) {
     w->trace("node " + id + " holds a publish until its first lease: " + volume_of(req) +
              " alloc " + req.alloc_id());
-    auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
     n.unleased.emplace_back(rp, std::move(req));
-    return rp;
+    return;
   }
-  if (kind == call_kind::publish && !publish_allowed(req.volume().modify_index(), n.publish_floor))
-    return make_error(errc::unavailable, "node '" + id + "' is below its publish floor (simulated)");
+  if (kind == call_kind::publish && !publish_allowed(req.volume().modify_index(), n.publish_floor)) {
+    rp.deliver(make_error(errc::unavailable, "node '" + id + "' is below its publish floor (simulated)"));
+    return;
+  }
   switch (fence(n.term_seen, req.leader_term())) {
     case fence_verdict::refuse:
       ++totals.zombie_calls_refused;
       w->trace("node " + id + " refuses a call of term " + std::to_string(req.leader_term()));
-      return make_error(errc::refused, "node '" + id + "' refuses a deposed leader (simulated)");
+      rp.deliver(make_error(errc::refused, "node '" + id + "' refuses a deposed leader (simulated)"));
+      return;
     case fence_verdict::accept_newer:
       n.term_seen = req.leader_term();
       break;
@@ -976,11 +1086,55 @@ caf::result<pb<v1::NodeVolumeResult>> enqueue(sim_node_actor::pointer self, worl
   }
   // The client records a publication before its NodeStage/NodePublish.
   if (kind == call_kind::publish) n.records.insert({volume_of(req), req.alloc_id()});
-  auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
   // The client's default --csi-timeout bounds how long a call waits for its turn.
-  n.queue.push_back(call{kind, std::move(req), rp, true, w->now_ms() + 30000, {}});
+  n.queue.push_back(call{kind, std::move(req), rp, true, w->now_ms() + 30000, {},
+                         std::move(confirm_with)});
   self->send(self, flush_atom::value);
+}
+
+caf::result<pb<v1::NodeVolumeResult>> enqueue(sim_node_actor::pointer self, world* w,
+                                              const std::string& id, uint64_t incarnation,
+                                              call_kind kind, v1::NodeVolumeRequest req) {
+  auto& n = w->cluster.at(id);
+  if (n.incarnation != incarnation)  // killed, its exit not processed yet
+    return make_error(errc::unavailable, "node '" + id + "': the client died (simulated)");
+  if (n.partitioned && !n.holds)  // never reached it
+    return make_error(errc::unavailable, "node '" + id + "' is cut off (simulated)");
+  if (n.deaf && !n.partitioned)  // lost on the way: nobody answers
+    return self->make_response_promise<pb<v1::NodeVolumeResult>>();
+  auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
+  if (n.partitioned || !n.held.empty()) {
+    // Held in TCP until the heal (behind the steps held before it).  In
+    // CAF 0.17 making the promise moved the sender out of the message.
+    auto sender = caf::actor_cast<caf::actor>(static_cast<caf::response_promise&>(rp).source());
+    if (n.partitioned) ++totals.steps_held;
+    w->trace("node " + id + " holds a step until the heal: " + kind_name(kind) + " " +
+             volume_of(req) + " alloc " +
+             req.alloc_id());
+    n.held.push_back(held_step{kind, std::move(req), rp, std::move(sender)});
+    return rp;
+  }
+  admit(self, w, id, kind, std::move(req), rp);
   return rp;
+}
+
+// The holding partition healed: the held steps arrive, in order.
+void take_up_held(sim_node_actor::pointer self, world* w, const std::string& id) {
+  auto& n = w->cluster.at(id);
+  if (n.partitioned) return;  // cut off again before this ran: at the next heal
+  for (auto& h : std::exchange(n.held, {})) {
+    caf::actor confirm_with;
+    if (h.req.confirm_start()) {
+      confirm_with = std::move(h.sender);
+      if (!confirm_with) {
+        ++totals.late_refused;
+        h.rp.deliver(make_error(errc::unavailable, "node '" + id + "': the step's sender is "
+                                                   "gone; not sent (simulated)"));
+        continue;
+      }
+    }
+    admit(self, w, id, h.kind, std::move(h.req), h.rp, std::move(confirm_with));
+  }
 }
 
 sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, world* w,
@@ -1001,7 +1155,10 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
         return enqueue(self, w, id, inc, call_kind::ctrl_unpublish, std::move(r.msg));
       },
       [self, w, id](ping_atom) -> caf::result<bool> {
-        if (w->cluster.at(id).deaf) return self->make_response_promise<bool>();  // lost
+        const auto& n = w->cluster.at(id);
+        // Lost, or held with the steps (a holding partition: its answer
+        // would come after the heal, long after the helper gave up).
+        if (n.deaf || (n.partitioned && n.holds)) return self->make_response_promise<bool>();
         return true;
       },
       [](create_atom, pb<v1::Volume>& v, uint64_t) -> pb<v1::Volume> { return v; },
@@ -1061,7 +1218,7 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
           r.mutable_volume()->set_id(vol);
           r.mutable_volume()->set_namespace_("default");
           ++totals.stale_unmounts;
-          call c{call_kind::unmount, std::move(r), {}, false, 0, {}};
+          call c{call_kind::unmount, std::move(r), {}, false, 0, {}, {}};
           c.done = [rp, left, ok, id](bool fine) mutable {
             *ok = *ok && fine;
             if (--*left > 0) return;
@@ -1107,6 +1264,9 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
       [](monitor_atom, pb<v1::MonitorRequest>&) -> pb<v1::MonitorResult> { return {}; },
       [self, w, id, inc](flush_atom) {
         if (w->cluster.at(id).incarnation == inc) process_call(self, w, id);
+      },
+      [self, w, id, inc](sim_heal_atom) {
+        if (w->cluster.at(id).incarnation == inc) take_up_held(self, w, id);
       },
   };
 }
@@ -1686,7 +1846,9 @@ class simulation {
     n.alive = false;
     ++n.incarnation;
     n.queue.clear();  // calls not run yet die with the client
+    n.confirming = false;
     n.unleased.clear();
+    n.held.clear();  // and the steps held on the way: the connection closes
   }
 
   void restart_node() {
@@ -1702,6 +1864,7 @@ class simulation {
     n.actor = w_.sys->spawn(sim_node_behavior, &w_, id, ++n.incarnation);
     n.alive = true;
     n.hung_until = 0;
+    n.confirming = false;
     w_.trace("node " + id + " starts");
     // Its lease ran out while it was down: it fences at once (lease_at_start).
     n.publish_floor = floor_at_start(w_.lease_of(n), w_.now_ms());
@@ -1753,7 +1916,7 @@ class simulation {
       r.mutable_volume()->set_id(vol);
       r.mutable_volume()->set_namespace_("default");
       ++totals.fence_unmounts;
-      call c{call_kind::unmount, std::move(r), {}, false, 0, {}};
+      call c{call_kind::unmount, std::move(r), {}, false, 0, {}, {}};
       c.done = [](bool) {};
       n.queue.push_back(std::move(c));
       queued = true;
@@ -1808,16 +1971,27 @@ class simulation {
     if (picked == nullptr) return;
     auto& n = *picked;
     n.partitioned = true;
+    // Half of them hold the steps that reach the node instead of failing
+    // them at once, and leave its pings unanswered: mostly long enough
+    // for the helpers to give up (a ping unanswered for 10 s, sent 5 s
+    // after the step), so the steps are delivered late, after the heal.
+    n.holds = w_.chance(0.5);
+    if (n.holds)
+      n.heal_at = w_.now_ms() + (w_.chance(0.7) ? 15000 + static_cast<int64_t>(w_.pick(20000))
+                                                : 500 + static_cast<int64_t>(w_.pick(8000)));
     // Mostly past the node-down timeout (5 s), so the volume may move.
-    n.heal_at = w_.now_ms() + (w_.chance(0.7) ? 5000 + static_cast<int64_t>(w_.pick(8000))
-                                              : 500 + static_cast<int64_t>(w_.pick(3000)));
+    else
+      n.heal_at = w_.now_ms() + (w_.chance(0.7) ? 5000 + static_cast<int64_t>(w_.pick(8000))
+                                                : 500 + static_cast<int64_t>(w_.pick(3000)));
     ++totals.partitions;
-    w_.trace("node " + n.id + " is cut off from the servers");
+    w_.trace("node " + n.id + " is cut off from the servers" +
+             (n.holds ? " (its steps held until the heal)" : ""));
   }
 
   void heal(sim_node& n) {
     n.partitioned = false;
     w_.trace("node " + n.id + " reaches the servers again");
+    if (!n.held.empty() && n.actor) caf::anon_send(n.actor, sim_heal_atom::value);
   }
 
   // The way back from the servers to an alive node is lost for a while
@@ -1996,8 +2170,10 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
   auto start = std::chrono::steady_clock::now();
   for (uint64_t seed = first; seed < first + count && failures < 5; ++seed) {
     simulation sim(seed);
+    auto refused_before = totals.late_refused;
     auto why = sim.run(verbose);
     ++totals.seeds;
+    if (totals.late_refused > refused_before) ++totals.late_refused_seeds;
     totals.volume_actor_stops += sim.stats().actor_stops;
     totals.volume_actor_waits += sim.stats().actor_waits;
     totals.claims_queued += sim.stats().claims_queued;
@@ -2031,7 +2207,9 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
       << totals.node_expands << " NodeExpandVolume, " << totals.stage_expands << " at a stage, "
       << totals.expansions_finished << " expansions finished); " << totals.claims_queued
       << " claims and " << totals.releases_queued
-      << " releases seen waiting for their plugin's window");
+      << " releases seen waiting for their plugin's window; " << totals.steps_held
+      << " steps held by a partition (" << totals.late_confirmed << " confirmed late, "
+      << totals.late_refused << " refused late, in " << totals.late_refused_seeds << " seeds)");
   // Evidence that the schedules reach a request arriving while its volume's
   // actor is being stopped (control/activation).
   if (totals.seeds >= 100) CHECK(totals.volume_actor_waits > 0);
@@ -2039,6 +2217,13 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
   if (totals.seeds >= 100) {
     CHECK(totals.claims_queued > 0);
     CHECK(totals.releases_queued > 0);
+  }
+  // ... and steps delivered late after a holding partition, some still
+  // waited for (confirmed) and some given up on (refused).
+  if (totals.seeds >= 100) {
+    CHECK(totals.steps_held > 0);
+    CHECK(totals.late_confirmed > 0);
+    CHECK(totals.late_refused_seeds >= totals.seeds / 100);
   }
   // ... and expansions that finish, through a node and at a stage.
   if (totals.seeds >= 100) {

@@ -571,6 +571,43 @@ TEST_CASE("node steps: a step that arrives after its helper gave up is never sen
   CHECK(calls == 1);  // the late step was not
 }
 
+TEST_CASE("node steps: a step whose caller stopped before its turn is not sent") {
+  // A volume or plugin actor of a leader that stepped down is stopped; its
+  // step's helper goes with it (linked), so the step, when its turn comes on
+  // the node, finds nobody to confirm it.  The volume's calls run one at a
+  // time: a slow ControllerPublish keeps the step waiting meanwhile.
+  fixture f({"--delay", "ControllerPublishVolume=1500"});
+  auto n = f.spawn_node(api_actor{});
+  caf::scoped_actor me{*f.sys};
+  auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{1});
+  REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
+  v1::NodeVolumeRequest r;
+  r.set_plugin_id("hp");
+  r.set_alloc_id("a1");
+  *r.mutable_volume() = std::get<pb<v1::Volume>>(created).msg;
+  r.set_access_mode(v1::SINGLE_NODE_WRITER);
+  r.set_attachment_mode(v1::FILE_SYSTEM);
+  r.set_csi_node_id("n1");
+  r.set_leader_term(1);
+  auto slow = me->request(n, std::chrono::seconds(30), ctrl_publish_atom::value, wrap(r));
+  auto caller = f.sys->spawn([n, r](caf::event_based_actor* self) {
+    call_node<pb<v1::NodeVolumeResult>>(self, n, std::chrono::seconds(30),
+                                        ctrl_unpublish_atom::value, wrap(r))
+        .then([](pb<v1::NodeVolumeResult>&) {}, [](caf::error&) {});
+  });
+  me->send_exit(caller, caf::exit_reason::user_shutdown);
+  me->wait_for(caller);
+  bool published = false;
+  slow.receive([&](pb<v1::NodeVolumeResult>&) { published = true; }, [](caf::error&) {});
+  // Behind both on the volume: once answered, the node dealt with the step.
+  auto again = ask<pb<v1::NodeVolumeResult>>(me, n, ctrl_publish_atom::value, wrap(r));
+  auto calls = f.plugin_calls("ControllerUnpublishVolume");
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+  CHECK(published);
+  CHECK(std::holds_alternative<pb<v1::NodeVolumeResult>>(again));
+  CHECK(calls == 0);
+}
+
 TEST_CASE("node steps: a confirmed step the plugin fails is answered at once, not held") {
   // The helper holds a failure of its own (pings, timeout) for 11 s after
   // it confirmed a call; an answer of the node is no such failure.  Held,

@@ -144,6 +144,19 @@ std::variant<T, failure> ask(caf::scoped_actor& me, const node_actor& n, Ts&&...
   return out;
 }
 
+// A step of alloc a1 on node n1 for `v`, as a leader of term 1 sends it.
+v1::NodeVolumeRequest step_on(const v1::Volume& v) {
+  v1::NodeVolumeRequest r;
+  r.set_plugin_id("hp");
+  r.set_alloc_id("a1");
+  *r.mutable_volume() = v;
+  r.set_access_mode(v1::SINGLE_NODE_WRITER);
+  r.set_attachment_mode(v1::FILE_SYSTEM);
+  r.set_csi_node_id("n1");
+  r.set_leader_term(1);
+  return r;
+}
+
 template <class T>
 bool refused_as_deposed(const std::variant<T, failure>& x) {
   auto* f = std::get_if<failure>(&x);
@@ -539,14 +552,7 @@ TEST_CASE("node steps: a step that arrives after its helper gave up is never sen
   auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{1});
   REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
   auto vol = std::get<pb<v1::Volume>>(created).msg;
-  v1::NodeVolumeRequest r;
-  r.set_plugin_id("hp");
-  r.set_alloc_id("a1");
-  *r.mutable_volume() = vol;
-  r.set_access_mode(v1::SINGLE_NODE_WRITER);
-  r.set_attachment_mode(v1::FILE_SYSTEM);
-  r.set_csi_node_id("n1");
-  r.set_leader_term(1);
+  auto r = step_on(vol);
   r.set_confirm_start(true);
   // The late step: its sender (a helper that gave up) is gone by the time
   // the node takes it up.
@@ -581,14 +587,7 @@ TEST_CASE("node steps: a step whose caller stopped before its turn is not sent")
   caf::scoped_actor me{*f.sys};
   auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{1});
   REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
-  v1::NodeVolumeRequest r;
-  r.set_plugin_id("hp");
-  r.set_alloc_id("a1");
-  *r.mutable_volume() = std::get<pb<v1::Volume>>(created).msg;
-  r.set_access_mode(v1::SINGLE_NODE_WRITER);
-  r.set_attachment_mode(v1::FILE_SYSTEM);
-  r.set_csi_node_id("n1");
-  r.set_leader_term(1);
+  auto r = step_on(std::get<pb<v1::Volume>>(created).msg);
   auto slow = me->request(n, std::chrono::seconds(30), ctrl_publish_atom::value, wrap(r));
   auto caller = f.sys->spawn([n, r](caf::event_based_actor* self) {
     call_node<pb<v1::NodeVolumeResult>>(self, n, std::chrono::seconds(30),
@@ -618,14 +617,7 @@ TEST_CASE("node steps: a confirmed step the plugin fails is answered at once, no
   caf::scoped_actor me{*f.sys};
   auto vol = spec();
   vol.set_external_id("no-such-volume");
-  v1::NodeVolumeRequest r;
-  r.set_plugin_id("hp");
-  r.set_alloc_id("a1");
-  *r.mutable_volume() = vol;
-  r.set_access_mode(v1::SINGLE_NODE_WRITER);
-  r.set_attachment_mode(v1::FILE_SYSTEM);
-  r.set_csi_node_id("n1");
-  r.set_leader_term(1);
+  auto r = step_on(vol);
   std::optional<failure> error;
   auto asked = std::chrono::steady_clock::now();
   call_node<pb<v1::NodeVolumeResult>>(me.ptr(), n, std::chrono::seconds(30),
@@ -649,11 +641,7 @@ TEST_CASE("node steps: a step of a sender that does not confirm it is not sent")
   caf::scoped_actor me{*f.sys};
   auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{1});
   REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
-  v1::NodeVolumeRequest r;
-  r.set_plugin_id("hp");
-  *r.mutable_volume() = std::get<pb<v1::Volume>>(created).msg;
-  r.set_csi_node_id("n1");
-  r.set_leader_term(1);
+  auto r = step_on(std::get<pb<v1::Volume>>(created).msg);
   r.set_confirm_start(true);
   auto out = ask<pb<v1::NodeVolumeResult>>(me, n, ctrl_unpublish_atom::value, wrap(r));
   // The scoped actor left the confirmation in its mailbox unanswered.

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "actors/clock.hpp"
+#include "log/log.hpp"
 #include "actors/leader_flows.hpp"
 #include "control/allocs.hpp"
 #include "control/entries.hpp"
@@ -190,17 +191,22 @@ void answer_repeated_run(const self_ptr& self, const std::string& id, response_p
       steady_ms() + 60'000);
 }
 
-void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_promise rp) {
-  auto a = pending_alloc(req, req.id().empty() ? new_alloc_id() : req.id(), wall_ms());
-  auto& st = self->state;
-  const v1::Alloc* earlier = find_alloc(st.cat, a.id());
-  if (earlier == nullptr)
-    if (auto it = st.starting_allocs.find(a.id()); it != st.starting_allocs.end())
-      earlier = &it->second;
-  if (earlier != nullptr && same_alloc_run(*earlier, a)) {
-    answer_repeated_run(self, a.id(), rp);
-    return;
+namespace {
+
+// The placement as the shell shows it (Response.placement).
+void add_placement(v1::Response& r, const placement& p) {
+  for (const auto& fit : p.nodes) {
+    auto* v = r.add_placement();
+    v->set_node_id(fit.node_id);
+    v->set_reason(fit.reason);
+    v->set_allocs(fit.allocs);
+    v->set_chosen(p.chosen && *p.chosen == fit.node_id);
   }
+}
+
+// An alloc run (its node set) admitted: claims its volumes, then runs it.
+void run_on_node(const self_ptr& self, v1::Alloc a, bool allow_abnormal, response_promise rp) {
+  auto& st = self->state;
   if (auto f = admit_alloc_run(st.cat, a, static_cast<bool>(node_of(self, a.node_id())))) {
     deliver(rp, *f);
     return;
@@ -222,7 +228,83 @@ void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_pr
     });
     return;
   }
-  claim_alloc_volumes(self, shared, 0, rp, req.allow_abnormal());
+  claim_alloc_volumes(self, shared, 0, rp, allow_abnormal);
+}
+
+// alloc run without --node (control/placement): runs the alloc on the node
+// placement chose, or answers why none fits; --explain answers the table.
+// The first claim commits the alloc with its node, and the volume actor
+// checks the claim again in turn with every other claim of the volume, so
+// two runs placed at once never both take the last writer slot: the
+// second's claim is refused and its alloc fails with why.
+void place_and_run(const self_ptr& self, v1::Alloc a, const v1::AllocRunRequest& req,
+                   response_promise rp) {
+  auto& st = self->state;
+  if (auto f = admit_alloc_request(st.cat, a)) {
+    deliver(rp, *f);
+    return;
+  }
+  placement_facts facts;
+  facts.connected = [self](const std::string& n) { return static_cast<bool>(node_of(self, n)); };
+  facts.marking_down = [self](const std::string& n) {
+    return self->state.marking_down.count(n) > 0;
+  };
+  facts.claiming = &st.claiming;
+  facts.now_ms = wall_ms();
+  facts.allow_abnormal = req.allow_abnormal();
+  auto p = place_alloc(st.cat, a, facts);
+  if (req.explain()) {
+    st.stats->placement("explained");
+    v1::Response r;
+    add_placement(r, p);
+    r.set_message(p.chosen ? "alloc " + quoted(a.id()) + " would run on node " +
+                                 quoted(*p.chosen) + "; nothing was run"
+                           : "no node can run alloc " + quoted(a.id()) +
+                                 " now; nothing was run");
+    deliver(rp, std::move(r));
+    return;
+  }
+  if (!p.chosen) {
+    st.stats->placement("none");
+    logging::info("leader", "no node can run an alloc",
+                  {{"alloc", a.id()}, {"nodes", static_cast<uint64_t>(p.nodes.size())}});
+    auto r = error_response(no_node_fits(a, p));
+    add_placement(r, p);
+    deliver(rp, std::move(r));
+    return;
+  }
+  st.stats->placement("placed");
+  logging::info("leader", "alloc placed", {{"alloc", a.id()}, {"node", *p.chosen}});
+  a.set_node_id(*p.chosen);
+  run_on_node(self, std::move(a), req.allow_abnormal(), rp);
+}
+
+}  // namespace
+
+void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_promise rp) {
+  auto a = pending_alloc(req, req.id().empty() ? new_alloc_id() : req.id(), wall_ms());
+  auto& st = self->state;
+  if (req.explain()) {
+    if (!a.node_id().empty()) {
+      deliver(rp, failure{errc::invalid, "alloc run --explain places the alloc: leave out --node"});
+      return;
+    }
+    place_and_run(self, std::move(a), req, rp);
+    return;
+  }
+  const v1::Alloc* earlier = find_alloc(st.cat, a.id());
+  if (earlier == nullptr)
+    if (auto it = st.starting_allocs.find(a.id()); it != st.starting_allocs.end())
+      earlier = &it->second;
+  if (earlier != nullptr && same_alloc_run(*earlier, a)) {
+    answer_repeated_run(self, a.id(), rp);
+    return;
+  }
+  if (a.node_id().empty()) {
+    place_and_run(self, std::move(a), req, rp);
+    return;
+  }
+  run_on_node(self, std::move(a), req.allow_abnormal(), rp);
 }
 
 void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp) {

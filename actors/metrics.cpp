@@ -272,6 +272,11 @@ class prometheus_metrics final : public metrics {
                              .Help("Release steps the volume watcher retried after a failure")
                              .Register(*registry_)
                              .Add({})),
+        placements_(prometheus::BuildCounter()
+                        .Name("berth_placements_total")
+                        .Help("Allocs run without --node, by result: placed, none (no node "
+                              "fits) or explained (--explain; leader only)")
+                        .Register(*registry_)),
         watcher_pending_(prometheus::BuildGauge()
                              .Name("berth_watcher_pending_releases")
                              .Help("Claims the volume watcher is releasing (leader only)")
@@ -414,6 +419,10 @@ class prometheus_metrics final : public metrics {
     volume_actor_events_.Add({{"event", event}}).Increment();
   }
   void watcher_retry() override { watcher_retries_.Increment(); }
+  void placement(const std::string& result) override {
+    std::lock_guard<std::mutex> guard(mtx_);
+    placements_.Add({{"result", result}}).Increment();
+  }
   void mailbox(const std::string& kind, size_t backlog) override {
     std::lock_guard<std::mutex> guard(mtx_);
     mailbox_.set({{"kind", kind}}, static_cast<double>(backlog));
@@ -462,6 +471,7 @@ class prometheus_metrics final : public metrics {
   prometheus::Family<prometheus::Histogram>& request_seconds_;
   prometheus::Family<prometheus::Counter>& volume_actor_events_;
   prometheus::Counter& watcher_retries_;
+  prometheus::Family<prometheus::Counter>& placements_;
   prometheus::Gauge& watcher_pending_;
   gauges allocs_;
   gauges mailbox_;

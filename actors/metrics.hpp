@@ -73,6 +73,9 @@ class metrics {
   virtual void volume_actor_event(const std::string& event) = 0;
   // The volume watcher retried a failed release step.
   virtual void watcher_retry() = 0;
+  // An alloc run without --node was placed: `result` "placed" (a node
+  // fits), "none" (no node fits: refused) or "explained" (--explain).
+  virtual void placement(const std::string& result) = 0;
   // Messages waiting in the mailbox of the actor of `kind` ("leader",
   // "replicated_log", ...), sampled by the actor itself.
   virtual void mailbox(const std::string& kind, size_t backlog) = 0;

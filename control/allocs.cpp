@@ -41,7 +41,8 @@ v1::Alloc pending_alloc(const v1::AllocRunRequest& req, std::string id, int64_t 
 }
 
 bool same_alloc_run(const v1::Alloc& known, const v1::Alloc& requested) {
-  if (known.namespace_() != requested.namespace_() || known.node_id() != requested.node_id() ||
+  if (known.namespace_() != requested.namespace_() ||
+      (!requested.node_id().empty() && known.node_id() != requested.node_id()) ||
       known.volumes_size() != requested.volumes_size() ||
       known.command_size() != requested.command_size())
     return false;
@@ -55,8 +56,12 @@ bool same_alloc_run(const v1::Alloc& known, const v1::Alloc& requested) {
   return true;
 }
 
-std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, bool connected) {
+std::optional<failure> admit_alloc_request(const catalog& c, const v1::Alloc& a) {
   auto problems = validate_alloc(a);
+  if (a.node_id().empty())  // placed: the node comes after
+    problems.erase(std::remove_if(problems.begin(), problems.end(),
+                                  [](const problem& p) { return p.field == "node"; }),
+                   problems.end());
   if (!problems.empty())
     return failure{errc::invalid, describe("alloc " + quoted(a.id()), problems)};
   if (find_alloc(c, a.id()) != nullptr)
@@ -64,20 +69,6 @@ std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, boo
                                       " exists already with another node, volumes or command; "
                                       "run with another id (see berth alloc status " +
                                       a.id() + ")"};
-  const auto* n = find_node(c, a.node_id());
-  if (n == nullptr || !n->has_client())
-    return failure{errc::not_found, "node " + quoted(a.node_id()) +
-                                        " has no berth client (list nodes with: berth node status)"};
-  if (n->status() == v1::NODE_DOWN)
-    return failure{errc::refused, "node " + quoted(a.node_id()) +
-                                      " is down (its client stopped heartbeating); run the alloc "
-                                      "on another node"};
-  if (auto refused = refuse_ineligible(c, a.node_id())) return refused;
-  if (!connected)
-    return failure{errc::unavailable,
-                   "the berth client of node " + quoted(a.node_id()) +
-                       " is not connected to this leader yet; retry",
-                   true};
   for (const auto& v : a.volumes())
     if (!has_volume(c, {a.namespace_(), v.volume_id()}))
       return failure{errc::not_found, "volume " + quoted(v.volume_id()) +
@@ -85,6 +76,34 @@ std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, boo
                                           quoted(a.namespace_()) +
                                           " (list volumes with: berth volume status)"};
   return std::nullopt;
+}
+
+std::optional<failure> refuse_alloc_node(const catalog& c, const std::string& node_id,
+                                         bool connected) {
+  const auto* n = find_node(c, node_id);
+  if (n == nullptr || !n->has_client())
+    return failure{errc::not_found, "node " + quoted(node_id) +
+                                        " has no berth client (list nodes with: berth node status)"};
+  if (n->status() == v1::NODE_DOWN)
+    return failure{errc::refused, "node " + quoted(node_id) +
+                                      " is down (its client stopped heartbeating); run the alloc "
+                                      "on another node"};
+  if (auto refused = refuse_ineligible(c, node_id)) return refused;
+  if (!connected)
+    return failure{errc::unavailable,
+                   "the berth client of node " + quoted(node_id) +
+                       " is not connected to this leader yet; retry",
+                   true};
+  return std::nullopt;
+}
+
+std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, bool connected) {
+  if (a.node_id().empty() || !valid_id(a.node_id())) {
+    auto problems = validate_alloc(a);
+    return failure{errc::invalid, describe("alloc " + quoted(a.id()), problems)};
+  }
+  if (auto f = admit_alloc_request(c, a)) return f;
+  return refuse_alloc_node(c, a.node_id(), connected);
 }
 
 std::optional<failure> repeated_run_failure(const v1::Alloc& settled) {

@@ -26,10 +26,21 @@ bool claims_freed(const catalog& c, const std::string& alloc_id);
 // the node's berth client is connected to this leader.
 std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, bool connected);
 
+// What admit_alloc_run checks of the request itself, before a node is
+// placed (alloc run without --node): the alloc's fields but its node, a
+// new id, every volume registered.
+std::optional<failure> admit_alloc_request(const catalog& c, const v1::Alloc& a);
+
+// Why the node takes no alloc now (no berth client, down, ineligible or
+// draining, its client not connected to this leader), or nullopt.
+std::optional<failure> refuse_alloc_node(const catalog& c, const std::string& node_id,
+                                         bool connected);
+
 // alloc run sent again (its answer was lost): whether `known`, the alloc
 // with the requested id, is what `requested` asks for (same namespace,
 // node, volumes and command), so the request was applied before and its
-// answer is the alloc that exists.
+// answer is the alloc that exists.  A request without a node (placed)
+// matches the alloc wherever it was placed.
 bool same_alloc_run(const v1::Alloc& known, const v1::Alloc& requested);
 
 // The answer to an alloc run sent again, once the alloc it names settled:

@@ -2,9 +2,17 @@
 
 #include <algorithm>
 
+#include "control/allocs.hpp"
+#include "control/nodes.hpp"
 #include "messages/model.hpp"
 
 namespace berth {
+
+namespace {
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+}  // namespace
 
 bool in_required_topology(const v1::Plugin& p, const std::string& node_id,
                           const v1::TopologyRequest* topology) {
@@ -55,6 +63,87 @@ int controller_call_limit(const v1::Plugin& p) {
   for (const auto& c : p.controllers())
     if (c.healthy()) sum += c.max_calls() > 0 ? c.max_calls() : 16;
   return std::max(1, sum);
+}
+
+// --- alloc run without --node -----------------------------------------------------
+
+namespace {
+
+// Why `a` cannot run on `node` now, or "" when it can.
+std::string node_reason(const catalog& c, const v1::Alloc& a, const std::string& node,
+                        const std::vector<std::optional<v1::Volume>>& volumes,
+                        const placement_facts& facts) {
+  const bool connected = facts.connected && facts.connected(node);
+  if (auto f = refuse_alloc_node(c, node, connected)) return f->message;
+  if (auto f = refuse_client_away(c, node, connected,
+                                  facts.marking_down && facts.marking_down(node)))
+    return f->message;
+  if (facts.excluded.count(node))
+    return "node " + quoted(node) + ": a claim of this alloc was refused there after it was placed";
+  static const std::map<std::pair<std::string, std::string>, std::set<volume_key>> none;
+  const auto& claiming = facts.claiming != nullptr ? *facts.claiming : none;
+  // This alloc's volumes checked so far, by plugin: they count against the
+  // node's max volumes for the ones after them.
+  std::map<std::string, std::set<volume_key>> planned;
+  for (int i = 0; i < a.volumes_size(); ++i) {
+    const auto& av = a.volumes(i);
+    if (!volumes[i])
+      return "volume " + quoted(av.volume_id()) + " is not registered in namespace " +
+             quoted(a.namespace_());
+    auto v = *volumes[i];
+    const volume_key key{v.namespace_(), v.id()};
+    const auto* plugin = find_plugin(c, v.plugin_id());
+    auto& in_flight = planned[v.plugin_id()];
+    if (auto it = claiming.find({node, v.plugin_id()}); it != claiming.end())
+      in_flight.insert(it->second.begin(), it->second.end());
+    claim_request r;
+    r.alloc_id = a.id();
+    r.node_id = node;
+    r.write = !av.read_only();
+    r.now_ms = facts.now_ms;
+    r.node_volume_count = node_volume_count(c, node, v.plugin_id(), key, in_flight);
+    r.allow_abnormal = facts.allow_abnormal;
+    if (auto f = claim(v, r, plugin)) return f->message;
+    in_flight.insert(key);
+  }
+  return "";
+}
+
+}  // namespace
+
+placement place_alloc(const catalog& c, const v1::Alloc& a, const placement_facts& facts) {
+  placement out;
+  std::map<std::string, int64_t> live;
+  for (const auto& [id, other] : c.allocs)
+    if (id != a.id() && !alloc_terminal(other.state())) ++live[other.node_id()];
+  std::vector<std::optional<v1::Volume>> volumes;  // each decoded once
+  for (const auto& av : a.volumes())
+    volumes.push_back(find_volume(c, {ns_or_default(a.namespace_()), av.volume_id()}));
+  const node_fit* best = nullptr;
+  out.nodes.reserve(c.nodes.size());
+  for (const auto& [id, n] : c.nodes) {
+    auto it = live.find(id);
+    out.nodes.push_back({id, node_reason(c, a, id, volumes, facts),
+                         it == live.end() ? 0 : it->second});
+  }
+  for (const auto& fit : out.nodes)
+    if (fit.reason.empty() && (best == nullptr || fit.allocs < best->allocs)) best = &fit;
+  if (best != nullptr) out.chosen = best->node_id;
+  return out;
+}
+
+failure no_node_fits(const v1::Alloc& a, const placement& p) {
+  if (p.nodes.empty())
+    return failure{errc::refused, "no node can run alloc " + quoted(a.id()) +
+                                      ": no node is known (start berthd --client on a host, "
+                                      "then see berth node status)"};
+  std::string text = "no node can run alloc " + quoted(a.id()) + " now (" +
+                     std::to_string(p.nodes.size()) + " node" +
+                     (p.nodes.size() == 1 ? "" : "s") + " considered):";
+  for (const auto& fit : p.nodes) text += "\n  " + fit.node_id + ": " + fit.reason;
+  text += "\nRun it on a node once one fits, or pin it with --node; berth alloc run --explain "
+          "shows this table without running anything";
+  return failure{errc::refused, std::move(text)};
 }
 
 }  // namespace berth

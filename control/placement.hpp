@@ -1,17 +1,20 @@
-// Where CSI calls go: which node's controller instance serves a plugin's
-// controller calls, and how many of a plugin's volumes a node holds (what
-// the plugin's max volumes per node limits).  Pure: the leader passes in
-// which nodes have a connected berth client.
+// Where work goes: which node's controller instance serves a plugin's
+// controller calls, how many of a plugin's volumes a node holds (what the
+// plugin's max volumes per node limits), and which node an alloc run
+// without --node runs on.  Pure: the leader passes in which nodes have a
+// connected berth client.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "control/catalog.hpp"
+#include "messages/failure.hpp"
 
 namespace berth {
 
@@ -42,5 +45,50 @@ int controller_call_limit(const v1::Plugin& p);
 // right now): what the plugin's max volumes per node is checked against.
 int64_t node_volume_count(const catalog& c, const std::string& node, const std::string& plugin,
                           const volume_key& except, const std::set<volume_key>& in_flight);
+
+// --- alloc run without --node: placement ------------------------------------------
+
+// What the leader knows besides the committed catalog when it places an
+// alloc.
+struct placement_facts {
+  // The node's berth client is connected to this leader.
+  std::function<bool(const std::string&)> connected;
+  // The leader is writing the node's mark-down.
+  std::function<bool(const std::string&)> marking_down;
+  // Volumes being claimed right now, by node and plugin (the leader's
+  // claims in flight): they count against max volumes per node.
+  const std::map<std::pair<std::string, std::string>, std::set<volume_key>>* claiming = nullptr;
+  // Nodes a claim of this run was refused on since it was placed there:
+  // not chosen again.
+  std::set<std::string> excluded;
+  int64_t now_ms = 0;
+  bool allow_abnormal = false;
+};
+
+// One node as placement judged it.
+struct node_fit {
+  std::string node_id;
+  std::string reason;  // why the alloc cannot run there now; empty: it fits
+  int64_t allocs = 0;  // allocs on the node that are not terminal
+};
+
+struct placement {
+  std::vector<node_fit> nodes;        // every node of the catalog, by name
+  std::optional<std::string> chosen;  // the node the alloc runs on; none fits: nullopt
+};
+
+// Where an alloc (`a`, its node unset) can run now: every node of the
+// catalog with the first rule that rejects it, checked as alloc run and the
+// claim would check them (a berth client that is up, connected and not
+// being marked down; eligible and not draining; then, for each volume, the
+// claim's rules: the volume's availability and condition, the plugin
+// healthy on the node, the volume's accessible topology, the node's max
+// volumes per node counting this alloc's other volumes of the plugin, the
+// access mode and free writer slots).  Of the nodes that fit, the one with
+// the fewest allocs that are not terminal, ties by name.  Pure.
+placement place_alloc(const catalog& c, const v1::Alloc& a, const placement_facts& facts);
+
+// The refusal when no node fits: each node with its reason, one per line.
+failure no_node_fits(const v1::Alloc& a, const placement& p);
 
 }  // namespace berth

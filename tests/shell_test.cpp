@@ -410,6 +410,22 @@ TEST_CASE("request: alloc run carries an id the shell makes when --id is not giv
   CHECK(a != b);  // each command line is a new alloc; its own retries keep its id
 }
 
+TEST_CASE("request: alloc run without --node is placed by the leader; --explain runs nothing") {
+  auto placed = request_ok({"alloc", "run", "--volume", "data=db"}).alloc_run();
+  CHECK(placed.node_id().empty());
+  CHECK_FALSE(placed.explain());
+  CHECK(placed.volumes(0).volume_id() == "db");
+  auto explain = request_ok({"alloc", "run", "--explain", "--volume", "data=db"});
+  CHECK(explain.alloc_run().explain());
+  CHECK(explain.alloc_run().node_id().empty());
+  // Nothing runs, so it is safe to send again even without an id.
+  explain.mutable_alloc_run()->clear_id();
+  CHECK(safe_to_repeat(explain));
+  auto both = request_error({"alloc", "run", "--explain", "--node", "n1", "--volume", "data=db"});
+  CHECK(both.code == errc::invalid);
+  CHECK(both.message.find("leave out --node") != std::string::npos);
+}
+
 TEST_CASE("retry: which requests change state, are safe to send again, and how to check them") {
   struct row {
     words args;

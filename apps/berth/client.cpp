@@ -92,7 +92,8 @@ bool changes_state(const v1::Request& req) {
 bool safe_to_repeat(const v1::Request& req) {
   switch (req.command_case()) {
     case v1::Request::kAllocRun:
-      return !req.alloc_run().id().empty();  // a second run without an id is a second alloc
+      // A second run without an id is a second alloc; --explain runs nothing.
+      return req.alloc_run().explain() || !req.alloc_run().id().empty();
     case v1::Request::kAllocStop:
     case v1::Request::kVolumeClaim:
     case v1::Request::kVolumeRelease:

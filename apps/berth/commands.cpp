@@ -91,6 +91,20 @@ std::string message_text(const v1::Response& r) {
 json first_alloc_json(const v1::Response& r) {
   return alloc_json(r.allocs(0));
 }
+// alloc run --explain: the chosen node (null: none fits) and every node.
+json placement_json(const v1::Response& r) {
+  json nodes = json::array();
+  json chosen = nullptr;
+  for (const auto& v : r.placement()) {
+    nodes.push_back({{"node_id", v.node_id()},
+                     {"fits", v.reason().empty()},
+                     {"allocs", v.allocs()},
+                     {"reason", v.reason()},
+                     {"chosen", v.chosen()}});
+    if (v.chosen()) chosen = v.node_id();
+  }
+  return json{{"chosen", chosen}, {"nodes", nodes}};
+}
 
 using to_json = std::function<json(const v1::Response&)>;
 using to_text = std::function<std::string(const v1::Response&)>;
@@ -795,6 +809,7 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
     std::string node, id;
     std::vector<std::string> volumes, command;
     bool allow_abnormal = false;
+    bool explain = false;
   };
   auto o = std::make_shared<options>();
   auto* cmd = alloc.add_subcommand(
@@ -802,8 +817,16 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
       "Create an alloc on a node: claim each --volume (the node publishes it), then run "
       "the command (after --) with each volume's path in BERTH_VOLUME_<NAME>; without a "
       "command the alloc runs until berth alloc stop. Anything claimed is released again "
-      "if a claim or mount fails.");
-  cmd->add_option("--node", o->node, "The node to run on")->required();
+      "if a claim or mount fails. Without --node the leader places it on a node where "
+      "every volume can be claimed now (the fewest allocs first, ties by name), or "
+      "says for each node why it cannot.");
+  cmd->add_option("--node", o->node,
+                  "The node to run on (default: placed by the leader: a node that is up, "
+                  "eligible, has the volumes' plugins healthy, lies in their topology, has "
+                  "room under max volumes per node and a free writer slot)");
+  cmd->add_flag("--explain", o->explain,
+                "Show where the alloc would be placed and why each node was rejected; run "
+                "nothing (without --node)");
   cmd->add_option("--volume", o->volumes,
                   "NAME=VOLUME[:ro][,mount_flag=FLAG]... (repeatable): claim VOLUME for writing "
                   "(:ro for reading), published at $BERTH_VOLUME_<NAME>");
@@ -823,15 +846,23 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
       r->set_node_id(o->node);
       r->set_id(o->id.empty() ? generated_alloc_id() : o->id);
       r->set_allow_abnormal(o->allow_abnormal);
+      if (o->explain && !o->node.empty())
+        return failure{errc::invalid,
+                       "--explain shows where the leader would place the alloc: leave out --node"};
+      r->set_explain(o->explain);
       for (const auto& arg : o->volumes) {
         auto v = parse_alloc_volume(arg);
         if (auto* err = std::get_if<std::string>(&v)) return failure{errc::invalid, *err};
         *r->add_volumes() = std::get<v1::AllocVolume>(v);
       }
       for (const auto& c : o->command) r->add_command(c);
+      if (o->explain) return shows(req, placement_json, render_placement);
       return shows(req, first_alloc_json, message_text,
                    "Claiming and publishing " + std::to_string(o->volumes.size()) +
-                       " volume(s) on node '" + o->node + "'...");
+                       " volume(s) on " +
+                       (o->node.empty() ? std::string("the node the leader places it on")
+                                        : "node '" + o->node + "'") +
+                       "...");
     };
   });
 }

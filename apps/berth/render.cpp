@@ -384,6 +384,22 @@ std::string render_alloc_list(const v1::Response& r, int64_t now_ms) {
   return render_table(t);
 }
 
+std::string render_placement(const v1::Response& r) {
+  if (r.placement().empty()) return "No node is known (see berth node status); nothing was run.\n";
+  table t{{"NODE", "FITS", "ALLOCS", "REASON"}, {}};
+  std::string chosen;
+  for (const auto& v : r.placement()) {
+    t.rows.push_back({v.node_id() + (v.chosen() ? " *" : ""), v.reason().empty() ? "yes" : "no",
+                      std::to_string(v.allocs()), v.reason().empty() ? "-" : v.reason()});
+    if (v.chosen()) chosen = v.node_id();
+  }
+  return render_table(t) +
+         (chosen.empty() ? "No node fits now; nothing was run.\n"
+                         : "Would run on node '" + chosen +
+                               "' (*: of the nodes that fit, the fewest allocs, ties by name); "
+                               "nothing was run.\n");
+}
+
 std::string render_alloc(const v1::Response& r, int64_t now_ms) {
   if (r.allocs().empty()) return "";
   const auto& a = r.allocs(0);

@@ -32,6 +32,8 @@ std::string render_node(const v1::Response& r, int64_t now_ms);
 std::string render_raft_peers(const v1::Response& r);
 std::string render_agent(const v1::AgentStatus& a);
 std::string render_alloc_list(const v1::Response& r, int64_t now_ms);
+// alloc run --explain: every node, whether the alloc fits there and why not.
+std::string render_placement(const v1::Response& r);
 std::string render_alloc(const v1::Response& r, int64_t now_ms);
 // volume snapshot create and list: one row per snapshot.
 std::string render_snapshot_list(const v1::Response& r, int64_t now_ms);

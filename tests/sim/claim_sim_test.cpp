@@ -136,6 +136,8 @@ struct null_metrics : metrics {
   }
   uint64_t actor_stops = 0, actor_waits = 0;
   void watcher_retry() override {}
+  std::map<std::string, uint64_t> placements;
+  void placement(const std::string& result) override { ++placements[result]; }
   void mailbox(const std::string&, size_t) override {}
   void watcher_pending(size_t) override {}
   // How often a claim or a release was seen waiting for its plugin's
@@ -161,7 +163,8 @@ struct coverage {
            availability_set = 0, drains = 0, paused_refusals = 0, csi_expired = 0, expands = 0,
            expands_refused = 0, controller_expands = 0, node_expands = 0, stage_expands = 0,
            expansions_finished = 0, claims_queued = 0, releases_queued = 0, steps_held = 0,
-           late_confirmed = 0, late_refused = 0, late_refused_seeds = 0;
+           late_confirmed = 0, late_refused = 0, late_refused_seeds = 0, placed_runs = 0,
+           placed_acked = 0;
 } totals;
 
 // --- the simulated world ----------------------------------------------------
@@ -1713,38 +1716,57 @@ class simulation {
     });
   }
 
+  // An alloc run, pinned to a random node or (a third of them) placed by
+  // the leader; a placed run races, half of the time, a second placed run
+  // of the same volumes sent at once (the last writer slot).
   void alloc_run() {
     auto& w = w_;
-    auto node = random_node();
-    auto alloc = "a" + std::to_string(++w.next_alloc);
-    v1::Request req;
-    auto* a = req.mutable_alloc_run();
-    a->set_namespace_("default");
-    a->set_node_id(node);
-    a->set_id(alloc);
+    const bool placed = w.chance(0.33);
+    auto node = placed ? std::string() : random_node();
     std::set<std::string> vols{random_volume()};
     if (w.chance(0.3)) vols.insert(random_volume());
     std::map<std::string, bool> writes;
-    for (const auto& v : vols) {
-      auto* av = a->add_volumes();
-      av->set_name(v);
-      av->set_volume_id(v);
-      writes[v] = wants_write(v);
-      av->set_read_only(!writes[v]);
-    }
-    w.trace("alloc run " + alloc + " on " + node);
-    ++w.claims_open[alloc];
-    send_request(std::move(req), [this, alloc, node, writes](const std::optional<v1::Response>& r) {
-      --w_.claims_open[alloc];
-      if (!r || r->has_error() || r->allocs_size() == 0) {
-        w_.trace("alloc run " + alloc + ": " + (r ? r->error().message() : "no answer"));
-        return;
+    for (const auto& v : vols) writes[v] = wants_write(v);
+    const int runs = placed && w.chance(0.5) ? 2 : 1;
+    for (int i = 0; i < runs; ++i) {
+      auto alloc = "a" + std::to_string(++w.next_alloc);
+      v1::Request req;
+      auto* a = req.mutable_alloc_run();
+      a->set_namespace_("default");
+      a->set_node_id(node);
+      a->set_id(alloc);
+      for (const auto& v : vols) {
+        auto* av = a->add_volumes();
+        av->set_name(v);
+        av->set_volume_id(v);
+        av->set_read_only(!writes[v]);
       }
-      ++totals.allocs_run;
-      w_.trace("alloc run " + alloc + " acknowledged");
-      for (const auto& av : r->allocs(0).volumes())
-        w_.claim_acked(av.volume_id(), alloc, node, writes.at(av.volume_id()), av.published_path());
-    });
+      w.trace("alloc run " + alloc + (placed ? " placed" : " on " + node));
+      if (placed) ++totals.placed_runs;
+      ++w.claims_open[alloc];
+      send_request(std::move(req), [this, alloc, node, writes](const std::optional<v1::Response>& r) {
+        --w_.claims_open[alloc];
+        if (!r || r->has_error() || r->allocs_size() == 0) {
+          w_.trace("alloc run " + alloc + ": " + (r ? r->error().message() : "no answer"));
+          return;
+        }
+        const auto& a = r->allocs(0);
+        if (!node.empty() && a.node_id() != node)
+          w_.fail("alloc run: alloc '" + alloc + "' pinned to node '" + node +
+                  "' was acknowledged on node '" + a.node_id() + "'");
+        if (node.empty()) {
+          if (!w_.cluster.count(a.node_id()))
+            w_.fail("alloc run: alloc '" + alloc + "' was placed on unknown node '" +
+                    a.node_id() + "'");
+          ++totals.placed_acked;
+        }
+        ++totals.allocs_run;
+        w_.trace("alloc run " + alloc + " acknowledged on " + a.node_id());
+        for (const auto& av : a.volumes())
+          w_.claim_acked(av.volume_id(), alloc, a.node_id(), writes.at(av.volume_id()),
+                         av.published_path());
+      });
+    }
   }
 
   void release() {
@@ -2209,7 +2231,9 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
       << " claims and " << totals.releases_queued
       << " releases seen waiting for their plugin's window; " << totals.steps_held
       << " steps held by a partition (" << totals.late_confirmed << " confirmed late, "
-      << totals.late_refused << " refused late, in " << totals.late_refused_seeds << " seeds)");
+      << totals.late_refused << " refused late, in " << totals.late_refused_seeds << " seeds); "
+      << totals.placed_runs << " allocs run without a node (" << totals.placed_acked
+      << " placed and acknowledged)");
   // Evidence that the schedules reach a request arriving while its volume's
   // actor is being stopped (control/activation).
   if (totals.seeds >= 100) CHECK(totals.volume_actor_waits > 0);
@@ -2225,6 +2249,8 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
     CHECK(totals.late_confirmed > 0);
     CHECK(totals.late_refused_seeds >= totals.seeds / 100);
   }
+  // ... and allocs the leader placed.
+  if (totals.seeds >= 100) CHECK(totals.placed_acked > 0);
   // ... and expansions that finish, through a node and at a stage.
   if (totals.seeds >= 100) {
     CHECK(totals.expansions_finished > 0);

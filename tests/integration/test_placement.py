@@ -1,0 +1,135 @@
+"""Placement (issue 29): `berth alloc run` without --node picks a node where
+every volume can be claimed now, on a 3-server cluster with 3 clients whose
+berth-hostpath plugins share one root and differ in topology and max volumes
+(c1: zone a, at most 1 volume; c2: zone b; c3: zone a).  Through the shell as
+an operator types it: placement by topology, the spread over nodes, the
+refusal that lists every node with its reason, --explain (the same table,
+nothing run), an ineligible node left out, and a retried run answered with
+the alloc the first one placed."""
+
+import json
+import os
+import unittest
+
+from cluster import ClusterTestCase
+from harness import berth
+
+
+class PlacementTest(ClusterTestCase):
+    PREFIX = "berth-placement-"
+
+    def setUp(self):
+        super().setUp()
+        shared = os.path.join(self.tmp, "shared-root")
+        self.cluster.add_client("c1", plugin_args=["--topology", "zone=a", "--max-volumes", "1"],
+                                shared_root=shared)
+        self.cluster.add_client("c2", plugin_args=["--topology", "zone=b"], shared_root=shared)
+        self.cluster.add_client("c3", plugin_args=["--topology", "zone=a"], shared_root=shared)
+        self.wait(lambda: self.healthy_nodes() == 3, "the three node plugins healthy")
+
+    def healthy_nodes(self):
+        r = berth(self.via, "--json", "plugin", "status", "hostpath")
+        return r.json()["nodes_healthy"] if r.code == 0 else 0
+
+    def create(self, vid, zone):
+        spec = {"id": vid, "plugin_id": "hostpath",
+                "capabilities": [{"access_mode": "single-node-writer",
+                                  "attachment_mode": "file-system"}],
+                "topology_request": {"required": [{"segments": {"zone": zone}}]}}
+        self.b("volume", "create", "-", stdin=json.dumps(spec))
+
+    def run_placed(self, *volumes, aid=None, expect=0):
+        args = ["--json", "alloc", "run"]
+        for v in volumes:
+            args += ["--volume", v]
+        if aid:
+            args += ["--id", aid]
+        r = self.b(*args, expect=expect)
+        return r.json() if expect == 0 else json.loads(r.err)["error"]["message"]
+
+    def explain(self, *volumes):
+        args = ["--json", "alloc", "run", "--explain"]
+        for v in volumes:
+            args += ["--volume", v]
+        return self.b(*args).json()
+
+    def allocs(self):
+        return sorted(a["id"] for a in self.b("--json", "alloc", "status").json())
+
+    def test_placed_by_topology_spread_and_max_volumes(self):
+        self.create("zb", "b")
+        self.create("za1", "a")
+        self.create("za2", "a")
+        # Only c2 is in zone b.
+        a = self.run_placed("data=zb")
+        self.assertEqual(a["node_id"], "c2")
+        self.assertEqual(a["state"], "running")
+        self.assertTrue(a["volumes"][0]["published_path"])
+        # Zone a: c1 and c3 both hold no alloc: by name, c1.
+        b = self.run_placed("data=za1")
+        self.assertEqual(b["node_id"], "c1")
+        # c1 holds its one volume (max_volumes_per_node 1): c3, although
+        # c3 now has as many allocs as c1 would.
+        c = self.run_placed("data=za2")
+        self.assertEqual(c["node_id"], "c3")
+        claims = self.b("--json", "volume", "status", "za2").json()["claims"]
+        self.assertEqual([(x["alloc_id"], x["node_id"]) for x in claims], [(c["id"], "c3")])
+
+    def test_nothing_fits_lists_every_node_and_explain_runs_nothing(self):
+        self.create("zb", "b")
+        first = self.run_placed("data=zb", aid="first")
+        self.assertEqual(first["node_id"], "c2")
+        before = self.allocs()
+        # The single-writer volume is taken: no node fits, each says why.
+        why = self.run_placed("data=zb", aid="second", expect=4)
+        self.assertIn("no node can run alloc 'second' now (3 nodes considered)", why)
+        for node in ("c1", "c3"):
+            self.assertIn("\n  %s: volume 'zb' is not accessible from node '%s'" % (node, node),
+                          why)
+        self.assertIn("\n  c2: volume 'zb' is single-node-writer and is already claimed", why)
+        # Without --json: the same lines on stderr.
+        r = self.b("alloc", "run", "--volume", "data=zb", "--id", "second", expect=4)
+        self.assertIn("\n  c1: volume 'zb' is not accessible from node 'c1'", r.err)
+        # The refused run left nothing behind.
+        self.assertEqual(self.allocs(), before)
+        # --explain: the same table, nothing run.
+        table = self.explain("data=zb")
+        self.assertIsNone(table["chosen"])
+        self.assertEqual([n["node_id"] for n in table["nodes"]], ["c1", "c2", "c3"])
+        self.assertTrue(all(not n["fits"] for n in table["nodes"]))
+        self.b("alloc", "stop", "first")
+        self.wait(lambda: self.b("--json", "volume", "status", "zb").json()["claims"] == [],
+                  "zb released")
+        table = self.explain("data=zb")
+        self.assertEqual(table["chosen"], "c2")
+        self.assertEqual([n["fits"] for n in table["nodes"]], [False, True, False])
+        text = self.b("alloc", "run", "--explain", "--volume", "data=zb").out
+        self.assertIn("c2", text)
+        self.assertIn("outside the volume's accessible topology", text)
+        self.assertIn("Would run on node 'c2'", text)
+        self.assertEqual(self.allocs(), before)
+        # An ineligible node is left out, with the command that enables it.
+        self.b("node", "eligibility", "c2", "--disable")
+        why = self.run_placed("data=zb", aid="third", expect=4)
+        self.assertIn("\n  c2: node 'c2' is ineligible", why)
+        self.assertIn("berth node eligibility c2 --enable", why)
+        self.b("node", "eligibility", "c2", "--enable")
+        self.assertEqual(self.run_placed("data=zb", aid="fourth")["node_id"], "c2")
+
+    def test_a_retried_run_answers_the_alloc_it_placed(self):
+        self.create("za1", "a")
+        a = self.run_placed("data=za1", aid="web")
+        self.assertEqual(a["node_id"], "c1")
+        again = self.run_placed("data=za1", aid="web")
+        self.assertEqual(again["id"], "web")
+        self.assertEqual(again["node_id"], "c1")
+        r = self.b("alloc", "run", "--volume", "data=za1", "--id", "web")
+        self.assertIn("exists already", r.out)
+        # Pinned elsewhere with the same id: another run, refused.
+        r = self.b("alloc", "run", "--node", "c3", "--volume", "data=za1", "--id", "web",
+                   expect=4)
+        self.assertIn("exists already with another node", r.err)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

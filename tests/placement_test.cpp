@@ -1,0 +1,357 @@
+// control/placement: where alloc run places an alloc that names no node.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "control/catalog.hpp"
+#include "control/entries.hpp"
+#include "control/placement.hpp"
+
+using namespace berth;
+
+namespace {
+
+v1::Volume volume(const std::string& id, const std::string& plugin = "p",
+                  v1::AccessMode mode = v1::SINGLE_NODE_WRITER) {
+  v1::Volume v;
+  v.set_id(id);
+  v.set_namespace_("default");
+  v.set_plugin_id(plugin);
+  v.set_external_id("ext-" + id);
+  auto* cap = v.add_capabilities();
+  cap->set_access_mode(mode);
+  cap->set_attachment_mode(v1::FILE_SYSTEM);
+  return v;
+}
+
+void claimed_by(v1::Volume& v, const std::string& alloc, const std::string& node) {
+  auto* c = v.add_claims();
+  c->set_alloc_id(alloc);
+  c->set_node_id(node);
+  c->set_state(v1::CLAIM_TAKEN);
+  c->set_mode(v1::CLAIM_WRITE);
+  c->set_access_mode(v.capabilities(0).access_mode());
+  c->set_attachment_mode(v1::FILE_SYSTEM);
+}
+
+v1::Node node(const std::string& id) {
+  v1::Node n;
+  n.set_id(id);
+  n.set_status(v1::NODE_READY);
+  n.set_has_client(true);
+  return n;
+}
+
+v1::PluginInstance* instance(v1::Plugin& p, const std::string& node, bool healthy = true) {
+  auto* i = p.add_nodes();
+  i->set_node_id(node);
+  i->set_healthy(healthy);
+  i->set_csi_node_id("csi-" + node);
+  return i;
+}
+
+v1::Plugin plugin(const std::string& id, const std::vector<std::string>& nodes) {
+  v1::Plugin p;
+  p.set_id(id);
+  for (const auto& n : nodes) instance(p, n);
+  return p;
+}
+
+v1::Alloc alloc_on(const std::string& id, const std::string& node, v1::AllocState state) {
+  v1::Alloc a;
+  a.set_id(id);
+  a.set_namespace_("default");
+  a.set_node_id(node);
+  a.set_state(state);
+  return a;
+}
+
+v1::Alloc to_place(const std::vector<std::string>& volumes, bool read_only = false) {
+  v1::Alloc a;
+  a.set_id("new");
+  a.set_namespace_("default");
+  a.set_state(v1::ALLOC_PENDING);
+  for (const auto& v : volumes) {
+    auto* av = a.add_volumes();
+    av->set_name(v);
+    av->set_volume_id(v);
+    av->set_read_only(read_only);
+  }
+  return a;
+}
+
+void commit(catalog& c, std::vector<v1::Change> changes) {
+  apply(c, c.applied_index + 1, make_entry(std::move(changes)));
+}
+
+placement_facts everyone_connected() {
+  placement_facts f;
+  f.connected = [](const std::string&) { return true; };
+  f.marking_down = [](const std::string&) { return false; };
+  f.now_ms = 1000;
+  return f;
+}
+
+std::string reason_of(const placement& p, const std::string& node) {
+  for (const auto& fit : p.nodes)
+    if (fit.node_id == node) return fit.reason;
+  return "(not listed)";
+}
+
+}  // namespace
+
+TEST_CASE("placement: of the nodes that fit, the one with the fewest allocs, ties by name") {
+  catalog c;
+  commit(c, {upsert_change(node("n1")), upsert_change(node("n2")), upsert_change(node("n3")),
+             upsert_change(plugin("p", {"n1", "n2", "n3"})), upsert_change(volume("db"))});
+  auto p = place_alloc(c, to_place({"db"}), everyone_connected());
+  REQUIRE(p.chosen);
+  CHECK(*p.chosen == "n1");  // all empty: the first name
+  REQUIRE(p.nodes.size() == 3);
+  for (const auto& fit : p.nodes) CHECK(fit.reason.empty());
+  commit(c, {upsert_change(alloc_on("x", "n1", v1::ALLOC_RUNNING)),
+             upsert_change(alloc_on("y", "n2", v1::ALLOC_PENDING)),
+             upsert_change(alloc_on("z", "n3", v1::ALLOC_COMPLETE)),
+             upsert_change(alloc_on("w", "n3", v1::ALLOC_FAILED))});
+  p = place_alloc(c, to_place({"db"}), everyone_connected());
+  REQUIRE(p.chosen);
+  CHECK(*p.chosen == "n3");  // its allocs are terminal: none counted
+  CHECK(p.nodes[0].allocs == 1);
+  CHECK(p.nodes[2].allocs == 0);
+  commit(c, {upsert_change(alloc_on("v", "n3", v1::ALLOC_RUNNING))});
+  p = place_alloc(c, to_place({"db"}), everyone_connected());
+  REQUIRE(p.chosen);
+  CHECK(*p.chosen == "n1");  // 1, 1, 1: by name again
+}
+
+TEST_CASE("placement: each rule rejects a node with its reason") {
+  catalog c;
+  auto down = node("a-down");
+  down.set_status(v1::NODE_DOWN);
+  auto no_client = node("b-no-client");
+  no_client.set_has_client(false);
+  auto ineligible = node("c-ineligible");
+  ineligible.set_ineligible(true);
+  auto draining = node("d-draining");
+  draining.set_ineligible(true);
+  draining.mutable_drain()->set_deadline_ms(1);
+  auto p = plugin("p", {"a-down", "b-no-client", "c-ineligible", "d-draining", "e-away",
+                        "f-marking", "h-unhealthy", "i-zone", "j-full", "k-fits"});
+  p.mutable_nodes(6)->set_healthy(false);
+  p.mutable_nodes(6)->set_health_description("socket gone");
+  (*p.mutable_nodes(7)->mutable_accessible_topology()->mutable_segments())["zone"] = "b";
+  (*p.mutable_nodes(9)->mutable_accessible_topology()->mutable_segments())["zone"] = "a";
+  p.mutable_nodes(8)->set_max_volumes(1);
+  (*p.mutable_nodes(8)->mutable_accessible_topology()->mutable_segments())["zone"] = "a";
+  auto db = volume("db");
+  (*db.add_accessible_topology()->mutable_segments())["zone"] = "a";
+  auto other = volume("other");
+  claimed_by(other, "x", "j-full");
+  std::vector<v1::Change> changes{upsert_change(p), upsert_change(db), upsert_change(other)};
+  for (const auto& n : {down, no_client, ineligible, draining, node("e-away"), node("f-marking"),
+                        node("g-no-plugin"), node("h-unhealthy"), node("i-zone"), node("j-full"),
+                        node("k-fits")})
+    changes.push_back(upsert_change(n));
+  commit(c, changes);
+  auto facts = everyone_connected();
+  facts.connected = [](const std::string& n) { return n != "e-away"; };
+  facts.marking_down = [](const std::string& n) { return n == "f-marking"; };
+  auto placed = place_alloc(c, to_place({"db"}), facts);
+  REQUIRE(placed.chosen);
+  CHECK(*placed.chosen == "k-fits");
+  CHECK(placed.nodes.size() == 11);
+  CHECK(reason_of(placed, "a-down").find("is down") != std::string::npos);
+  CHECK(reason_of(placed, "b-no-client").find("has no berth client") != std::string::npos);
+  CHECK(reason_of(placed, "c-ineligible").find("is ineligible") != std::string::npos);
+  CHECK(reason_of(placed, "d-draining").find("is draining") != std::string::npos);
+  CHECK(reason_of(placed, "e-away").find("not connected") != std::string::npos);
+  CHECK(reason_of(placed, "f-marking").find("being marked down") != std::string::npos);
+  CHECK(reason_of(placed, "g-no-plugin").find("has no node instance on node 'g-no-plugin'") !=
+        std::string::npos);
+  CHECK(reason_of(placed, "h-unhealthy").find("is unhealthy (socket gone)") != std::string::npos);
+  CHECK(reason_of(placed, "i-zone").find("outside the volume's accessible topology") !=
+        std::string::npos);
+  CHECK(reason_of(placed, "j-full").find("max_volumes_per_node 1") != std::string::npos);
+  CHECK(reason_of(placed, "k-fits").empty());
+
+  // The one that fits excluded (a claim there was refused after placing).
+  facts.excluded = {"k-fits"};
+  auto none = place_alloc(c, to_place({"db"}), facts);
+  CHECK_FALSE(none.chosen);
+  auto f = no_node_fits(to_place({"db"}), none);
+  CHECK(f.code == errc::refused);
+  for (const auto& fit : none.nodes) CHECK(f.message.find("\n  " + fit.node_id + ": ") != std::string::npos);
+  CHECK(f.message.find("11 nodes considered") != std::string::npos);
+  CHECK(f.message.find("--explain") != std::string::npos);
+}
+
+TEST_CASE("placement: a volume written elsewhere fits nowhere, and no nodes at all is said so") {
+  catalog c;
+  CHECK(no_node_fits(to_place({"db"}), place_alloc(c, to_place({"db"}), everyone_connected()))
+            .message.find("no node is known") != std::string::npos);
+  auto db = volume("db");
+  claimed_by(db, "x", "n1");
+  commit(c, {upsert_change(node("n1")), upsert_change(node("n2")),
+             upsert_change(plugin("p", {"n1", "n2"})), upsert_change(db)});
+  auto p = place_alloc(c, to_place({"db"}), everyone_connected());
+  CHECK_FALSE(p.chosen);
+  CHECK(reason_of(p, "n1").find("already claimed by") != std::string::npos);
+  CHECK(reason_of(p, "n2").find("already claimed by") != std::string::npos);
+  // Another volume of the alloc not registered: named for every node.
+  auto q = place_alloc(c, to_place({"nope"}), everyone_connected());
+  CHECK_FALSE(q.chosen);
+  CHECK(reason_of(q, "n1").find("'nope' is not registered") != std::string::npos);
+}
+
+TEST_CASE("placement: the alloc's own volumes and the claims in flight count against max volumes") {
+  catalog c;
+  auto p = plugin("p", {"n1", "n2"});
+  p.mutable_nodes(0)->set_max_volumes(1);
+  p.mutable_nodes(1)->set_max_volumes(2);
+  commit(c, {upsert_change(node("n1")), upsert_change(node("n2")), upsert_change(p),
+             upsert_change(volume("a")), upsert_change(volume("b")), upsert_change(volume("c"))});
+  auto facts = everyone_connected();
+  auto two = place_alloc(c, to_place({"a", "b"}), facts);
+  REQUIRE(two.chosen);
+  CHECK(*two.chosen == "n2");
+  CHECK(reason_of(two, "n1").find("volume 'b'") != std::string::npos);
+  // A claim of c on n2 in flight: n2 holds one more, so two do not fit.
+  std::map<std::pair<std::string, std::string>, std::set<volume_key>> claiming;
+  claiming[{"n2", "p"}] = {{"default", "c"}};
+  facts.claiming = &claiming;
+  CHECK_FALSE(place_alloc(c, to_place({"a", "b"}), facts).chosen);
+  auto one = place_alloc(c, to_place({"a"}), facts);
+  REQUIRE(one.chosen);
+  CHECK(*one.chosen == "n1");
+}
+
+// Properties over random catalogs, against a direct reading of the rules
+// (not the claim function placement calls): a chosen node breaks no rule;
+// when some node fits, one is chosen, and it is the first with the fewest
+// allocs; every node is listed, with a reason exactly when it does not fit.
+TEST_CASE("placement: random catalogs, checked against the rules read directly") {
+  int placed = 0;
+  int refused = 0;
+  for (uint32_t seed = 1; seed <= 2000; ++seed) {
+    CAPTURE(seed);
+    std::mt19937 rng(seed);
+    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
+    catalog c;
+    std::vector<v1::Change> changes;
+    const int nodes = 1 + pick(5);
+    std::map<std::string, v1::Node> node_of;
+    std::set<std::string> away, marking;
+    for (int i = 0; i < nodes; ++i) {
+      auto n = node("n" + std::to_string(i));
+      if (pick(8) == 0) n.set_status(v1::NODE_DOWN);
+      if (pick(10) == 0) n.set_has_client(false);
+      if (pick(8) == 0) n.set_ineligible(true);
+      if (pick(10) == 0) away.insert(n.id());
+      if (pick(12) == 0) marking.insert(n.id());
+      node_of[n.id()] = n;
+      changes.push_back(upsert_change(n));
+    }
+    std::map<std::string, v1::Plugin> plugins;
+    for (const std::string id : {"p", "q"}) {
+      v1::Plugin p;
+      p.set_id(id);
+      for (const auto& [nid, n] : node_of) {
+        if (pick(4) == 0) continue;
+        auto* inst = instance(p, nid, pick(6) != 0);
+        inst->set_max_volumes(pick(3));
+        if (pick(2)) (*inst->mutable_accessible_topology()->mutable_segments())["zone"] = pick(2) ? "a" : "b";
+      }
+      plugins[id] = p;
+      changes.push_back(upsert_change(p));
+    }
+    std::map<std::string, v1::Volume> volumes;
+    for (int i = 0; i < 6; ++i) {
+      auto v = volume("v" + std::to_string(i), pick(2) ? "p" : "q",
+                      pick(2) ? v1::SINGLE_NODE_WRITER : v1::MULTI_NODE_MULTI_WRITER);
+      if (pick(3) == 0) (*v.add_accessible_topology()->mutable_segments())["zone"] = pick(2) ? "a" : "b";
+      for (int k = pick(3); k > 0; --k)
+        claimed_by(v, "x" + std::to_string(pick(20)), "n" + std::to_string(pick(nodes)));
+      volumes[v.id()] = v;
+      changes.push_back(upsert_change(v));
+    }
+    for (int k = pick(6); k > 0; --k)
+      changes.push_back(upsert_change(alloc_on("o" + std::to_string(k), "n" + std::to_string(pick(nodes)),
+                                               pick(2) ? v1::ALLOC_RUNNING : v1::ALLOC_COMPLETE)));
+    commit(c, changes);
+    std::set<std::string> wanted;
+    for (int k = 1 + pick(2); k > 0; --k) wanted.insert("v" + std::to_string(pick(6)));
+    auto a = to_place({wanted.begin(), wanted.end()});
+    auto facts = everyone_connected();
+    facts.connected = [&](const std::string& n) { return away.count(n) == 0; };
+    facts.marking_down = [&](const std::string& n) { return marking.count(n) > 0; };
+    auto p = place_alloc(c, a, facts);
+
+    // The rules, read directly.
+    auto fits = [&](const std::string& nid) {
+      const auto& n = node_of[nid];
+      if (!n.has_client() || n.status() != v1::NODE_READY || n.ineligible() || away.count(nid) ||
+          marking.count(nid))
+        return false;
+      std::map<std::string, std::set<std::string>> planned;  // plugin -> volumes
+      for (const auto& vid : wanted) {
+        const auto& v = volumes[vid];
+        const auto& pl = plugins[v.plugin_id()];
+        int healthy = 0;
+        const v1::PluginInstance* inst = nullptr;
+        for (const auto& i : pl.nodes()) {
+          healthy += i.healthy() ? 1 : 0;
+          if (i.node_id() == nid) inst = &i;
+        }
+        if (healthy == 0 || inst == nullptr || !inst->healthy()) return false;
+        for (const auto& t : v.accessible_topology())
+          for (const auto& [k, val] : t.segments()) {
+            auto it = inst->accessible_topology().segments().find(k);
+            if (it == inst->accessible_topology().segments().end() || it->second != val) return false;
+          }
+        if (!v.claims().empty() && v.capabilities(0).access_mode() == v1::SINGLE_NODE_WRITER)
+          return false;
+        bool here = false;
+        for (const auto& cl : v.claims()) here |= cl.node_id() == nid;
+        std::set<std::string> held = planned[v.plugin_id()];
+        for (const auto& [oid, ov] : volumes)
+          if (ov.plugin_id() == v.plugin_id())
+            for (const auto& cl : ov.claims())
+              if (cl.node_id() == nid) held.insert(oid);
+        held.erase(vid);
+        if (!here && inst->max_volumes() > 0 &&
+            static_cast<int64_t>(held.size()) >= inst->max_volumes())
+          return false;
+        planned[v.plugin_id()].insert(vid);
+      }
+      return true;
+    };
+    auto live_on = [&](const std::string& nid) {
+      int64_t n = 0;
+      for (const auto& [id, x] : c.allocs)
+        n += x.node_id() == nid && x.state() == v1::ALLOC_RUNNING ? 1 : 0;
+      return n;
+    };
+    REQUIRE(p.nodes.size() == node_of.size());
+    std::optional<std::string> expected;
+    int64_t fewest = 0;
+    for (const auto& fit : p.nodes) {
+      CAPTURE(fit.node_id);
+      CAPTURE(fit.reason);
+      CHECK(fit.reason.empty() == fits(fit.node_id));
+      CHECK(fit.allocs == live_on(fit.node_id));
+      if (fits(fit.node_id) && (!expected || fit.allocs < fewest)) {
+        expected = fit.node_id;
+        fewest = fit.allocs;
+      }
+    }
+    CHECK(p.chosen == expected);
+    (p.chosen ? placed : refused)++;
+  }
+  // Both outcomes are exercised.
+  CHECK(placed > 300);
+  CHECK(refused > 300);
+}

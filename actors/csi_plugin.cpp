@@ -90,6 +90,19 @@ void send_job(self_ptr self, const std::string& plugin, const std::shared_ptr<me
           });
 }
 
+// Answers a job with `f` without sending its call; `started`: the gate let
+// it start, so its slot is given back.
+void answer_unsent(self_ptr self, uint64_t ticket, failure f, bool started) {
+  auto& st = self->state;
+  auto it = st.jobs.find(ticket);
+  if (it == st.jobs.end()) return;
+  csi_outcome out;
+  out.error = std::move(f);
+  it->second.rp.deliver(std::move(out));
+  st.jobs.erase(it);
+  if (started) st.gate->finish(ticket, false, steady_ms());
+}
+
 // Hands every job the gate lets start to a worker; arms the timer for the
 // next backoff that ends.
 void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<metrics>& stats) {
@@ -102,13 +115,12 @@ void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<m
     if (it == st.jobs.end()) continue;
     logging::warn("csi", "CSI call not sent: it waited too long for its turn",
                   {{"plugin", plugin}, {"external_id", it->second.job.volume}});
-    csi_outcome out;
-    out.error = failure{errc::unavailable,
-                        "plugin '" + plugin +
-                            "': the call waited longer than --csi-timeout "
-                            "behind other calls of this plugin or volume and was not sent; retry"};
-    it->second.rp.deliver(std::move(out));
-    st.jobs.erase(it);
+    answer_unsent(self, ticket,
+                  failure{errc::unavailable,
+                          "plugin '" + plugin +
+                              "': the call waited longer than --csi-timeout behind other calls "
+                              "of this plugin or volume and was not sent; retry"},
+                  false);
   }
   for (auto ticket : st.gate->start(steady_ms())) {
     auto& waiting = st.jobs.at(ticket);
@@ -116,30 +128,25 @@ void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<m
     if (waiting.job.leader_term != 0 && waiting.job.leader_term < newest) {
       // Admitted when its leader was the newest; this node has heard of a
       // newer one since, while the call waited for its turn.
-      csi_outcome out;
-      out.error = failure{errc::refused, "plugin '" + plugin +
-                                             "': a call of the deposed leader "
-                                             "of term " +
-                                             std::to_string(waiting.job.leader_term) +
-                                             " was not sent (this node follows term " +
-                                             std::to_string(newest) + ")"};
-      waiting.rp.deliver(std::move(out));
-      st.jobs.erase(ticket);
-      st.gate->finish(ticket, false, steady_ms());
+      answer_unsent(self, ticket,
+                    failure{errc::refused, "plugin '" + plugin +
+                                               "': a call of the deposed leader of term " +
+                                               std::to_string(waiting.job.leader_term) +
+                                               " was not sent (this node follows term " +
+                                               std::to_string(newest) + ")"},
+                    true);
       continue;
     }
     if (waiting.job.publish && st.publish_floor &&
         !publish_allowed(waiting.job.claim_index, st.publish_floor->load())) {
       // Admitted before this node's lease ran out; the servers may have
       // released the claim without the node since (control/lease).
-      csi_outcome out;
-      out.error = failure{errc::unavailable,
-                          "plugin '" + plugin +
-                              "': the publish waited while this node's lease ran out and was not "
-                              "sent (its claim may have been released meanwhile); retry"};
-      waiting.rp.deliver(std::move(out));
-      st.jobs.erase(ticket);
-      st.gate->finish(ticket, false, steady_ms());
+      answer_unsent(self, ticket,
+                    failure{errc::unavailable,
+                            "plugin '" + plugin +
+                                "': the publish waited while this node's lease ran out and was "
+                                "not sent (its claim may have been released meanwhile); retry"},
+                    true);
       continue;
     }
     if (!waiting.job.confirm) {
@@ -150,20 +157,18 @@ void run_ready(self_ptr self, const std::string& plugin, const std::shared_ptr<m
     // the helper said, just now, that it still waits for it.  Its turn
     // (the gate's slot, the volume's place) is held meanwhile.
     auto helper = caf::actor_cast<caf::actor>(waiting.job.confirm);
-    auto refuse = [self, plugin, stats, ticket](const std::string& why) {
+    auto refuse = [self, plugin, ticket](const std::string& why) {
       auto& st = self->state;
       auto it = st.jobs.find(ticket);
       if (it == st.jobs.end()) return;
       logging::warn("csi", "CSI call not sent: the server gave up on its step",
                     {{"plugin", plugin}, {"external_id", it->second.job.volume}, {"why", why}});
-      csi_outcome out;
-      out.error = failure{errc::unavailable,
-                          "plugin '" + plugin +
-                              "': the step reached this node after the server gave up on it (" +
-                              why + ") and its CSI call was not sent; the server retries it"};
-      it->second.rp.deliver(std::move(out));
-      st.jobs.erase(it);
-      st.gate->finish(ticket, false, steady_ms());
+      answer_unsent(self, ticket,
+                    failure{errc::unavailable,
+                            "plugin '" + plugin +
+                                "': the step reached this node after the server gave up on it (" +
+                                why + ") and its CSI call was not sent; the server retries it"},
+                    true);
     };
     if (!helper) {
       refuse("its sender is gone");

@@ -18,6 +18,15 @@ namespace berth::leader_flows {
 
 // --- allocs -----------------------------------------------------------------------
 
+// The answer to a run: to the shell's request, or to the group run that
+// ran it as one of its members.
+using reply_fn = std::function<void(v1::Response)>;
+
+// (Static, beside leader_flows' deliver for a response promise: in an
+// anonymous namespace they would hide those.)
+static void deliver(const reply_fn& reply, const failure& f) { reply(error_response(f)); }
+static void deliver(const reply_fn& reply, v1::Response r) { reply(std::move(r)); }
+
 std::string new_alloc_id() {
   static std::mt19937_64 rng{std::random_device{}()};
   static const char* hex = "0123456789abcdef";
@@ -55,7 +64,7 @@ void when_released(const self_ptr& self, const std::string& id, std::function<vo
       steady_ms() + self->state.options.release_wait.count());
 }
 
-void fail_alloc(const self_ptr& self, v1::Alloc a, std::string why, response_promise rp) {
+void fail_alloc(const self_ptr& self, v1::Alloc a, std::string why, reply_fn rp) {
   auto id = a.id();
   set_alloc_state(
       self, id, v1::ALLOC_FAILED, why, 0,
@@ -80,7 +89,7 @@ void fail_alloc(const self_ptr& self, v1::Alloc a, std::string why, response_pro
 
 // alloc run, once its volumes are published: commits it running, then has
 // the node run it.
-void start_alloc(const self_ptr& self, std::shared_ptr<v1::Alloc> a, response_promise rp) {
+void start_alloc(const self_ptr& self, std::shared_ptr<v1::Alloc> a, reply_fn rp) {
   auto node = node_of(self, a->node_id());
   if (!node) {
     fail_alloc(self, *a, "the berth client of node " + quoted(a->node_id()) + " disconnected", rp);
@@ -128,7 +137,7 @@ void start_alloc(const self_ptr& self, std::shared_ptr<v1::Alloc> a, response_pr
 // alloc run: claims the volumes one after the other (each published on the
 // node); the first claim commits together with the pending alloc.
 void claim_alloc_volumes(const self_ptr& self, std::shared_ptr<v1::Alloc> a, int next,
-                         response_promise rp, bool allow_abnormal) {
+                         reply_fn rp, bool allow_abnormal) {
   if (next == a->volumes_size()) {
     start_alloc(self, a, rp);
     return;
@@ -159,7 +168,7 @@ void claim_alloc_volumes(const self_ptr& self, std::shared_ptr<v1::Alloc> a, int
 // alloc run sent again with the same id, volumes and command (its answer
 // was lost): the answer is the alloc the first request made, once it is
 // no longer pending; nothing runs twice.
-void answer_repeated_run(const self_ptr& self, const std::string& id, response_promise rp) {
+void answer_repeated_run(const self_ptr& self, const std::string& id, reply_fn rp) {
   auto settled = [self, id] {
     const auto* a = find_alloc(self->state.cat, id);
     return a != nullptr && a->state() != v1::ALLOC_PENDING;
@@ -205,7 +214,7 @@ void add_placement(v1::Response& r, const placement& p) {
 }
 
 // An alloc run (its node set) admitted: claims its volumes, then runs it.
-void run_on_node(const self_ptr& self, v1::Alloc a, bool allow_abnormal, response_promise rp) {
+void run_on_node(const self_ptr& self, v1::Alloc a, bool allow_abnormal, reply_fn rp) {
   auto& st = self->state;
   if (auto f = admit_alloc_run(st.cat, a, static_cast<bool>(node_of(self, a.node_id())))) {
     deliver(rp, *f);
@@ -238,7 +247,7 @@ void run_on_node(const self_ptr& self, v1::Alloc a, bool allow_abnormal, respons
 // two runs placed at once never both take the last writer slot: the
 // second's claim is refused and its alloc fails with why.
 void place_and_run(const self_ptr& self, v1::Alloc a, const v1::AllocRunRequest& req,
-                   response_promise rp) {
+                   reply_fn rp) {
   auto& st = self->state;
   if (auto f = admit_alloc_request(st.cat, a)) {
     deliver(rp, *f);
@@ -279,9 +288,8 @@ void place_and_run(const self_ptr& self, v1::Alloc a, const v1::AllocRunRequest&
   run_on_node(self, std::move(a), req.allow_abnormal(), rp);
 }
 
-}  // namespace
-
-void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_promise rp) {
+// One alloc run (alone, or a member of a group).
+void run_one(const self_ptr& self, const v1::AllocRunRequest& req, reply_fn rp) {
   auto a = pending_alloc(req, req.id().empty() ? new_alloc_id() : req.id(), wall_ms());
   auto& st = self->state;
   if (req.explain()) {
@@ -305,6 +313,67 @@ void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_pr
     return;
   }
   run_on_node(self, std::move(a), req.allow_abnormal(), rp);
+}
+
+// alloc run --count N --group NAME: the members one after the other, each
+// placed (or pinned) and run as alone, so each placement sees the members
+// before it (a group spreads over the nodes).  A member that fails does
+// not stop the others; the answer lists every member and is an error when
+// one failed.  Sent again, each member answers as a repeated run does.
+void run_members(const self_ptr& self, v1::AllocRunRequest req, int next,
+                 std::shared_ptr<std::vector<v1::Response>> answers, response_promise rp) {
+  if (next == static_cast<int>(req.count())) {
+    v1::Response out;
+    std::vector<std::string> failed;
+    int running = 0;
+    for (int i = 0; i < static_cast<int>(answers->size()); ++i) {
+      const auto& r = (*answers)[i];
+      for (const auto& a : r.allocs()) *out.add_allocs() = a;
+      if (r.has_error())
+        failed.push_back(member_id(req.group(), i) + ": " + r.error().message());
+      else
+        ++running;
+    }
+    const std::string what = "alloc group " + quoted(req.group());
+    if (failed.empty()) {
+      out.set_message(what + ": " + std::to_string(running) + " of " +
+                      std::to_string(req.count()) + " allocs running");
+      deliver(rp, std::move(out));
+      return;
+    }
+    std::string text = what + ": " + std::to_string(failed.size()) + " of " +
+                       std::to_string(req.count()) + " allocs failed (" +
+                       std::to_string(running) + " running):";
+    for (const auto& f : failed) text += "\n  " + f;
+    auto err = error_response(failure{errc::refused, text});
+    *err.mutable_allocs() = out.allocs();
+    deliver(rp, std::move(err));
+    return;
+  }
+  auto member = group_member(req, next);
+  run_one(self, member, [self, req, next, answers, rp](v1::Response r) mutable {
+    answers->push_back(std::move(r));
+    run_members(self, std::move(req), next + 1, answers, rp);
+  });
+}
+
+}  // namespace
+
+void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_promise rp) {
+  if (is_group_run(req)) {
+    if (auto f = admit_group_run(self->state.cat, req)) {
+      deliver(rp, *f);
+      return;
+    }
+    if (req.explain()) {
+      deliver(rp, failure{errc::invalid, "alloc run --explain places one alloc: leave out "
+                                         "--count and --group"});
+      return;
+    }
+    run_members(self, req, 0, std::make_shared<std::vector<v1::Response>>(), rp);
+    return;
+  }
+  run_one(self, req, [rp](v1::Response r) mutable { rp.deliver(wrap(std::move(r))); });
 }
 
 void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp) {

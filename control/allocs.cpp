@@ -32,6 +32,7 @@ v1::Alloc pending_alloc(const v1::AllocRunRequest& req, std::string id, int64_t 
   a.set_id(std::move(id));
   a.set_namespace_(ns_or_default(req.namespace_()));
   a.set_node_id(req.node_id());
+  a.set_group(req.group());
   *a.mutable_volumes() = req.volumes();
   *a.mutable_command() = req.command();
   a.set_state(v1::ALLOC_PENDING);
@@ -40,7 +41,57 @@ v1::Alloc pending_alloc(const v1::AllocRunRequest& req, std::string id, int64_t 
   return a;
 }
 
+bool is_group_run(const v1::AllocRunRequest& req) {
+  return req.count() > 0 || !req.group().empty() || req.per_alloc();
+}
+
+std::optional<failure> admit_group_run(const catalog& c, const v1::AllocRunRequest& req) {
+  const std::string what = "alloc group " + quoted(req.group());
+  if (req.group().empty())
+    return failure{errc::invalid, "alloc run --count and --per-alloc need --group NAME (the "
+                                  "allocs are NAME[0], NAME[1], ...)"};
+  if (!valid_id(req.group()))
+    return failure{errc::invalid, what + ": not a valid group name (1-128 of A-Z a-z 0-9 _ . -, "
+                                         "not starting with . or -)"};
+  if (req.count() < 1 || req.count() > max_group_count)
+    return failure{errc::invalid, what + ": --count must be 1 to " +
+                                      std::to_string(max_group_count) + ", not " +
+                                      std::to_string(req.count())};
+  if (!req.id().empty())
+    return failure{errc::invalid, what + ": --id is not taken with --group (the allocs are " +
+                                      member_id(req.group(), 0) + " .. " +
+                                      member_id(req.group(), static_cast<int>(req.count()) - 1) +
+                                      ")"};
+  if (!req.per_alloc()) return std::nullopt;
+  std::vector<std::string> missing;
+  for (int i = 0; i < static_cast<int>(req.count()); ++i)
+    for (const auto& v : req.volumes()) {
+      auto id = member_id(v.volume_id(), i);
+      if (!has_volume(c, {ns_or_default(req.namespace_()), id})) missing.push_back(quoted(id));
+    }
+  if (missing.empty()) return std::nullopt;
+  std::string list;
+  for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+  return failure{errc::not_found,
+                 what + ": --per-alloc needs one volume per alloc, and " +
+                     std::to_string(missing.size()) + " are not registered in namespace " +
+                     quoted(ns_or_default(req.namespace_())) + ": " + list +
+                     " (create them with: berth volume create SPEC --count " +
+                     std::to_string(req.count()) + "); nothing was run"};
+}
+
+v1::AllocRunRequest group_member(const v1::AllocRunRequest& req, int index) {
+  auto m = req;
+  m.set_id(member_id(req.group(), index));
+  m.clear_count();
+  m.clear_per_alloc();
+  if (req.per_alloc())
+    for (auto& v : *m.mutable_volumes()) v.set_volume_id(member_id(v.volume_id(), index));
+  return m;
+}
+
 bool same_alloc_run(const v1::Alloc& known, const v1::Alloc& requested) {
+  if (known.group() != requested.group()) return false;
   if (known.namespace_() != requested.namespace_() ||
       (!requested.node_id().empty() && known.node_id() != requested.node_id()) ||
       known.volumes_size() != requested.volumes_size() ||

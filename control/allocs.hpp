@@ -51,6 +51,17 @@ std::optional<failure> repeated_run_failure(const v1::Alloc& settled);
 // The pending alloc of an alloc run request.
 v1::Alloc pending_alloc(const v1::AllocRunRequest& req, std::string id, int64_t now_ms);
 
+// alloc run --count N --group NAME [--per-alloc]: why the group is refused
+// before anything is run (a bad count or name, an --id, and every volume
+// VOLUME[i] a --per-alloc run needs that is not registered, named at once),
+// or nullopt.
+std::optional<failure> admit_group_run(const catalog& c, const v1::AllocRunRequest& req);
+// Whether the request runs a group (a count or a group name).
+bool is_group_run(const v1::AllocRunRequest& req);
+// The run of member `index` of a group: id NAME[index], the group's name,
+// and with --per-alloc each volume VOLUME[index].
+v1::AllocRunRequest group_member(const v1::AllocRunRequest& req, int index);
+
 // volume claim: every claim belongs to an alloc the watcher can judge, so
 // a claim made from the shell creates its alloc (running, no command) or
 // adds the volume to it.  `upsert` is what to commit with the claim

@@ -113,21 +113,29 @@ std::string node_reason(const catalog& c, const v1::Alloc& a, const std::string&
 
 placement place_alloc(const catalog& c, const v1::Alloc& a, const placement_facts& facts) {
   placement out;
-  std::map<std::string, int64_t> live;
-  for (const auto& [id, other] : c.allocs)
-    if (id != a.id() && !alloc_terminal(other.state())) ++live[other.node_id()];
+  std::map<std::string, int64_t> live, group;
+  for (const auto& [id, other] : c.allocs) {
+    if (id == a.id() || alloc_terminal(other.state())) continue;
+    ++live[other.node_id()];
+    if (!a.group().empty() && other.group() == a.group()) ++group[other.node_id()];
+  }
+  auto count = [](const std::map<std::string, int64_t>& m, const std::string& node) {
+    auto it = m.find(node);
+    return it == m.end() ? int64_t{0} : it->second;
+  };
   std::vector<std::optional<v1::Volume>> volumes;  // each decoded once
   for (const auto& av : a.volumes())
     volumes.push_back(find_volume(c, {ns_or_default(a.namespace_()), av.volume_id()}));
   const node_fit* best = nullptr;
   out.nodes.reserve(c.nodes.size());
-  for (const auto& [id, n] : c.nodes) {
-    auto it = live.find(id);
-    out.nodes.push_back({id, node_reason(c, a, id, volumes, facts),
-                         it == live.end() ? 0 : it->second});
-  }
+  for (const auto& [id, n] : c.nodes)
+    out.nodes.push_back(
+        {id, node_reason(c, a, id, volumes, facts), count(live, id), count(group, id)});
+  auto fewer = [](const node_fit& x, const node_fit& y) {
+    return std::pair{x.group_allocs, x.allocs} < std::pair{y.group_allocs, y.allocs};
+  };
   for (const auto& fit : out.nodes)
-    if (fit.reason.empty() && (best == nullptr || fit.allocs < best->allocs)) best = &fit;
+    if (fit.reason.empty() && (best == nullptr || fewer(fit, *best))) best = &fit;
   if (best != nullptr) out.chosen = best->node_id;
   return out;
 }

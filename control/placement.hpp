@@ -70,6 +70,7 @@ struct node_fit {
   std::string node_id;
   std::string reason;  // why the alloc cannot run there now; empty: it fits
   int64_t allocs = 0;  // allocs on the node that are not terminal
+  int64_t group_allocs = 0;  // ... of those, the alloc's group's (0 without a group)
 };
 
 struct placement {
@@ -85,7 +86,9 @@ struct placement {
 // healthy on the node, the volume's accessible topology, the node's max
 // volumes per node counting this alloc's other volumes of the plugin, the
 // access mode and free writer slots).  Of the nodes that fit, the one with
-// the fewest allocs that are not terminal, ties by name.  Pure.
+// the fewest allocs of the alloc's group that are not terminal (a group
+// spreads over the nodes), then the fewest such allocs of any group, ties
+// by name.  Pure.
 placement place_alloc(const catalog& c, const v1::Alloc& a, const placement_facts& facts);
 
 // The refusal when no node fits: each node with its reason, one per line.

@@ -394,6 +394,7 @@ json alloc_json(const v1::Alloc& a) {
   return json{{"id", a.id()},
               {"namespace", a.namespace_()},
               {"node_id", a.node_id()},
+              {"group", a.group()},
               {"state", name_of(a.state())},
               {"message", a.message()},
               {"exit_code", a.exit_code()},

@@ -146,6 +146,21 @@ bool valid_id(std::string_view id) {
   });
 }
 
+bool valid_member_id(std::string_view id) {
+  if (valid_id(id)) return true;
+  auto open = id.rfind('[');
+  if (open == std::string_view::npos || id.size() > 128 || id.back() != ']') return false;
+  auto digits = id.substr(open + 1, id.size() - open - 2);
+  if (digits.empty() || digits.size() > 5 || (digits.size() > 1 && digits[0] == '0')) return false;
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  return valid_id(id.substr(0, open));
+}
+
+std::string member_id(const std::string& base, int index) {
+  return base + "[" + std::to_string(index) + "]";
+}
+
 void apply_defaults(v1::Volume& v) {
   if (v.namespace_().empty()) v.set_namespace_("default");
   // The plugin's, never the spec's: set by the health check, shown by
@@ -167,7 +182,8 @@ std::vector<problem> validate_volume(const v1::Volume& v) {
       add(field, quoted(value) +
                      " is not a valid id (1-128 of A-Z a-z 0-9 _ . -, not starting with . or -)");
   };
-  check_id("id", v.id());
+  if (!valid_member_id(v.id()))  // a member of volume create --count: db[0]
+    check_id("id", v.id());
   check_id("namespace", v.namespace_());
   check_id("plugin_id", v.plugin_id());
   if (v.external_id().empty())
@@ -685,8 +701,11 @@ bool alloc_terminal(v1::AllocState s) {
 
 std::vector<problem> validate_alloc(const v1::Alloc& a) {
   std::vector<problem> out;
-  if (!a.id().empty() && !valid_id(a.id()))
-    out.push_back({"id", quoted(a.id()) + " is not a valid id ([A-Za-z0-9_.-], at most 128)"});
+  if (!a.id().empty() && !valid_member_id(a.id()))
+    out.push_back({"id", quoted(a.id()) + " is not a valid id ([A-Za-z0-9_.-], at most 128, "
+                                         "or a group member such as web[0])"});
+  if (!a.group().empty() && !valid_id(a.group()))
+    out.push_back({"group", quoted(a.group()) + " is not a valid group name ([A-Za-z0-9_.-])"});
   if (!valid_id(a.namespace_())) out.push_back({"namespace", "is missing or not a valid id"});
   if (a.node_id().empty())
     out.push_back({"node", "is required (--node NODE)"});
@@ -698,7 +717,7 @@ std::vector<problem> validate_alloc(const v1::Alloc& a) {
     auto field = "volumes[" + std::to_string(i) + "]";
     if (!valid_id(v.name()))
       out.push_back({field + ".name", quoted(v.name()) + " is not a valid name"});
-    if (!valid_id(v.volume_id()))
+    if (!valid_member_id(v.volume_id()))
       out.push_back({field + ".volume", quoted(v.volume_id()) + " is not a valid volume id"});
     auto env = volume_env_name(v.name());
     if (std::find(envs.begin(), envs.end(), env) != envs.end())

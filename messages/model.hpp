@@ -69,6 +69,15 @@ std::string describe(std::string_view object, const std::vector<problem>& proble
 
 // Valid ids: 1..128 bytes of [A-Za-z0-9_.-], not starting with '.' or '-'.
 bool valid_id(std::string_view id);
+// Volume and alloc ids may also be a member of a group or count:
+// BASE[N] with a valid BASE and N in 0..99999 without leading zeros
+// (alloc run --count N --group web: web[0] .. web[N-1]; volume create
+// --count N: db[0] ..).
+bool valid_member_id(std::string_view id);
+// The id of member `index` of `base`: "base[index]".
+std::string member_id(const std::string& base, int index);
+// The most members a group (alloc run --count) or volume create --count makes.
+constexpr uint32_t max_group_count = 100;
 
 // --- plugin health -----------------------------------------------------
 

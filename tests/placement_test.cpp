@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "control/allocs.hpp"
 #include "control/catalog.hpp"
 #include "control/entries.hpp"
 #include "control/placement.hpp"
@@ -126,6 +127,29 @@ TEST_CASE("placement: of the nodes that fit, the one with the fewest allocs, tie
   p = place_alloc(c, to_place({"db"}), everyone_connected());
   REQUIRE(p.chosen);
   CHECK(*p.chosen == "n1");  // 1, 1, 1: by name again
+}
+
+TEST_CASE("placement: a group spreads over the nodes before other allocs count") {
+  catalog c;
+  auto other = alloc_on("x", "n2", v1::ALLOC_RUNNING);
+  auto web0 = alloc_on("web[0]", "n1", v1::ALLOC_RUNNING);
+  web0.set_group("web");
+  commit(c, {upsert_change(node("n1")), upsert_change(node("n2")), upsert_change(node("n3")),
+             upsert_change(plugin("p", {"n1", "n2", "n3"})), upsert_change(other),
+             upsert_change(web0)});
+  auto a = to_place({});
+  a.set_id("web[1]");
+  a.set_group("web");
+  auto p = place_alloc(c, a, everyone_connected());
+  REQUIRE(p.chosen);
+  CHECK(*p.chosen == "n3");  // n1 has web[0]; n2 none of web but another alloc
+  other.set_state(v1::ALLOC_COMPLETE);
+  commit(c, {upsert_change(other)});
+  p = place_alloc(c, a, everyone_connected());
+  REQUIRE(p.chosen);
+  CHECK(*p.chosen == "n2");
+  CHECK(p.nodes[0].group_allocs == 1);
+  CHECK(p.nodes[1].group_allocs == 0);
 }
 
 TEST_CASE("placement: each rule rejects a node with its reason") {
@@ -278,13 +302,17 @@ TEST_CASE("placement: random catalogs, checked against the rules read directly")
       volumes[v.id()] = v;
       changes.push_back(upsert_change(v));
     }
-    for (int k = pick(6); k > 0; --k)
-      changes.push_back(upsert_change(alloc_on("o" + std::to_string(k), "n" + std::to_string(pick(nodes)),
-                                               pick(2) ? v1::ALLOC_RUNNING : v1::ALLOC_COMPLETE)));
+    for (int k = pick(8); k > 0; --k) {
+      auto o = alloc_on("o" + std::to_string(k), "n" + std::to_string(pick(nodes)),
+                        pick(2) ? v1::ALLOC_RUNNING : v1::ALLOC_COMPLETE);
+      if (pick(2)) o.set_group(pick(2) ? "web" : "db");
+      changes.push_back(upsert_change(o));
+    }
     commit(c, changes);
     std::set<std::string> wanted;
     for (int k = 1 + pick(2); k > 0; --k) wanted.insert("v" + std::to_string(pick(6)));
     auto a = to_place({wanted.begin(), wanted.end()});
+    if (pick(2)) a.set_group("web");
     auto facts = everyone_connected();
     facts.connected = [&](const std::string& n) { return away.count(n) == 0; };
     facts.marking_down = [&](const std::string& n) { return marking.count(n) > 0; };
@@ -329,23 +357,28 @@ TEST_CASE("placement: random catalogs, checked against the rules read directly")
       }
       return true;
     };
-    auto live_on = [&](const std::string& nid) {
+    auto live_on = [&](const std::string& nid, bool of_group) {
       int64_t n = 0;
       for (const auto& [id, x] : c.allocs)
-        n += x.node_id() == nid && x.state() == v1::ALLOC_RUNNING ? 1 : 0;
+        n += x.node_id() == nid && x.state() == v1::ALLOC_RUNNING &&
+                     (!of_group || (!a.group().empty() && x.group() == a.group()))
+                 ? 1
+                 : 0;
       return n;
     };
     REQUIRE(p.nodes.size() == node_of.size());
     std::optional<std::string> expected;
-    int64_t fewest = 0;
+    std::pair<int64_t, int64_t> fewest{0, 0};
     for (const auto& fit : p.nodes) {
       CAPTURE(fit.node_id);
       CAPTURE(fit.reason);
       CHECK(fit.reason.empty() == fits(fit.node_id));
-      CHECK(fit.allocs == live_on(fit.node_id));
-      if (fits(fit.node_id) && (!expected || fit.allocs < fewest)) {
+      CHECK(fit.allocs == live_on(fit.node_id, false));
+      CHECK(fit.group_allocs == live_on(fit.node_id, true));
+      std::pair<int64_t, int64_t> key{live_on(fit.node_id, true), live_on(fit.node_id, false)};
+      if (fits(fit.node_id) && (!expected || key < fewest)) {
         expected = fit.node_id;
-        fewest = fit.allocs;
+        fewest = key;
       }
     }
     CHECK(p.chosen == expected);
@@ -354,4 +387,64 @@ TEST_CASE("placement: random catalogs, checked against the rules read directly")
   // Both outcomes are exercised.
   CHECK(placed > 300);
   CHECK(refused > 300);
+}
+
+TEST_CASE("groups: member ids, the members' runs, and the refusals before anything runs") {
+  CHECK(valid_member_id("db"));
+  CHECK(valid_member_id("db[0]"));
+  CHECK(valid_member_id("web-1[99999]"));
+  CHECK_FALSE(valid_member_id("db[01]"));   // no leading zero: one spelling per member
+  CHECK_FALSE(valid_member_id("db[100000]"));
+  CHECK_FALSE(valid_member_id("db[]"));
+  CHECK_FALSE(valid_member_id("db[x]"));
+  CHECK_FALSE(valid_member_id("[0]"));
+  CHECK_FALSE(valid_member_id("db[0][1]"));
+  CHECK_FALSE(valid_member_id("-db[0]"));
+  CHECK(member_id("db", 2) == "db[2]");
+
+  catalog c;
+  commit(c, {upsert_change(volume("db[0]")), upsert_change(volume("db[1]")),
+             upsert_change(volume("logs[0]"))});
+  v1::AllocRunRequest req;
+  req.set_group("web");
+  req.set_count(2);
+  req.set_per_alloc(true);
+  auto* v = req.add_volumes();
+  v->set_name("data");
+  v->set_volume_id("db");
+  CHECK(is_group_run(req));
+  CHECK_FALSE(admit_group_run(c, req));
+  auto m1 = group_member(req, 1);
+  CHECK(m1.id() == "web[1]");
+  CHECK(m1.group() == "web");
+  CHECK(m1.count() == 0);
+  CHECK_FALSE(m1.per_alloc());
+  CHECK(m1.volumes(0).volume_id() == "db[1]");
+  CHECK(m1.volumes(0).name() == "data");
+  // Every missing member volume named at once.
+  auto* w = req.add_volumes();
+  w->set_name("logs");
+  w->set_volume_id("logs");
+  req.set_count(3);
+  auto f = admit_group_run(c, req);
+  REQUIRE(f);
+  CHECK(f->code == errc::not_found);
+  CHECK(f->message.find("'logs[1]', 'db[2]', 'logs[2]'") != std::string::npos);
+  CHECK(f->message.find("nothing was run") != std::string::npos);
+  // Without --per-alloc the members share the volumes as named.
+  req.set_per_alloc(false);
+  CHECK_FALSE(admit_group_run(c, req));
+  CHECK(group_member(req, 2).volumes(0).volume_id() == "db");
+  req.set_count(0);
+  CHECK(admit_group_run(c, req)->code == errc::invalid);
+  req.set_count(max_group_count + 1);
+  CHECK(admit_group_run(c, req)->code == errc::invalid);
+  req.set_count(2);
+  req.set_id("x");
+  CHECK(admit_group_run(c, req)->message.find("--id is not taken") != std::string::npos);
+  req.clear_id();
+  req.set_group("bad name");
+  CHECK(admit_group_run(c, req)->code == errc::invalid);
+  req.clear_group();
+  CHECK(admit_group_run(c, req)->message.find("need --group") != std::string::npos);
 }

@@ -93,7 +93,9 @@ bool safe_to_repeat(const v1::Request& req) {
   switch (req.command_case()) {
     case v1::Request::kAllocRun:
       // A second run without an id is a second alloc; --explain runs nothing.
-      return req.alloc_run().explain() || !req.alloc_run().id().empty();
+      // A group's members have their ids (NAME[i]).
+      return req.alloc_run().explain() || !req.alloc_run().id().empty() ||
+             !req.alloc_run().group().empty();
     case v1::Request::kAllocStop:
     case v1::Request::kVolumeClaim:
     case v1::Request::kVolumeRelease:

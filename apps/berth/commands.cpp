@@ -91,6 +91,17 @@ std::string message_text(const v1::Response& r) {
 json first_alloc_json(const v1::Response& r) {
   return alloc_json(r.allocs(0));
 }
+json all_allocs_json(const v1::Response& r) {
+  return array_of(r.allocs(), alloc_json);
+}
+// alloc run --group: the summary, then each member and its node.
+std::string render_group(const v1::Response& r) {
+  std::string out = r.message() + "\n";
+  for (const auto& a : r.allocs())
+    out += "  " + a.id() + " on node '" + a.node_id() + "': " + std::string(name_of(a.state())) +
+           "\n";
+  return out;
+}
 // alloc run --explain: the chosen node (null: none fits) and every node.
 json placement_json(const v1::Response& r) {
   json nodes = json::array();
@@ -182,9 +193,34 @@ void add_agent_status(CLI::App& app, context& ctx) {
 void add_volume_from_spec(CLI::App& volume, context& ctx, const std::string& name,
                           const std::string& description, spec_use use) {
   auto file = std::make_shared<std::string>();
+  auto count = std::make_shared<uint32_t>(0);
   auto* cmd = volume.add_subcommand(name, description);
   cmd->add_option("file", *file, "The volume spec file, or - for stdin")->required();
-  sends(cmd, ctx, [&ctx, file, use]() -> plan {
+  if (use == spec_use::create)
+    cmd->add_option("--count", *count,
+                    "Create N volumes ID[0] .. ID[N-1] from the one spec (for alloc run "
+                    "--per-alloc), one after the other; stops at the first that fails (the ones "
+                    "before it stay: sent again, the command creates only the rest)")
+        ->check(CLI::Range(1u, max_group_count));
+  // With --count: one create per member, each shown as it is made.
+  auto create_members = [&ctx, file, count] {
+    auto spec = read_spec(ctx, *file, spec_use::create);
+    if (auto* f = std::get_if<failure>(&spec)) return fail(ctx.g, *f);
+    const auto base = std::get<v1::Volume>(spec);
+    for (uint32_t i = 0; i < *count; ++i) {
+      auto v = base;
+      v.set_id(member_id(base.id(), static_cast<int>(i)));
+      v.clear_name();  // the id's (apply_defaults)
+      v1::Request req;
+      *req.mutable_volume_create() = v;
+      int code = send(ctx.g, shows(req, single_volume_json, single_volume_text,
+                                   "Creating volume '" + v.id() + "' through plugin '" +
+                                       v.plugin_id() + "' (CreateVolume)..."));
+      if (code != 0) return code;
+    }
+    return 0;
+  };
+  auto build = [&ctx, file, use]() -> plan {
     auto spec = read_spec(ctx, *file, use);
     if (auto* f = std::get_if<failure>(&spec)) return *f;
     const auto& v = std::get<v1::Volume>(spec);
@@ -197,6 +233,12 @@ void add_volume_from_spec(CLI::App& volume, context& ctx, const std::string& nam
     return shows(req, single_volume_json, single_volume_text,
                  "Creating volume '" + v.id() + "' through plugin '" + v.plugin_id() +
                      "' (CreateVolume)...");
+  };
+  cmd->callback([&ctx, count, build, create_members] {
+    if (*count > 0)
+      ctx.local = create_members;
+    else
+      ctx.build = build;
   });
 }
 
@@ -810,6 +852,9 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
     std::vector<std::string> volumes, command;
     bool allow_abnormal = false;
     bool explain = false;
+    uint32_t count = 0;
+    std::string group;
+    bool per_alloc = false;
   };
   auto o = std::make_shared<options>();
   auto* cmd = alloc.add_subcommand(
@@ -827,6 +872,17 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
   cmd->add_flag("--explain", o->explain,
                 "Show where the alloc would be placed and why each node was rejected; run "
                 "nothing (without --node)");
+  cmd->add_option("--count", o->count,
+                  "Run N allocs GROUP[0] .. GROUP[N-1] (with --group), one after the other, "
+                  "each placed (or on --node) as a single run is; a group spreads over the "
+                  "nodes")
+      ->check(CLI::Range(1u, max_group_count));
+  cmd->add_option("--group", o->group,
+                  "The group's name: its allocs are NAME[0], NAME[1], ... (default --count 1); "
+                  "sent again, the allocs that exist answer as they are");
+  cmd->add_flag("--per-alloc", o->per_alloc,
+                "Alloc GROUP[i] claims volume VOLUME[i] for each --volume NAME=VOLUME (make "
+                "them with berth volume create SPEC --count N)");
   cmd->add_option("--volume", o->volumes,
                   "NAME=VOLUME[:ro][,mount_flag=FLAG]... (repeatable): claim VOLUME for writing "
                   "(:ro for reading), published at $BERTH_VOLUME_<NAME>");
@@ -850,6 +906,17 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
         return failure{errc::invalid,
                        "--explain shows where the leader would place the alloc: leave out --node"};
       r->set_explain(o->explain);
+      if (!o->group.empty() || o->count > 0 || o->per_alloc) {
+        if (!o->id.empty())
+          return failure{errc::invalid,
+                         "--id is not taken with --group: the allocs are GROUP[0], GROUP[1], ..."};
+        if (o->group.empty())
+          return failure{errc::invalid, "--count and --per-alloc need --group NAME"};
+        r->clear_id();
+        r->set_group(o->group);
+        r->set_count(o->count > 0 ? o->count : 1);
+        r->set_per_alloc(o->per_alloc);
+      }
       for (const auto& arg : o->volumes) {
         auto v = parse_alloc_volume(arg);
         if (auto* err = std::get_if<std::string>(&v)) return failure{errc::invalid, *err};
@@ -857,6 +924,10 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
       }
       for (const auto& c : o->command) r->add_command(c);
       if (o->explain) return shows(req, placement_json, render_placement);
+      if (!o->group.empty())
+        return shows(req, all_allocs_json, render_group,
+                     "Running " + std::to_string(r->count()) + " alloc(s) of group '" + o->group +
+                         "'...");
       return shows(req, first_alloc_json, message_text,
                    "Claiming and publishing " + std::to_string(o->volumes.size()) +
                        " volume(s) on " +
@@ -867,18 +938,61 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
   });
 }
 
+v1::Request alloc_stop_request(const std::string& id) {
+  v1::Request req;
+  req.set_alloc_stop(id);
+  return req;
+}
+
+// alloc stop --group NAME: every alloc of the group that is not terminal,
+// one after the other (each stop is safe to send again).
+int stop_group(const context& ctx, const std::string& group) {
+  v1::Request list;
+  list.mutable_alloc_list()->set_namespace_(ctx.g.ns);
+  auto listed = answer(ctx.g, list);
+  if (auto* f = std::get_if<failure>(&listed)) return fail(ctx.g, *f);
+  std::vector<std::string> ids;
+  for (const auto& a : std::get<v1::Response>(listed).allocs())
+    if (a.group() == group && !alloc_terminal(a.state())) ids.push_back(a.id());
+  if (ids.empty()) {
+    if (ctx.g.json)
+      std::cout << "[]\n";
+    else
+      std::cout << "alloc group '" << group << "' has no alloc to stop in namespace '"
+                << ctx.g.ns << "'\n";
+    return 0;
+  }
+  for (const auto& id : ids) {
+    int code = send(ctx.g, shows(alloc_stop_request(id), first_alloc_json, message_text,
+                                 "Stopping alloc '" + id + "' and releasing its claims..."));
+    if (code != 0) return code;
+  }
+  return 0;
+}
+
 void add_alloc_stop(CLI::App& alloc, context& ctx) {
   auto id = std::make_shared<std::string>();
+  auto group = std::make_shared<std::string>();
   auto* cmd = alloc.add_subcommand(
       "stop",
       "Stop an alloc: its command is terminated (SIGTERM, then SIGKILL) and its claims "
-      "released (waits for the releases)");
-  cmd->add_option("id", *id, "The alloc's id")->required();
-  sends(cmd, ctx, [id] {
-    v1::Request req;
-    req.set_alloc_stop(*id);
-    return shows(req, first_alloc_json, message_text,
-                 "Stopping alloc '" + *id + "' and releasing its claims...");
+      "released (waits for the releases); with --group, every alloc of the group");
+  auto* id_opt = cmd->add_option("id", *id, "The alloc's id");
+  auto* group_opt = cmd->add_option("--group", *group,
+                                    "Stop every alloc of this group that is not terminal, one "
+                                    "after the other");
+  id_opt->excludes(group_opt);
+  cmd->callback([&ctx, id, group] {
+    if (!group->empty()) {
+      ctx.local = [&ctx, group] { return stop_group(ctx, *group); };
+      return;
+    }
+    ctx.build = [id]() -> plan {
+      if (id->empty())
+        return failure{errc::invalid, "alloc stop needs an alloc id (or --group NAME)"};
+      return shows(alloc_stop_request(*id), first_alloc_json, message_text,
+                   "Stopping alloc '" + *id + "' and releasing its claims...");
+    };
   });
 }
 

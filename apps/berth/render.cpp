@@ -373,13 +373,14 @@ std::string render_raft_peers(const v1::Response& r) {
 
 std::string render_alloc_list(const v1::Response& r, int64_t now_ms) {
   if (r.allocs().empty()) return "No allocs.\n";
-  table t{{"ID", "NAMESPACE", "NODE", "STATE", "VOLUMES", "MODIFIED"}, {}};
+  table t{{"ID", "NAMESPACE", "NODE", "GROUP", "STATE", "VOLUMES", "MODIFIED"}, {}};
   for (const auto& a : r.allocs()) {
     auto vols = join(a.volumes(), ",", [](const v1::AllocVolume& v) {
       return v.name() + "=" + v.volume_id() + (v.read_only() ? ":ro" : "");
     });
-    t.rows.push_back({a.id(), a.namespace_(), a.node_id(), std::string(name_of(a.state())),
-                      vols.empty() ? "-" : vols, relative_time(a.modified_at_ms(), now_ms)});
+    t.rows.push_back({a.id(), a.namespace_(), a.node_id(), a.group().empty() ? "-" : a.group(),
+                      std::string(name_of(a.state())), vols.empty() ? "-" : vols,
+                      relative_time(a.modified_at_ms(), now_ms)});
   }
   return render_table(t);
 }
@@ -408,6 +409,7 @@ std::string render_alloc(const v1::Response& r, int64_t now_ms) {
   std::string out = details({{"ID", a.id()},
                              {"Namespace", a.namespace_()},
                              {"Node", a.node_id()},
+                             {"Group", a.group().empty() ? "-" : a.group()},
                              {"State", std::string(name_of(a.state()))},
                              {"Message", a.message().empty() ? "-" : a.message()},
                              {"Command", cmd.empty() ? "- (runs until berth alloc stop)" : cmd},

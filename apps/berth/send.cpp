@@ -62,6 +62,8 @@ void progress(const globals& g, const std::string& text) {
   std::cerr << text << "\n";
 }
 
+}  // namespace
+
 std::variant<v1::Response, failure> answer(const globals& g, const v1::Request& req) {
   // A shell line may name another server or timeout than the shell's.
   std::optional<client> own;
@@ -83,8 +85,6 @@ std::variant<v1::Response, failure> answer(const globals& g, const v1::Request& 
   }
   return std::move(resp);
 }
-
-}  // namespace
 
 int64_t now_ms() {
   using namespace std::chrono;

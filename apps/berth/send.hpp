@@ -55,6 +55,10 @@ int send(const globals& g, const plan& p);
 // Prints a failure on stderr (as JSON under --json); returns its exit code.
 int fail(const globals& g, const failure& f);
 
+// Sends one request and returns its answer (an error answer as a failure),
+// showing nothing: for commands that ask before they act.
+std::variant<v1::Response, failure> answer(const globals& g, const v1::Request& req);
+
 // Milliseconds since the epoch: "now" for the relative times shown.
 int64_t now_ms();
 

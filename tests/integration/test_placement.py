@@ -5,7 +5,8 @@ berth-hostpath plugins share one root and differ in topology and max volumes
 an operator types it: placement by topology, the spread over nodes, the
 refusal that lists every node with its reason, --explain (the same table,
 nothing run), an ineligible node left out, and a retried run answered with
-the alloc the first one placed."""
+the alloc the first one placed; a group of 3 with per-alloc volumes spread
+over 3 nodes."""
 
 import json
 import os
@@ -129,6 +130,68 @@ class PlacementTest(ClusterTestCase):
         r = self.b("alloc", "run", "--node", "c3", "--volume", "data=za1", "--id", "web",
                    expect=4)
         self.assertIn("exists already with another node", r.err)
+
+
+class GroupTest(ClusterTestCase):
+    """A group of 3 allocs with a volume each (Nomad's count = 3 and
+    per_alloc = true) on 3 clients alike: the volumes made from one spec
+    with volume create --count, the allocs spread one per node."""
+    PREFIX = "berth-group-"
+
+    def setUp(self):
+        super().setUp()
+        shared = os.path.join(self.tmp, "shared-root")
+        for name in ("c1", "c2", "c3"):
+            self.cluster.add_client(name, shared_root=shared)
+        self.wait(lambda: self.healthy_nodes() == 3, "the three node plugins healthy")
+
+    def healthy_nodes(self):
+        r = berth(self.via, "--json", "plugin", "status", "hostpath")
+        return r.json()["nodes_healthy"] if r.code == 0 else 0
+
+    def test_a_group_with_per_alloc_volumes_spreads_over_the_nodes(self):
+        spec = json.dumps({"id": "db", "plugin_id": "hostpath",
+                           "capabilities": [{"access_mode": "single-node-writer",
+                                             "attachment_mode": "file-system"}]})
+        self.b("volume", "create", "-", "--count", "3", stdin=spec)
+        for i in range(3):
+            self.assertEqual(self.b("--json", "volume", "status", "db[%d]" % i).json()["id"],
+                             "db[%d]" % i)
+        # A fourth member has no volume: named, and nothing is run.
+        r = self.b("--json", "alloc", "run", "--group", "web", "--count", "4", "--per-alloc",
+                   "--volume", "data=db", expect=3)
+        why = json.loads(r.err)["error"]["message"]
+        self.assertIn("'db[3]'", why)
+        self.assertIn("nothing was run", why)
+        self.assertEqual(self.b("--json", "alloc", "status").json(), [])
+
+        allocs = self.b("--json", "alloc", "run", "--group", "web", "--count", "3",
+                        "--per-alloc", "--volume", "data=db", "--", "sleep", "600").json()
+        self.assertEqual([a["id"] for a in allocs], ["web[0]", "web[1]", "web[2]"])
+        self.assertEqual(sorted(a["node_id"] for a in allocs), ["c1", "c2", "c3"])
+        for i, a in enumerate(allocs):
+            self.assertEqual(a["group"], "web")
+            self.assertEqual(a["state"], "running")
+            self.assertEqual(a["volumes"][0]["volume_id"], "db[%d]" % i)
+            claims = self.b("--json", "volume", "status", "db[%d]" % i).json()["claims"]
+            self.assertEqual([(c["alloc_id"], c["node_id"]) for c in claims],
+                             [(a["id"], a["node_id"])])
+        # Sent again: the same allocs, nothing run twice.
+        again = self.b("--json", "alloc", "run", "--group", "web", "--count", "3",
+                       "--per-alloc", "--volume", "data=db", "--", "sleep", "600").json()
+        self.assertEqual([(a["id"], a["node_id"]) for a in again],
+                         [(a["id"], a["node_id"]) for a in allocs])
+        text = self.b("alloc", "status").out
+        self.assertIn("GROUP", text)
+        self.assertIn("web[1]", text)
+        # Stopping the group stops every member and releases its volume.
+        self.b("alloc", "stop", "--group", "web")
+        for i in range(3):
+            self.assertEqual(self.b("--json", "alloc", "status", "web[%d]" % i).json()["state"],
+                             "complete")
+            self.assertEqual(self.b("--json", "volume", "status", "db[%d]" % i).json()["claims"],
+                             [])
+        self.assertIn("has no alloc to stop", self.b("alloc", "stop", "--group", "web").out)
 
 
 if __name__ == "__main__":

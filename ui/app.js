@@ -570,6 +570,7 @@ function allocTable(allocs, emptyText) {
     {label: 'Alloc', cell: a => allocLink(a.id)},
     {label: 'Namespace', cell: a => a.namespace},
     {label: 'Node', cell: a => nodeLink(a.node_id)},
+    {label: 'Group', cell: a => a.group || '-'},
     {label: 'State', cell: a => badge(a.state, ALLOC_TONES[a.state] || 'mute', a.message)},
     {label: 'Volumes', cell: a => a.volumes.length
       ? a.volumes.map((v, i) => [i ? ', ' : '', v.name + '=', volumeLink(a.namespace, v.volume_id),
@@ -588,10 +589,12 @@ const allocsPage = {
     {key: 'q', label: 'Filter by id'},
     {key: 'state', label: 'State', options: () => ['pending', 'running', 'complete', 'failed', 'lost']},
     {key: 'node', label: 'Node', options: d => uniq(d.map(a => a.node_id))},
+    {key: 'group', label: 'Group', options: d => uniq(d.map(a => a.group).filter(g => g))},
   ], data),
   render: data => allocTable(
     filtered('allocs', data, (a, f) => contains(a.id, f.q) && (!f.state || a.state === f.state) &&
-                                       (!f.node || a.node_id === f.node)),
+                                       (!f.node || a.node_id === f.node) &&
+                                       (!f.group || a.group === f.group)),
     data.length ? 'No alloc matches the filters.' : 'No allocs. Run one with `berth alloc run`.'),
   heading: () => [title('Allocs'), h('p', {class: 'subtitle'}, 'Workloads and the volumes they claim.')],
 };
@@ -605,6 +608,7 @@ const allocPage = {
     facts([
       ['Namespace', a.namespace],
       ['Node', nodeLink(a.node_id)],
+      a.group ? ['Group', a.group] : null,
       ['State', badge(a.state, ALLOC_TONES[a.state] || 'mute')],
       a.message ? ['Message', a.message] : null,
       a.state === 'complete' || a.state === 'failed' ? ['Exit code', String(a.exit_code)] : null,

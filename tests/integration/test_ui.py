@@ -356,6 +356,18 @@ class WebUiTest(unittest.TestCase):
         ui.wait("!document.querySelector('tr[data-claim]')", "the claim gone from the page")
         self.assertEqual(ui.eval("window.noReload"), "still the same page")
 
+    def test_a_group_run_appears_with_its_group(self):
+        ui = self.browser
+        ui.open("#/allocs")
+        self.b("alloc", "run", "--node", self.node, "--group", "ui-g", "--count", "2", "--",
+               "true")
+        row = "document.querySelector('tr[data-alloc=\"ui-g[1]\"]')"
+        ui.wait("!!" + row, "ui-g[1] listed without reload")
+        self.assertEqual(ui.eval(row + ".querySelectorAll('td')[3].textContent"), "ui-g")
+        ui.open("#/alloc/" + "ui-g%5B0%5D")
+        ui.wait("document.body.textContent.includes('Group') && "
+                "document.body.textContent.includes('ui-g')", "the alloc page names its group")
+
     def test_cancelling_the_confirmation_does_nothing(self):
         ui = self.browser
         ui.open("#/allocs")

@@ -10,7 +10,9 @@ over 3 nodes."""
 
 import json
 import os
+import re
 import unittest
+import urllib.request
 
 from cluster import ClusterTestCase
 from harness import berth
@@ -53,6 +55,19 @@ class PlacementTest(ClusterTestCase):
         for v in volumes:
             args += ["--volume", v]
         return self.b(*args).json()
+
+    def placements(self):
+        """berth_placements_total by result, summed over the servers' /metrics (each
+        placement is counted once, by the server that led then)."""
+        out = {}
+        for server in self.cluster.servers:
+            port = int(re.search(r"metrics on 127\.0\.0\.1:(\d+)", server.banner).group(1))
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+                text = r.read().decode()
+            for m in re.finditer(r'^berth_placements_total\{result="(\w+)"\} (\S+)$', text,
+                                 re.M):
+                out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
+        return out
 
     def allocs(self):
         return sorted(a["id"] for a in self.b("--json", "alloc", "status").json())
@@ -116,6 +131,9 @@ class PlacementTest(ClusterTestCase):
         self.assertIn("berth node eligibility c2 --enable", why)
         self.b("node", "eligibility", "c2", "--enable")
         self.assertEqual(self.run_placed("data=zb", aid="fourth")["node_id"], "c2")
+        # The leader counted them: first and fourth placed; second (twice) and third
+        # refused; four --explain.
+        self.assertEqual(self.placements(), {"placed": 2, "none": 3, "explained": 3})
 
     def test_a_retried_run_answers_the_alloc_it_placed(self):
         self.create("za1", "a")

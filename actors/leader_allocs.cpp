@@ -259,6 +259,7 @@ void place_and_run(const self_ptr& self, v1::Alloc a, const v1::AllocRunRequest&
     return self->state.marking_down.count(n) > 0;
   };
   facts.claiming = &st.claiming;
+  facts.starting = &st.starting_allocs;
   facts.now_ms = wall_ms();
   facts.allow_abnormal = req.allow_abnormal();
   auto p = place_alloc(st.cat, a, facts);
@@ -325,25 +326,34 @@ void run_members(const self_ptr& self, v1::AllocRunRequest req, int next,
   if (next == static_cast<int>(req.count())) {
     v1::Response out;
     std::vector<std::string> failed;
-    int running = 0;
+    std::map<std::string, int> states;  // of the members answered without an error
     for (int i = 0; i < static_cast<int>(answers->size()); ++i) {
       const auto& r = (*answers)[i];
       for (const auto& a : r.allocs()) *out.add_allocs() = a;
       if (r.has_error())
         failed.push_back(member_id(req.group(), i) + ": " + r.error().message());
-      else
-        ++running;
+      else if (r.allocs_size() > 0)
+        ++states[std::string(name_of(r.allocs(0).state()))];
     }
+    // "3 of 3 allocs running", or with members that ended before (a group
+    // run sent again after they stopped): "1 of 3 allocs running, 2 complete".
+    std::string counts;
+    int running = states.count("running") ? states.at("running") : 0;
+    counts = std::to_string(running) + " of " + std::to_string(req.count()) + " allocs running";
+    for (const auto& [state, n] : states)
+      if (state != "running") counts += ", " + std::to_string(n) + " " + state;
     const std::string what = "alloc group " + quoted(req.group());
     if (failed.empty()) {
-      out.set_message(what + ": " + std::to_string(running) + " of " +
-                      std::to_string(req.count()) + " allocs running");
+      out.set_message(what + ": " + counts +
+                      (running < static_cast<int>(req.count())
+                           ? " (members that ended are not run again: give the group another "
+                             "name to run it anew)"
+                           : ""));
       deliver(rp, std::move(out));
       return;
     }
     std::string text = what + ": " + std::to_string(failed.size()) + " of " +
-                       std::to_string(req.count()) + " allocs failed (" +
-                       std::to_string(running) + " running):";
+                       std::to_string(req.count()) + " allocs failed (" + counts + "):";
     for (const auto& f : failed) text += "\n  " + f;
     auto err = error_response(failure{errc::refused, text});
     *err.mutable_allocs() = out.allocs();
@@ -359,8 +369,10 @@ void run_members(const self_ptr& self, v1::AllocRunRequest req, int next,
 
 }  // namespace
 
-void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_promise rp) {
-  if (is_group_run(req)) {
+void alloc_run(const self_ptr& self, const v1::AllocRunRequest& asked, response_promise rp) {
+  if (is_group_run(asked)) {
+    auto req = asked;
+    if (req.count() == 0 && !req.group().empty()) req.set_count(1);  // a group of one
     if (auto f = admit_group_run(self->state.cat, req)) {
       deliver(rp, *f);
       return;
@@ -373,7 +385,7 @@ void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_pr
     run_members(self, req, 0, std::make_shared<std::vector<v1::Response>>(), rp);
     return;
   }
-  run_one(self, req, [rp](v1::Response r) mutable { rp.deliver(wrap(std::move(r))); });
+  run_one(self, asked, [rp](v1::Response r) mutable { rp.deliver(wrap(std::move(r))); });
 }
 
 void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp) {

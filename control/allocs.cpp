@@ -184,7 +184,7 @@ alloc_for_claim alloc_of_claim(const catalog& c, const v1::ClaimRequest& req, in
       if (v.volume_id() == req.volume_id()) return {};
   } else {
     // The claim rules name a bad id; no alloc is made for it.
-    if (!valid_id(req.alloc_id()) || !valid_id(req.node_id())) return {};
+    if (!valid_member_id(req.alloc_id()) || !valid_id(req.node_id())) return {};
     a.set_id(req.alloc_id());
     a.set_namespace_(ns_or_default(req.namespace_()));
     a.set_node_id(req.node_id());

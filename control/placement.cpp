@@ -78,8 +78,6 @@ std::string node_reason(const catalog& c, const v1::Alloc& a, const std::string&
   if (auto f = refuse_client_away(c, node, connected,
                                   facts.marking_down && facts.marking_down(node)))
     return f->message;
-  if (facts.excluded.count(node))
-    return "node " + quoted(node) + ": a claim of this alloc was refused there after it was placed";
   static const std::map<std::pair<std::string, std::string>, std::set<volume_key>> none;
   const auto& claiming = facts.claiming != nullptr ? *facts.claiming : none;
   // This alloc's volumes checked so far, by plugin: they count against the
@@ -114,11 +112,15 @@ std::string node_reason(const catalog& c, const v1::Alloc& a, const std::string&
 placement place_alloc(const catalog& c, const v1::Alloc& a, const placement_facts& facts) {
   placement out;
   std::map<std::string, int64_t> live, group;
-  for (const auto& [id, other] : c.allocs) {
-    if (id == a.id() || alloc_terminal(other.state())) continue;
+  auto add = [&](const std::string& id, const v1::Alloc& other) {
+    if (id == a.id() || alloc_terminal(other.state())) return;
     ++live[other.node_id()];
     if (!a.group().empty() && other.group() == a.group()) ++group[other.node_id()];
-  }
+  };
+  for (const auto& [id, other] : c.allocs) add(id, other);
+  if (facts.starting != nullptr)
+    for (const auto& [id, other] : *facts.starting)
+      if (c.allocs.count(id) == 0) add(id, other);  // committed already: counted above
   auto count = [](const std::map<std::string, int64_t>& m, const std::string& node) {
     auto it = m.find(node);
     return it == m.end() ? int64_t{0} : it->second;

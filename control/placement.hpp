@@ -58,9 +58,9 @@ struct placement_facts {
   // Volumes being claimed right now, by node and plugin (the leader's
   // claims in flight): they count against max volumes per node.
   const std::map<std::pair<std::string, std::string>, std::set<volume_key>>* claiming = nullptr;
-  // Nodes a claim of this run was refused on since it was placed there:
-  // not chosen again.
-  std::set<std::string> excluded;
+  // Allocs being started, not yet committed (the leader's starting
+  // allocs, by id; their first claim commits them): they count as live.
+  const std::map<std::string, v1::Alloc>* starting = nullptr;
   int64_t now_ms = 0;
   bool allow_abnormal = false;
 };

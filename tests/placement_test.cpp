@@ -152,6 +152,30 @@ TEST_CASE("placement: a group spreads over the nodes before other allocs count")
   CHECK(p.nodes[1].group_allocs == 0);
 }
 
+TEST_CASE("placement: allocs being started count before they are committed") {
+  catalog c;
+  commit(c, {upsert_change(node("n1")), upsert_change(node("n2")),
+             upsert_change(plugin("p", {"n1", "n2"}))});
+  std::map<std::string, v1::Alloc> starting;
+  starting["s1"] = alloc_on("s1", "n1", v1::ALLOC_PENDING);
+  starting["s1"].set_group("web");
+  auto facts = everyone_connected();
+  facts.starting = &starting;
+  auto a = to_place({});
+  a.set_group("web");
+  auto p = place_alloc(c, a, facts);
+  REQUIRE(p.chosen);
+  CHECK(*p.chosen == "n2");
+  CHECK(p.nodes[0].allocs == 1);
+  CHECK(p.nodes[0].group_allocs == 1);
+  // Committed since (and ended): the committed record counts, not the start.
+  commit(c, {upsert_change(alloc_on("s1", "n1", v1::ALLOC_COMPLETE))});
+  p = place_alloc(c, a, facts);
+  REQUIRE(p.chosen);
+  CHECK(*p.chosen == "n1");
+  CHECK(p.nodes[0].allocs == 0);
+}
+
 TEST_CASE("placement: each rule rejects a node with its reason") {
   catalog c;
   auto down = node("a-down");
@@ -202,8 +226,8 @@ TEST_CASE("placement: each rule rejects a node with its reason") {
   CHECK(reason_of(placed, "j-full").find("max_volumes_per_node 1") != std::string::npos);
   CHECK(reason_of(placed, "k-fits").empty());
 
-  // The one that fits excluded (a claim there was refused after placing).
-  facts.excluded = {"k-fits"};
+  // The one that fits away too: none fits.
+  facts.connected = [](const std::string& n) { return n != "e-away" && n != "k-fits"; };
   auto none = place_alloc(c, to_place({"db"}), facts);
   CHECK_FALSE(none.chosen);
   auto f = no_node_fits(to_place({"db"}), none);

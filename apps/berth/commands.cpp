@@ -211,6 +211,21 @@ void add_volume_from_spec(CLI::App& volume, context& ctx, const std::string& nam
       auto v = base;
       v.set_id(member_id(base.id(), static_cast<int>(i)));
       v.clear_name();  // the id's (apply_defaults)
+      // A member made by an earlier try (of the same plugin) stays as it is.
+      v1::Request status;
+      status.mutable_volume_status()->set_namespace_(v.namespace_());
+      status.mutable_volume_status()->set_id(v.id());
+      auto known = answer(ctx.g, status);
+      if (auto* r = std::get_if<v1::Response>(&known); r && r->volumes_size() > 0) {
+        if (r->volumes(0).plugin_id() != v.plugin_id())
+          return fail(ctx.g, failure{errc::refused, "volume '" + v.id() +
+                                                        "' exists already with plugin '" +
+                                                        r->volumes(0).plugin_id() +
+                                                        "'; choose another id for the spec"});
+        if (!ctx.g.json)
+          std::cout << "Volume '" << v.id() << "' exists already; not created again\n";
+        continue;
+      }
       v1::Request req;
       *req.mutable_volume_create() = v;
       int code = send(ctx.g, shows(req, single_volume_json, single_volume_text,
@@ -948,7 +963,7 @@ v1::Request alloc_stop_request(const std::string& id) {
 // one after the other (each stop is safe to send again).
 int stop_group(const context& ctx, const std::string& group) {
   v1::Request list;
-  list.mutable_alloc_list()->set_namespace_(ctx.g.ns);
+  list.mutable_alloc_list()->set_namespace_(list_namespace(ctx.g));
   auto listed = answer(ctx.g, list);
   if (auto* f = std::get_if<failure>(&listed)) return fail(ctx.g, *f);
   std::vector<std::string> ids;

@@ -132,7 +132,7 @@ class PlacementTest(ClusterTestCase):
         self.b("node", "eligibility", "c2", "--enable")
         self.assertEqual(self.run_placed("data=zb", aid="fourth")["node_id"], "c2")
         # The leader counted them: first and fourth placed; second (twice) and third
-        # refused; four --explain.
+        # refused; three --explain.
         self.assertEqual(self.placements(), {"placed": 2, "none": 3, "explained": 3})
 
     def test_a_retried_run_answers_the_alloc_it_placed(self):
@@ -210,6 +210,16 @@ class GroupTest(ClusterTestCase):
             self.assertEqual(self.b("--json", "volume", "status", "db[%d]" % i).json()["claims"],
                              [])
         self.assertIn("has no alloc to stop", self.b("alloc", "stop", "--group", "web").out)
+        # Sent again now, nothing runs, and the answer says the members ended.
+        out = self.b("alloc", "run", "--group", "web", "--count", "3", "--per-alloc",
+                     "--volume", "data=db", "--", "sleep", "600").out
+        self.assertIn("0 of 3 allocs running, 3 complete", out)
+        self.assertEqual(self.b("--json", "volume", "status", "db[0]").json()["claims"], [])
+        # volume create --count sent again makes only what is missing.
+        self.b("volume", "delete", "db[2]")
+        out = self.b("volume", "create", "-", "--count", "3", stdin=spec).out
+        self.assertIn("Volume 'db[0]' exists already; not created again", out)
+        self.assertEqual(self.b("--json", "volume", "status", "db[2]").json()["id"], "db[2]")
 
 
 if __name__ == "__main__":

@@ -365,8 +365,10 @@ class WebUiTest(unittest.TestCase):
         ui.wait("!!" + row, "ui-g[1] listed without reload")
         self.assertEqual(ui.eval(row + ".querySelectorAll('td')[3].textContent"), "ui-g")
         ui.open("#/alloc/" + "ui-g%5B0%5D")
-        ui.wait("document.body.textContent.includes('Group') && "
-                "document.body.textContent.includes('ui-g')", "the alloc page names its group")
+        ui.wait("[...document.querySelectorAll('dl.facts .fact')].some(f => "
+                "f.querySelector('dt').textContent === 'Group' && "
+                "f.querySelector('dd').textContent === 'ui-g')",
+                "the alloc page names its group")
 
     def test_cancelling_the_confirmation_does_nothing(self):
         ui = self.browser

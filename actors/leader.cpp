@@ -184,9 +184,13 @@ void announce(const self_ptr& self, const applied_change& a) {
       for (const auto& k : keys) announce_volume_health(self, k);
       break;
     }
-    case v1::Change::kAllocUpsert:
-      self->send(st.watcher, changed_atom::value, wrap(c.alloc_upsert()));
+    case v1::Change::kAllocUpsert: {
+      const auto& a = c.alloc_upsert();
+      if (a.state() == v1::ALLOC_LOST && !a.group().empty() && !a.no_replace())
+        st.replacing.try_emplace(a.id());
+      self->send(st.watcher, changed_atom::value, wrap(a));
       break;
+    }
     case v1::Change::kAllocDelete:
       self->send(st.watcher, removed_atom::value, c.alloc_delete());
       break;

@@ -151,6 +151,15 @@ struct leader_state {
   // alloc run requests being started, by alloc id (what each asked for):
   // the same request sent again waits for the first instead of running twice.
   std::map<std::string, v1::Alloc> starting_allocs;
+  // Lost members of groups that may have to be replaced (announced allocs:
+  // lost, in a group, not stopped), by id; leader_flows::drive_replacements.
+  struct replace_drive {
+    bool in_flight = false;
+    uint32_t attempts = 0;  // runs no node took, in a row
+    int64_t due_ms = 0;     // steady ms of the next try
+    std::string last_error;
+  };
+  std::map<std::string, replace_drive> replacing;
   std::multiset<std::string> writing;  // keys of the writes in flight
   // Drains: allocs asked to stop, nodes whose force or finish is being written.
   std::set<std::string> drain_stops;

@@ -286,6 +286,7 @@ void place_and_run(const self_ptr& self, v1::Alloc a, const v1::AllocRunRequest&
   st.stats->placement("placed");
   logging::info("leader", "alloc placed", {{"alloc", a.id()}, {"node", *p.chosen}});
   a.set_node_id(*p.chosen);
+  a.set_placed(true);
   run_on_node(self, std::move(a), req.allow_abnormal(), rp);
 }
 
@@ -369,7 +370,65 @@ void run_members(const self_ptr& self, v1::AllocRunRequest req, int next,
 
 }  // namespace
 
-void alloc_run(const self_ptr& self, const v1::AllocRunRequest& asked, response_promise rp) {
+void drive_replacements(const self_ptr& self) {
+  auto& st = self->state;
+  auto now = steady_ms();
+  for (auto it = st.replacing.begin(); it != st.replacing.end();) {
+    const auto id = it->first;
+    auto& d = it->second;
+    if (d.in_flight || d.due_ms > now) {
+      ++it;
+      continue;
+    }
+    auto r = replace_lost_member(st.cat, id);
+    if (r.what == replacement::drop) {
+      if (!r.why.empty())
+        logging::warn("leader", "a lost alloc is not replaced", {{"alloc", id}, {"reason", r.why}});
+      it = st.replacing.erase(it);
+      continue;
+    }
+    ++it;
+    if (r.what == replacement::wait || st.starting_allocs.count(r.request.id())) continue;
+    d.in_flight = true;
+    auto next = r.request.id();
+    logging::info("leader", "replacing a lost alloc", {{"alloc", id}, {"replacement", next}});
+    run_one(self, r.request, [self, id, next](v1::Response resp) {
+      auto& st = self->state;
+      auto found = st.replacing.find(id);
+      if (found == st.replacing.end()) return;
+      auto& d = found->second;
+      d.in_flight = false;
+      if (!resp.has_error()) {
+        d.attempts = 0;
+        const auto* a = find_alloc(st.cat, next);
+        logging::info("leader", "lost alloc replaced",
+                      {{"alloc", id},
+                       {"replacement", next},
+                       {"node", a != nullptr ? a->node_id() : std::string("?")}});
+        return;  // dropped on the next tick: the replacement exists
+      }
+      // Committed and failed (a claim refused, the node could not start
+      // it): the replacement is a failed alloc, not replaced again.  Not
+      // committed (no node fits now, the pinned node is away): tried again.
+      if (find_alloc(st.cat, next) != nullptr) {
+        logging::warn("leader", "the replacement of a lost alloc failed",
+                      {{"alloc", id}, {"replacement", next}, {"error", resp.error().message()}});
+        return;
+      }
+      ++d.attempts;
+      d.due_ms = steady_ms() + std::min<int64_t>(30'000, int64_t{1000} << std::min(d.attempts, 5u));
+      if (d.last_error != resp.error().message()) {
+        d.last_error = resp.error().message();
+        logging::warn("leader", "a lost alloc cannot be replaced now; trying again",
+                      {{"alloc", id}, {"replacement", next}, {"error", d.last_error}});
+      }
+    });
+  }
+}
+
+void alloc_run(const self_ptr& self, const v1::AllocRunRequest& shell_req, response_promise rp) {
+  auto asked = shell_req;
+  asked.clear_replaces();  // the leader's own, for a lost member's replacement
   if (is_group_run(asked)) {
     auto req = asked;
     if (req.count() == 0 && !req.group().empty()) req.set_count(1);  // a group of one
@@ -423,8 +482,45 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
       deliver(rp, alloc_response(*a, text));
     });
   };
+  // A lost member being replaced: the stop goes after its replacement
+  // was committed or given up, and names it.
+  if (auto r = self->state.replacing.find(id);
+      r != self->state.replacing.end() && r->second.in_flight) {
+    when(
+        self,
+        [self, id] {
+          auto r = self->state.replacing.find(id);
+          return r == self->state.replacing.end() || !r->second.in_flight;
+        },
+        [self, id, rp](bool) { alloc_stop(self, id, rp); });
+    return;
+  }
   if (alloc_terminal(known->state())) {
-    answer("alloc " + quoted(id) + " is already " + std::string(name_of(known->state())));
+    auto already = "alloc " + quoted(id) + " is already " + std::string(name_of(known->state()));
+    if (alloc_kept_lost(self->state.cat, id, wall_ms())) {
+      // A lost member not replaced yet: kept lost, never replaced.
+      write(
+          self, "alloc/" + id,
+          [id](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+            auto kept = alloc_kept_lost(c, id, wall_ms());
+            if (!kept) return std::vector<v1::Change>{};
+            return std::vector<v1::Change>{upsert_change(std::move(*kept))};
+          },
+          [self, id, already, answer, rp](std::optional<failure> f) mutable {
+            if (f) {
+              deliver(rp, *f);
+              return;
+            }
+            self->state.replacing.erase(id);
+            answer(already + "; it will not be replaced");
+          });
+      return;
+    }
+    if (known->state() == v1::ALLOC_LOST && !known->group().empty() &&
+        self->state.cat.allocs.count(replacement_id(id)))
+      already += "; it was replaced by " + quoted(replacement_id(id)) +
+                 " (stop that with: berth alloc stop " + replacement_id(id) + ")";
+    answer(already);
     return;
   }
   auto node_id = known->node_id();

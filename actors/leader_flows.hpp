@@ -158,6 +158,11 @@ void ask_volume(const self_ptr& self, const volume_key& key, response_promise rp
 void alloc_run(const self_ptr& self, const v1::AllocRunRequest& req, response_promise rp);
 void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp);
 void alloc_update(const self_ptr& self, const v1::AllocUpdate& u, response_promise rp);
+// On the tick: replaces each lost member of a group whose claims are freed
+// (control/allocs replace_lost_member) with a new alloc, placed as alloc
+// run places one; a replacement no node takes now is tried again with
+// backoff (1 s doubling to 30 s).
+void drive_replacements(const self_ptr& self);
 // Commits an alloc in a new state, if its lifecycle allows it from the
 // committed one (`fallback` when it was never committed).
 void set_alloc_state(const self_ptr& self, const std::string& id, v1::AllocState to,

@@ -444,6 +444,7 @@ void leader_tick(const self_ptr& self) {
   drive_volume_drains(self);
   check_volume_health(self);
   drive_expansions(self);
+  drive_replacements(self);
   auto& st = self->state;
   for (const auto& n :
        silent_nodes(st.cat, st.last_seen, steady_ms(), st.options.node_down_timeout.count()))

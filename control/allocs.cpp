@@ -33,6 +33,7 @@ v1::Alloc pending_alloc(const v1::AllocRunRequest& req, std::string id, int64_t 
   a.set_namespace_(ns_or_default(req.namespace_()));
   a.set_node_id(req.node_id());
   a.set_group(req.group());
+  a.set_replaces(req.replaces());
   *a.mutable_volumes() = req.volumes();
   *a.mutable_command() = req.command();
   a.set_state(v1::ALLOC_PENDING);
@@ -184,7 +185,7 @@ alloc_for_claim alloc_of_claim(const catalog& c, const v1::ClaimRequest& req, in
       if (v.volume_id() == req.volume_id()) return {};
   } else {
     // The claim rules name a bad id; no alloc is made for it.
-    if (!valid_member_id(req.alloc_id()) || !valid_id(req.node_id())) return {};
+    if (!valid_alloc_id(req.alloc_id()) || !valid_id(req.node_id())) return {};
     a.set_id(req.alloc_id());
     a.set_namespace_(ns_or_default(req.namespace_()));
     a.set_node_id(req.node_id());
@@ -227,6 +228,50 @@ alloc_update_result alloc_after_update(const catalog& c, const v1::AllocUpdate& 
   if (a == nullptr) return {failure{errc::not_found, "alloc " + quoted(u.id()) + " does not exist"}, {}};
   if (!alloc_may_become(a->state(), u.state()) || a->node_id() != u.node_id()) return {};
   return {std::nullopt, alloc_in_state(*a, u.state(), u.message(), now_ms, u.exit_code())};
+}
+
+replacement replace_lost_member(const catalog& c, const std::string& id) {
+  replacement out;
+  const auto* a = find_alloc(c, id);
+  if (a == nullptr || a->state() != v1::ALLOC_LOST || a->group().empty() || a->no_replace())
+    return out;  // drop: gone, not lost, not a group's, or stopped by the operator
+  auto next = replacement_id(id);
+  if (next.size() > 128 || !valid_alloc_id(next)) {
+    out.why = "its replacement's id " + quoted(next) + " is not a valid alloc id";
+    return out;  // drop: replaced 99,999 times (or an id at the length limit)
+  }
+  if (c.allocs.count(next)) return out;  // drop: replaced already
+  if (auto held = claimed_volumes(c, *a); !held.empty()) {
+    out.what = replacement::wait;
+    out.why = "the release of its claims on";
+    for (const auto& v : held) out.why += " " + quoted(v);
+    return out;
+  }
+  out.what = replacement::run;
+  auto& r = out.request;
+  r.set_id(next);
+  r.set_namespace_(a->namespace_());
+  r.set_group(a->group());
+  r.set_replaces(id);
+  // A pinned member stays on its node (and waits for it); a placed one is
+  // placed anew.
+  if (!a->placed()) r.set_node_id(a->node_id());
+  *r.mutable_volumes() = a->volumes();
+  for (auto& v : *r.mutable_volumes()) v.clear_published_path();
+  *r.mutable_command() = a->command();
+  return out;
+}
+
+std::optional<v1::Alloc> alloc_kept_lost(const catalog& c, const std::string& id, int64_t now_ms) {
+  const auto* a = find_alloc(c, id);
+  if (a == nullptr || a->state() != v1::ALLOC_LOST || a->group().empty() || a->no_replace() ||
+      c.allocs.count(replacement_id(id)))
+    return std::nullopt;
+  auto kept = *a;
+  kept.set_no_replace(true);
+  kept.set_message(a->message() + "; stopped by the operator: not replaced");
+  kept.set_modified_at_ms(now_ms);
+  return kept;
 }
 
 std::vector<v1::Change> fail_interrupted_allocs(const catalog& c, int64_t now_ms) {

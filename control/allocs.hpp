@@ -62,6 +62,27 @@ bool is_group_run(const v1::AllocRunRequest& req);
 // and with --per-alloc each volume VOLUME[index].
 v1::AllocRunRequest group_member(const v1::AllocRunRequest& req, int index);
 
+// Nomad's reschedule: a lost member of a group (its node went down) is
+// replaced by a new alloc with the same group, volumes and command, id
+// replacement_id(lost) (so a leader that replaces it again finds it), once
+// every claim the lost alloc held is freed (a single-writer volume is never
+// claimed for the replacement while the lost one may hold it).  A member
+// that placement put on its node is placed anew; a pinned one (--node)
+// stays pinned and waits for its node.  `drop`: nothing is to be done, now
+// or later (gone, not lost, no group, stopped by the operator, replaced
+// already); `wait`: for `why`; `run`: `request`, the replacement's run.
+struct replacement {
+  enum kind { drop, wait, run } what = drop;
+  std::string why;
+  v1::AllocRunRequest request;
+};
+replacement replace_lost_member(const catalog& c, const std::string& id);
+
+// alloc stop on a lost member not replaced yet: the alloc to commit, kept
+// lost and never replaced (no_replace); nullopt when there is nothing to
+// keep from replacement.
+std::optional<v1::Alloc> alloc_kept_lost(const catalog& c, const std::string& id, int64_t now_ms);
+
 // volume claim: every claim belongs to an alloc the watcher can judge, so
 // a claim made from the shell creates its alloc (running, no command) or
 // adds the volume to it.  `upsert` is what to commit with the claim

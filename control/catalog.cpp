@@ -228,6 +228,14 @@ void index_claims(catalog& c, const volume_key& key, const v1::Volume* was, cons
     c.abnormal.insert(key);
   else
     c.abnormal.erase(key);
+  if (was != nullptr && !was->group().empty() && (is == nullptr || is->group() != was->group())) {
+    auto it = c.volume_groups.find({key.first, was->group()});
+    if (it != c.volume_groups.end()) {
+      it->second.erase(key.second);
+      if (it->second.empty()) c.volume_groups.erase(it);
+    }
+  }
+  if (is != nullptr && !is->group().empty()) c.volume_groups[{key.first, is->group()}].insert(key.second);
 }
 
 }  // namespace

@@ -120,6 +120,10 @@ struct catalog {
   // kept by apply and add_volume, so a new leader announces their health
   // series without decoding every volume.
   std::set<volume_key> abnormal;
+  // (namespace, volume group) -> the ids of the group's volumes: kept by
+  // apply and add_volume, so that placement finds a group's volumes without
+  // scanning every volume.
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> volume_groups;
   // ACLs (control/acl): policies by name, tokens by accessor id, the
   // accessor id of each token's secret hash, and the index of the committed
   // bootstrap (0: none yet).

@@ -69,10 +69,36 @@ int controller_call_limit(const v1::Plugin& p) {
 
 namespace {
 
+// A volume of the volume group of one of the alloc's volumes (`with`),
+// not itself requested: the node must reach it too.
+struct group_volume {
+  std::string group, with;
+  v1::Volume volume;
+};
+
+// The other volumes of the groups of the alloc's volumes, each decoded once.
+std::vector<group_volume> group_volumes_of(const catalog& c, const v1::Alloc& a,
+                                           const std::vector<std::optional<v1::Volume>>& volumes) {
+  std::vector<group_volume> out;
+  std::set<std::string> requested, groups;
+  for (const auto& v : volumes)
+    if (v) requested.insert(v->id());
+  for (const auto& v : volumes) {
+    if (!v || v->group().empty() || !groups.insert(v->group()).second) continue;
+    auto it = c.volume_groups.find({v->namespace_(), v->group()});
+    if (it == c.volume_groups.end()) continue;
+    for (const auto& id : it->second)
+      if (!requested.count(id))
+        if (auto other = find_volume(c, {v->namespace_(), id}))
+          out.push_back({v->group(), v->id(), std::move(*other)});
+  }
+  return out;
+}
+
 // Why `a` cannot run on `node` now, or "" when it can.
 std::string node_reason(const catalog& c, const v1::Alloc& a, const std::string& node,
                         const std::vector<std::optional<v1::Volume>>& volumes,
-                        const placement_facts& facts) {
+                        const std::vector<group_volume>& grouped, const placement_facts& facts) {
   const bool connected = facts.connected && facts.connected(node);
   if (auto f = refuse_alloc_node(c, node, connected)) return f->message;
   if (auto f = refuse_client_away(c, node, connected,
@@ -104,6 +130,10 @@ std::string node_reason(const catalog& c, const v1::Alloc& a, const std::string&
     if (auto f = claim(v, r, plugin)) return f->message;
     in_flight.insert(key);
   }
+  for (const auto& g : grouped)
+    if (auto f = refuse_inaccessible(g.volume, find_plugin(c, g.volume.plugin_id()), node))
+      return "volume " + quoted(g.with) + " is in volume group " + quoted(g.group) + ", and " +
+             f->message;
   return "";
 }
 
@@ -128,11 +158,12 @@ placement place_alloc(const catalog& c, const v1::Alloc& a, const placement_fact
   std::vector<std::optional<v1::Volume>> volumes;  // each decoded once
   for (const auto& av : a.volumes())
     volumes.push_back(find_volume(c, {ns_or_default(a.namespace_()), av.volume_id()}));
+  auto grouped = group_volumes_of(c, a, volumes);
   const node_fit* best = nullptr;
   out.nodes.reserve(c.nodes.size());
   for (const auto& [id, n] : c.nodes)
     out.nodes.push_back(
-        {id, node_reason(c, a, id, volumes, facts), count(live, id), count(group, id)});
+        {id, node_reason(c, a, id, volumes, grouped, facts), count(live, id), count(group, id)});
   auto fewer = [](const node_fit& x, const node_fit& y) {
     return std::pair{x.group_allocs, x.allocs} < std::pair{y.group_allocs, y.allocs};
   };

@@ -85,7 +85,9 @@ struct placement {
 // claim's rules: the volume's availability and condition, the plugin
 // healthy on the node, the volume's accessible topology, the node's max
 // volumes per node counting this alloc's other volumes of the plugin, the
-// access mode and free writer slots).  Of the nodes that fit, the one with
+// access mode and free writer slots; then, for each volume in a volume
+// group, every other volume of that group accessible from the node:
+// refuse_inaccessible).  Of the nodes that fit, the one with
 // the fewest allocs of the alloc's group that are not terminal (a group
 // spreads over the nodes), then the fewest such allocs of any group, ties
 // by name.  Pure.

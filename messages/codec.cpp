@@ -293,6 +293,7 @@ std::variant<v1::Volume, std::vector<problem>> parse_volume_spec(std::string_vie
   }
   r.string("snapshot_id", v.mutable_snapshot_id());
   r.string("clone_id", v.mutable_clone_id());
+  r.string("group", v.mutable_group());
   int64_t cmin = 0, cmax = 0;
   r.integer("capacity_min", &cmin);
   r.integer("capacity_max", &cmax);
@@ -395,6 +396,9 @@ json alloc_json(const v1::Alloc& a) {
               {"namespace", a.namespace_()},
               {"node_id", a.node_id()},
               {"group", a.group()},
+              {"replaces", a.replaces()},
+              {"placed", a.placed()},
+              {"no_replace", a.no_replace()},
               {"state", name_of(a.state())},
               {"message", a.message()},
               {"exit_code", a.exit_code()},
@@ -465,6 +469,7 @@ json volume_json(const v1::Volume& raw, const v1::Plugin* plugin) {
               {"namespace", v.namespace_()},
               {"plugin_id", v.plugin_id()},
               {"external_id", v.external_id()},
+              {"group", v.group()},
               {"capabilities", caps},
               {"access_mode", name_of(mode_in_use(v))},
               {"mount_options", {{"fs_type", v.mount_options().fs_type()}}},

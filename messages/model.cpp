@@ -161,6 +161,37 @@ std::string member_id(const std::string& base, int index) {
   return base + "[" + std::to_string(index) + "]";
 }
 
+namespace {
+
+// The K of a replacement's ".K" (1..99999, no leading zeros), or 0.
+int replacement_number(std::string_view suffix) {
+  if (suffix.empty() || suffix.size() > 5 || suffix[0] == '0') return 0;
+  int k = 0;
+  for (char c : suffix) {
+    if (c < '0' || c > '9') return 0;
+    k = k * 10 + (c - '0');
+  }
+  return k;
+}
+
+}  // namespace
+
+bool valid_alloc_id(std::string_view id) {
+  if (valid_member_id(id)) return true;
+  auto close = id.rfind("].");
+  if (close == std::string_view::npos || replacement_number(id.substr(close + 2)) == 0)
+    return false;
+  auto member = id.substr(0, close + 1);
+  return !valid_id(member) && valid_member_id(member);
+}
+
+std::string replacement_id(const std::string& id) {
+  if (auto close = id.rfind("]."); close != std::string::npos)
+    if (int k = replacement_number(std::string_view(id).substr(close + 2)); k > 0)
+      return id.substr(0, close + 2) + std::to_string(k + 1);
+  return id + ".1";
+}
+
 void apply_defaults(v1::Volume& v) {
   if (v.namespace_().empty()) v.set_namespace_("default");
   // The plugin's, never the spec's: set by the health check, shown by
@@ -186,6 +217,10 @@ std::vector<problem> validate_volume(const v1::Volume& v) {
     check_id("id", v.id());
   check_id("namespace", v.namespace_());
   check_id("plugin_id", v.plugin_id());
+  if (!v.group().empty() && !valid_id(v.group()))
+    add("group", quoted(v.group()) +
+                     " is not a valid volume group name (1-128 of A-Z a-z 0-9 _ . -, not "
+                     "starting with . or -)");
   if (v.external_id().empty())
     add("external_id", "is required (the storage provider's id of the volume)");
   else if (v.external_id().size() > 128)
@@ -466,6 +501,30 @@ std::optional<failure> refuse_abnormal(const v1::Volume& v, bool allow_abnormal)
       "--allow-abnormal");
 }
 
+std::optional<failure> refuse_inaccessible(const v1::Volume& v, const v1::Plugin* plugin,
+                                           const std::string& node_id) {
+  if (auto why = volume_unhealthy(v, plugin)) return refused(volume_name(v) + ": " + *why);
+  const auto* inst = node_instance(*plugin, node_id);
+  if (inst == nullptr)
+    return refused(volume_name(v) + ": plugin " + quoted(v.plugin_id()) +
+                   " has no node instance on node " + quoted(node_id) +
+                   "; run the plugin on that node or claim on another");
+  if (!inst->healthy())
+    return refused(volume_name(v) + ": plugin " + quoted(v.plugin_id()) + " on node " +
+                   quoted(node_id) + " is unhealthy" +
+                   (inst->health_description().empty() ? "" : " (" + inst->health_description() + ")"));
+  if (!v.accessible_topology().empty()) {
+    bool ok = std::any_of(v.accessible_topology().begin(), v.accessible_topology().end(),
+                          [&](const v1::Topology& t) {
+                            return topology_matches(inst->accessible_topology(), t);
+                          });
+    if (!ok)
+      return refused(volume_name(v) + " is not accessible from node " + quoted(node_id) +
+                     " (outside the volume's accessible topology)");
+  }
+  return std::nullopt;
+}
+
 std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::Plugin* plugin) {
   if (req.alloc_id.empty()) return failure{errc::invalid, "claim needs an alloc id (--alloc)"};
   if (req.node_id.empty()) return failure{errc::invalid, "claim needs a node id (--node)"};
@@ -500,25 +559,8 @@ std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::
     return refused(volume_name(v) +
                    " is resource-exhausted (the storage provider refused more attachments); "
                    "release claims or retry later");
-  if (auto why = volume_unhealthy(v, plugin)) return refused(volume_name(v) + ": " + *why);
+  if (auto f = refuse_inaccessible(v, plugin, req.node_id)) return f;
   const auto* inst = node_instance(*plugin, req.node_id);
-  if (inst == nullptr)
-    return refused(volume_name(v) + ": plugin " + quoted(v.plugin_id()) +
-                   " has no node instance on node " + quoted(req.node_id) +
-                   "; run the plugin on that node or claim on another");
-  if (!inst->healthy())
-    return refused(volume_name(v) + ": plugin " + quoted(v.plugin_id()) + " on node " +
-                   quoted(req.node_id) + " is unhealthy" +
-                   (inst->health_description().empty() ? "" : " (" + inst->health_description() + ")"));
-  if (!v.accessible_topology().empty()) {
-    bool ok = std::any_of(v.accessible_topology().begin(), v.accessible_topology().end(),
-                          [&](const v1::Topology& t) {
-                            return topology_matches(inst->accessible_topology(), t);
-                          });
-    if (!ok)
-      return refused(volume_name(v) + " is not accessible from node " + quoted(req.node_id) +
-                     " (outside the volume's accessible topology)");
-  }
   bool on_node_already = std::any_of(v.claims().begin(), v.claims().end(),
                                      [&](const v1::Claim& c) { return c.node_id() == req.node_id; });
   if (inst->max_volumes() > 0 && req.node_volume_count >= inst->max_volumes() && !on_node_already)
@@ -701,7 +743,7 @@ bool alloc_terminal(v1::AllocState s) {
 
 std::vector<problem> validate_alloc(const v1::Alloc& a) {
   std::vector<problem> out;
-  if (!a.id().empty() && !valid_member_id(a.id()))
+  if (!a.id().empty() && !valid_alloc_id(a.id()))
     out.push_back({"id", quoted(a.id()) + " is not a valid id ([A-Za-z0-9_.-], at most 128, "
                                          "or a group member such as web[0])"});
   if (!a.group().empty() && !valid_id(a.group()))

@@ -76,6 +76,13 @@ bool valid_id(std::string_view id);
 bool valid_member_id(std::string_view id);
 // The id of member `index` of `base`: "base[index]".
 std::string member_id(const std::string& base, int index);
+// Alloc ids: a valid id, a member, or the replacement of a lost member:
+// BASE[N].K, K in 1..99999 without leading zeros (web[0].1 replaces web[0],
+// web[0].2 replaces web[0].1).
+bool valid_alloc_id(std::string_view id);
+// The id of the alloc that replaces lost member `id` (web[0] -> web[0].1,
+// web[0].1 -> web[0].2).
+std::string replacement_id(const std::string& id);
 // The most members a group (alloc run --count) or volume create --count makes.
 constexpr uint32_t max_group_count = 100;
 
@@ -150,6 +157,13 @@ std::optional<failure> refuse_unavailable(const v1::Volume& v);
 // --allow-abnormal; nullopt when it is ok or the operator said
 // --allow-abnormal.  Existing claims are not affected by it.
 std::optional<failure> refuse_abnormal(const v1::Volume& v, bool allow_abnormal);
+
+// Why the volume cannot be used from the node (what claim checks of the
+// node): its plugin unhealthy or unregistered (`plugin` null), no healthy
+// instance of it on the node, or the node outside the volume's accessible
+// topology; nullopt when it is accessible.
+std::optional<failure> refuse_inaccessible(const v1::Volume& v, const v1::Plugin* plugin,
+                                           const std::string& node_id);
 
 // Claims the volume for an alloc, by the rules of its availability (a
 // paused or draining volume takes no new claim; a claim it holds already

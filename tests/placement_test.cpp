@@ -321,6 +321,7 @@ TEST_CASE("placement: random catalogs, checked against the rules read directly")
       auto v = volume("v" + std::to_string(i), pick(2) ? "p" : "q",
                       pick(2) ? v1::SINGLE_NODE_WRITER : v1::MULTI_NODE_MULTI_WRITER);
       if (pick(3) == 0) (*v.add_accessible_topology()->mutable_segments())["zone"] = pick(2) ? "a" : "b";
+      if (pick(3) == 0) v.set_group(pick(2) ? "g" : "h");
       for (int k = pick(3); k > 0; --k)
         claimed_by(v, "x" + std::to_string(pick(20)), "n" + std::to_string(pick(nodes)));
       volumes[v.id()] = v;
@@ -343,6 +344,22 @@ TEST_CASE("placement: random catalogs, checked against the rules read directly")
     auto p = place_alloc(c, a, facts);
 
     // The rules, read directly.
+    auto reachable = [&](const v1::Volume& v, const std::string& nid) {
+      const auto& pl = plugins[v.plugin_id()];
+      int healthy = 0;
+      const v1::PluginInstance* inst = nullptr;
+      for (const auto& i : pl.nodes()) {
+        healthy += i.healthy() ? 1 : 0;
+        if (i.node_id() == nid) inst = &i;
+      }
+      if (healthy == 0 || inst == nullptr || !inst->healthy()) return false;
+      for (const auto& t : v.accessible_topology())
+        for (const auto& [k, val] : t.segments()) {
+          auto it = inst->accessible_topology().segments().find(k);
+          if (it == inst->accessible_topology().segments().end() || it->second != val) return false;
+        }
+      return true;
+    };
     auto fits = [&](const std::string& nid) {
       const auto& n = node_of[nid];
       if (!n.has_client() || n.status() != v1::NODE_READY || n.ineligible() || away.count(nid) ||
@@ -351,19 +368,10 @@ TEST_CASE("placement: random catalogs, checked against the rules read directly")
       std::map<std::string, std::set<std::string>> planned;  // plugin -> volumes
       for (const auto& vid : wanted) {
         const auto& v = volumes[vid];
-        const auto& pl = plugins[v.plugin_id()];
-        int healthy = 0;
+        if (!reachable(v, nid)) return false;
         const v1::PluginInstance* inst = nullptr;
-        for (const auto& i : pl.nodes()) {
-          healthy += i.healthy() ? 1 : 0;
+        for (const auto& i : plugins[v.plugin_id()].nodes())
           if (i.node_id() == nid) inst = &i;
-        }
-        if (healthy == 0 || inst == nullptr || !inst->healthy()) return false;
-        for (const auto& t : v.accessible_topology())
-          for (const auto& [k, val] : t.segments()) {
-            auto it = inst->accessible_topology().segments().find(k);
-            if (it == inst->accessible_topology().segments().end() || it->second != val) return false;
-          }
         if (!v.claims().empty() && v.capabilities(0).access_mode() == v1::SINGLE_NODE_WRITER)
           return false;
         bool here = false;
@@ -379,6 +387,12 @@ TEST_CASE("placement: random catalogs, checked against the rules read directly")
           return false;
         planned[v.plugin_id()].insert(vid);
       }
+      // Every volume of a wanted volume's group reachable from the node too.
+      for (const auto& vid : wanted)
+        for (const auto& [oid, ov] : volumes)
+          if (!volumes[vid].group().empty() && ov.group() == volumes[vid].group() &&
+              !wanted.count(oid) && !reachable(ov, nid))
+            return false;
       return true;
     };
     auto live_on = [&](const std::string& nid, bool of_group) {
@@ -471,4 +485,182 @@ TEST_CASE("groups: member ids, the members' runs, and the refusals before anythi
   CHECK(admit_group_run(c, req)->code == errc::invalid);
   req.clear_group();
   CHECK(admit_group_run(c, req)->message.find("need --group") != std::string::npos);
+}
+
+TEST_CASE("replacement ids: a lost member's replacement, and its replacement in turn") {
+  CHECK(replacement_id("web[0]") == "web[0].1");
+  CHECK(replacement_id("web[0].1") == "web[0].2");
+  CHECK(replacement_id("web[3].9") == "web[3].10");
+  CHECK(valid_alloc_id("web[0].1"));
+  CHECK(valid_alloc_id("web[0].99999"));
+  CHECK(valid_alloc_id("web[0]"));
+  CHECK(valid_alloc_id("plain.id-1"));
+  CHECK_FALSE(valid_alloc_id("web[0].0"));
+  CHECK_FALSE(valid_alloc_id("web[0].01"));   // one spelling per replacement
+  CHECK_FALSE(valid_alloc_id("web[0].100000"));
+  CHECK_FALSE(valid_alloc_id("web[0]."));
+  CHECK_FALSE(valid_alloc_id("web[0].1.1"));
+  CHECK_FALSE(valid_alloc_id("web[01].1"));
+  CHECK_FALSE(valid_alloc_id("web].1"));
+  // A volume id is never a replacement's.
+  CHECK_FALSE(valid_member_id("db[0].1"));
+}
+
+namespace {
+
+// A group member lost on node n1 (down), placed there, holding volume db[0].
+catalog with_lost_member(bool placed, bool claim_held) {
+  catalog c;
+  auto n1 = node("n1");
+  n1.set_status(v1::NODE_DOWN);
+  auto v = volume("db[0]");
+  if (claim_held) claimed_by(v, "web[0]", "n1");
+  auto a = alloc_on("web[0]", "n1", v1::ALLOC_LOST);
+  a.set_group("web");
+  a.set_placed(placed);
+  a.set_message("node 'n1' is down");
+  auto* av = a.add_volumes();
+  av->set_name("data");
+  av->set_volume_id("db[0]");
+  av->set_published_path("/old/path");
+  a.add_command("sleep");
+  a.add_command("600");
+  commit(c, {upsert_change(n1), upsert_change(node("n2")), upsert_change(v),
+             upsert_change(plugin("p", {"n1", "n2"})), upsert_change(a)});
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("replacement: a lost member waits for its claims' release, then runs placed anew") {
+  auto held = with_lost_member(true, true);
+  auto r = replace_lost_member(held, "web[0]");
+  CHECK(r.what == replacement::wait);
+  CHECK(r.why.find("'db[0]'") != std::string::npos);
+
+  auto c = with_lost_member(true, false);
+  r = replace_lost_member(c, "web[0]");
+  REQUIRE(r.what == replacement::run);
+  CHECK(r.request.id() == "web[0].1");
+  CHECK(r.request.replaces() == "web[0]");
+  CHECK(r.request.group() == "web");
+  CHECK(r.request.node_id().empty());  // placed: placed anew
+  REQUIRE(r.request.volumes_size() == 1);
+  CHECK(r.request.volumes(0).volume_id() == "db[0]");
+  CHECK(r.request.volumes(0).name() == "data");
+  CHECK(r.request.volumes(0).published_path().empty());
+  CHECK(r.request.command_size() == 2);
+  // Its pending alloc names what it replaces, and placement takes it to n2.
+  auto pending = pending_alloc(r.request, r.request.id(), 5);
+  CHECK(pending.replaces() == "web[0]");
+  CHECK_FALSE(admit_alloc_request(c, pending));
+  auto p = place_alloc(c, pending, everyone_connected());
+  REQUIRE(p.chosen);
+  CHECK(*p.chosen == "n2");
+  CHECK(reason_of(p, "n1").find("down") != std::string::npos);
+
+  // A pinned member stays pinned.
+  auto pinned = with_lost_member(false, false);
+  r = replace_lost_member(pinned, "web[0]");
+  REQUIRE(r.what == replacement::run);
+  CHECK(r.request.node_id() == "n1");
+
+  // Replaced already (a leader that asks again finds it): dropped.
+  commit(c, {upsert_change(pending)});
+  CHECK(replace_lost_member(c, "web[0]").what == replacement::drop);
+  // The replacement lost in turn is replaced by web[0].2.
+  auto lost_again = alloc_in_state(pending, v1::ALLOC_LOST, "node 'n2' is down", 9);
+  lost_again.set_node_id("n2");
+  lost_again.set_placed(true);
+  commit(c, {upsert_change(lost_again)});
+  r = replace_lost_member(c, "web[0].1");
+  REQUIRE(r.what == replacement::run);
+  CHECK(r.request.id() == "web[0].2");
+  CHECK(r.request.replaces() == "web[0].1");
+}
+
+TEST_CASE("replacement: only a lost member of a group the operator did not stop") {
+  auto c = with_lost_member(true, false);
+  CHECK(replace_lost_member(c, "nobody").what == replacement::drop);
+  // Not lost: failed, complete, running members are not replaced.
+  for (auto s : {v1::ALLOC_FAILED, v1::ALLOC_COMPLETE, v1::ALLOC_RUNNING, v1::ALLOC_PENDING}) {
+    auto other = c;
+    auto a = other.allocs.at("web[0]");
+    a.set_state(s);
+    commit(other, {upsert_change(a)});
+    CHECK(replace_lost_member(other, "web[0]").what == replacement::drop);
+  }
+  // Lost but run alone: not replaced.
+  {
+    auto other = c;
+    auto a = other.allocs.at("web[0]");
+    a.clear_group();
+    commit(other, {upsert_change(a)});
+    CHECK(replace_lost_member(other, "web[0]").what == replacement::drop);
+    CHECK_FALSE(alloc_kept_lost(other, "web[0]", 7));
+  }
+  // alloc stop on it: kept lost, never replaced; a second stop changes nothing.
+  auto kept = alloc_kept_lost(c, "web[0]", 7);
+  REQUIRE(kept);
+  CHECK(kept->no_replace());
+  CHECK(kept->state() == v1::ALLOC_LOST);
+  CHECK(kept->message().find("not replaced") != std::string::npos);
+  CHECK(kept->modified_at_ms() == 7);
+  commit(c, {upsert_change(*kept)});
+  CHECK(replace_lost_member(c, "web[0]").what == replacement::drop);
+  CHECK_FALSE(alloc_kept_lost(c, "web[0]", 8));
+  // The last replacement an id can have: given up, saying why.
+  auto last = with_lost_member(true, false);
+  auto a = last.allocs.at("web[0]");
+  a.set_id("web[0].99999");
+  commit(last, {upsert_change(a)});
+  auto r = replace_lost_member(last, "web[0].99999");
+  CHECK(r.what == replacement::drop);
+  CHECK(r.why.find("not a valid alloc id") != std::string::npos);
+}
+
+TEST_CASE("volume groups: an alloc is placed where every volume of its volume's group is reachable") {
+  catalog c;
+  v1::Plugin p;
+  p.set_id("p");
+  for (const auto& [n, zone] : std::vector<std::pair<std::string, std::string>>{
+           {"n1", "a"}, {"n2", "b"}, {"n3", "a"}}) {
+    auto* i = instance(p, n);
+    (*i->mutable_accessible_topology()->mutable_segments())["zone"] = zone;
+  }
+  auto data = volume("data");
+  data.set_group("shard");
+  auto logs = volume("logs");
+  logs.set_group("shard");
+  (*logs.add_accessible_topology()->mutable_segments())["zone"] = "b";
+  auto other = volume("other");
+  other.set_group("elsewhere");
+  (*other.add_accessible_topology()->mutable_segments())["zone"] = "a";
+  commit(c, {upsert_change(node("n1")), upsert_change(node("n2")), upsert_change(node("n3")),
+             upsert_change(p), upsert_change(data), upsert_change(logs), upsert_change(other)});
+  REQUIRE(c.volume_groups.count({"default", "shard"}));
+  CHECK(c.volume_groups.at({"default", "shard"}) == std::set<std::string>{"data", "logs"});
+  // data alone is reachable everywhere; its group's logs only in zone b.
+  auto placed = place_alloc(c, to_place({"data"}), everyone_connected());
+  REQUIRE(placed.chosen);
+  CHECK(*placed.chosen == "n2");
+  CHECK(reason_of(placed, "n1") ==
+        "volume 'data' is in volume group 'shard', and volume 'logs' is not accessible from node "
+        "'n1' (outside the volume's accessible topology)");
+  // Another group's volumes do not count.
+  CHECK(place_alloc(c, to_place({"other"}), everyone_connected()).chosen == "n1");
+  // Re-registered out of the group: placed by its own topology again.
+  logs.clear_group();
+  commit(c, {upsert_change(logs)});
+  CHECK(c.volume_groups.at({"default", "shard"}) == std::set<std::string>{"data"});
+  CHECK(place_alloc(c, to_place({"data"}), everyone_connected()).chosen == "n1");
+  // A deleted volume leaves its group; the last one leaves no group behind.
+  commit(c, {volume_delete_change("default", "data")});
+  CHECK_FALSE(c.volume_groups.count({"default", "shard"}));
+  // A bad group name is refused at registration.
+  auto bad = volume("bad");
+  bad.set_group("no spaces");
+  auto problems = validate_volume(bad);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].field == "group");
 }

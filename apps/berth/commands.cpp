@@ -17,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -278,7 +279,7 @@ void add_volume_create(CLI::App& volume, context& ctx) {
 // The options every list takes; the flags become one filter expression
 // (control/filter.hpp) evaluated by the server, with --filter's own.
 struct list_options {
-  std::string plugin, node, state, filter, page_token;
+  std::string plugin, node, state, group, filter, page_token;
   uint32_t per_page = 0;
   bool stale = false;
 };
@@ -304,6 +305,10 @@ void add_list_options(CLI::App* cmd, list_options& o, listing what) {
   if (what == listing::nodes)
     cmd->add_option("--state", o.state, "List only the nodes with this status")
         ->check(CLI::IsMember({"ready", "down"}));
+  if (what == listing::volumes)
+    cmd->add_option("--group", o.group, "List only the volumes of this volume group");
+  if (what == listing::allocs)
+    cmd->add_option("--group", o.group, "List only the allocs of this group");
   cmd->add_option("--filter", o.filter,
                   "Only the objects whose JSON fields (as --json shows them) match EXPR, e.g. "
                   "'plugin_id == \"hostpath\" and claims is not empty' (==, !=, contains, in, "
@@ -346,6 +351,7 @@ void apply_list(const list_options& o, listing what, v1::ListRequest* q) {
     else
       clauses.push_back((what == listing::allocs ? "state == " : "status == ") + literal(o.state));
   }
+  if (!o.group.empty()) clauses.push_back("group == " + literal(o.group));
   if (!o.filter.empty()) clauses.push_back("(" + o.filter + ")");
   std::string expr;
   for (const auto& c : clauses) expr += (expr.empty() ? "" : " and ") + c;
@@ -960,15 +966,22 @@ v1::Request alloc_stop_request(const std::string& id) {
 }
 
 // alloc stop --group NAME: every alloc of the group that is not terminal,
-// one after the other (each stop is safe to send again).
+// and every lost one not replaced yet (so that it is not), one after the
+// other (each stop is safe to send again).
 int stop_group(const context& ctx, const std::string& group) {
   v1::Request list;
   list.mutable_alloc_list()->set_namespace_(list_namespace(ctx.g));
   auto listed = answer(ctx.g, list);
   if (auto* f = std::get_if<failure>(&listed)) return fail(ctx.g, *f);
+  const auto& allocs = std::get<v1::Response>(listed).allocs();
+  std::set<std::string> known;
+  for (const auto& a : allocs) known.insert(a.id());
   std::vector<std::string> ids;
-  for (const auto& a : std::get<v1::Response>(listed).allocs())
-    if (a.group() == group && !alloc_terminal(a.state())) ids.push_back(a.id());
+  for (const auto& a : allocs)
+    if (a.group() == group &&
+        (!alloc_terminal(a.state()) || (a.state() == v1::ALLOC_LOST && !a.no_replace() &&
+                                        !known.count(replacement_id(a.id())))))
+      ids.push_back(a.id());
   if (ids.empty()) {
     if (ctx.g.json)
       std::cout << "[]\n";

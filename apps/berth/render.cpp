@@ -147,6 +147,7 @@ std::string render_volume(const v1::Volume& v, const v1::Plugin* p, int64_t now_
       {"Namespace", v.namespace_()},
       {"Plugin ID", v.plugin_id()},
       {"External ID", v.external_id()},
+      {"Group", v.group().empty() ? "-" : v.group()},
       {"Healthy", health(v, p)},
       {"Availability", availability_text(v)},
       {"Condition", v.condition().abnormal()
@@ -410,6 +411,7 @@ std::string render_alloc(const v1::Response& r, int64_t now_ms) {
                              {"Namespace", a.namespace_()},
                              {"Node", a.node_id()},
                              {"Group", a.group().empty() ? "-" : a.group()},
+                             {"Replaces", a.replaces().empty() ? "-" : a.replaces()},
                              {"State", std::string(name_of(a.state()))},
                              {"Message", a.message().empty() ? "-" : a.message()},
                              {"Command", cmd.empty() ? "- (runs until berth alloc stop)" : cmd},

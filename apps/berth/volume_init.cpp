@@ -65,6 +65,9 @@ snapshot_id:
 # volume create only: clone this volume (a berth volume id, same namespace and
 # plugin). Exclusive with snapshot_id.
 clone_id:
+# A volume group: an alloc that claims a volume of the group is placed only on
+# a node from which every volume of the group is accessible.
+group:
 )";
 
 constexpr const char* json_example = R"({
@@ -99,7 +102,8 @@ constexpr const char* json_example = R"({
   "capacity_min": "1GiB",
   "capacity_max": "10GiB",
   "snapshot_id": null,
-  "clone_id": null
+  "clone_id": null,
+  "group": null
 }
 )";
 

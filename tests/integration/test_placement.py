@@ -6,7 +6,7 @@ an operator types it: placement by topology, the spread over nodes, the
 refusal that lists every node with its reason, --explain (the same table,
 nothing run), an ineligible node left out, and a retried run answered with
 the alloc the first one placed; a group of 3 with per-alloc volumes spread
-over 3 nodes."""
+over 3 nodes; a volume group placed only where all its volumes are reachable; a lost member replaced on another node after its node went down."""
 
 import json
 import os
@@ -15,7 +15,7 @@ import unittest
 import urllib.request
 
 from cluster import ClusterTestCase
-from harness import berth
+from harness import TIME_SCALE, berth
 
 
 class PlacementTest(ClusterTestCase):
@@ -34,11 +34,14 @@ class PlacementTest(ClusterTestCase):
         r = berth(self.via, "--json", "plugin", "status", "hostpath")
         return r.json()["nodes_healthy"] if r.code == 0 else 0
 
-    def create(self, vid, zone):
+    def create(self, vid, zone, group=None):
         spec = {"id": vid, "plugin_id": "hostpath",
                 "capabilities": [{"access_mode": "single-node-writer",
-                                  "attachment_mode": "file-system"}],
-                "topology_request": {"required": [{"segments": {"zone": zone}}]}}
+                                  "attachment_mode": "file-system"}]}
+        if zone:
+            spec["topology_request"] = {"required": [{"segments": {"zone": zone}}]}
+        if group:
+            spec["group"] = group
         self.b("volume", "create", "-", stdin=json.dumps(spec))
 
     def run_placed(self, *volumes, aid=None, expect=0):
@@ -135,6 +138,41 @@ class PlacementTest(ClusterTestCase):
         # refused; three --explain.
         self.assertEqual(self.placements(), {"placed": 2, "none": 3, "explained": 3})
 
+    def test_a_volume_group_places_where_all_its_volumes_are_reachable(self):
+        # ga is reachable from c1 and c3 (zone a), but its group's gb only from c2.
+        self.create("ga", "a", group="pair")
+        self.create("gb", "b", group="pair")
+        self.create("za1", "a")
+        listed = self.b("--json", "volume", "status", "--group", "pair").json()
+        self.assertEqual(sorted(v["id"] for v in listed), ["ga", "gb"])
+        self.assertTrue(all(v["group"] == "pair" for v in listed))
+        self.assertNotIn("za1", self.b("volume", "status", "--group", "pair").out)
+        self.assertIn("pair", self.b("volume", "status", "ga").out)
+        why = self.run_placed("data=ga", aid="g1", expect=4)
+        for node in ("c1", "c3"):
+            self.assertIn("\n  %s: volume 'ga' is in volume group 'pair', and volume 'gb' is not "
+                          "accessible from node '%s' (outside the volume's accessible topology)"
+                          % (node, node), why)
+        self.assertIn("\n  c2: volume 'ga' is not accessible from node 'c2'", why)
+        # The volume of no group is placed as before.
+        self.assertEqual(self.run_placed("data=za1")["node_id"], "c1")
+        # gb registered again without the group: ga is placed by its own topology.
+        gb = self.b("--json", "volume", "status", "gb").json()
+        spec = {"id": "gb", "plugin_id": "hostpath", "external_id": gb["external_id"],
+                "capabilities": [{"access_mode": "single-node-writer",
+                                  "attachment_mode": "file-system"}]}
+        self.b("volume", "register", "-", stdin=json.dumps(spec))
+        self.assertEqual([v["id"] for v in
+                          self.b("--json", "volume", "status", "--group", "pair").json()], ["ga"])
+        self.assertEqual(self.run_placed("data=ga", aid="g2")["node_id"], "c3")
+        # A bad group name is refused at registration, naming the field.
+        r = self.b("volume", "create", "-", expect=2, stdin=json.dumps(
+            {"id": "bad", "plugin_id": "hostpath", "group": "no spaces",
+             "capabilities": [{"access_mode": "single-node-writer",
+                               "attachment_mode": "file-system"}]}))
+        self.assertIn("group", r.err)
+        self.assertIn("not a valid volume group name", r.err)
+
     def test_a_retried_run_answers_the_alloc_it_placed(self):
         self.create("za1", "a")
         a = self.run_placed("data=za1", aid="web")
@@ -220,6 +258,88 @@ class GroupTest(ClusterTestCase):
         out = self.b("volume", "create", "-", "--count", "3", stdin=spec).out
         self.assertIn("Volume 'db[0]' exists already; not created again", out)
         self.assertEqual(self.b("--json", "volume", "status", "db[2]").json()["id"], "db[2]")
+
+
+class ReplaceTest(ClusterTestCase):
+    """A lost member of a group is replaced (Nomad's reschedule): its node's
+    client is killed, the node is marked down, the claim is released without
+    it, and a new alloc web[0].1 claims the member's volume on another node;
+    a member pinned with --node is run again on its node once that is back."""
+    PREFIX = "berth-replace-"
+    # (a short node-down timeout, scaled, as test_gc's)
+    SERVER_ARGS = ("--node-down-timeout", "%g" % (6 * max(TIME_SCALE, 1)))
+
+    def setUp(self):
+        super().setUp()
+        shared = os.path.join(self.tmp, "shared-root")
+        self.clients = {}
+        for name in ("c1", "c2", "c3"):
+            _, self.clients[name] = self.cluster.add_client(name, shared_root=shared)
+        self.wait(lambda: self.healthy_nodes() == 3, "the three node plugins healthy")
+
+    def healthy_nodes(self):
+        r = berth(self.via, "--json", "plugin", "status", "hostpath")
+        return r.json()["nodes_healthy"] if r.code == 0 else 0
+
+    def alloc(self, aid):
+        r = berth(self.via, "--json", "alloc", "status", aid)
+        return r.json() if r.code == 0 else None
+
+    def node_status(self, nid):
+        return self.b("--json", "node", "status", nid).json()["status"]
+
+    def test_a_lost_member_is_replaced_on_another_node_after_its_release(self):
+        spec = json.dumps({"id": "db", "plugin_id": "hostpath",
+                           "capabilities": [{"access_mode": "single-node-writer",
+                                             "attachment_mode": "file-system"}]})
+        self.b("volume", "create", "-", "--count", "2", stdin=spec)
+        allocs = self.b("--json", "alloc", "run", "--group", "web", "--count", "2",
+                        "--per-alloc", "--volume", "data=db", "--", "sleep", "600").json()
+        self.assertEqual([(a["id"], a["node_id"]) for a in allocs],
+                         [("web[0]", "c1"), ("web[1]", "c2")])
+        self.assertTrue(allocs[0]["placed"])
+        # A pinned member of another group, on c1 too.
+        pinned = self.b("--json", "alloc", "run", "--group", "pin", "--node", "c1", "--",
+                        "sleep", "600").json()
+        self.assertEqual(pinned[0]["id"], "pin[0]")
+
+        self.clients["c1"].kill()
+        self.wait(lambda: self.node_status("c1") == "down", "c1 marked down")
+        self.wait(lambda: (self.alloc("web[0]") or {}).get("state") == "lost", "web[0] lost")
+        # The replacement: same group, volume and command, on another node,
+        # once the lost claim was released.
+        self.wait(lambda: (self.alloc("web[0].1") or {}).get("state") == "running",
+                  "web[0] replaced by web[0].1, running", timeout=120)
+        new = self.alloc("web[0].1")
+        self.assertEqual(new["replaces"], "web[0]")
+        self.assertEqual(new["group"], "web")
+        self.assertIn(new["node_id"], ("c2", "c3"))
+        self.assertEqual(new["command"], ["sleep", "600"])
+        self.assertEqual(new["volumes"][0]["volume_id"], "db[0]")
+        claims = self.b("--json", "volume", "status", "db[0]").json()["claims"]
+        self.assertEqual([(c["alloc_id"], c["node_id"]) for c in claims],
+                         [("web[0].1", new["node_id"])])
+        # web[1] was not touched; the lost alloc stays, naming what happened.
+        self.assertEqual(self.alloc("web[1]")["state"], "running")
+        self.assertEqual(self.alloc("web[0]")["state"], "lost")
+        self.assertIn("Replaces", self.b("alloc", "status", "web[0].1").out)
+        out = self.b("alloc", "stop", "web[0]").out
+        self.assertIn("it was replaced by 'web[0].1'", out)
+        # The pinned member waits for its node (no node takes it meanwhile).
+        self.assertEqual(self.alloc("pin[0]")["state"], "lost")
+        self.assertIsNone(self.alloc("pin[0].1"))
+        self.clients["c1"].start()
+        self.wait(lambda: self.node_status("c1") == "ready", "c1 ready again")
+        self.wait(lambda: (self.alloc("pin[0].1") or {}).get("state") == "running",
+                  "pin[0] replaced on c1 once it is back", timeout=120)
+        self.assertEqual(self.alloc("pin[0].1")["node_id"], "c1")
+        # Stopping the group stops the replacement and releases its volume;
+        # nothing is replaced again.
+        self.b("alloc", "stop", "--group", "web")
+        self.assertEqual(self.alloc("web[0].1")["state"], "complete")
+        self.assertEqual(self.b("--json", "volume", "status", "db[0]").json()["claims"], [])
+        self.b("alloc", "stop", "--group", "pin")
+        self.assertEqual(self.alloc("pin[0].1")["state"], "complete")
 
 
 if __name__ == "__main__":

@@ -164,7 +164,7 @@ struct coverage {
            expands_refused = 0, controller_expands = 0, node_expands = 0, stage_expands = 0,
            expansions_finished = 0, claims_queued = 0, releases_queued = 0, steps_held = 0,
            late_confirmed = 0, late_refused = 0, late_refused_seeds = 0, placed_runs = 0,
-           placed_acked = 0;
+           placed_acked = 0, group_runs = 0, replacements = 0;
 } totals;
 
 // --- the simulated world ----------------------------------------------------
@@ -661,9 +661,27 @@ struct world {
         case v1::Change::kNodeDelete:
           nodes.erase(change.node_delete());
           break;
-        case v1::Change::kAllocUpsert:
-          allocs[change.alloc_upsert().id()] = change.alloc_upsert();
+        case v1::Change::kAllocUpsert: {
+          const auto& a = change.alloc_upsert();
+          if (!a.replaces().empty() && !allocs.count(a.id())) {
+            ++totals.replacements;
+            trace("committed: alloc " + a.id() + " replaces lost alloc " + a.replaces());
+            auto lost = allocs.find(a.replaces());
+            if (lost == allocs.end() || lost->second.state() != v1::ALLOC_LOST)
+              fail("replacement: alloc '" + a.id() + "' replaces '" + a.replaces() +
+                   "', which is not a lost alloc");
+            else if (lost->second.no_replace())
+              fail("replacement: alloc '" + a.id() + "' replaces '" + a.replaces() +
+                   "', which the operator stopped");
+            else
+              for (const auto& [vid, v] : volumes)
+                if (find_claim(v, a.replaces()))
+                  fail("replacement: alloc '" + a.id() + "' was committed while the lost alloc '" +
+                       a.replaces() + "' still held a claim on volume '" + vid + "'");
+          }
+          allocs[a.id()] = a;
           break;
+        }
         case v1::Change::kAllocDelete:
           allocs.erase(change.alloc_delete());
           break;
@@ -1429,11 +1447,18 @@ class simulation {
     if (!ok()) return;
     check_settled("after the faults stopped");
     if (!ok()) return;
-    // Drain: stop every alloc; then nothing may be left.
-    for (const auto& [id, a] : std::map<std::string, v1::Alloc>(w.allocs))
-      if (!alloc_terminal(a.state())) stop_alloc(id);
-    settle(400, 1000);
-    if (!ok()) return;
+    // Drain: stop every alloc, and every lost member of a group not
+    // replaced yet (as alloc stop --group does, so that it is not); then
+    // the replacements committed meanwhile; then nothing may be left.
+    for (int round = 0; round < 2; ++round) {
+      for (const auto& [id, a] : std::map<std::string, v1::Alloc>(w.allocs))
+        if (!alloc_terminal(a.state()) ||
+            (a.state() == v1::ALLOC_LOST && !a.group().empty() && !a.no_replace() &&
+             !w.allocs.count(replacement_id(id))))
+          stop_alloc(id);
+      settle(400, 1000);
+      if (!ok()) return;
+    }
     check_settled("after stopping every alloc");
     for (const auto& [id, v] : w.volumes)
       for (const auto& c : v.claims())
@@ -1718,7 +1743,10 @@ class simulation {
 
   // An alloc run, pinned to a random node or (a third of them) placed by
   // the leader; a placed run races, half of the time, a second placed run
-  // of the same volumes sent at once (the last writer slot).
+  // of the same volumes sent at once (the last writer slot).  A fifth of
+  // the runs are a group of one (gN[0]), which the leader replaces when it
+  // is lost with its node (web[0] -> web[0].1): the replacement claims the
+  // same volumes, answered to nobody, and counts in every invariant.
   void alloc_run() {
     auto& w = w_;
     const bool placed = w.chance(0.33);
@@ -1728,13 +1756,21 @@ class simulation {
     std::map<std::string, bool> writes;
     for (const auto& v : vols) writes[v] = wants_write(v);
     const int runs = placed && w.chance(0.5) ? 2 : 1;
+    const bool group = w.chance(0.2);
     for (int i = 0; i < runs; ++i) {
       auto alloc = "a" + std::to_string(++w.next_alloc);
       v1::Request req;
       auto* a = req.mutable_alloc_run();
       a->set_namespace_("default");
       a->set_node_id(node);
-      a->set_id(alloc);
+      if (group) {
+        a->set_group("g" + std::to_string(w.next_alloc));
+        a->set_count(1);
+        alloc = member_id(a->group(), 0);
+        ++totals.group_runs;
+      } else {
+        a->set_id(alloc);
+      }
       for (const auto& v : vols) {
         auto* av = a->add_volumes();
         av->set_name(v);
@@ -2233,7 +2269,8 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
       << " steps held by a partition (" << totals.late_confirmed << " confirmed late, "
       << totals.late_refused << " refused late, in " << totals.late_refused_seeds << " seeds); "
       << totals.placed_runs << " allocs run without a node (" << totals.placed_acked
-      << " placed and acknowledged)");
+      << " placed and acknowledged); " << totals.group_runs << " groups of one run, "
+      << totals.replacements << " lost members replaced");
   // Evidence that the schedules reach a request arriving while its volume's
   // actor is being stopped (control/activation).
   if (totals.seeds >= 100) CHECK(totals.volume_actor_waits > 0);
@@ -2251,6 +2288,8 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
   }
   // ... and allocs the leader placed.
   if (totals.seeds >= 100) CHECK(totals.placed_acked > 0);
+  // ... and lost group members replaced.
+  if (totals.seeds >= 100) CHECK(totals.replacements > 0);
   // ... and expansions that finish, through a node and at a stage.
   if (totals.seeds >= 100) {
     CHECK(totals.expansions_finished > 0);

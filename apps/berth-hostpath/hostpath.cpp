@@ -40,6 +40,17 @@ std::string snapshot_id_for(const std::string& name) {
   return "snap-" + stable_hash(name);
 }
 
+std::string group_snapshot_id_for(const std::string& name) {
+  return "group-" + stable_hash(name);
+}
+
+std::string member_snapshot_id_for(const std::string& group_name, const std::string& volume_id) {
+  std::string key = group_name;
+  key.push_back('\0');
+  key += volume_id;
+  return "gsnap-" + stable_hash(key);
+}
+
 std::string bad_mutable_parameters(const google::protobuf::Map<std::string, std::string>& params,
                                    const std::set<std::string>& supported) {
   for (const auto& [key, value] : params) {
@@ -102,6 +113,7 @@ plugin::plugin(options opts) : opts_(std::move(opts)), mounter_(opts_.mode) {
     // Announce this node to the controllers of the other processes.
     try {
       node_store_->create_snapshot_if_missing();
+      sweep_unrecorded_members();
     } catch (...) {
       end_call();
       throw;
@@ -109,6 +121,7 @@ plugin::plugin(options opts) : opts_(std::move(opts)), mounter_(opts_.mode) {
     end_call();
   } else {
     state_ = store_->load();
+    sweep_unrecorded_members();
   }
 }
 
@@ -204,6 +217,8 @@ void plugin::fill_snapshot(const std::string& id, const snapshot_record& rec,
   out.mutable_creation_time()->set_seconds(rec.creation_time_ns / 1000000000);
   out.mutable_creation_time()->set_nanos(static_cast<int32_t>(rec.creation_time_ns % 1000000000));
   out.set_ready_to_use(true);  // the copy is whole before CreateSnapshot answers
+  if (!rec.group_snapshot_id.empty())
+    out.set_group_snapshot_id(rec.group_snapshot_id);
 }
 
 void plugin::reserve(const std::string& path, bool stage) {
@@ -314,6 +329,8 @@ grpc::Status plugin::get_plugin_capabilities(const v1::GetPluginCapabilitiesRequ
                                              v1::GetPluginCapabilitiesResponse& resp) {
   using svc = v1::PluginCapability::Service;
   resp.add_capabilities()->mutable_service()->set_type(svc::CONTROLLER_SERVICE);
+  // Served on the same socket, wherever the Controller service is.
+  resp.add_capabilities()->mutable_service()->set_type(svc::GROUP_CONTROLLER_SERVICE);
   if (!opts_.topology.empty())
     resp.add_capabilities()->mutable_service()->set_type(svc::VOLUME_ACCESSIBILITY_CONSTRAINTS);
   // Capacity is bookkeeping: a volume grows while published.

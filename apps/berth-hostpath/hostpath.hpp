@@ -1,6 +1,7 @@
 #pragma once
-// berth-hostpath: a monolith CSI plugin (Identity + Controller + Node) whose
-// volumes are directories under ROOT/volumes/<id>. It is berth's reference
+// berth-hostpath: a monolith CSI plugin (Identity + Controller + Node, and
+// the GroupController for group snapshots) whose volumes are directories
+// under ROOT/volumes/<id>. It is berth's reference
 // plugin: it follows the spec's idempotency rules and error codes closely so
 // that berth's CSI workflow can be tested against real plugin behaviour.
 //
@@ -145,6 +146,21 @@ class plugin {
   grpc::Status list_snapshots(const v1::ListSnapshotsRequest&, v1::ListSnapshotsResponse&);
   grpc::Status get_snapshot(const v1::GetSnapshotRequest&, v1::GetSnapshotResponse&);
 
+  // GroupController (group_snapshot.cpp): a group snapshot is one member
+  // snapshot (an ordinary snapshot with group_snapshot_id set) per source
+  // volume, all copied while the state mutex is held throughout (no
+  // unlocked()): no other call changes anything meanwhile. The caller must
+  // also hold the per-volume locks of every source volume (services.cpp
+  // does), so that no call on a member is in an unlocked phase either.
+  grpc::Status group_controller_capabilities(const v1::GroupControllerGetCapabilitiesRequest&,
+                                             v1::GroupControllerGetCapabilitiesResponse&);
+  grpc::Status create_group_snapshot(const v1::CreateVolumeGroupSnapshotRequest&,
+                                     v1::CreateVolumeGroupSnapshotResponse&);
+  grpc::Status delete_group_snapshot(const v1::DeleteVolumeGroupSnapshotRequest&,
+                                     v1::DeleteVolumeGroupSnapshotResponse&);
+  grpc::Status get_group_snapshot(const v1::GetVolumeGroupSnapshotRequest&,
+                                  v1::GetVolumeGroupSnapshotResponse&);
+
   // Node (node.cpp).
   grpc::Status node_stage(const v1::NodeStageVolumeRequest&, v1::NodeStageVolumeResponse&);
   grpc::Status node_unstage(const v1::NodeUnstageVolumeRequest&, v1::NodeUnstageVolumeResponse&);
@@ -164,6 +180,10 @@ class plugin {
   bool known_node(const std::string& node_id) const;
   void fill_volume(const std::string& id, const volume_record& rec, v1::Volume& out) const;
   void fill_snapshot(const std::string& id, const snapshot_record& rec, v1::Snapshot& out) const;
+  // The group with its members (in the group's order); INTERNAL when a
+  // member's record is missing (a damaged state).
+  grpc::Status fill_group_snapshot(const std::string& id, const group_snapshot_record& rec,
+                                   v1::VolumeGroupSnapshot& out) const;
   // The volume's condition: abnormal when its directory is missing.
   v1::VolumeCondition condition_of(const std::string& volume_id) const;
   // Copies directory `from` to `to` through a temporary directory beside
@@ -207,6 +227,12 @@ class plugin {
   bool must_compact() const;
 
   state load();
+  // Removes the directories under ROOT/snapshots of group members that no
+  // record names (a CreateVolumeGroupSnapshot that crashed before it
+  // recorded its group) and their half-made copies. Called at startup,
+  // before any call (with --shared-root under ROOT's lock: a group is made
+  // while that lock is held, so no other process is making one).
+  void sweep_unrecorded_members();
 
   options opts_;
   mounter mounter_;
@@ -240,6 +266,14 @@ std::string volume_id_for(const std::string& name);
 
 // The same for a CreateSnapshot name ("snap-" + 16 hex digits).
 std::string snapshot_id_for(const std::string& name);
+
+// The same for a CreateVolumeGroupSnapshot name ("group-" + 16 hex digits),
+// and for the member of that group copied from volume `volume_id`
+// ("gsnap-" + 16 hex digits: never the id of a CreateSnapshot snapshot).
+// A retry after a crash in the middle of a group therefore reuses the ids,
+// and the directories, of the first attempt.
+std::string group_snapshot_id_for(const std::string& name);
+std::string member_snapshot_id_for(const std::string& group_name, const std::string& volume_id);
 
 // Empty when `params` are mutable parameters berth-hostpath accepts (keys
 // of 1 to 63 characters out of [A-Za-z0-9._/-]; any value), else why not.

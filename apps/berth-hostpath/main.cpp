@@ -46,8 +46,9 @@ int main(int argc, char** argv) {
   // Real bind mounts need CAP_SYS_ADMIN; without root, symlinks stand in.
   std::string mode = ::geteuid() == 0 ? "bind" : "symlink";
 
-  CLI::App app{"berth-hostpath: a monolith CSI plugin (Identity, Controller, Node) whose "
-               "volumes are directories under ROOT/volumes. berth's reference plugin."};
+  CLI::App app{"berth-hostpath: a monolith CSI plugin (Identity, Controller, Node, "
+               "GroupController) whose volumes are directories under ROOT/volumes. berth's "
+               "reference plugin."};
   app.add_option("--endpoint", endpoint, "gRPC endpoint to serve, unix:///path/csi.sock "
                                          "(a stale socket file is removed first)")
       ->required();

@@ -27,23 +27,32 @@ int64_t now_ns() {
       .count();
 }
 
-// One call at a time per volume id: the others on that volume wait.
+// One call at a time per volume id: the others on that volume wait. A call
+// on several volumes (CreateVolumeGroupSnapshot) takes all of their locks at
+// once, when none is busy: no order between the ids, so no deadlock.
 class volume_locks {
  public:
   class held {
    public:
-    held(volume_locks& locks, std::string id) : locks_(locks), id_(std::move(id)) {
-      if (id_.empty())
+    held(volume_locks& locks, std::set<std::string> ids) : locks_(locks), ids_(std::move(ids)) {
+      ids_.erase(std::string());
+      if (ids_.empty())
         return;
       std::unique_lock<std::mutex> lock(locks_.mu_);
-      locks_.freed_.wait(lock, [&] { return locks_.busy_.count(id_) == 0; });
-      locks_.busy_.insert(id_);
+      locks_.freed_.wait(lock, [&] {
+        for (const auto& id : ids_)
+          if (locks_.busy_.count(id) != 0)
+            return false;
+        return true;
+      });
+      locks_.busy_.insert(ids_.begin(), ids_.end());
     }
     ~held() {
-      if (id_.empty())
+      if (ids_.empty())
         return;
       std::lock_guard<std::mutex> lock(locks_.mu_);
-      locks_.busy_.erase(id_);
+      for (const auto& id : ids_)
+        locks_.busy_.erase(id);
       locks_.freed_.notify_all();
     }
     held(const held&) = delete;
@@ -51,7 +60,7 @@ class volume_locks {
 
    private:
     volume_locks& locks_;
-    std::string id_;
+    std::set<std::string> ids_;
   };
 
  private:
@@ -76,7 +85,7 @@ std::string volume_of(const fields& what) {
 
 }  // namespace
 
-// Shared by the three services: the delay, the locking and the log around
+// Shared by the four services: the delay, the locking and the log around
 // each call (see services.hpp).
 struct dispatcher {
   plugin& p;
@@ -86,14 +95,18 @@ struct dispatcher {
   std::mutex shared_root_mu;  // --shared-root only: one call at a time
 
   // `what` names the ids and paths of the call: never secrets or contexts.
+  // `also_locks`: more volume ids whose locks the call holds, beyond the one
+  // volume_of(what) names (CreateVolumeGroupSnapshot: its source volumes).
   template <class Fn>
-  grpc::Status run(const char* method, const fields& what, Fn&& fn) {
+  grpc::Status run(const char* method, const fields& what, Fn&& fn,
+                   std::set<std::string> also_locks = {}) {
     int64_t at_ns = now_ns();
     if (auto d = delays.find(method); d != delays.end())
       std::this_thread::sleep_for(d->second);
     // Held until the call's log line is written: per volume, the log's
     // line order is the order the calls were served.
-    volume_locks::held one_per_volume(volumes, volume_of(what));
+    also_locks.insert(volume_of(what));
+    volume_locks::held one_per_volume(volumes, std::move(also_locks));
     std::unique_lock<std::mutex> serial(shared_root_mu, std::defer_lock);
     grpc::Status s;
     int64_t end_ns = -1;
@@ -297,6 +310,53 @@ class node_service final : public v1::Node::Service {
   dispatcher& d_;
 };
 
+std::string joined(const google::protobuf::RepeatedPtrField<std::string>& ids) {
+  std::string out;
+  for (const auto& id : ids)
+    out += (out.empty() ? "" : ",") + id;
+  return out;
+}
+
+class group_controller_service final : public v1::GroupController::Service {
+ public:
+  explicit group_controller_service(dispatcher& d) : d_(d) {}
+
+  Status GroupControllerGetCapabilities(ServerContext*,
+                                        const v1::GroupControllerGetCapabilitiesRequest* req,
+                                        v1::GroupControllerGetCapabilitiesResponse* resp) override {
+    return d_.run("GroupControllerGetCapabilities", {},
+                  [&] { return d_.p.group_controller_capabilities(*req, *resp); });
+  }
+  // Holds the lock of every source volume (services.hpp): no other call on a
+  // member runs while the members are copied.
+  Status CreateVolumeGroupSnapshot(ServerContext*, const v1::CreateVolumeGroupSnapshotRequest* req,
+                                   v1::CreateVolumeGroupSnapshotResponse* resp) override {
+    return d_.run(
+        "CreateVolumeGroupSnapshot",
+        {{"group_snapshot_name", req->name()},
+         {"source_volume_ids", joined(req->source_volume_ids())}},
+        [&] { return d_.p.create_group_snapshot(*req, *resp); },
+        {req->source_volume_ids().begin(), req->source_volume_ids().end()});
+  }
+  Status DeleteVolumeGroupSnapshot(ServerContext*, const v1::DeleteVolumeGroupSnapshotRequest* req,
+                                   v1::DeleteVolumeGroupSnapshotResponse* resp) override {
+    return d_.run("DeleteVolumeGroupSnapshot",
+                  {{"group_snapshot_id", req->group_snapshot_id()},
+                   {"snapshot_ids", joined(req->snapshot_ids())}},
+                  [&] { return d_.p.delete_group_snapshot(*req, *resp); });
+  }
+  Status GetVolumeGroupSnapshot(ServerContext*, const v1::GetVolumeGroupSnapshotRequest* req,
+                                v1::GetVolumeGroupSnapshotResponse* resp) override {
+    return d_.run("GetVolumeGroupSnapshot",
+                  {{"group_snapshot_id", req->group_snapshot_id()},
+                   {"snapshot_ids", joined(req->snapshot_ids())}},
+                  [&] { return d_.p.get_group_snapshot(*req, *resp); });
+  }
+
+ private:
+  dispatcher& d_;
+};
+
 }  // namespace
 
 struct services::impl {
@@ -304,6 +364,7 @@ struct services::impl {
   identity_service identity{d};
   controller_service controller{d};
   node_service node{d};
+  group_controller_service group_controller{d};
 };
 
 const std::vector<std::string>& rpc_names() {
@@ -316,7 +377,9 @@ const std::vector<std::string>& rpc_names() {
       "NodeGetVolumeStats",      "NodeGetCapabilities",       "NodeGetInfo",
       "CreateSnapshot",          "DeleteSnapshot",            "ListSnapshots",
       "GetSnapshot",             "ControllerExpandVolume",    "ControllerGetVolume",
-      "ControllerModifyVolume",  "NodeExpandVolume"};
+      "ControllerModifyVolume",  "NodeExpandVolume",
+      "GroupControllerGetCapabilities", "CreateVolumeGroupSnapshot",
+      "DeleteVolumeGroupSnapshot", "GetVolumeGroupSnapshot"};
   return names;
 }
 
@@ -335,6 +398,7 @@ void services::register_with(grpc::ServerBuilder& builder) {
   builder.RegisterService(&impl_->identity);
   builder.RegisterService(&impl_->controller);
   builder.RegisterService(&impl_->node);
+  builder.RegisterService(&impl_->group_controller);  // on the Controller's server
 }
 
 }  // namespace berth::hostpath

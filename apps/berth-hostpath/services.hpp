@@ -1,12 +1,14 @@
 #pragma once
-// The gRPC face of berth-hostpath: the Identity, Controller and Node services
-// forwarding to one plugin, each call recorded in the call log with its code
-// and its start and end times.
+// The gRPC face of berth-hostpath: the Identity, Controller, Node and
+// GroupController services forwarding to one plugin, each call recorded in
+// the call log with its code and its start and end times.
 //
 // Concurrency: gRPC's sync server runs handlers on several threads, and they
 // run concurrently here. A handler first sleeps its --delay (holding
 // nothing), then waits for earlier calls on the same volume id to finish
-// (CreateVolume: the id its name maps to; CreateSnapshot: its source): one call per volume at a time,
+// (CreateVolume: the id its name maps to; CreateSnapshot: its source;
+// CreateVolumeGroupSnapshot: every source volume, all taken at once): one
+// call per volume at a time,
 // which the spec allows, so a CO's retry never interleaves with its first
 // attempt. Then the plugin method runs through plugin::serve: checks and
 // in-memory changes under the plugin's state mutex, mounts and volume
@@ -50,7 +52,7 @@ class services {
   services(const services&) = delete;
   services& operator=(const services&) = delete;
 
-  // Registers the three services; *this must outlive the server.
+  // Registers the four services; *this must outlive the server.
   void register_with(grpc::ServerBuilder& builder);
 
  private:

@@ -1,7 +1,9 @@
 // berth-hostpath's snapshots: a snapshot is a copy of its volume's
 // directory under ROOT/snapshots/<id>, made before CreateSnapshot answers
 // (so it is ready_to_use at once), and the source of volumes created from it
-// (CreateVolume's volume_content_source, controller.cpp).
+// (CreateVolume's volume_content_source, controller.cpp). The members of a
+// group snapshot (group_snapshot.cpp) are snapshots too, listed and used
+// like these, but deleted only with their group.
 #include <chrono>
 
 #include "hostpath.hpp"
@@ -66,7 +68,7 @@ Status plugin::create_snapshot(const v1::CreateSnapshotRequest& req,
   // The size a volume made from it needs: its source's capacity (or, for a
   // volume created without one, what the copy holds).
   snapshot_record rec{req.name(), source, params, capacity > 0 ? capacity : copied.bytes,
-                      now_ns()};
+                      now_ns(), /*group_snapshot_id=*/{}};
   apply({put_snapshot{id, rec}});
   fill_snapshot(id, rec, *resp.mutable_snapshot());
   return Status::OK;
@@ -80,8 +82,16 @@ Status plugin::delete_snapshot(const v1::DeleteSnapshotRequest& req,
   const auto dir = snapshot_dir(id);
   if (pending_paths_.count(dir.string()) != 0)
     return {StatusCode::ABORTED, "snapshot " + id + " is being made: retry later"};
-  if (state_.snapshots.count(id) == 0)
+  auto it = state_.snapshots.find(id);
+  if (it == state_.snapshots.end())
     return Status::OK;  // already gone: deletion is idempotent
+  // A member of a group snapshot carries its group's id, which (spec,
+  // Snapshot.group_snapshot_id) says it must not be deleted on its own: only
+  // DeleteVolumeGroupSnapshot deletes it, with the rest of its group.
+  if (!it->second.group_snapshot_id.empty())
+    return {StatusCode::FAILED_PRECONDITION,
+            "snapshot " + id + " is a member of group snapshot " + it->second.group_snapshot_id
+                + ": delete the group (DeleteVolumeGroupSnapshot) instead"};
   std::error_code ec;
   unlocked([&] { fs::remove_all(dir, ec); });
   if (ec)

@@ -46,6 +46,8 @@ void to_json(json& j, const snapshot_record& s) {
            {"parameters", s.parameters},
            {"size_bytes", s.size_bytes},
            {"creation_time_ns", s.creation_time_ns}};
+  if (!s.group_snapshot_id.empty())
+    j["group_snapshot_id"] = s.group_snapshot_id;
 }
 void from_json(const json& j, snapshot_record& s) {
   j.at("name").get_to(s.name);
@@ -53,6 +55,22 @@ void from_json(const json& j, snapshot_record& s) {
   j.at("parameters").get_to(s.parameters);
   j.at("size_bytes").get_to(s.size_bytes);
   j.at("creation_time_ns").get_to(s.creation_time_ns);
+  if (j.contains("group_snapshot_id"))
+    j.at("group_snapshot_id").get_to(s.group_snapshot_id);
+}
+void to_json(json& j, const group_snapshot_record& g) {
+  j = json{{"name", g.name},
+           {"source_volume_ids", g.source_volume_ids},
+           {"snapshot_ids", g.snapshot_ids},
+           {"parameters", g.parameters},
+           {"creation_time_ns", g.creation_time_ns}};
+}
+void from_json(const json& j, group_snapshot_record& g) {
+  j.at("name").get_to(g.name);
+  j.at("source_volume_ids").get_to(g.source_volume_ids);
+  j.at("snapshot_ids").get_to(g.snapshot_ids);
+  j.at("parameters").get_to(g.parameters);
+  j.at("creation_time_ns").get_to(g.creation_time_ns);
 }
 void to_json(json& j, const staging_record& s) {
   j = json{{"volume_id", s.volume_id}, {"how", s.how}};
@@ -113,6 +131,12 @@ json record_json(const record& r) {
             return json{{"op", "put_snapshot"}, {"id", x.id}, {"value", x.value}};
           },
           [](const erase_snapshot& x) { return json{{"op", "erase_snapshot"}, {"id", x.id}}; },
+          [](const put_group_snapshot& x) {
+            return json{{"op", "put_group_snapshot"}, {"id", x.id}, {"value", x.value}};
+          },
+          [](const erase_group_snapshot& x) {
+            return json{{"op", "erase_group_snapshot"}, {"id", x.id}};
+          },
       },
       r);
 }
@@ -143,6 +167,11 @@ record json_record(const json& j) {
     return put_snapshot{j.at("id").get<std::string>(), j.at("value").get<snapshot_record>()};
   if (op == "erase_snapshot")
     return erase_snapshot{j.at("id").get<std::string>()};
+  if (op == "put_group_snapshot")
+    return put_group_snapshot{j.at("id").get<std::string>(),
+                              j.at("value").get<group_snapshot_record>()};
+  if (op == "erase_group_snapshot")
+    return erase_group_snapshot{j.at("id").get<std::string>()};
   throw std::runtime_error("unknown record op '" + op + "'");
 }
 
@@ -191,6 +220,8 @@ void apply_change(state& s, const record& r) {
                  [&](const erase_publication& x) { s.publications.erase(x.target); },
                  [&](const put_snapshot& x) { s.snapshots[x.id] = x.value; },
                  [&](const erase_snapshot& x) { s.snapshots.erase(x.id); },
+                 [&](const put_group_snapshot& x) { s.group_snapshots[x.id] = x.value; },
+                 [&](const erase_group_snapshot& x) { s.group_snapshots.erase(x.id); },
              },
              r);
 }
@@ -238,6 +269,12 @@ std::vector<record> diff(const state& from, const state& to) {
       from.snapshots, to.snapshots,
       [&](const std::string& id, const snapshot_record& v) { out.push_back(put_snapshot{id, v}); },
       [&](const std::string& id) { out.push_back(erase_snapshot{id}); });
+  diff_map(
+      from.group_snapshots, to.group_snapshots,
+      [&](const std::string& id, const group_snapshot_record& v) {
+        out.push_back(put_group_snapshot{id, v});
+      },
+      [&](const std::string& id) { out.push_back(erase_group_snapshot{id}); });
   return out;
 }
 
@@ -255,7 +292,7 @@ state shared_part(const state& s) {
 }
 
 state node_part(const state& s) {
-  state out;  // no volumes, controller publications or snapshots
+  state out;  // no volumes, controller publications, snapshots or group snapshots
   out.stagings = s.stagings;
   out.publications = s.publications;
   return out;
@@ -267,6 +304,10 @@ std::string encode_state(const state& s) {
          {"stagings", s.stagings},
          {"publications", s.publications},
          {"snapshots", s.snapshots}};
+  // Written only when there are any, so a state without group snapshots is
+  // the file it always was.
+  if (!s.group_snapshots.empty())
+    j["group_snapshots"] = s.group_snapshots;
   return j.dump(2) + "\n";
 }
 
@@ -280,6 +321,8 @@ state decode_state(const std::string& text, const std::string& what) {
     j.at("publications").get_to(s.publications);
     if (j.contains("snapshots"))  // absent in files written before snapshots
       j.at("snapshots").get_to(s.snapshots);
+    if (j.contains("group_snapshots"))  // absent when there are none
+      j.at("group_snapshots").get_to(s.group_snapshots);
   } catch (const json::exception& e) {
     throw std::runtime_error("corrupt state file " + what + ": " + e.what());
   }

@@ -6,7 +6,7 @@
 //
 // A change to the state is a list of records, each putting or deleting one
 // key (a volume, a controller publication, a staging, a publication, a
-// snapshot). The
+// snapshot, a group snapshot). The
 // plugin applies records to its state in memory and appends the same
 // records to a journal (journal.hpp), so a save costs what changed, not
 // what is stored. Everything here is pure: no I/O but load_state/save_state.
@@ -57,10 +57,34 @@ struct snapshot_record {
   std::map<std::string, std::string> parameters;
   int64_t size_bytes = 0;
   int64_t creation_time_ns = 0;  // since the epoch
+  // Set for a member of a group snapshot (CreateVolumeGroupSnapshot): the
+  // group's id. Such a snapshot is deleted only with its group.
+  std::string group_snapshot_id;
 
   bool operator==(const snapshot_record& o) const {
     return name == o.name && source_volume_id == o.source_volume_id
            && parameters == o.parameters && size_bytes == o.size_bytes
+           && creation_time_ns == o.creation_time_ns
+           && group_snapshot_id == o.group_snapshot_id;
+  }
+};
+
+// A group snapshot (CreateVolumeGroupSnapshot): one member snapshot per
+// source volume, all taken while none of them could change. The members
+// are ordinary snapshot_records (their group_snapshot_id is this group's
+// id); snapshot_ids[i] is the member of source_volume_ids[i]. The group
+// and its members are put by one change (one journal line), so a crash
+// leaves either the whole group or none of it.
+struct group_snapshot_record {
+  std::string name;
+  std::vector<std::string> source_volume_ids;  // in the request's order
+  std::vector<std::string> snapshot_ids;       // the members, same order
+  std::map<std::string, std::string> parameters;
+  int64_t creation_time_ns = 0;  // since the epoch
+
+  bool operator==(const group_snapshot_record& o) const {
+    return name == o.name && source_volume_ids == o.source_volume_ids
+           && snapshot_ids == o.snapshot_ids && parameters == o.parameters
            && creation_time_ns == o.creation_time_ns;
   }
 };
@@ -92,11 +116,12 @@ struct state {
   std::map<std::string, staging_record> stagings;          // by staging path
   std::map<std::string, publication_record> publications;  // by target path
   std::map<std::string, snapshot_record> snapshots;        // by snapshot id
+  std::map<std::string, group_snapshot_record> group_snapshots;  // by group id
 
   bool operator==(const state& o) const {
     return volumes == o.volumes && controller_publications == o.controller_publications
            && stagings == o.stagings && publications == o.publications
-           && snapshots == o.snapshots;
+           && snapshots == o.snapshots && group_snapshots == o.group_snapshots;
   }
 };
 
@@ -138,10 +163,18 @@ struct put_snapshot {
 struct erase_snapshot {
   std::string id;
 };
+struct put_group_snapshot {
+  std::string id;
+  group_snapshot_record value;
+};
+struct erase_group_snapshot {
+  std::string id;
+};
 
 using record = std::variant<put_volume, erase_volume, put_controller_publication,
                             erase_controller_publication, put_staging, erase_staging,
-                            put_publication, erase_publication, put_snapshot, erase_snapshot>;
+                            put_publication, erase_publication, put_snapshot, erase_snapshot,
+                            put_group_snapshot, erase_group_snapshot>;
 
 // Applies `r` to `s`. Idempotent: applying a record twice, or a record whose
 // effect `s` already has, leaves `s` as applying it once does (so replaying
@@ -159,7 +192,8 @@ std::vector<record> diff(const state& from, const state& to);
 bool node_local(const record& r);
 
 // The part of `s` that --shared-root shares (volumes, controller
-// publications, snapshots), and the part that is the node's own.
+// publications, snapshots, group snapshots), and the part that is the
+// node's own.
 state shared_part(const state& s);
 state node_part(const state& s);
 

@@ -29,11 +29,13 @@ struct stubs {
       : channel(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials())),
         identity(v1::Identity::NewStub(channel)),
         controller(v1::Controller::NewStub(channel)),
-        node(v1::Node::NewStub(channel)) {}
+        node(v1::Node::NewStub(channel)),
+        group(v1::GroupController::NewStub(channel)) {}
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Identity::Stub> identity;
   std::unique_ptr<v1::Controller::Stub> controller;
   std::unique_ptr<v1::Node::Stub> node;
+  std::unique_ptr<v1::GroupController::Stub> group;
 };
 
 template <class Resp>

@@ -52,6 +52,7 @@ TEST_CASE("hostpath identity: plugin info, capabilities and probe, repeatable") 
         expansion.push_back(cap.volume_expansion().type());
     }
     CHECK(types == std::vector<int>{v1::PluginCapability::Service::CONTROLLER_SERVICE,
+                                    v1::PluginCapability::Service::GROUP_CONTROLLER_SERVICE,
                                     v1::PluginCapability::Service::VOLUME_ACCESSIBILITY_CONSTRAINTS});
     CHECK(expansion == std::vector<int>{v1::PluginCapability::VolumeExpansion::ONLINE});
     auto probe = CALL(c, identity, Probe, v1::ProbeRequest{});
@@ -65,10 +66,12 @@ TEST_CASE("hostpath identity: no topology, no accessibility constraints") {
   p.start();
   stubs c(p.endpoint);
   auto caps = CALL(c, identity, GetPluginCapabilities, v1::GetPluginCapabilitiesRequest{});
-  REQUIRE(caps.resp.capabilities_size() == 2);  // the service and online expansion
+  REQUIRE(caps.resp.capabilities_size() == 3);  // the two services and online expansion
   CHECK(caps.resp.capabilities(0).service().type()
         == v1::PluginCapability::Service::CONTROLLER_SERVICE);
-  CHECK(caps.resp.capabilities(1).has_volume_expansion());
+  CHECK(caps.resp.capabilities(1).service().type()
+        == v1::PluginCapability::Service::GROUP_CONTROLLER_SERVICE);
+  CHECK(caps.resp.capabilities(2).has_volume_expansion());
 }
 
 TEST_CASE("hostpath CreateVolume: idempotent by name, spec error codes") {

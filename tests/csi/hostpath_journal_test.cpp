@@ -81,7 +81,15 @@ state random_state(std::mt19937& rng) {
                                                  "v" + std::to_string(pick(6)),
                                                  {},
                                                  pick(3) * 100,
-                                                 pick(2) * 1000000007LL};
+                                                 pick(2) * 1000000007LL,
+                                                 pick(2) ? "group-" + std::to_string(pick(2)) : ""};
+    if (pick(4) == 0)
+      s.group_snapshots["group-" + std::to_string(i)] = {
+          "g" + std::to_string(i),
+          {"v" + std::to_string(pick(6)), "v" + std::to_string(pick(6))},
+          {"gsnap-" + std::to_string(pick(6)), "gsnap-" + std::to_string(pick(6))},
+          {{"k", std::to_string(pick(2))}},
+          pick(2) * 1000000007LL};
     if (pick(4) == 0 && s.volumes.count("v" + std::to_string(i)))
       s.volumes["v" + std::to_string(i)].mutable_parameters["iops"] = std::to_string(pick(3));
   }
@@ -98,11 +106,16 @@ std::vector<record> every_kind() {
           erase_controller_publication{"v1", "n1"},
           erase_volume{"v1"},
           put_volume{"v2", vol("two \"quoted\"\n", 0)},
-          put_snapshot{"snap-1", {"s1", "v2", {{"p", "q"}}, 4096, 1700000000123456789LL}},
+          put_snapshot{"snap-1", {"s1", "v2", {{"p", "q"}}, 4096, 1700000000123456789LL, ""}},
           put_volume{"v3", {"three", 8, {}, {{"iops", "5"}}, "snap-1", ""}},
           put_volume{"v4", {"four", 8, {}, {}, "", "v3"}},
           erase_snapshot{"snap-1"},
-          put_snapshot{"snap-2", {"s2", "v3", {}, 8, 1}}};
+          put_snapshot{"snap-2", {"s2", "v3", {}, 8, 1, ""}},
+          put_snapshot{"gsnap-a", {"g/v3", "v3", {}, 8, 2, "group-1"}},
+          put_snapshot{"gsnap-b", {"g/v4", "v4", {}, 8, 2, "group-1"}},
+          put_group_snapshot{"group-1", {"g", {"v3", "v4"}, {"gsnap-a", "gsnap-b"}, {{"x", "y"}}, 2}},
+          put_group_snapshot{"group-2", {"h", {"v3"}, {"gsnap-c"}, {}, 3}},
+          erase_group_snapshot{"group-2"}};
 }
 
 }  // namespace
@@ -128,8 +141,23 @@ TEST_CASE("hostpath state: every record kind survives encoding, and applies as i
   CHECK(a.volumes.at("v3").source_snapshot_id == "snap-1");
   CHECK(a.volumes.at("v3").mutable_parameters.at("iops") == "5");
   CHECK(a.volumes.at("v4").source_volume_id == "v3");
-  CHECK(a.snapshots.size() == 1);
+  CHECK(a.snapshots.size() == 3);
   CHECK(a.snapshots.at("snap-2").source_volume_id == "v3");
+  CHECK(a.snapshots.at("snap-2").group_snapshot_id.empty());
+  CHECK(a.snapshots.at("gsnap-b").group_snapshot_id == "group-1");
+  REQUIRE(a.group_snapshots.size() == 1);
+  CHECK(a.group_snapshots.at("group-1").source_volume_ids == std::vector<std::string>{"v3", "v4"});
+  CHECK(a.group_snapshots.at("group-1").snapshot_ids
+        == std::vector<std::string>{"gsnap-a", "gsnap-b"});
+  CHECK(a.group_snapshots.at("group-1").parameters.at("x") == "y");
+  CHECK(a.group_snapshots.at("group-1").creation_time_ns == 2);
+  // The whole state round trips through state.json's text too.
+  CHECK(decode_state(encode_state(a), "test") == a);
+  // A state without group snapshots is written as before them (no key),
+  // and a snapshot of no group has no group_snapshot_id.
+  state plain;
+  apply_change(plain, put_snapshot{"snap-9", {"s9", "v1", {}, 1, 1, ""}});
+  CHECK(encode_state(plain).find("group_snapshot") == std::string::npos);
   CHECK(a.controller_publications.empty());  // the last node's erase removes the volume's entry
   CHECK(a.stagings.empty());
   CHECK(a.publications.empty());
@@ -178,12 +206,16 @@ TEST_CASE("hostpath state: node_local splits what --shared-root keeps per node")
   CHECK_FALSE(node_local(put_volume{}));
   CHECK_FALSE(node_local(erase_controller_publication{}));
   CHECK_FALSE(node_local(put_snapshot{}));
+  CHECK_FALSE(node_local(put_group_snapshot{}));
+  CHECK_FALSE(node_local(erase_group_snapshot{}));
   auto shared = shared_part(s), mine = node_part(s);
   CHECK(shared.stagings.empty());
   CHECK(shared.volumes.size() == 3);
-  CHECK(shared.snapshots.size() == 1);
+  CHECK(shared.snapshots.size() == 3);
+  CHECK(shared.group_snapshots.size() == 1);
   CHECK(mine.volumes.empty());
   CHECK(mine.snapshots.empty());
+  CHECK(mine.group_snapshots.empty());
   CHECK(mine.stagings.size() == 1);
 }
 

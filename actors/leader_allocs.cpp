@@ -325,40 +325,7 @@ void run_one(const self_ptr& self, const v1::AllocRunRequest& req, reply_fn rp) 
 void run_members(const self_ptr& self, v1::AllocRunRequest req, int next,
                  std::shared_ptr<std::vector<v1::Response>> answers, response_promise rp) {
   if (next == static_cast<int>(req.count())) {
-    v1::Response out;
-    std::vector<std::string> failed;
-    std::map<std::string, int> states;  // of the members answered without an error
-    for (int i = 0; i < static_cast<int>(answers->size()); ++i) {
-      const auto& r = (*answers)[i];
-      for (const auto& a : r.allocs()) *out.add_allocs() = a;
-      if (r.has_error())
-        failed.push_back(member_id(req.group(), i) + ": " + r.error().message());
-      else if (r.allocs_size() > 0)
-        ++states[std::string(name_of(r.allocs(0).state()))];
-    }
-    // "3 of 3 allocs running", or with members that ended before (a group
-    // run sent again after they stopped): "1 of 3 allocs running, 2 complete".
-    std::string counts;
-    int running = states.count("running") ? states.at("running") : 0;
-    counts = std::to_string(running) + " of " + std::to_string(req.count()) + " allocs running";
-    for (const auto& [state, n] : states)
-      if (state != "running") counts += ", " + std::to_string(n) + " " + state;
-    const std::string what = "alloc group " + quoted(req.group());
-    if (failed.empty()) {
-      out.set_message(what + ": " + counts +
-                      (running < static_cast<int>(req.count())
-                           ? " (members that ended are not run again: give the group another "
-                             "name to run it anew)"
-                           : ""));
-      deliver(rp, std::move(out));
-      return;
-    }
-    std::string text = what + ": " + std::to_string(failed.size()) + " of " +
-                       std::to_string(req.count()) + " allocs failed (" + counts + "):";
-    for (const auto& f : failed) text += "\n  " + f;
-    auto err = error_response(failure{errc::refused, text});
-    *err.mutable_allocs() = out.allocs();
-    deliver(rp, std::move(err));
+    deliver(rp, group_outcome(req, *answers));
     return;
   }
   auto member = group_member(req, next);

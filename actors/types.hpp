@@ -139,6 +139,10 @@ struct csi_outcome {
 
 // A sequence of CSI calls to run on a plugin connection's own thread.
 struct csi_job {
+  csi_job() = default;
+  csi_job(std::function<csi_outcome(csi::client&)> run, call_kind kind, std::string volume = {},
+          uint64_t leader_term = 0)
+      : run(std::move(run)), kind(kind), volume(std::move(volume)), leader_term(leader_term) {}
   std::function<csi_outcome(csi::client&)> run;
   call_kind kind = call_kind::identity;  // which limit of the connection it counts against
   std::string volume;                    // the CSI volume id: its calls never overlap

@@ -1,9 +1,11 @@
 #include "control/allocs.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include "control/drain.hpp"
 #include "control/entries.hpp"
+#include "control/views.hpp"
 
 namespace berth {
 
@@ -89,6 +91,42 @@ v1::AllocRunRequest group_member(const v1::AllocRunRequest& req, int index) {
   if (req.per_alloc())
     for (auto& v : *m.mutable_volumes()) v.set_volume_id(member_id(v.volume_id(), index));
   return m;
+}
+
+v1::Response group_outcome(const v1::AllocRunRequest& req,
+                           const std::vector<v1::Response>& answers) {
+  v1::Response out;
+  std::vector<std::string> failed;
+  std::map<std::string, int> states;  // of the members answered without an error
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const auto& r = answers[i];
+    for (const auto& a : r.allocs()) *out.add_allocs() = a;
+    if (r.has_error())
+      failed.push_back(member_id(req.group(), static_cast<int>(i)) + ": " + r.error().message());
+    else if (r.allocs_size() > 0)
+      ++states[std::string(name_of(r.allocs(0).state()))];
+  }
+  // "3 of 3 allocs running", or with members that ended before (a group
+  // run sent again after they stopped): "1 of 3 allocs running, 2 complete".
+  const int count = static_cast<int>(req.count());
+  int running = states.count("running") ? states.at("running") : 0;
+  std::string counts = std::to_string(running) + " of " + std::to_string(count) + " allocs running";
+  for (const auto& [state, n] : states)
+    if (state != "running") counts += ", " + std::to_string(n) + " " + state;
+  const std::string what = "alloc group " + quoted(req.group());
+  if (failed.empty()) {
+    out.set_message(what + ": " + counts +
+                    (running < count ? " (members that ended are not run again: give the group "
+                                       "another name to run it anew)"
+                                     : ""));
+    return out;
+  }
+  std::string text = what + ": " + std::to_string(failed.size()) + " of " +
+                     std::to_string(count) + " allocs failed (" + counts + "):";
+  for (const auto& f : failed) text += "\n  " + f;
+  auto err = error_response(failure{errc::refused, text});
+  *err.mutable_allocs() = out.allocs();
+  return err;
 }
 
 bool same_alloc_run(const v1::Alloc& known, const v1::Alloc& requested) {

@@ -56,6 +56,12 @@ v1::Alloc pending_alloc(const v1::AllocRunRequest& req, std::string id, int64_t 
 // VOLUME[i] a --per-alloc run needs that is not registered, named at once),
 // or nullopt.
 std::optional<failure> admit_group_run(const catalog& c, const v1::AllocRunRequest& req);
+// The answer to a group run from its members' answers, in member order:
+// every member's alloc, and "alloc group 'web': 3 of 3 allocs running"
+// (members that ended before counted by state), or an error (refused)
+// naming each member that failed and why.
+v1::Response group_outcome(const v1::AllocRunRequest& req,
+                           const std::vector<v1::Response>& answers);
 // Whether the request runs a group (a count or a group name).
 bool is_group_run(const v1::AllocRunRequest& req);
 // The run of member `index` of a group: id NAME[index], the group's name,

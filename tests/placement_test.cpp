@@ -11,6 +11,7 @@
 #include "control/catalog.hpp"
 #include "control/entries.hpp"
 #include "control/placement.hpp"
+#include "control/views.hpp"
 
 using namespace berth;
 
@@ -663,4 +664,38 @@ TEST_CASE("volume groups: an alloc is placed where every volume of its volume's 
   auto problems = validate_volume(bad);
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].field == "group");
+}
+
+TEST_CASE("groups: the answer of a group run counts its members by state and names the failed") {
+  v1::AllocRunRequest req;
+  req.set_group("web");
+  req.set_count(3);
+  auto member = [](const std::string& id, v1::AllocState s) {
+    v1::Response r;
+    *r.add_allocs() = alloc_on(id, "n1", s);
+    return r;
+  };
+  auto ok = group_outcome(req, {member("web[0]", v1::ALLOC_RUNNING),
+                                member("web[1]", v1::ALLOC_RUNNING),
+                                member("web[2]", v1::ALLOC_RUNNING)});
+  CHECK_FALSE(ok.has_error());
+  CHECK(ok.message() == "alloc group 'web': 3 of 3 allocs running");
+  CHECK(ok.allocs_size() == 3);
+  // Sent again after members ended: counted by state, with what to do.
+  auto ended = group_outcome(req, {member("web[0]", v1::ALLOC_RUNNING),
+                                   member("web[1]", v1::ALLOC_COMPLETE),
+                                   member("web[2]", v1::ALLOC_COMPLETE)});
+  CHECK(ended.message() ==
+        "alloc group 'web': 1 of 3 allocs running, 2 complete (members that ended are not run "
+        "again: give the group another name to run it anew)");
+  // A member failed: an error naming it, every member's alloc still listed.
+  v1::Response refused = error_response(failure{errc::refused, "no node can run alloc 'web[1]'"});
+  *refused.add_allocs() = alloc_on("web[1]", "n1", v1::ALLOC_FAILED);
+  auto failed = group_outcome(req, {member("web[0]", v1::ALLOC_RUNNING), refused,
+                                    member("web[2]", v1::ALLOC_RUNNING)});
+  REQUIRE(failed.has_error());
+  CHECK(failed.error().message() ==
+        "alloc group 'web': 1 of 3 allocs failed (2 of 3 allocs running):\n"
+        "  web[1]: no node can run alloc 'web[1]'");
+  CHECK(failed.allocs_size() == 3);
 }

@@ -366,12 +366,14 @@ const volumesPage = {
     {key: 'q', label: 'Filter by id, name or external id'},
     {key: 'ns', label: 'Namespace', options: d => uniq(d.map(v => v.namespace))},
     {key: 'plugin', label: 'Plugin', options: d => uniq(d.map(v => v.plugin_id))},
+    {key: 'group', label: 'Volume group', options: d => uniq(d.map(v => v.group).filter(g => g))},
     {key: 'state', label: 'State', options: () => ['free', 'claimed', 'releasing', 'unhealthy']},
   ], data),
   render: data => {
     const rows = filtered('volumes', data, (v, f) =>
       (contains(v.id, f.q) || contains(v.name, f.q) || contains(v.external_id, f.q)) &&
       (!f.ns || v.namespace === f.ns) && (!f.plugin || v.plugin_id === f.plugin) &&
+      (!f.group || v.group === f.group) &&
       (!f.state || (f.state === 'unhealthy' ? !v.healthy || v.condition === 'abnormal'
                                             : volumeStateName(v) === f.state)));
     return table([
@@ -406,6 +408,7 @@ const volumePage = {
         ['Namespace', v.namespace],
         ['Plugin', pluginLink(v.plugin_id)],
         ['External id', h('span', {class: 'mono'}, v.external_id || '-')],
+        v.group ? ['Volume group', v.group] : null,
         ['Capacity', [capacity(v), h('span', {class: 'small'},
           'min ' + size(v.capacity_min) + ', max ' + size(v.capacity_max))]],
         ['Access mode in use', accessMode(v)],
@@ -609,6 +612,7 @@ const allocPage = {
       ['Namespace', a.namespace],
       ['Node', nodeLink(a.node_id)],
       a.group ? ['Group', a.group] : null,
+      a.replaces ? ['Replaces', allocLink(a.replaces)] : null,
       ['State', badge(a.state, ALLOC_TONES[a.state] || 'mute')],
       a.message ? ['Message', a.message] : null,
       a.state === 'complete' || a.state === 'failed' ? ['Exit code', String(a.exit_code)] : null,

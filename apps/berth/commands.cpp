@@ -203,11 +203,19 @@ void add_volume_from_spec(CLI::App& volume, context& ctx, const std::string& nam
                     "--per-alloc), one after the other; stops at the first that fails (the ones "
                     "before it stay: sent again, the command creates only the rest)")
         ->check(CLI::Range(1u, max_group_count));
-  // With --count: one create per member, each shown as it is made.
+  // With --count: one create per member, each shown as it is made (with
+  // --json: one array of the members, those made before a failure if one
+  // fails).
   auto create_members = [&ctx, file, count] {
     auto spec = read_spec(ctx, *file, spec_use::create);
     if (auto* f = std::get_if<failure>(&spec)) return fail(ctx.g, *f);
     const auto base = std::get<v1::Volume>(spec);
+    auto members = json::array();
+    auto done = [&](int code) {
+      if (ctx.g.json)
+        std::cout << members.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+      return code;
+    };
     for (uint32_t i = 0; i < *count; ++i) {
       auto v = base;
       v.set_id(member_id(base.id(), static_cast<int>(i)));
@@ -219,22 +227,30 @@ void add_volume_from_spec(CLI::App& volume, context& ctx, const std::string& nam
       auto known = answer(ctx.g, status);
       if (auto* r = std::get_if<v1::Response>(&known); r && r->volumes_size() > 0) {
         if (r->volumes(0).plugin_id() != v.plugin_id())
-          return fail(ctx.g, failure{errc::refused, "volume '" + v.id() +
-                                                        "' exists already with plugin '" +
-                                                        r->volumes(0).plugin_id() +
-                                                        "'; choose another id for the spec"});
-        if (!ctx.g.json)
+          return done(fail(ctx.g, failure{errc::refused, "volume '" + v.id() +
+                                                             "' exists already with plugin '" +
+                                                             r->volumes(0).plugin_id() +
+                                                             "'; choose another id for the spec"}));
+        if (ctx.g.json)
+          members.push_back(single_volume_json(*r));
+        else
           std::cout << "Volume '" << v.id() << "' exists already; not created again\n";
         continue;
       }
       v1::Request req;
       *req.mutable_volume_create() = v;
+      if (ctx.g.json) {
+        auto made = answer(ctx.g, req);
+        if (auto* f = std::get_if<failure>(&made)) return done(fail(ctx.g, *f));
+        members.push_back(single_volume_json(std::get<v1::Response>(made)));
+        continue;
+      }
       int code = send(ctx.g, shows(req, single_volume_json, single_volume_text,
                                    "Creating volume '" + v.id() + "' through plugin '" +
                                        v.plugin_id() + "' (CreateVolume)..."));
       if (code != 0) return code;
     }
-    return 0;
+    return done(0);
   };
   auto build = [&ctx, file, use]() -> plan {
     auto spec = read_spec(ctx, *file, use);
@@ -990,11 +1006,24 @@ int stop_group(const context& ctx, const std::string& group) {
                 << ctx.g.ns << "'\n";
     return 0;
   }
+  // With --json: one array of the stopped allocs (those stopped before a
+  // failure if one fails).
+  auto stopped = json::array();
   for (const auto& id : ids) {
+    if (ctx.g.json) {
+      auto r = answer(ctx.g, alloc_stop_request(id));
+      if (auto* f = std::get_if<failure>(&r)) {
+        std::cout << stopped.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+        return fail(ctx.g, *f);
+      }
+      stopped.push_back(first_alloc_json(std::get<v1::Response>(r)));
+      continue;
+    }
     int code = send(ctx.g, shows(alloc_stop_request(id), first_alloc_json, message_text,
                                  "Stopping alloc '" + id + "' and releasing its claims..."));
     if (code != 0) return code;
   }
+  if (ctx.g.json) std::cout << stopped.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   return 0;
 }
 

@@ -209,7 +209,8 @@ class GroupTest(ClusterTestCase):
         spec = json.dumps({"id": "db", "plugin_id": "hostpath",
                            "capabilities": [{"access_mode": "single-node-writer",
                                              "attachment_mode": "file-system"}]})
-        self.b("volume", "create", "-", "--count", "3", stdin=spec)
+        made = self.b("--json", "volume", "create", "-", "--count", "3", stdin=spec).json()
+        self.assertEqual([v["id"] for v in made], ["db[0]", "db[1]", "db[2]"])
         for i in range(3):
             self.assertEqual(self.b("--json", "volume", "status", "db[%d]" % i).json()["id"],
                              "db[%d]" % i)
@@ -240,8 +241,11 @@ class GroupTest(ClusterTestCase):
         text = self.b("alloc", "status").out
         self.assertIn("GROUP", text)
         self.assertIn("web[1]", text)
-        # Stopping the group stops every member and releases its volume.
-        self.b("alloc", "stop", "--group", "web")
+        # Stopping the group stops every member and releases its volume
+        # (with --json: one array of the members stopped).
+        stopped = self.b("--json", "alloc", "stop", "--group", "web").json()
+        self.assertEqual([(a["id"], a["state"]) for a in stopped],
+                         [("web[0]", "complete"), ("web[1]", "complete"), ("web[2]", "complete")])
         for i in range(3):
             self.assertEqual(self.b("--json", "alloc", "status", "web[%d]" % i).json()["state"],
                              "complete")
@@ -257,6 +261,9 @@ class GroupTest(ClusterTestCase):
         self.b("volume", "delete", "db[2]")
         out = self.b("volume", "create", "-", "--count", "3", stdin=spec).out
         self.assertIn("Volume 'db[0]' exists already; not created again", out)
+        self.b("volume", "delete", "db[1]")
+        again = self.b("--json", "volume", "create", "-", "--count", "3", stdin=spec).json()
+        self.assertEqual([v["id"] for v in again], ["db[0]", "db[1]", "db[2]"])
         self.assertEqual(self.b("--json", "volume", "status", "db[2]").json()["id"], "db[2]")
 
 

@@ -138,16 +138,18 @@ class ShellTest(unittest.TestCase):
         for vid in ("p1", "p2", "p3"):
             with open(os.path.join(self.tmp, vid + ".json"), "w") as f:
                 json.dump(dict(VOLUME, id=vid), f)
-        cmd = "%s --address %s volume create %s" % (BERTH, self.agent.address,
-                                                     os.path.join(self.tmp, "p1.json"))
-        tty = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True,
+        # (Each command line built from its own parts: a replace() on the
+        # whole line also rewrote a temporary directory named ...p1...)
+        def cmd(vid, *flags):
+            return " ".join([BERTH, "--address", self.agent.address, *flags, "volume", "create",
+                             os.path.join(self.tmp, vid + ".json")])
+        tty = subprocess.run(["script", "-qec", cmd("p1"), "/dev/null"], capture_output=True,
                              text=True, timeout=60)
         self.assertEqual(tty.returncode, 0, tty)
         self.assertIn("Creating volume 'p1'", tty.stdout)
         self.assertIn("volume 'p1' created", tty.stdout)
-        quiet = subprocess.run(["script", "-qec", cmd.replace("p1", "p2").replace(
-            " volume", " --json volume"), "/dev/null"], capture_output=True, text=True,
-            timeout=60)
+        quiet = subprocess.run(["script", "-qec", cmd("p2", "--json"), "/dev/null"],
+                               capture_output=True, text=True, timeout=60)
         self.assertEqual(quiet.returncode, 0, quiet)
         self.assertNotIn("Creating", quiet.stdout)
         piped = berth(self.agent, "volume", "create", os.path.join(self.tmp, "p3.json"))

@@ -778,6 +778,13 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         auto& st = self->state;
         const auto& r = req.msg;
         if (auto f = st.fence.admit(*st.store, r.leader_term())) return to_error(*f);
+        if (auto f = refuse_unpublish_under_command(st.allocs, r.alloc_id(), st.config.node_id)) {
+          logging::warn("node", "unpublish refused: the alloc's command still runs",
+                        {{"node", st.config.node_id},
+                         {"alloc", r.alloc_id()},
+                         {"volume", r.volume().id()}});
+          return to_error(*f);
+        }
         auto paths = paths_of(st.config.csi_root, r);
         auto key = key_of(r);
         bool others = staging_in_use(st.mounts, paths.staging, key);

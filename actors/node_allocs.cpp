@@ -17,6 +17,17 @@ bool command_running(const alloc_record& a) {
   return a.pid != 0 && !a.exited;
 }
 
+std::optional<failure> refuse_unpublish_under_command(const alloc_table& allocs,
+                                                      const std::string& alloc_id,
+                                                      const std::string& node_id) {
+  auto it = allocs.find(alloc_id);
+  if (it == allocs.end() || !command_running(it->second)) return std::nullopt;
+  return failure{errc::unavailable,
+                 "alloc '" + alloc_id + "' still runs its command on node '" + node_id +
+                     "': its volume is not unmounted from under it; the release goes on once "
+                     "the command stopped (berth alloc stop " + alloc_id + ")"};
+}
+
 bool stop_answers_at_once(const alloc_table& allocs, const std::string& id, bool unmount,
                           bool has_mounts) {
   auto it = allocs.find(id);

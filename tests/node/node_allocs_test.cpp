@@ -84,6 +84,20 @@ TEST_CASE("allocs: a command is running until its exit is seen") {
   CHECK_FALSE(command_running(record("a", 0, false)));  // no command
 }
 
+TEST_CASE("allocs: a volume is never unpublished from under the alloc's running command") {
+  alloc_table t{{"runs", record("runs", 42, false)},
+                {"ended", record("ended", 42, true)},
+                {"none", record("none", 0, false)}};
+  auto f = refuse_unpublish_under_command(t, "runs", "c1");
+  REQUIRE(f);
+  CHECK(f->code == errc::unavailable);
+  CHECK(f->message.find("alloc 'runs' still runs its command on node 'c1'") == 0);
+  CHECK(f->message.find("berth alloc stop runs") != std::string::npos);
+  CHECK_FALSE(refuse_unpublish_under_command(t, "ended", "c1"));
+  CHECK_FALSE(refuse_unpublish_under_command(t, "none", "c1"));     // a claim without a command
+  CHECK_FALSE(refuse_unpublish_under_command(t, "unknown", "c1"));  // forgotten, or never here
+}
+
 TEST_CASE("allocs: a stop waits for a running command") {
   alloc_table t{{"a", record("a", 42, false)}};
   CHECK_FALSE(stop_answers_at_once(t, "a", false, false));

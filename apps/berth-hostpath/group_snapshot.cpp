@@ -42,12 +42,6 @@ using grpc::StatusCode;
 
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 void fsync_path(const fs::path& p, bool dir) {
   int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
   if (fd < 0)

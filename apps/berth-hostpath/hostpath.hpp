@@ -44,6 +44,9 @@ namespace berth::hostpath {
 
 namespace v1 = ::csi::v1;
 
+// Nanoseconds since the epoch (snapshot times, the call log).
+int64_t now_ns();
+
 struct options {
   std::filesystem::path root;
   std::string node_id;

@@ -21,12 +21,6 @@ using fields = std::map<std::string, std::string>;
 
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // One call at a time per volume id: the others on that volume wait. A call
 // on several volumes (CreateVolumeGroupSnapshot) takes all of their locks at
 // once, when none is busy: no order between the ids, so no deadlock.

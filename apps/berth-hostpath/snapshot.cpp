@@ -14,15 +14,11 @@ namespace fs = std::filesystem;
 using grpc::Status;
 using grpc::StatusCode;
 
-namespace {
-
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-
-}  // namespace
 
 Status plugin::create_snapshot(const v1::CreateSnapshotRequest& req,
                                v1::CreateSnapshotResponse& resp) {

@@ -51,6 +51,7 @@ struct client::impl {
   std::unique_ptr<v1::Identity::Stub> identity;
   std::unique_ptr<v1::Controller::Stub> controller;
   std::unique_ptr<v1::Node::Stub> node;
+  std::unique_ptr<v1::GroupController::Stub> group;
   std::chrono::milliseconds deadline;
   call_observer observer;
 
@@ -76,6 +77,7 @@ client::client(const std::string& endpoint, std::chrono::milliseconds deadline)
   impl_->identity = v1::Identity::NewStub(impl_->channel);
   impl_->controller = v1::Controller::NewStub(impl_->channel);
   impl_->node = v1::Node::NewStub(impl_->channel);
+  impl_->group = v1::GroupController::NewStub(impl_->channel);
   impl_->deadline = deadline;
 }
 
@@ -110,6 +112,7 @@ result<plugin_capabilities> client::get_plugin_capabilities() {
       auto t = cap.service().type();
       r.response.controller_service |= t == svc::CONTROLLER_SERVICE;
       r.response.accessibility_constraints |= t == svc::VOLUME_ACCESSIBILITY_CONSTRAINTS;
+      r.response.group_controller_service |= t == svc::GROUP_CONTROLLER_SERVICE;
     } else if (cap.has_volume_expansion()) {
       auto t = cap.volume_expansion().type();
       r.response.expansion_online |= t == exp::ONLINE;
@@ -303,6 +306,7 @@ static snapshot from_proto(const v1::Snapshot& in) {
   if (in.has_creation_time())
     out.created_at_ms = in.creation_time().seconds() * 1000 + in.creation_time().nanos() / 1000000;
   out.ready_to_use = in.ready_to_use();
+  out.group_snapshot_id = in.group_snapshot_id();
   return out;
 }
 
@@ -531,6 +535,88 @@ result<expand_response> client::node_expand_volume(const expand_request& in) {
     return impl_->node->NodeExpandVolume(&ctx, req, &resp);
   });
   r.response.capacity_bytes = resp.capacity_bytes();
+  return r;
+}
+
+static group_snapshot from_proto(const v1::VolumeGroupSnapshot& in) {
+  group_snapshot out;
+  out.group_snapshot_id = in.group_snapshot_id();
+  for (const auto& s : in.snapshots())
+    out.snapshots.push_back(from_proto(s));
+  if (in.has_creation_time())
+    out.created_at_ms = in.creation_time().seconds() * 1000 + in.creation_time().nanos() / 1000000;
+  out.ready_to_use = in.ready_to_use();
+  return out;
+}
+
+namespace {
+
+template <class Request>
+void name_members(Request& req, const std::string& group_snapshot_id,
+                  const std::vector<std::string>& snapshot_ids, const string_map& secrets) {
+  req.set_group_snapshot_id(group_snapshot_id);
+  for (const auto& id : snapshot_ids)
+    req.add_snapshot_ids(id);
+  to_proto(secrets, *req.mutable_secrets());
+}
+
+}  // namespace
+
+result<group_controller_capabilities> client::group_controller_get_capabilities() {
+  v1::GroupControllerGetCapabilitiesRequest req;
+  v1::GroupControllerGetCapabilitiesResponse resp;
+  result<group_controller_capabilities> r;
+  r.status = impl_->run(method::group_controller_get_capabilities, [&](grpc::ClientContext& ctx) {
+    return impl_->group->GroupControllerGetCapabilities(&ctx, req, &resp);
+  });
+  using rpc = v1::GroupControllerServiceCapability::RPC;
+  for (const auto& cap : resp.capabilities())
+    if (cap.has_rpc() && cap.rpc().type() == rpc::CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT)
+      r.response.create_delete_get_volume_group_snapshot = true;
+  return r;
+}
+
+result<group_snapshot> client::create_volume_group_snapshot(
+    const create_group_snapshot_request& in) {
+  v1::CreateVolumeGroupSnapshotRequest req;
+  req.set_name(in.name);
+  for (const auto& id : in.source_volume_ids)
+    req.add_source_volume_ids(id);
+  to_proto(in.parameters, *req.mutable_parameters());
+  to_proto(in.secrets, *req.mutable_secrets());
+  v1::CreateVolumeGroupSnapshotResponse resp;
+  result<group_snapshot> r;
+  r.status = impl_->run(method::create_volume_group_snapshot, [&](grpc::ClientContext& ctx) {
+    return impl_->group->CreateVolumeGroupSnapshot(&ctx, req, &resp);
+  });
+  r.response = from_proto(resp.group_snapshot());
+  return r;
+}
+
+result<empty> client::delete_volume_group_snapshot(const std::string& group_snapshot_id,
+                                                   const std::vector<std::string>& snapshot_ids,
+                                                   const string_map& secrets) {
+  v1::DeleteVolumeGroupSnapshotRequest req;
+  name_members(req, group_snapshot_id, snapshot_ids, secrets);
+  v1::DeleteVolumeGroupSnapshotResponse resp;
+  result<empty> r;
+  r.status = impl_->run(method::delete_volume_group_snapshot, [&](grpc::ClientContext& ctx) {
+    return impl_->group->DeleteVolumeGroupSnapshot(&ctx, req, &resp);
+  });
+  return r;
+}
+
+result<group_snapshot> client::get_volume_group_snapshot(
+    const std::string& group_snapshot_id, const std::vector<std::string>& snapshot_ids,
+    const string_map& secrets) {
+  v1::GetVolumeGroupSnapshotRequest req;
+  name_members(req, group_snapshot_id, snapshot_ids, secrets);
+  v1::GetVolumeGroupSnapshotResponse resp;
+  result<group_snapshot> r;
+  r.status = impl_->run(method::get_volume_group_snapshot, [&](grpc::ClientContext& ctx) {
+    return impl_->group->GetVolumeGroupSnapshot(&ctx, req, &resp);
+  });
+  r.response = from_proto(resp.group_snapshot());
   return r;
 }
 

@@ -54,6 +54,7 @@ struct plugin_info {
 struct plugin_capabilities {
   bool controller_service = false;
   bool accessibility_constraints = false;
+  bool group_controller_service = false;  // GROUP_CONTROLLER_SERVICE (CSI v1.10+)
   bool expansion_online = false;
   bool expansion_offline = false;
 };
@@ -120,6 +121,28 @@ struct snapshot {
   int64_t size_bytes = 0;
   int64_t created_at_ms = 0;  // creation_time, unix milliseconds (0: unset)
   bool ready_to_use = false;
+  // Set: a member of that group snapshot, deleted only with its group.
+  std::string group_snapshot_id;
+};
+
+struct group_controller_capabilities {
+  bool create_delete_get_volume_group_snapshot = false;
+};
+
+// CSI VolumeGroupSnapshot: one snapshot per source volume, taken at one
+// point in time.
+struct group_snapshot {
+  std::string group_snapshot_id;
+  std::vector<snapshot> snapshots;
+  int64_t created_at_ms = 0;  // creation_time, unix milliseconds (0: unset)
+  bool ready_to_use = false;
+};
+
+struct create_group_snapshot_request {
+  std::string name;  // the idempotency key
+  std::vector<std::string> source_volume_ids;
+  string_map parameters;
+  string_map secrets;
 };
 
 struct create_snapshot_request {
@@ -285,6 +308,18 @@ class client {
                                          const string_map& mutable_parameters,
                                          const string_map& secrets = {});
   result<expand_response> controller_expand_volume(const expand_request& req);
+
+  // GroupController (CSI v1.10+; a plugin declares it with
+  // plugin_capabilities::group_controller_service). Delete and Get name the
+  // group's members (`snapshot_ids`), as the spec requires.
+  result<group_controller_capabilities> group_controller_get_capabilities();
+  result<group_snapshot> create_volume_group_snapshot(const create_group_snapshot_request& req);
+  result<empty> delete_volume_group_snapshot(const std::string& group_snapshot_id,
+                                             const std::vector<std::string>& snapshot_ids,
+                                             const string_map& secrets = {});
+  result<group_snapshot> get_volume_group_snapshot(const std::string& group_snapshot_id,
+                                                   const std::vector<std::string>& snapshot_ids,
+                                                   const string_map& secrets = {});
 
   // Node.
   result<node_capabilities> node_get_capabilities();

@@ -33,6 +33,10 @@ std::string_view method_name(method m) {
       return "ControllerExpandVolume";
     case method::node_expand_volume:
       return "NodeExpandVolume";
+    case method::group_controller_get_capabilities: return "GroupControllerGetCapabilities";
+    case method::create_volume_group_snapshot: return "CreateVolumeGroupSnapshot";
+    case method::delete_volume_group_snapshot: return "DeleteVolumeGroupSnapshot";
+    case method::get_volume_group_snapshot: return "GetVolumeGroupSnapshot";
   }
   return "?";
 }
@@ -77,7 +81,8 @@ namespace {
 
 bool is_release(method m) {
   return m == method::node_unpublish_volume || m == method::node_unstage_volume
-         || m == method::controller_unpublish_volume || m == method::delete_snapshot;
+         || m == method::controller_unpublish_volume || m == method::delete_snapshot
+         || m == method::delete_volume_group_snapshot;
 }
 
 }  // namespace

@@ -34,6 +34,10 @@ enum class method {
   controller_get_volume,
   controller_expand_volume,
   node_expand_volume,
+  group_controller_get_capabilities,
+  create_volume_group_snapshot,
+  delete_volume_group_snapshot,
+  get_volume_group_snapshot,
 };
 
 // The spec's RPC name, e.g. "NodeUnpublishVolume".

@@ -4,7 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <set>
 
 #include "plugin_process.hpp"
 
@@ -172,4 +174,92 @@ TEST_CASE("client: a call past its deadline is DEADLINE_EXCEEDED, retryable") {
   CHECK(r.status.grpc_code == code::deadline_exceeded);
   CHECK(r.status.kind == outcome::retryable);
   p.resume();
+}
+
+TEST_CASE("client: a group snapshot through berth-hostpath's GroupController, restored") {
+  plugin_process p({"--mount-mode", "symlink"});
+  p.start();
+  client c(p.endpoint, std::chrono::seconds(5));
+  CHECK(c.get_plugin_capabilities().response.group_controller_service);
+  auto gcaps = c.group_controller_get_capabilities();
+  REQUIRE(gcaps.ok());
+  CHECK(gcaps.response.create_delete_get_volume_group_snapshot);
+
+  volume_capability cap;
+  std::vector<std::string> ids;
+  for (const char* name : {"db-0", "db-1", "db-2"}) {
+    create_volume_request create;
+    create.name = name;
+    create.required_bytes = 1 << 20;
+    create.capabilities = {cap};
+    auto vol = c.create_volume(create);
+    REQUIRE(vol.ok());
+    ids.push_back(vol.response.volume_id);
+    std::ofstream(p.root / "volumes" / vol.response.volume_id / "data.txt") << name;
+  }
+
+  create_group_snapshot_request req;
+  req.name = "nightly";
+  req.source_volume_ids = ids;
+  req.secrets = {{"token", "s3cret"}};
+  auto g = c.create_volume_group_snapshot(req);
+  REQUIRE(g.ok());
+  CHECK(g.status.kind == outcome::done);
+  CHECK_FALSE(g.response.group_snapshot_id.empty());
+  CHECK(g.response.ready_to_use);
+  CHECK(g.response.created_at_ms > 0);
+  REQUIRE(g.response.snapshots.size() == 3);
+  std::vector<std::string> members;
+  std::set<std::string> sources;
+  for (const auto& s : g.response.snapshots) {
+    CHECK(s.group_snapshot_id == g.response.group_snapshot_id);
+    CHECK(s.ready_to_use);
+    members.push_back(s.snapshot_id);
+    sources.insert(s.source_volume_id);
+  }
+  CHECK(sources == std::set<std::string>(ids.begin(), ids.end()));
+
+  // Retried with the same name: the same group, no second one.
+  auto again = c.create_volume_group_snapshot(req);
+  REQUIRE(again.ok());
+  CHECK(again.response.group_snapshot_id == g.response.group_snapshot_id);
+
+  auto got = c.get_volume_group_snapshot(g.response.group_snapshot_id, members);
+  REQUIRE(got.ok());
+  CHECK(got.response.snapshots.size() == 3);
+  auto listed = c.list_snapshots({0, {}, {}, members[0], {}});
+  REQUIRE(listed.response.entries.size() == 1);
+  CHECK(listed.response.entries[0].group_snapshot_id == g.response.group_snapshot_id);
+
+  // A member restores into a new volume with its source's data.
+  const auto& first = g.response.snapshots[0];
+  auto src_index = std::find(ids.begin(), ids.end(), first.source_volume_id) - ids.begin();
+  create_volume_request restore;
+  restore.name = "db-restored";
+  restore.capabilities = {cap};
+  restore.source_snapshot_id = first.snapshot_id;
+  auto restored = c.create_volume(restore);
+  REQUIRE(restored.ok());
+  std::ifstream in(p.root / "volumes" / restored.response.volume_id / "data.txt");
+  std::string text;
+  std::getline(in, text);
+  CHECK(text == std::string("db-") + std::to_string(src_index));
+
+  // A member is deleted only with its group; the group's delete is
+  // idempotent, and NOT_FOUND from a plugin would count as already done.
+  CHECK(c.delete_snapshot(first.snapshot_id).status.grpc_code == code::failed_precondition);
+  auto del = c.delete_volume_group_snapshot(g.response.group_snapshot_id, members);
+  CHECK(del.ok());
+  auto del2 = c.delete_volume_group_snapshot(g.response.group_snapshot_id, members);
+  CHECK(del2.ok());
+  auto gone = c.get_volume_group_snapshot(g.response.group_snapshot_id, members);
+  CHECK(gone.status.grpc_code == code::not_found);
+  CHECK(gone.status.kind == outcome::final);
+
+  // The member list must be the group's: a wrong one is refused, not half-deleted.
+  auto g2 = c.create_volume_group_snapshot({"weekly", ids, {}, {}});
+  REQUIRE(g2.ok());
+  auto wrong = c.delete_volume_group_snapshot(g2.response.group_snapshot_id, {members[0]});
+  CHECK(wrong.status.grpc_code == code::invalid_argument);
+  CHECK(c.get_volume_group_snapshot(g2.response.group_snapshot_id, {}).ok());
 }

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -137,6 +138,19 @@ inline fs::path co_dir(const plugin_process& p, const std::string& name) {
   auto d = p.dir / "co" / name;
   fs::create_directories(d);
   return d;
+}
+
+// Starts `p` with BERTH_CRASHPOINT=`point` (e.g. "hostpath.journal.after_sync@2")
+// in its environment only: the variable is unset again however start ends.
+inline void start_with_crashpoint(plugin_process& p, const std::string& point) {
+  ::setenv("BERTH_CRASHPOINT", point.c_str(), 1);
+  try {
+    p.start();
+  } catch (...) {
+    ::unsetenv("BERTH_CRASHPOINT");
+    throw;
+  }
+  ::unsetenv("BERTH_CRASHPOINT");
 }
 
 inline std::vector<std::string> mode_args(bool bind) {

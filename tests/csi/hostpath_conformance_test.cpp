@@ -511,14 +511,7 @@ TEST_CASE("hostpath state file: a crash at each step of its replacement loses no
                            "state.after_dir_fsync", "journal.after_truncate"}) {
     CAPTURE(step);
     plugin_process p({"--mount-mode", "symlink", "--journal-limit", "0"});
-    ::setenv("BERTH_CRASHPOINT", ("hostpath." + step + "@2").c_str(), 1);
-    try {
-      p.start();
-    } catch (...) {
-      ::unsetenv("BERTH_CRASHPOINT");
-      throw;
-    }
-    ::unsetenv("BERTH_CRASHPOINT");
+    start_with_crashpoint(p, "hostpath." + step + "@2");
     std::string kept;
     {
       stubs c(p.endpoint);
@@ -549,14 +542,7 @@ TEST_CASE("hostpath journal: a crash after an append's write or sync loses nothi
   for (std::string step : {"after_write", "after_sync"}) {
     CAPTURE(step);
     plugin_process p({"--mount-mode", "symlink"});
-    ::setenv("BERTH_CRASHPOINT", ("hostpath.journal." + step + "@2").c_str(), 1);
-    try {
-      p.start();
-    } catch (...) {
-      ::unsetenv("BERTH_CRASHPOINT");
-      throw;
-    }
-    ::unsetenv("BERTH_CRASHPOINT");
+    start_with_crashpoint(p, "hostpath.journal." + step + "@2");
     std::string kept;
     {
       stubs c(p.endpoint);

@@ -499,14 +499,7 @@ TEST_CASE("hostpath group snapshots: a crash in the middle of a group, then a re
       write_data(p, v, "data of " + v + "\n");
   }
   REQUIRE(WEXITSTATUS(p.terminate()) == 0);
-  ::setenv("BERTH_CRASHPOINT", "hostpath.group_snapshot.after_member@2", 1);
-  try {
-    p.start();
-  } catch (...) {
-    ::unsetenv("BERTH_CRASHPOINT");
-    throw;
-  }
-  ::unsetenv("BERTH_CRASHPOINT");
+  start_with_crashpoint(p, "hostpath.group_snapshot.after_member@2");
   {
     stubs c(p.endpoint);
     CHECK(CALL(c, group, CreateVolumeGroupSnapshot, group_req("g", vols)).code != StatusCode::OK);

@@ -22,6 +22,9 @@ TEST_CASE("status: NOT_FOUND on a release step counts as already done") {
   CHECK(classify(method::node_unstage_volume, code::not_found) == outcome::already_done);
   CHECK(classify(method::controller_unpublish_volume, code::not_found)
         == outcome::already_done);
+  CHECK(classify(method::delete_snapshot, code::not_found) == outcome::already_done);
+  CHECK(classify(method::delete_volume_group_snapshot, code::not_found)
+        == outcome::already_done);
 }
 
 TEST_CASE("status: NOT_FOUND on a claim step is final") {
@@ -29,6 +32,8 @@ TEST_CASE("status: NOT_FOUND on a claim step is final") {
   CHECK(classify(method::node_stage_volume, code::not_found) == outcome::final);
   CHECK(classify(method::node_publish_volume, code::not_found) == outcome::final);
   CHECK(classify(method::delete_volume, code::not_found) == outcome::final);
+  CHECK(classify(method::create_volume_group_snapshot, code::not_found) == outcome::final);
+  CHECK(classify(method::get_volume_group_snapshot, code::not_found) == outcome::final);
 }
 
 TEST_CASE("status: invalid, unimplemented and unknown codes are final") {
@@ -50,6 +55,11 @@ TEST_CASE("status: make_status keeps the plugin's message and code") {
 TEST_CASE("status: names match the spec and gRPC") {
   CHECK(method_name(method::controller_unpublish_volume) == "ControllerUnpublishVolume");
   CHECK(method_name(method::node_get_info) == "NodeGetInfo");
+  CHECK(method_name(method::group_controller_get_capabilities)
+        == "GroupControllerGetCapabilities");
+  CHECK(method_name(method::create_volume_group_snapshot) == "CreateVolumeGroupSnapshot");
+  CHECK(method_name(method::delete_volume_group_snapshot) == "DeleteVolumeGroupSnapshot");
+  CHECK(method_name(method::get_volume_group_snapshot) == "GetVolumeGroupSnapshot");
   CHECK(code_name(code::failed_precondition) == "FAILED_PRECONDITION");
   CHECK(code_name(code::unauthenticated) == "UNAUTHENTICATED");
   CHECK(code_name(static_cast<code>(99)) == "CODE_99");

@@ -298,13 +298,17 @@ result<int64_t> client::get_capacity(const std::vector<volume_capability>& capab
   return r;
 }
 
+// A CSI creation_time as unix milliseconds.
+static int64_t unix_ms(const google::protobuf::Timestamp& t) {
+  return t.seconds() * 1000 + t.nanos() / 1000000;
+}
+
 static snapshot from_proto(const v1::Snapshot& in) {
   snapshot out;
   out.snapshot_id = in.snapshot_id();
   out.source_volume_id = in.source_volume_id();
   out.size_bytes = in.size_bytes();
-  if (in.has_creation_time())
-    out.created_at_ms = in.creation_time().seconds() * 1000 + in.creation_time().nanos() / 1000000;
+  if (in.has_creation_time()) out.created_at_ms = unix_ms(in.creation_time());
   out.ready_to_use = in.ready_to_use();
   out.group_snapshot_id = in.group_snapshot_id();
   return out;
@@ -543,8 +547,7 @@ static group_snapshot from_proto(const v1::VolumeGroupSnapshot& in) {
   out.group_snapshot_id = in.group_snapshot_id();
   for (const auto& s : in.snapshots())
     out.snapshots.push_back(from_proto(s));
-  if (in.has_creation_time())
-    out.created_at_ms = in.creation_time().seconds() * 1000 + in.creation_time().nanos() / 1000000;
+  if (in.has_creation_time()) out.created_at_ms = unix_ms(in.creation_time());
   out.ready_to_use = in.ready_to_use();
   return out;
 }

@@ -79,6 +79,8 @@ using validate_atom = caf::atom_constant<caf::atom("validate")>;
 using modify_atom = caf::atom_constant<caf::atom("modify")>;
 using snapshot_delete_atom = caf::atom_constant<caf::atom("snapdel")>;
 using snapshot_list_atom = caf::atom_constant<caf::atom("snaplist")>;
+using group_snapshot_atom = caf::atom_constant<caf::atom("grpsnap")>;
+using group_snapshot_delete_atom = caf::atom_constant<caf::atom("grpsnapdel")>;
 using expand_atom = caf::atom_constant<caf::atom("expand")>;
 using expand_step_atom = caf::atom_constant<caf::atom("expandstp")>;
 using ctrl_expand_atom = caf::atom_constant<caf::atom("ctrlexpand")>;
@@ -179,6 +181,15 @@ using node_actor = caf::typed_actor<
     // replies false when the snapshot was gone already (NOT_FOUND, or not
     // listed by a plugin that can list snapshots).
     caf::replies_to<snapshot_delete_atom, pb<v1::SnapshotRequest>, uint64_t>::with<bool>,
+    // CreateVolumeGroupSnapshot of the request's source_external_ids through
+    // this node's controller instance (fenced); replies with the member
+    // snapshots, each carrying the group's id.
+    caf::replies_to<group_snapshot_atom, pb<v1::SnapshotRequest>,
+                    uint64_t>::with<pb<v1::SnapshotList>>,
+    // DeleteVolumeGroupSnapshot of the request's group_snapshot_id (fenced);
+    // its members are the request's snapshot_ids, or else the snapshots the
+    // plugin lists with that group id; replies false when it was gone already.
+    caf::replies_to<group_snapshot_delete_atom, pb<v1::SnapshotRequest>, uint64_t>::with<bool>,
     // ListSnapshots (one page) through this node's controller instance.
     caf::replies_to<snapshot_list_atom, pb<v1::SnapshotRequest>,
                     uint64_t>::with<pb<v1::SnapshotList>>,

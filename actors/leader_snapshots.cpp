@@ -83,13 +83,94 @@ void list_plugins(const self_ptr& self, v1::SnapshotRequest r, std::vector<std::
           [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
 }
 
+// A group snapshot create (volume_ids): no volume actor is asked, as the
+// call is the plugin's alone and changes nothing berth keeps.
+void group_snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response_promise rp) {
+  auto& st = self->state;
+  auto planned = plan_group_snapshot(st.cat, r);
+  if (auto* f = std::get_if<failure>(&planned)) {
+    deliver(rp, *f);
+    return;
+  }
+  auto& plan = std::get<group_snapshot_plan>(planned);
+  auto cap = controller_capability::group_snapshot;
+  auto what = "group snapshot " + quoted(r.name()) + " cannot be taken";
+  if (auto f = capability_refusal(find_plugin(st.cat, plan.plugin_id), plan.plugin_id, cap, what)) {
+    deliver(rp, *f);
+    return;
+  }
+  auto controller = pick_capable_controller(self, plan.plugin_id, cap);
+  if (!controller) {
+    deliver(rp, no_controller(plan.plugin_id, cap, what));
+    return;
+  }
+  r.set_plugin_id(plan.plugin_id);
+  for (auto& id : plan.external_ids) r.add_source_external_ids(std::move(id));
+  *r.mutable_secrets() = std::move(plan.secrets);
+  auto name = r.name();
+  auto count = r.volume_ids_size();
+  self->request(controller, csi_step_timeout, group_snapshot_atom::value, wrap(std::move(r)),
+                st.options.term)
+      .then(
+          [self, rp, name, count](pb<v1::SnapshotList>& members) mutable {
+            v1::Response resp;
+            auto group = members.msg.snapshots().empty()
+                             ? std::string()
+                             : members.msg.snapshots(0).group_snapshot_id();
+            for (auto& m : *members.msg.mutable_snapshots()) *resp.add_snapshots() = std::move(m);
+            add_sources(self->state.cat, *resp.mutable_snapshots());
+            resp.set_message("group snapshot " + quoted(group) + " (" + quoted(name) + ") of " +
+                             std::to_string(count) + " volume(s) created " +
+                             "(CreateVolumeGroupSnapshot): " +
+                             std::to_string(resp.snapshots_size()) + " member snapshot(s)");
+            deliver(rp, std::move(resp));
+          },
+          [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
+}
+
+// A group snapshot delete (group_snapshot_id), with its members when given.
+void group_snapshot_delete(const self_ptr& self, v1::SnapshotRequest r, response_promise rp) {
+  auto& st = self->state;
+  auto cap = controller_capability::group_snapshot;
+  const auto* plugin = find_plugin(st.cat, r.plugin_id());
+  auto what = "group snapshot " + quoted(r.group_snapshot_id()) + " cannot be deleted";
+  if (auto f = capability_refusal(plugin, r.plugin_id(), cap, what)) {
+    deliver(rp, *f);
+    return;
+  }
+  auto controller = pick_capable_controller(self, r.plugin_id(), cap);
+  if (!controller) {
+    deliver(rp, no_controller(r.plugin_id(), cap, what));
+    return;
+  }
+  r.set_can_list(plugin_can(*plugin, controller_capability::list_snapshots));
+  auto id = r.group_snapshot_id(), plugin_id = r.plugin_id();
+  self->request(controller, csi_step_timeout, group_snapshot_delete_atom::value, wrap(std::move(r)),
+                st.options.term)
+      .then(
+          [rp, id, plugin_id](bool found) mutable {
+            v1::Response resp;
+            auto object = "group snapshot " + quoted(id) + " of plugin " + quoted(plugin_id);
+            resp.set_message(
+                found ? object + " deleted with its members (DeleteVolumeGroupSnapshot)"
+                      : object + " is already deleted (or never existed); nothing to do");
+            deliver(rp, std::move(resp));
+          },
+          [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
+}
+
 }  // namespace
 
 void snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response_promise rp) {
   auto& st = self->state;
-  auto object = "snapshot of volume " + quoted(r.volume_id());
+  auto object = r.volume_ids().empty() ? "snapshot of volume " + quoted(r.volume_id())
+                                       : "group snapshot " + quoted(r.name());
   if (auto f = request_problems(r, v1::Request::kSnapshotCreate, object)) {
     deliver(rp, *f);
+    return;
+  }
+  if (!r.volume_ids().empty()) {
+    group_snapshot_create(self, std::move(r), rp);
     return;
   }
   auto found = lookup_volume(st.cat, r.namespace_(), r.volume_id());
@@ -126,9 +207,15 @@ void snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response_promi
 
 void snapshot_delete(const self_ptr& self, v1::SnapshotRequest r, response_promise rp) {
   auto& st = self->state;
-  auto object = "snapshot " + quoted(r.snapshot_id());
+  auto object = !r.group_snapshot_id().empty() ? "group snapshot " + quoted(r.group_snapshot_id())
+                : r.snapshot_id().empty()      ? std::string("snapshot delete")
+                                               : "snapshot " + quoted(r.snapshot_id());
   if (auto f = request_problems(r, v1::Request::kSnapshotDelete, object)) {
     deliver(rp, *f);
+    return;
+  }
+  if (!r.group_snapshot_id().empty()) {
+    group_snapshot_delete(self, std::move(r), rp);
     return;
   }
   auto cap = controller_capability::create_delete_snapshot;

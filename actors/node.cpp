@@ -879,6 +879,28 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
                                      "snapshot " + req.msg.snapshot_id(), call,
                                      [](promise<bool>& rp, csi_outcome& out) { rp.deliver(out.found); });
       },
+      [self](group_snapshot_atom, pb<v1::SnapshotRequest>& req,
+             uint64_t term) -> caf::result<pb<v1::SnapshotList>> {
+        auto call = [r = req.msg](csi::client& c, const std::string& at) {
+          return create_group_snapshot(c, r, at);
+        };
+        // No volume key: a group snapshot is taken while the members' other
+        // calls go on (the plugin holds their writes for the point in time).
+        return controller_call<pb<v1::SnapshotList>>(
+            self, req.msg.plugin_id(), term, "", call,
+            [](promise<pb<v1::SnapshotList>>& rp, csi_outcome& out) {
+              rp.deliver(wrap(std::move(out.snapshots)));
+            });
+      },
+      [self](group_snapshot_delete_atom, pb<v1::SnapshotRequest>& req,
+             uint64_t term) -> caf::result<bool> {
+        auto call = [r = req.msg](csi::client& c, const std::string& at) {
+          return delete_group_snapshot(c, r, at);
+        };
+        return controller_call<bool>(
+            self, req.msg.plugin_id(), term, "group snapshot " + req.msg.group_snapshot_id(), call,
+            [](promise<bool>& rp, csi_outcome& out) { rp.deliver(out.found); });
+      },
       [self](snapshot_list_atom, pb<v1::SnapshotRequest>& req,
              uint64_t term) -> caf::result<pb<v1::SnapshotList>> {
         auto call = [r = req.msg](csi::client& c, const std::string& at) {

@@ -142,9 +142,11 @@ csi_outcome probe_plugin(csi::client& c, v1::PluginType type) {
   }
   // Whether it expands volumes online or offline only; a plugin that does
   // not answer GetPluginCapabilities is taken to expand none.
+  bool group_controller = false;
   if (auto plugin_caps = c.get_plugin_capabilities(); plugin_caps.ok()) {
     inst.set_expansion_online(plugin_caps.response.expansion_online);
     inst.set_expansion_offline(plugin_caps.response.expansion_offline);
+    group_controller = plugin_caps.response.group_controller_service;
   }
   if (type == v1::PLUGIN_CONTROLLER || type == v1::PLUGIN_MONOLITH) {
     auto caps = c.controller_get_capabilities();
@@ -158,6 +160,13 @@ csi_outcome probe_plugin(csi::client& c, v1::PluginType type) {
     inst.set_get_volume(caps.response.get_volume);
     inst.set_volume_condition(caps.response.volume_condition);
     inst.set_expand_volume(caps.response.expand_volume);
+    // Group snapshots need the GroupController service and its capability;
+    // a plugin that fails to answer is taken to have none (as expansion).
+    if (group_controller) {
+      auto group_caps = c.group_controller_get_capabilities();
+      inst.set_group_snapshot(group_caps.ok() &&
+                              group_caps.response.create_delete_get_volume_group_snapshot);
+    }
   }
   if (type == v1::PLUGIN_NODE || type == v1::PLUGIN_MONOLITH) {
     auto caps = c.node_get_capabilities();
@@ -304,6 +313,57 @@ csi_outcome delete_snapshot(csi::client& c, const v1::SnapshotRequest& r,
   }
   auto res = c.delete_snapshot(r.snapshot_id(), csi::to_map(r.secrets()));
   if (failed(out, where, csi::method::delete_snapshot, res.status)) return out;
+  if (res.status.grpc_code == csi::code::not_found) out.found = false;
+  return out;
+}
+
+csi_outcome create_group_snapshot(csi::client& c, const v1::SnapshotRequest& r,
+                                  const std::string& where) {
+  csi_outcome out;
+  auto res = c.create_volume_group_snapshot(csi::group_snapshot_request_of(r));
+  if (failed(out, where, csi::method::create_volume_group_snapshot, res.status)) return out;
+  for (const auto& m : res.response.snapshots) {
+    auto* s = out.snapshots.add_snapshots();
+    *s = csi::snapshot_of(m, r.plugin_id());
+    // The group's id even when a plugin leaves it out of the members.
+    s->set_group_snapshot_id(res.response.group_snapshot_id);
+    s->set_name(r.name());
+  }
+  return out;
+}
+
+csi_outcome delete_group_snapshot(csi::client& c, const v1::SnapshotRequest& r,
+                                  const std::string& where) {
+  csi_outcome out;
+  std::vector<std::string> members(r.snapshot_ids().begin(), r.snapshot_ids().end());
+  if (members.empty()) {
+    if (!r.can_list()) {
+      out.error = failure{errc::invalid,
+                          where + ": plugin '" + r.plugin_id() +
+                              "' cannot list snapshots (no LIST_SNAPSHOTS), so berth cannot find "
+                              "the group's members; name them with --member SNAPSHOT_ID"};
+      return out;
+    }
+    csi::list_snapshots_request q;
+    q.secrets = csi::to_map(r.secrets());
+    for (int pages = 0; pages < 1000; ++pages) {
+      auto listed = c.list_snapshots(q);
+      if (failed(out, where, csi::method::list_snapshots, listed.status)) return out;
+      for (const auto& s : listed.response.entries)
+        if (s.group_snapshot_id == r.group_snapshot_id()) members.push_back(s.snapshot_id);
+      if (listed.response.next_token.empty()) break;
+      q.starting_token = listed.response.next_token;
+    }
+    // No member listed: the group is gone (the spec's DeleteVolumeGroupSnapshot
+    // of an unknown group is OK, so nothing is left to ask).
+    if (members.empty()) {
+      out.found = false;
+      return out;
+    }
+  }
+  auto res =
+      c.delete_volume_group_snapshot(r.group_snapshot_id(), members, csi::to_map(r.secrets()));
+  if (failed(out, where, csi::method::delete_volume_group_snapshot, res.status)) return out;
   if (res.status.grpc_code == csi::code::not_found) out.found = false;
   return out;
 }

@@ -115,6 +115,19 @@ csi_outcome create_snapshot(csi::client& c, const v1::SnapshotRequest& r,
 csi_outcome delete_snapshot(csi::client& c, const v1::SnapshotRequest& r,
                             const std::string& where);
 
+// CreateVolumeGroupSnapshot of r.source_external_ids named r.name; the
+// outcome carries the member snapshots (snapshots), each with the group id.
+csi_outcome create_group_snapshot(csi::client& c, const v1::SnapshotRequest& r,
+                                  const std::string& where);
+
+// DeleteVolumeGroupSnapshot of r.group_snapshot_id with its members
+// (r.snapshot_ids; when none are given, the ones ListSnapshots reports with
+// that group id, every page).  `found` is false when the group was gone
+// already: NOT_FOUND, or listing found no member.  Fails, naming --member,
+// when no member was given and the plugin cannot list (r.can_list false).
+csi_outcome delete_group_snapshot(csi::client& c, const v1::SnapshotRequest& r,
+                                  const std::string& where);
+
 // ListSnapshots, one page (r.per_page entries from r.page_token).
 csi_outcome list_snapshots(csi::client& c, const v1::SnapshotRequest& r,
                            const std::string& where);

@@ -1,6 +1,8 @@
 #include "control/snapshots.hpp"
 
 #include <cctype>
+#include <map>
+#include <set>
 
 namespace berth {
 
@@ -24,6 +26,8 @@ std::string capability_name(controller_capability c) {
       return "MODIFY_VOLUME";
     case controller_capability::expand_volume:
       return "EXPAND_VOLUME";
+    case controller_capability::group_snapshot:
+      return "CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT";
   }
   return "?";
 }
@@ -40,6 +44,8 @@ bool advertises(const v1::PluginInstance& controller, controller_capability c) {
       return controller.modify_volume();
     case controller_capability::expand_volume:
       return controller.expand_volume();
+    case controller_capability::group_snapshot:
+      return controller.group_snapshot();
   }
   return false;
 }
@@ -149,15 +155,39 @@ std::vector<problem> snapshot_request_problems(const v1::SnapshotRequest& r,
                                                v1::Request::CommandCase which) {
   std::vector<problem> out;
   switch (which) {
-    case v1::Request::kSnapshotCreate:
-      if (r.volume_id().empty()) out.push_back({"VOLUME", "is required"});
-      if (r.name().empty()) out.push_back({"NAME", "is required (the shell makes one)"});
+    case v1::Request::kSnapshotCreate: {
+      bool group = !r.volume_ids().empty();
+      if (group && !r.volume_id().empty())
+        out.push_back(
+            {"VOLUME, --group", "a group snapshot names its volumes in volume_ids, not volume_id"});
+      if (!group && r.volume_id().empty()) out.push_back({"VOLUME", "is required"});
+      if (r.name().empty())
+        out.push_back({group ? "--group" : "NAME", "is required (the shell makes one)"});
       if (!r.snapshot_id().empty()) out.push_back({"snapshot_id", "is chosen by the plugin"});
+      std::set<std::string> seen;
+      for (const auto& v : r.volume_ids()) {
+        if (v.empty())
+          out.push_back({"VOLUME", "a volume id must not be empty"});
+        else if (!seen.insert(v).second)
+          out.push_back({"VOLUME", quoted(v) + " is named twice; name each volume once"});
+      }
+      if (!r.source_external_ids().empty())
+        out.push_back({"source_external_ids", "are set by the server"});
       break;
-    case v1::Request::kSnapshotDelete:
+    }
+    case v1::Request::kSnapshotDelete: {
+      bool group = !r.group_snapshot_id().empty();
       if (r.plugin_id().empty()) out.push_back({"PLUGIN", "is required"});
-      if (r.snapshot_id().empty()) out.push_back({"SNAPSHOT_ID", "is required"});
+      if (group && !r.snapshot_id().empty())
+        out.push_back(
+            {"SNAPSHOT_ID, --group", "name a snapshot or a group snapshot to delete, not both"});
+      if (!group && r.snapshot_id().empty()) out.push_back({"SNAPSHOT_ID", "is required"});
+      if (!group && !r.snapshot_ids().empty())
+        out.push_back({"--member", "names a group snapshot's members; it needs --group"});
+      for (const auto& m : r.snapshot_ids())
+        if (m.empty()) out.push_back({"--member", "a snapshot id must not be empty"});
       break;
+    }
     case v1::Request::kSnapshotList:
       if (r.plugin_id().empty() && (r.per_page() != 0 || !r.page_token().empty()))
         out.push_back({"--per-page, --page-token",
@@ -173,6 +203,68 @@ std::vector<problem> snapshot_request_problems(const v1::SnapshotRequest& r,
   if (!r.source_external_id().empty())
     out.push_back({"source_external_id", "is set by the server"});
   return out;
+}
+
+std::variant<failure, group_snapshot_plan> plan_group_snapshot(const catalog& c,
+                                                               const v1::SnapshotRequest& r) {
+  auto ns = ns_or_default(r.namespace_());
+  auto object = "group snapshot " + quoted(r.name());
+  std::vector<std::string> missing, no_external;
+  std::map<std::string, std::vector<std::string>> by_plugin;  // plugin: its volumes
+  std::vector<v1::Volume> members;
+  for (const auto& id : r.volume_ids()) {
+    auto v = find_volume(c, {ns, id});
+    if (!v) {
+      missing.push_back(quoted(id));
+      continue;
+    }
+    by_plugin[v->plugin_id()].push_back(quoted(id));
+    if (v->external_id().empty()) no_external.push_back(quoted(id));
+    members.push_back(std::move(*v));
+  }
+  auto join = [](const std::vector<std::string>& xs) {
+    std::string out;
+    for (const auto& x : xs) out += (out.empty() ? "" : ", ") + x;
+    return out;
+  };
+  if (!missing.empty())
+    return failure{errc::not_found,
+                   object + ": " + join(missing) +
+                       (missing.size() == 1 ? " is not a volume" : " are not volumes") +
+                       " of namespace " + quoted(ns) +
+                       " (see berth volume status); nothing was taken"};
+  if (by_plugin.size() > 1) {
+    std::vector<std::string> parts;
+    for (const auto& [plugin, vols] : by_plugin)
+      parts.push_back(join(vols) + " of plugin " + quoted(plugin));
+    return failure{errc::invalid, object + ": the volumes are of more than one plugin (" +
+                                      join(parts) +
+                                      "); a group snapshot is taken by one plugin, so name "
+                                      "volumes of one plugin"};
+  }
+  if (!no_external.empty())
+    return failure{errc::refused, object + ": " + join(no_external) +
+                                      (no_external.size() == 1 ? " is" : " are") +
+                                      " not created by its plugin yet (no external id); retry "
+                                      "once berth volume status shows it created"};
+  group_snapshot_plan plan;
+  plan.plugin_id = by_plugin.begin()->first;
+  for (size_t i = 0; i < members.size(); ++i) {
+    auto secrets = call_secrets(members[i], r.secrets());
+    if (i == 0) {
+      plan.secrets = std::move(secrets);
+    } else if (std::map<std::string, std::string>(secrets.begin(), secrets.end()) !=
+               std::map<std::string, std::string>(plan.secrets.begin(), plan.secrets.end())) {
+      return failure{errc::invalid,
+                     object + ": volumes " + quoted(members[0].id()) + " and " +
+                         quoted(members[i].id()) +
+                         " have different secrets, and CreateVolumeGroupSnapshot carries one "
+                         "set; give the keys that differ with --secret K=V (a value given is "
+                         "sent for every volume)"};
+    }
+    plan.external_ids.push_back(members[i].external_id());
+  }
+  return plan;
 }
 
 std::variant<failure, std::vector<std::string>> plugins_to_list(const catalog& c,

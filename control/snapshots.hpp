@@ -29,7 +29,10 @@ enum class controller_capability {
   list_snapshots,
   clone_volume,
   modify_volume,
-  expand_volume  // volume expansion (control/expansion)
+  expand_volume,  // volume expansion (control/expansion)
+  // The GroupController's CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT (with the
+  // plugin capability GROUP_CONTROLLER_SERVICE).
+  group_snapshot
 };
 
 // The spec's name, e.g. "CREATE_DELETE_SNAPSHOT".
@@ -81,6 +84,23 @@ std::string generated_snapshot_name(const std::string& ns, const std::string& vo
 // sent it (names the flags).
 std::vector<problem> snapshot_request_problems(const v1::SnapshotRequest& r,
                                                v1::Request::CommandCase which);
+
+// What a group snapshot create sends (CreateVolumeGroupSnapshot): the
+// members' plugin, their external ids in the order given, and the call's
+// secrets (every member's call_secrets, which must agree: one call carries
+// one set).
+struct group_snapshot_plan {
+  std::string plugin_id;
+  std::vector<std::string> external_ids;
+  google::protobuf::Map<std::string, std::string> secrets;
+};
+
+// The plan of a group snapshot create (r.volume_ids of r's namespace), or
+// the failure naming the volumes: not_found for unknown ones, invalid when
+// they are of more than one plugin or their secrets differ (the keys'
+// values never shown), refused for one without an external id.
+std::variant<failure, group_snapshot_plan> plan_group_snapshot(const catalog& c,
+                                                               const v1::SnapshotRequest& r);
 
 // The plugins `snapshot list` asks: the one named (refused when it cannot
 // list snapshots), or every plugin that can (--per-page and --page-token

@@ -115,7 +115,17 @@ v1::Snapshot snapshot_of(const snapshot& s, const std::string& plugin_id) {
   out.set_size_bytes(s.size_bytes);
   out.set_created_at_ms(s.created_at_ms);
   out.set_ready_to_use(s.ready_to_use);
+  out.set_group_snapshot_id(s.group_snapshot_id);
   return out;
+}
+
+create_group_snapshot_request group_snapshot_request_of(const v1::SnapshotRequest& r) {
+  create_group_snapshot_request c;
+  c.name = r.name();
+  c.source_volume_ids.assign(r.source_external_ids().begin(), r.source_external_ids().end());
+  c.parameters = to_map(r.parameters());
+  c.secrets = to_map(r.secrets());
+  return c;
 }
 
 v1::Volume created_volume(const v1::Volume& spec, const volume& created) {

@@ -64,6 +64,10 @@ create_snapshot_request create_snapshot_request_of(const v1::SnapshotRequest& r)
 // A CSI snapshot as berth shows it, of the plugin `plugin_id`.
 v1::Snapshot snapshot_of(const snapshot& s, const std::string& plugin_id);
 
+// CreateVolumeGroupSnapshot of a group snapshot create request (the leader
+// set the members' external ids, source_external_ids).
+create_group_snapshot_request group_snapshot_request_of(const v1::SnapshotRequest& r);
+
 // ValidateVolumeCapabilities of a registered volume.
 validate_request validate_request_of(const v1::Volume& v);
 

@@ -358,6 +358,7 @@ json instance_json(const v1::PluginInstance& i) {
               {"list_snapshots", i.list_snapshots()},
               {"clone_volume", i.clone_volume()},
               {"modify_volume", i.modify_volume()},
+              {"group_snapshot", i.group_snapshot()},
               {"list_volumes", i.list_volumes()},
               {"get_volume", i.get_volume()},
               {"volume_condition", i.volume_condition()},
@@ -508,7 +509,8 @@ json snapshot_json(const v1::Snapshot& s) {
               {"size_bytes", s.size_bytes()},
               {"created_at_ms", s.created_at_ms()},
               {"ready_to_use", s.ready_to_use()},
-              {"name", s.name()}};
+              {"name", s.name()},
+              {"group_snapshot_id", s.group_snapshot_id()}};
 }
 
 json plugin_json(const v1::Plugin& p) {

@@ -274,8 +274,10 @@ TEST_CASE("the_volume_view_shows_the_content_source_and_modified_parameters") {
   s.set_source_volume_id("db");
   s.set_size_bytes(10);
   s.set_ready_to_use(true);
+  s.set_group_snapshot_id("group-1");
   auto sj = snapshot_json(s);
   CHECK(sj["id"] == "snap-1");
+  CHECK(sj["group_snapshot_id"] == "group-1");
   CHECK(sj["source_volume_id"] == "db");
   CHECK(sj["ready_to_use"] == true);
 }

@@ -363,3 +363,132 @@ TEST_CASE("add_sources_names_the_berth_volume_of_the_same_plugin") {
   CHECK(snaps[2].source_volume_id().empty());
   CHECK(snaps[3].source_volume_id().empty());
 }
+
+TEST_CASE("group_snapshot_capability_is_the_group_controllers") {
+  CHECK(capability_name(controller_capability::group_snapshot) ==
+        "CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT");
+  auto i = controller("n1", true, true, true, true, true);
+  CHECK_FALSE(advertises(i, controller_capability::group_snapshot));  // not implied by the others
+  i.set_group_snapshot(true);
+  CHECK(advertises(i, controller_capability::group_snapshot));
+  auto only = controller("n1", true, false, false, false, false);
+  only.set_group_snapshot(true);
+  for (auto c : all_caps) CHECK_FALSE(advertises(only, c));
+  CHECK(plugin_can(plugin("p", {only}), controller_capability::group_snapshot));
+  only.set_healthy(false);
+  auto unhealthy = plugin("p", {only});
+  auto refusal = capability_refusal(&unhealthy, "p", controller_capability::group_snapshot,
+                                    "group snapshot 'g'");
+  REQUIRE(refusal);
+  CHECK(refusal->code == errc::unavailable);
+}
+
+TEST_CASE("snapshot_request_problems_of_group_requests") {
+  v1::SnapshotRequest r;
+  r.add_volume_ids("a");
+  r.add_volume_ids("b");
+  auto p = snapshot_request_problems(r, v1::Request::kSnapshotCreate);
+  REQUIRE(p.size() == 1);  // the group's name only: no VOLUME needed
+  CHECK(p[0].field == "--group");
+  r.set_name("g");
+  CHECK(snapshot_request_problems(r, v1::Request::kSnapshotCreate).empty());
+  r.add_volume_ids("a");
+  p = snapshot_request_problems(r, v1::Request::kSnapshotCreate);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].message.find("'a' is named twice") != std::string::npos);
+  r.mutable_volume_ids()->RemoveLast();
+  r.add_volume_ids("");
+  CHECK(snapshot_request_problems(r, v1::Request::kSnapshotCreate).size() == 1);
+  r.mutable_volume_ids()->RemoveLast();
+  r.set_volume_id("a");  // both forms at once
+  CHECK(snapshot_request_problems(r, v1::Request::kSnapshotCreate).size() == 1);
+  r.clear_volume_id();
+  r.add_source_external_ids("hp-a");  // the server's to set
+  CHECK(snapshot_request_problems(r, v1::Request::kSnapshotCreate).size() == 1);
+
+  v1::SnapshotRequest d;
+  d.set_plugin_id("hp");
+  d.set_group_snapshot_id("grp-1");
+  CHECK(snapshot_request_problems(d, v1::Request::kSnapshotDelete).empty());  // no SNAPSHOT_ID
+  d.add_snapshot_ids("s1");
+  CHECK(snapshot_request_problems(d, v1::Request::kSnapshotDelete).empty());
+  d.set_snapshot_id("s1");  // a snapshot and a group at once
+  CHECK(snapshot_request_problems(d, v1::Request::kSnapshotDelete).size() == 1);
+  d.clear_group_snapshot_id();  // --member without --group
+  p = snapshot_request_problems(d, v1::Request::kSnapshotDelete);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].field == "--member");
+  d.set_group_snapshot_id("grp-1");
+  d.clear_snapshot_id();
+  d.add_snapshot_ids("");
+  CHECK(snapshot_request_problems(d, v1::Request::kSnapshotDelete).size() == 1);
+}
+
+TEST_CASE("plan_group_snapshot_takes_one_plugins_created_volumes_with_one_set_of_secrets") {
+  world w;
+  auto a = volume("a", "hp", "hp-a"), b = volume("b", "hp", "hp-b");
+  (*a.mutable_secrets())["token"] = "t1";
+  (*b.mutable_secrets())["token"] = "t1";
+  w.add(upsert_change(a));
+  w.add(upsert_change(b));
+  w.add(upsert_change(volume("c", "hp", "hp-c", "team")));
+  w.add(upsert_change(volume("foreign", "other", "o-1")));
+  w.add(upsert_change(volume("noext", "hp", "")));
+  auto other_secret = volume("s", "hp", "hp-s");
+  (*other_secret.mutable_secrets())["token"] = "t2-secret-value";
+  w.add(upsert_change(other_secret));
+
+  v1::SnapshotRequest r;
+  r.set_name("g");
+  r.add_volume_ids("b");
+  r.add_volume_ids("a");
+  auto ok = plan_group_snapshot(w.c, r);
+  REQUIRE(std::holds_alternative<group_snapshot_plan>(ok));
+  const auto& plan = std::get<group_snapshot_plan>(ok);
+  CHECK(plan.plugin_id == "hp");
+  CHECK(plan.external_ids == std::vector<std::string>{"hp-b", "hp-a"});  // the order given
+  CHECK(plan.secrets.at("token") == "t1");
+
+  auto fails = [&](std::vector<std::string> ids, const std::string& ns = "") {
+    v1::SnapshotRequest q;
+    q.set_name("g");
+    q.set_namespace_(ns);
+    for (auto& id : ids) q.add_volume_ids(id);
+    auto res = plan_group_snapshot(w.c, q);
+    REQUIRE(std::holds_alternative<failure>(res));
+    return std::get<failure>(res);
+  };
+  auto missing = fails({"a", "zz", "yy"});
+  CHECK(missing.code == errc::not_found);
+  CHECK(missing.message.find("'zz', 'yy' are not volumes of namespace 'default'") !=
+        std::string::npos);
+  CHECK(fails({"c"}).code == errc::not_found);  // of namespace team, not default
+  auto team = plan_group_snapshot(w.c, [] {
+    v1::SnapshotRequest q;
+    q.set_name("g");
+    q.set_namespace_("team");
+    q.add_volume_ids("c");
+    return q;
+  }());
+  CHECK(std::holds_alternative<group_snapshot_plan>(team));
+  auto mixed = fails({"a", "foreign"});
+  CHECK(mixed.code == errc::invalid);
+  CHECK(mixed.message.find("'foreign' of plugin 'other'") != std::string::npos);
+  auto noext = fails({"a", "noext"});
+  CHECK(noext.code == errc::refused);
+  CHECK(noext.message.find("'noext' is not created") != std::string::npos);
+  auto secrets = fails({"a", "s"});
+  CHECK(secrets.code == errc::invalid);
+  CHECK(secrets.message.find("'a' and 's' have different secrets") != std::string::npos);
+  CHECK(secrets.message.find("t2-secret-value") == std::string::npos);  // never shown
+
+  // Given secrets are sent for every volume, so they make the sets agree.
+  v1::SnapshotRequest given;
+  given.set_name("g");
+  given.add_volume_ids("a");
+  given.add_volume_ids("s");
+  (*given.mutable_secrets())["token"] = "op";
+  auto agreed = plan_group_snapshot(w.c, given);
+  REQUIRE(std::holds_alternative<group_snapshot_plan>(agreed));
+  CHECK(std::get<group_snapshot_plan>(agreed).secrets.at("token") == "op");
+}

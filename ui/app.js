@@ -475,7 +475,7 @@ const pluginsPage = {
 function capabilitiesOf(i) {
   const names = ['publish_unpublish', 'stage_unstage', 'create_delete_snapshot', 'list_snapshots',
                  'clone_volume', 'modify_volume', 'list_volumes', 'get_volume', 'volume_condition',
-                 'get_volume_stats'];
+                 'get_volume_stats', 'group_snapshot'];
   return names.filter(n => i[n]).map(n => n.replace(/_/g, ' ')).join(', ') || '-';
 }
 

@@ -653,19 +653,27 @@ json snapshots_json(const v1::Response& r) { return array_of(r.snapshots(), snap
 
 void add_snapshot_create(CLI::App& snapshot, context& ctx) {
   struct options {
-    std::string volume, name;
+    std::vector<std::string> args;
+    std::string group;
     std::vector<std::string> parameters, secrets;
   };
   auto o = std::make_shared<options>();
   auto* cmd = snapshot.add_subcommand(
       "create",
       "Take a snapshot of a volume through its plugin's controller (CreateSnapshot; the plugin "
-      "must advertise CREATE_DELETE_SNAPSHOT). Prints the snapshot's id, source volume, size, "
-      "creation time and whether it is ready to use");
-  cmd->add_option("volume", o->volume, "The volume's id")->required();
-  cmd->add_option("name", o->name,
-                  "The snapshot's name (default: berth-NAMESPACE-VOLUME-<unix ms>, made once by "
-                  "the shell, so a retry finds the snapshot the first attempt took)");
+      "must advertise CREATE_DELETE_SNAPSHOT), or with --group one group snapshot of several "
+      "volumes of one plugin at one point in time (CreateVolumeGroupSnapshot; the plugin must "
+      "offer the GroupController service). Prints each snapshot's id, source volume, group, "
+      "size, creation time and whether it is ready to use");
+  cmd->add_option("volume", o->args,
+                  "VOLUME [NAME]: the volume and the snapshot's name (default: "
+                  "berth-NAMESPACE-VOLUME-<unix ms>, made once by the shell, so a retry finds "
+                  "the snapshot the first attempt took); with --group: VOLUME... (every volume "
+                  "of the group)")
+      ->required();
+  cmd->add_option("--group", o->group,
+                  "Take one group snapshot of all the volumes named, called NAME (the group's "
+                  "CSI name: a retry with the same NAME finds the group the first attempt took)");
   cmd->add_option("--parameter", o->parameters, "KEY=VALUE for the plugin (repeatable)");
   cmd->add_option("--secret", o->secrets,
                   "KEY=VALUE secret for the plugin, over the volume's own (repeatable; never "
@@ -674,36 +682,58 @@ void add_snapshot_create(CLI::App& snapshot, context& ctx) {
     v1::Request req;
     auto* r = req.mutable_snapshot_create();
     r->set_namespace_(ctx.g.ns);
-    r->set_volume_id(o->volume);
-    r->set_name(o->name.empty() ? generated_snapshot_name(ctx.g.ns, o->volume, now_ms())
-                                : o->name);
+    std::string doing;
+    if (!o->group.empty()) {
+      r->set_name(o->group);
+      for (const auto& v : o->args) r->add_volume_ids(v);
+      doing = "Taking group snapshot '" + o->group + "' of " + std::to_string(o->args.size()) +
+              " volume(s) (CreateVolumeGroupSnapshot)...";
+    } else {
+      if (o->args.size() > 2)
+        return failure{errc::invalid,
+                       "volume snapshot create takes VOLUME [NAME]; to snapshot several volumes "
+                       "at one point in time, name the group: --group NAME VOLUME..."};
+      const auto& volume = o->args[0];
+      r->set_volume_id(volume);
+      r->set_name(o->args.size() == 2 ? o->args[1]
+                                      : generated_snapshot_name(ctx.g.ns, volume, now_ms()));
+      doing = "Taking a snapshot of volume '" + volume + "' (CreateSnapshot)...";
+    }
     if (auto f = read_pairs(o->parameters, "--parameter", r->mutable_parameters())) return *f;
     if (auto f = read_pairs(o->secrets, "--secret", r->mutable_secrets())) return *f;
+    bool group = !o->group.empty();
     return shows(
         req,
-        [](const v1::Response& r) {
+        [group](const v1::Response& r) {
+          if (group) return snapshots_json(r);
           return r.snapshots().empty() ? json() : snapshot_json(r.snapshots(0));
         },
         [](const v1::Response& r) {
           return r.message() + "\n\n" + render_snapshot_list(r, now_ms());
         },
-        "Taking a snapshot of volume '" + o->volume + "' (CreateSnapshot)...");
+        doing);
   });
 }
 
 void add_snapshot_delete(CLI::App& snapshot, context& ctx) {
   struct options {
-    std::string plugin, id;
-    std::vector<std::string> secrets;
+    std::string plugin, id, group;
+    std::vector<std::string> members, secrets;
   };
   auto o = std::make_shared<options>();
   auto* cmd = snapshot.add_subcommand(
       "delete",
-      "Delete a snapshot through its plugin's controller (DeleteSnapshot); a snapshot that is "
-      "gone already is success, said so");
+      "Delete a snapshot through its plugin's controller (DeleteSnapshot), or with --group a "
+      "group snapshot with all its members (DeleteVolumeGroupSnapshot); one that is gone "
+      "already is success, said so");
   cmd->add_option("plugin", o->plugin, "The snapshot's plugin")->required();
-  cmd->add_option("snapshot_id", o->id, "The snapshot's id (as snapshot list shows it)")
-      ->required();
+  cmd->add_option("snapshot_id", o->id,
+                  "The snapshot's id (as snapshot list shows it); not with --group");
+  cmd->add_option("--group", o->group,
+                  "Delete this group snapshot (the GROUP column of snapshot list) and its members");
+  cmd->add_option("--member", o->members,
+                  "With --group: a member snapshot's id (repeatable; default: the members the "
+                  "plugin lists with the group's id, for a plugin that cannot list: required)");
   cmd->add_option("--secret", o->secrets,
                   "KEY=VALUE secret for the plugin (repeatable; never shown or logged)");
   sends(cmd, ctx, [o]() -> plan {
@@ -711,9 +741,13 @@ void add_snapshot_delete(CLI::App& snapshot, context& ctx) {
     auto* r = req.mutable_snapshot_delete();
     r->set_plugin_id(o->plugin);
     r->set_snapshot_id(o->id);
+    r->set_group_snapshot_id(o->group);
+    for (const auto& m : o->members) r->add_snapshot_ids(m);
     if (auto f = read_pairs(o->secrets, "--secret", r->mutable_secrets())) return *f;
     return shows(req, message_json, message_text,
-                 "Deleting snapshot '" + o->id + "' (DeleteSnapshot)...");
+                 o->group.empty()
+                     ? "Deleting snapshot '" + o->id + "' (DeleteSnapshot)..."
+                     : "Deleting group snapshot '" + o->group + "' (DeleteVolumeGroupSnapshot)...");
   });
 }
 

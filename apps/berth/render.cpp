@@ -434,12 +434,14 @@ std::string render_alloc(const v1::Response& r, int64_t now_ms) {
 
 std::string render_snapshot_list(const v1::Response& r, int64_t now_ms) {
   if (r.snapshots().empty()) return "No snapshots.\n";
-  table t{{"SNAPSHOT ID", "PLUGIN", "VOLUME", "SIZE", "CREATED", "READY"}, {}};
+  table t{{"SNAPSHOT ID", "PLUGIN", "VOLUME", "GROUP", "SIZE", "CREATED", "READY"}, {}};
   for (const auto& s : r.snapshots()) {
     auto volume = s.source_volume_id().empty() ? s.source_external_id() + " (external id)"
                                                : s.source_volume_id();
-    t.rows.push_back({s.id(), s.plugin_id(), volume, bytes(s.size_bytes()),
-                      relative_time(s.created_at_ms(), now_ms), yes_no(s.ready_to_use())});
+    t.rows.push_back({s.id(), s.plugin_id(), volume,
+                      s.group_snapshot_id().empty() ? "-" : s.group_snapshot_id(),
+                      bytes(s.size_bytes()), relative_time(s.created_at_ms(), now_ms),
+                      yes_no(s.ready_to_use())});
   }
   return render_table(t);
 }

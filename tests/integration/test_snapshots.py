@@ -205,6 +205,81 @@ class SnapshotsTest(unittest.TestCase):
         for text in self.outputs:
             self.assertNotIn(SECRET, text)
 
+    def test_group_snapshot_of_three_volumes_restored(self):
+        # berth-hostpath offers the GroupController: the fingerprint says so.
+        plugin = self.b("--json", "plugin", "status", "hostpath").json()
+        self.assertTrue(plugin["controllers"][0]["group_snapshot"])
+        # Three volumes of one plugin, each with its own data, written by one alloc.
+        for vid in ("ga", "gb", "gc"):
+            self.b("volume", "create", "-", stdin=spec(vid))
+        self.b("alloc", "run", "--node", self.node, "--id", "gwriter",
+               "--volume", "a=ga", "--volume", "b=gb", "--volume", "c=gc", "--",
+               "sh", "-c", "for v in A B C; do eval d=\\$BERTH_VOLUME_$v; "
+               "echo data-of-$v > \"$d/file.txt\"; done")
+        self.wait(lambda: self.alloc_state("gwriter") == "complete"
+                  and all(self.volume(v)["claims"] == [] for v in ("ga", "gb", "gc")),
+                  "the writer completes, its claims freed")
+        self.assertEqual(self.file_in("gb"), "data-of-B\n")
+
+        # One group snapshot of the three: one member per volume, one group id.
+        members = self.b("--json", "volume", "snapshot", "create", "--group", "nightly",
+                         "ga", "gb", "gc", "--secret", "token=" + SECRET).json()
+        self.assertEqual(sorted(m["source_volume_id"] for m in members), ["ga", "gb", "gc"])
+        group = members[0]["group_snapshot_id"]
+        self.assertTrue(group)
+        self.assertEqual({m["group_snapshot_id"] for m in members}, {group})
+        self.assertTrue(all(m["ready_to_use"] and m["id"] for m in members))
+        call = self.calls("CreateVolumeGroupSnapshot")[-1]
+        self.assertEqual(call["code_name"], "OK")
+        # The same command again (a retry) finds the same group and members.
+        again = self.b("--json", "volume", "snapshot", "create", "--group", "nightly",
+                       "ga", "gb", "gc").json()
+        self.assertEqual(sorted(m["id"] for m in again), sorted(m["id"] for m in members))
+        text = self.b("volume", "snapshot", "create", "--group", "nightly", "ga", "gb", "gc").out
+        self.assertIn("(CreateVolumeGroupSnapshot): 3 member snapshot(s)", text)
+        self.assertIn("GROUP", text)
+
+        # snapshot list shows the group, in its table and its JSON.
+        listed = self.b("--json", "volume", "snapshot", "list").json()
+        self.assertEqual(sorted(s["id"] for s in listed if s["group_snapshot_id"] == group),
+                         sorted(m["id"] for m in members))
+        table = self.b("volume", "snapshot", "list").out
+        self.assertIn("GROUP", table.splitlines()[0])
+        self.assertIn(group, table)
+
+        # A member restored into a new volume holds its source's data.
+        gb_member = next(m["id"] for m in members if m["source_volume_id"] == "gb")
+        self.b("volume", "create", "-", stdin=spec("gb-restored", snapshot_id=gb_member))
+        self.assertEqual(self.file_in("gb-restored"), "data-of-B\n")
+
+        # Bad requests change nothing and reach no plugin.
+        groups = len(self.calls("CreateVolumeGroupSnapshot"))
+        r = self.b("volume", "snapshot", "create", "--group", "g2", "ga", "nosuch", expect=3)
+        self.assertIn("'nosuch' is not a volume", r.err)
+        r = self.b("volume", "snapshot", "create", "--group", "g2", "ga", "ga", expect=2)
+        self.assertIn("named twice", r.err)
+        r = self.b("volume", "snapshot", "create", "ga", "n1", "extra", expect=2)
+        self.assertIn("--group NAME VOLUME", r.err)
+        self.assertEqual(len(self.calls("CreateVolumeGroupSnapshot")), groups)
+
+        # A member alone cannot be deleted; the group deletes with its members
+        # (found by listing), and a second delete says it is gone already.
+        self.b("volume", "snapshot", "delete", "hostpath", gb_member, expect=4)
+        r = self.b("volume", "snapshot", "delete", "--group", group, "hostpath",
+                   "--secret", "token=" + SECRET)
+        self.assertIn("deleted with its members (DeleteVolumeGroupSnapshot)", r.out)
+        call = self.calls("DeleteVolumeGroupSnapshot")[-1]
+        self.assertEqual(call["code_name"], "OK")
+        left = self.b("--json", "volume", "snapshot", "list").json()
+        self.assertEqual([s for s in left if s["group_snapshot_id"] == group], [])
+        r = self.b("volume", "snapshot", "delete", "--group", group, "hostpath")
+        self.assertIn("already deleted", r.out)
+        self.b("volume", "snapshot", "delete", "--group", group, "hostpath", "s1", expect=2)
+        # The restored volume does not depend on the snapshot it came from.
+        self.assertEqual(self.file_in("gb-restored"), "data-of-B\n")
+        for text in self.outputs:
+            self.assertNotIn(SECRET, text)
+
     def test_plugins_without_the_capability_are_refused_before_any_call(self):
         # A controller by hand on a node with no berth client: it advertises
         # none of the capabilities (plugin fingerprint sets none of them).
@@ -220,6 +295,10 @@ class SnapshotsTest(unittest.TestCase):
         self.assertIn("LIST_SNAPSHOTS", r.err)
         r = self.b("volume", "snapshot", "delete", "bare", "s1", expect=4)
         self.assertIn("CREATE_DELETE_SNAPSHOT", r.err)
+        r = self.b("volume", "snapshot", "create", "--group", "g", "bv", expect=4)
+        self.assertIn("CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT", r.err)
+        r = self.b("volume", "snapshot", "delete", "--group", "g1", "bare", expect=4)
+        self.assertIn("CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT", r.err)
         r = self.b("volume", "create", "-", stdin=json.dumps(
             {"id": "bc", "plugin_id": "bare", "clone_id": "bv", "capabilities": CAPS}), expect=4)
         self.assertIn("CLONE_VOLUME", r.err)
@@ -236,7 +315,8 @@ class SnapshotsTest(unittest.TestCase):
              "capabilities": CAPS}), expect=2)
         self.assertIn("only volume create", r.err)
         # Nothing reached the plugin the agent drives either.
-        for m in ("CreateSnapshot", "DeleteSnapshot", "ControllerModifyVolume", "CreateVolume"):
+        for m in ("CreateSnapshot", "DeleteSnapshot", "ControllerModifyVolume", "CreateVolume",
+                  "CreateVolumeGroupSnapshot", "DeleteVolumeGroupSnapshot"):
             self.assertEqual(self.calls(m), [], m)
 
 

@@ -1193,6 +1193,10 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
       [](snapshot_list_atom, pb<v1::SnapshotRequest>&, uint64_t) -> pb<v1::SnapshotList> {
         return wrap(v1::SnapshotList{});
       },
+      [](group_snapshot_atom, pb<v1::SnapshotRequest>&, uint64_t) -> pb<v1::SnapshotList> {
+        return wrap(v1::SnapshotList{});
+      },
+      [](group_snapshot_delete_atom, pb<v1::SnapshotRequest>&, uint64_t) -> bool { return true; },
       [](modify_atom, pb<v1::Volume>&, uint64_t) -> bool { return true; },
       // Volume health and usage are not simulated (tests/integration/test_health.py):
       // no plugin reports a condition, and no client measures.

@@ -20,7 +20,7 @@ from harness import berth
 SCALE = float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
 # What a client asks a plugin on its own (fingerprints): no storage change.
 PROBE_CALLS = {"GetPluginInfo", "Probe", "ControllerGetCapabilities", "NodeGetCapabilities",
-               "NodeGetInfo", "GetPluginCapabilities"}
+               "NodeGetInfo", "GetPluginCapabilities", "GroupControllerGetCapabilities"}
 
 
 class FenceTest(unittest.TestCase):

@@ -1,17 +1,18 @@
 #include "apps/berthd/http_api.hpp"
 
+#include <algorithm>
+#include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
+#include <cctype>
 #include <chrono>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <variant>
 #include <vector>
 
-#include <caf/actor_system.hpp>
-#include <caf/scoped_actor.hpp>
-
-#include <nlohmann/json.hpp>
-
 #include "actors/types.hpp"
 #include "messages/codec.hpp"
+#include "messages/nomad.hpp"
 
 namespace berth {
 
@@ -21,7 +22,9 @@ namespace {
 const char* const http_paths =
     "GET /v1/status, /v1/volumes, /v1/volume?namespace=NS&id=ID, /v1/plugins, "
     "/v1/plugin?id=ID, /v1/nodes, /v1/node?id=ID, /v1/allocs, /v1/alloc?id=ID, "
-    "/v1/raft/peers, /v1/event/stream; POST /v1/alloc/stop, /v1/volume/detach, /v1/node/drain";
+    "/v1/raft/peers, /v1/event/stream; Nomad's GET /v1/volumes?type=csi, /v1/volume/csi/ID, "
+    "/v1/plugins?type=csi, /v1/plugin/csi/ID, /v1/status/leader, /v1/status/peers; "
+    "POST /v1/alloc/stop, /v1/volume/detach, /v1/node/drain";
 
 using nlohmann::json;
 using params = std::map<std::string, std::string>;
@@ -53,16 +56,44 @@ int http_status_of(v1::ErrorCode code) {
 // A request as the shell builds it, or what is wrong with the parameters.
 using built = std::variant<v1::Request, std::string>;
 
-// One path of the API: the method, the shell's request it sends (built from
-// the parameters: the query, and for POST the JSON body's fields) and how
-// its answer is shown (the shell's --json renderer).
+// What a route answers: the body (JSON) and more headers.
+struct answer {
+  std::string body;
+  std::map<std::string, std::string> headers = {};
+};
+using renderer = std::function<answer(const v1::Response&, const params&)>;
+
+// A parameter as /v1/openapi.json documents it.
+struct param_doc {
+  const char* name;
+  const char* in;  // "query", or "body" (a field of a POST's JSON body, or the query)
+  const char* description;
+  bool required = false;
+};
+
+// One path of the API: the method, the path (":NAME" segments are
+// parameters: /v1/volume/csi/:id), the query parameter that selects this
+// route among several on one path (`when`, e.g. type=csi), the shell's
+// request it sends (built from the parameters: the path's, the query's, and
+// for POST the JSON body's fields) and how its answer is shown.  A `local`
+// route answers without asking the servers.  The table is also the source
+// of /v1/openapi.json, so the document cannot drift from what is served.
 struct route {
   const char* method;
   const char* path;
+  const char* summary;
+  std::vector<param_doc> docs;
   std::function<built(const params&)> build;
-  std::function<json(const v1::Response&)> render;
+  renderer render;
   std::chrono::seconds timeout{10};
+  std::pair<const char*, const char*> when{nullptr, nullptr};
+  std::function<answer()> local = nullptr;
 };
+
+// A renderer of a JSON view (the shell's --json renderers).
+renderer as_json(std::function<json(const v1::Response&)> f) {
+  return [f = std::move(f)](const v1::Response& r, const params&) { return answer{dump(f(r))}; };
+}
 
 std::string param(const params& p, const std::string& key) {
   auto it = p.find(key);
@@ -106,23 +137,121 @@ std::string list_namespace(const params& p) {
   return ns == "*" ? "" : ns;
 }
 
+// Nomad's headers of a read: the index of what was read (the highest
+// modify index among the objects; Nomad's is its table's), and that the
+// answer came from the leader (reads are answered by it once it confirmed
+// that it leads, so it has no last contact to report).
+std::map<std::string, std::string> nomad_headers(uint64_t index) {
+  return {{"X-Nomad-Index", std::to_string(index)},
+          {"X-Nomad-KnownLeader", "true"},
+          {"X-Nomad-LastContact", "0"}};
+}
+
+// Nomad's namespace of a list: "default" unless given, "*" every one.
+std::string nomad_list_namespace(const params& p) {
+  auto ns = param(p, "namespace");
+  if (ns.empty()) return "default";
+  return ns == "*" ? "" : ns;
+}
+
+const param_doc id_doc{"id", "query", "the object's id", true};
+const param_doc namespace_doc{"namespace", "query", "the volume's namespace (default: default)"};
+const param_doc list_namespace_doc{"namespace", "query",
+                                   "only this namespace's (default and '*': every namespace)"};
+const param_doc nomad_namespace_doc{"namespace", "query",
+                                    "the namespace (default: default; '*': every namespace)"};
+const param_doc nomad_type_doc{"type", "query",
+                               "csi: Nomad's shape (berth has CSI volumes only); absent: "
+                               "berth's own shape",
+                               false};
+
+json openapi_document();
+
+// A server as Nomad's status endpoints name it: its Raft address, or its
+// shell endpoint when it has no Raft link (berthd --dev).
+std::string peer_address(const v1::ServerInfo& s) {
+  return s.raft_address().empty() ? s.api_address() : s.raft_address();
+}
+
 const std::vector<route>& routes() {
   static const std::vector<route> all = {
-      {"GET", "/v1/status",
+      {"GET",
+       "/v1/status",
+       "this berthd: its name, role and versions",
+       {},
        [](const params&) -> built {
          v1::Request r;
          r.mutable_agent_status();
          return r;
        },
-       [](const v1::Response& r) { return agent_json(r.agent()); }},
-      {"GET", "/v1/volumes",
+       as_json([](const v1::Response& r) { return agent_json(r.agent()); })},
+      // Nomad's list (GET /v1/volumes?type=csi): CSIVolumeListStub entries.
+      {"GET",
+       "/v1/volumes",
+       "Nomad: the CSI volumes (CSIVolumeListStub), paged",
+       {nomad_type_doc,
+        nomad_namespace_doc,
+        {"plugin_id", "query", "only volumes of a plugin whose id starts with this"},
+        {"node_id", "query", "only volumes claimed on a node whose id starts with this"},
+        {"prefix", "query", "only volumes whose id starts with this"},
+        {"per_page", "query",
+         "at most this many (the X-Nomad-NextToken header names the next page)"},
+        {"next_token", "query", "start at this page (X-Nomad-NextToken of the page before)"}},
+       [](const params& p) -> built {
+         auto q = parse_nomad_volume_query(p);
+         if (!q.query) return q.error;
+         v1::Request r;
+         r.mutable_volume_list()->set_namespace_(nomad_list_namespace(p));
+         return r;
+       },
+       [](const v1::Response& r, const params& p) {
+         std::vector<const v1::Volume*> all;
+         uint64_t index = 0;
+         for (const auto& v : r.volumes()) {
+           all.push_back(&v);
+           index = std::max(index, v.modify_index());
+         }
+         auto page = nomad_volumes_page(all, *parse_nomad_volume_query(p).query);
+         nlohmann::ordered_json out = nlohmann::ordered_json::array();
+         for (const auto* v : page.volumes)
+           out.push_back(nomad_volume_stub(*v, plugin_in(r, v->plugin_id())));
+         answer a{out.dump(-1, ' ', false, json::error_handler_t::replace), nomad_headers(index)};
+         if (!page.next_token.empty()) a.headers["X-Nomad-NextToken"] = page.next_token;
+         return a;
+       },
+       std::chrono::seconds(10),
+       {"type", "csi"}},
+      {"GET",
+       "/v1/volumes",
+       "the volumes, berth's shape (as berth --json volume status)",
+       {list_namespace_doc},
        [](const params& p) -> built {
          v1::Request r;
          r.mutable_volume_list()->set_namespace_(list_namespace(p));
          return r;
        },
-       volumes_json},
-      {"GET", "/v1/volume",
+       as_json(volumes_json)},
+      {"GET",
+       "/v1/volume/csi/:id",
+       "Nomad: one CSI volume (CSIVolume)",
+       {namespace_doc},
+       [](const params& p) -> built {
+         v1::Request r;
+         r.mutable_volume_status()->set_namespace_(volume_namespace(p));
+         r.mutable_volume_status()->set_id(param(p, "id"));
+         return r;
+       },
+       [](const v1::Response& r, const params&) {
+         if (r.volumes().empty()) return answer{"null"};
+         const auto& v = r.volumes(0);
+         return answer{nomad_volume(v, plugin_in(r, v.plugin_id()))
+                           .dump(-1, ' ', false, json::error_handler_t::replace),
+                       nomad_headers(v.modify_index())};
+       }},
+      {"GET",
+       "/v1/volume",
+       "one volume, berth's shape",
+       {id_doc, namespace_doc},
        [](const params& p) -> built {
          if (auto m = missing(p, {"id"}); !m.empty()) return m;
          v1::Request r;
@@ -130,45 +259,103 @@ const std::vector<route>& routes() {
          r.mutable_volume_status()->set_id(param(p, "id"));
          return r;
        },
-       single_volume_json},
-      {"GET", "/v1/plugins",
+       as_json(single_volume_json)},
+      {"GET",
+       "/v1/plugins",
+       "Nomad: the CSI plugins (CSIPluginListStub)",
+       {nomad_type_doc},
        [](const params&) -> built {
          v1::Request r;
          r.mutable_plugin_list();
          return r;
        },
-       [](const v1::Response& r) { return array_of(r.plugins(), plugin_json); }},
-      {"GET", "/v1/plugin",
+       [](const v1::Response& r, const params&) {
+         nlohmann::ordered_json out = nlohmann::ordered_json::array();
+         uint64_t index = 0;
+         for (const auto& pl : r.plugins()) {
+           out.push_back(nomad_plugin_stub(pl));
+           index = std::max(index, pl.modify_index());
+         }
+         return answer{out.dump(-1, ' ', false, json::error_handler_t::replace),
+                       nomad_headers(index)};
+       },
+       std::chrono::seconds(10),
+       {"type", "csi"}},
+      {"GET",
+       "/v1/plugins",
+       "the plugins, berth's shape",
+       {},
+       [](const params&) -> built {
+         v1::Request r;
+         r.mutable_plugin_list();
+         return r;
+       },
+       as_json([](const v1::Response& r) { return array_of(r.plugins(), plugin_json); })},
+      {"GET",
+       "/v1/plugin/csi/:id",
+       "Nomad: one CSI plugin (CSIPlugin)",
+       {},
+       [](const params& p) -> built {
+         v1::Request r;
+         r.set_plugin_status(param(p, "id"));
+         return r;
+       },
+       [](const v1::Response& r, const params&) {
+         if (r.plugins().empty()) return answer{"null"};
+         return answer{
+             nomad_plugin(r.plugins(0)).dump(-1, ' ', false, json::error_handler_t::replace),
+             nomad_headers(r.plugins(0).modify_index())};
+       }},
+      {"GET",
+       "/v1/plugin",
+       "one plugin, berth's shape",
+       {id_doc},
        [](const params& p) -> built {
          if (auto m = missing(p, {"id"}); !m.empty()) return m;
          v1::Request r;
          r.set_plugin_status(param(p, "id"));
          return r;
        },
-       [](const v1::Response& r) { return r.plugins().empty() ? json() : plugin_json(r.plugins(0)); }},
-      {"GET", "/v1/nodes",
+       as_json([](const v1::Response& r) {
+         return r.plugins().empty() ? json() : plugin_json(r.plugins(0));
+       })},
+      {"GET",
+       "/v1/nodes",
+       "the nodes",
+       {},
        [](const params&) -> built {
          v1::Request r;
          r.mutable_node_list();
          return r;
        },
-       [](const v1::Response& r) { return array_of(r.nodes(), node_json); }},
-      {"GET", "/v1/node",
+       as_json([](const v1::Response& r) { return array_of(r.nodes(), node_json); })},
+      {"GET",
+       "/v1/node",
+       "one node with its volumes",
+       {id_doc},
        [](const params& p) -> built {
          if (auto m = missing(p, {"id"}); !m.empty()) return m;
          v1::Request r;
          r.set_node_status(param(p, "id"));
          return r;
        },
-       [](const v1::Response& r) { return r.nodes().empty() ? json() : node_with_volumes_json(r); }},
-      {"GET", "/v1/allocs",
+       as_json([](const v1::Response& r) {
+         return r.nodes().empty() ? json() : node_with_volumes_json(r);
+       })},
+      {"GET",
+       "/v1/allocs",
+       "the allocs",
+       {list_namespace_doc},
        [](const params& p) -> built {
          v1::Request r;
          r.mutable_alloc_list()->set_namespace_(list_namespace(p));
          return r;
        },
-       [](const v1::Response& r) { return array_of(r.allocs(), alloc_json); }},
-      {"GET", "/v1/alloc",
+       as_json([](const v1::Response& r) { return array_of(r.allocs(), alloc_json); })},
+      {"GET",
+       "/v1/alloc",
+       "one alloc with its claims",
+       {id_doc},
        [](const params& p) -> built {
          if (auto m = missing(p, {"id"}); !m.empty()) return m;
          v1::Request r;
@@ -176,30 +363,80 @@ const std::vector<route>& routes() {
          return r;
        },
        // The id is the alloc's own (the answer names it).
-       [](const v1::Response& r) {
+       as_json([](const v1::Response& r) {
          return r.allocs().empty() ? json() : alloc_with_claims_json(r, r.allocs(0).id());
-       }},
-      {"GET", "/v1/raft/peers",
+       })},
+      {"GET",
+       "/v1/raft/peers",
+       "the servers and their Raft state",
+       {},
        [](const params&) -> built {
          v1::Request r;
          r.set_raft_list_peers(true);
          return r;
        },
-       [](const v1::Response& r) { return array_of(r.raft(), raft_json); }},
+       as_json([](const v1::Response& r) { return array_of(r.raft(), raft_json); })},
+      // Nomad's: the leader's and the peers' Raft addresses (a single dev
+      // server has no Raft link: its shell endpoint).
+      {"GET",
+       "/v1/status/leader",
+       "Nomad: the leader's Raft address (\"\" without a leader)",
+       {},
+       [](const params&) -> built {
+         v1::Request r;
+         r.set_raft_list_peers(true);
+         return r;
+       },
+       as_json([](const v1::Response& r) {
+         for (const auto& s : r.raft())
+           if (s.role() == "leader") return json(peer_address(s.server()));
+         return json("");
+       })},
+      {"GET",
+       "/v1/status/peers",
+       "Nomad: the servers' Raft addresses",
+       {},
+       [](const params&) -> built {
+         v1::Request r;
+         r.set_raft_list_peers(true);
+         return r;
+       },
+       as_json([](const v1::Response& r) {
+         json out = json::array();
+         for (const auto& s : r.raft()) out.push_back(peer_address(s.server()));
+         return out;
+       })},
+      {"GET",
+       "/v1/openapi.json",
+       "this API as an OpenAPI 3 document",
+       {},
+       nullptr,
+       nullptr,
+       std::chrono::seconds(10),
+       {nullptr, nullptr},
+       [] { return answer{dump(openapi_document())}; }},
       // berth alloc stop ID: waits for the releases (up to 30 s).
-      {"POST", "/v1/alloc/stop",
+      {"POST",
+       "/v1/alloc/stop",
+       "berth alloc stop ID (waits for the releases)",
+       {{"id", "body", "the alloc", true}},
        [](const params& p) -> built {
          if (auto m = missing(p, {"id"}); !m.empty()) return m;
          v1::Request r;
          r.set_alloc_stop(param(p, "id"));
          return r;
        },
-       [](const v1::Response& r) {
+       as_json([](const v1::Response& r) {
          return with_message(r.allocs().empty() ? json() : alloc_json(r.allocs(0)), r);
-       },
+       }),
        std::chrono::seconds(60)},
       // berth volume detach ID NODE [--namespace NS]
-      {"POST", "/v1/volume/detach",
+      {"POST",
+       "/v1/volume/detach",
+       "berth volume detach ID NODE",
+       {{"id", "body", "the volume", true},
+        {"node", "body", "the node to detach it from", true},
+        {"namespace", "body", "the volume's namespace (default: default)"}},
        [](const params& p) -> built {
          if (auto m = missing(p, {"id", "node"}); !m.empty()) return m;
          v1::Request r;
@@ -209,10 +446,19 @@ const std::vector<route>& routes() {
          d->set_node_id(param(p, "node"));
          return r;
        },
-       [](const v1::Response& r) { return with_message(single_volume_json(r), r); },
+       as_json([](const v1::Response& r) { return with_message(single_volume_json(r), r); }),
        std::chrono::seconds(60)},
       // berth node drain ID [--deadline D | --no-deadline | --force] [--disable]
-      {"POST", "/v1/node/drain",
+      {"POST",
+       "/v1/node/drain",
+       "berth node drain ID",
+       {{"id", "body", "the node", true},
+        {"deadline", "body", "how long the allocs have (default 1h)"},
+        {"no_deadline", "body", "true: no deadline"},
+        {"force", "body", "true: now"},
+        {"disable", "body", "true: end the drain"},
+        {"keep_ineligible", "body", "with disable: stay ineligible"},
+        {"keep_plugins", "body", "true: the node's plugins keep serving"}},
        [](const params& p) -> built {
          if (auto m = missing(p, {"id"}); !m.empty()) return m;
          v1::Request r;
@@ -235,9 +481,138 @@ const std::vector<route>& routes() {
          }
          return r;
        },
-       node_message_json, std::chrono::seconds(30)},
+       as_json(node_message_json),
+       std::chrono::seconds(30)},
   };
   return all;
+}
+
+// The path's parameters when `path` matches the route's (":NAME" takes one
+// non-empty segment), else nullopt.
+std::optional<params> match_path(const std::string& pattern, const std::string& path) {
+  params out;
+  size_t i = 0, j = 0;
+  while (i < pattern.size() && j < path.size()) {
+    if (pattern[i] == ':') {
+      auto end_p = pattern.find('/', i);
+      auto end = path.find('/', j);
+      auto name =
+          pattern.substr(i + 1, end_p == std::string::npos ? std::string::npos : end_p - i - 1);
+      auto value = path.substr(j, end == std::string::npos ? std::string::npos : end - j);
+      if (value.empty()) return std::nullopt;
+      out[name] = value;
+      i = end_p == std::string::npos ? pattern.size() : end_p;
+      j = end == std::string::npos ? path.size() : end;
+      continue;
+    }
+    if (pattern[i] != path[j]) return std::nullopt;
+    ++i;
+    ++j;
+  }
+  if (i != pattern.size() || j != path.size()) return std::nullopt;
+  return out;
+}
+
+// "/v1/volume/csi/:id" as OpenAPI writes it: "/v1/volume/csi/{id}".
+std::string openapi_path(const std::string& pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size();) {
+    if (pattern[i] != ':') {
+      out += pattern[i++];
+      continue;
+    }
+    auto end = pattern.find('/', i);
+    auto name = pattern.substr(i + 1, end == std::string::npos ? std::string::npos : end - i - 1);
+    out += "{" + name + "}";
+    i = end == std::string::npos ? pattern.size() : end;
+  }
+  return out;
+}
+
+json openapi_document() {
+  json paths = json::object();
+  for (const auto& r : routes()) {
+    std::string method = r.method;
+    for (auto& ch : method) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    auto& op = paths[openapi_path(r.path)][method];
+    // Routes on one path told apart by a query parameter (type=csi) are one
+    // operation: their summaries are joined and their parameters merged.
+    std::string summary = r.summary;
+    if (r.when.first != nullptr)
+      summary = std::string(r.when.first) + "=" + r.when.second + ": " + summary;
+    if (op.contains("summary"))
+      op["summary"] = op["summary"].get<std::string>() + "; " + summary;
+    else
+      op["summary"] = summary;
+    if (!op.contains("parameters")) op["parameters"] = json::array();
+    auto add = [&](json p) {
+      for (const auto& have : op["parameters"])
+        if (have["name"] == p["name"] && have["in"] == p["in"]) return;
+      op["parameters"].push_back(std::move(p));
+    };
+    std::string pattern = r.path;
+    for (size_t i = pattern.find(':'); i != std::string::npos; i = pattern.find(':', i + 1)) {
+      auto end = pattern.find('/', i);
+      add(json{{"name",
+                pattern.substr(i + 1, end == std::string::npos ? std::string::npos : end - i - 1)},
+               {"in", "path"},
+               {"required", true},
+               {"schema", {{"type", "string"}}}});
+    }
+    for (const auto& d : r.docs) {
+      // A POST takes its parameters in the query or its JSON body.
+      add(json{{"name", d.name},
+               {"in", "query"},
+               {"required", d.required && std::string(d.in) != "body"},
+               {"description", d.description},
+               {"schema", {{"type", "string"}}}});
+    }
+    if (std::string(r.method) == "POST") {
+      json props = json::object();
+      json required = json::array();
+      for (const auto& d : r.docs) {
+        props[d.name] = {{"description", d.description}};
+        if (d.required) required.push_back(d.name);
+      }
+      json schema{{"type", "object"}, {"properties", props}};
+      if (!required.empty())
+        schema["description"] = "required in the body or the query: " + required.dump();
+      op["requestBody"] = {{"required", false},
+                           {"content", {{"application/json", {{"schema", schema}}}}}};
+    }
+    json error_body{
+        {"description", "the error, naming the object and the fix"},
+        {"content",
+         {{"application/json",
+           {{"schema",
+             {{"type", "object"}, {"properties", {{"error", {{"type", "string"}}}}}}}}}}}};
+    op["responses"] = {{"200",
+                        {{"description", "the answer"},
+                         {"content", {{"application/json", {{"schema", json::object()}}}}}}},
+                       {"400", error_body},
+                       {"403", error_body},
+                       {"404", error_body},
+                       {"409", error_body},
+                       {"503", error_body}};
+  }
+  // The streamed path is served beside the table (metrics_server).
+  paths["/v1/event/stream"]["get"] = {
+      {"summary", "the event stream as newline-delimited JSON (berth event stream)"},
+      {"parameters",
+       json::array(
+           {json{{"name", "index"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+            json{{"name", "topic"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+            json{{"name", "namespace"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+            json{{"name", "until_index"}, {"in", "query"}, {"schema", {{"type", "string"}}}}})},
+      {"responses", {{"200", {{"description", "one JSON object per line"}}}}}};
+  return json{{"openapi", "3.0.3"},
+              {"info",
+               {{"title", "berth HTTP API"},
+                {"version", "1"},
+                {"description",
+                 "berthd's /v1/ API on its metrics port (docs/http-api.md). A token goes in "
+                 "X-Berth-Token, X-Nomad-Token or Authorization: Bearer."}}},
+              {"paths", paths}};
 }
 
 // A POST's parameters: the query's, and the JSON body's fields (strings,
@@ -264,7 +639,8 @@ std::variant<params, json_view> post_params(const http_request& req) {
   return p;
 }
 
-json_view send(caf::actor_system& sys, const api_actor& api, v1::Request req, const route& r) {
+json_view send(caf::actor_system& sys, const api_actor& api, v1::Request req, const route& r,
+               const params& p) {
   json_view out = error_view(503, "no answer");
   caf::scoped_actor self{sys};
   self->request(api, r.timeout, api_atom::value, wrap(std::move(req)))
@@ -275,7 +651,8 @@ json_view send(caf::actor_system& sys, const api_actor& api, v1::Request req, co
               out = error_view(http_status_of(resp.error().code()), resp.error().message());
               return;
             }
-            out = {200, dump(r.render(resp))};
+            auto a = r.render(resp, p);
+            out = {200, std::move(a.body), std::move(a.headers)};
           },
           [&](caf::error& e) { out = error_view(503, to_failure(e).message); });
   return out;
@@ -286,18 +663,39 @@ json_view send(caf::actor_system& sys, const api_actor& api, v1::Request req, co
 std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& api,
                                      const std::string& node_name, const http_request& req) {
   const route* found = nullptr;
+  params path_params;
   bool other_method = false;
   for (const auto& r : routes()) {
-    if (req.path != r.path) continue;
-    if (req.method == r.method)
-      found = &r;
-    else
+    auto matched = match_path(r.path, req.path);
+    if (!matched) continue;
+    if (req.method != r.method) {
       other_method = true;
+      continue;
+    }
+    if (r.when.first != nullptr) {
+      auto given = req.query.find(r.when.first);
+      if (given == req.query.end()) continue;  // the next route of the path
+      if (given->second != r.when.second)
+        return error_view(400, std::string("parameter '") + r.when.first + "' takes '" +
+                                   r.when.second + "' on " + req.path + " (berth has " +
+                                   r.when.second +
+                                   " volumes and plugins only), or leave it "
+                                   "out for berth's own shape");
+    }
+    found = &r;
+    path_params = std::move(*matched);
+    break;
   }
   if (found == nullptr) {
-    if (!other_method) return error_view(404, std::string("no such path; the API is ") + http_paths);
+    if (!other_method)
+      return error_view(404, std::string("no such path; the API is ") + http_paths +
+                                 " (all of it: GET /v1/openapi.json)");
     return error_view(405, "method " + req.method + " is not allowed on " + req.path +
                                " (the views are GET, the actions POST)");
+  }
+  if (found->local) {
+    auto a = found->local();
+    return json_view{200, std::move(a.body), std::move(a.headers)};
   }
   if (!api) {
     if (req.path == "/v1/status")
@@ -310,11 +708,12 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
     if (auto* refused = std::get_if<json_view>(&pp)) return *refused;
     p = std::move(std::get<params>(pp));
   }
+  for (auto& [k, v] : path_params) p[k] = v;  // the path's own win
   auto b = found->build(p);
   if (auto* problem = std::get_if<std::string>(&b)) return error_view(400, *problem);
   auto& request = std::get<v1::Request>(b);
   request.set_token(req.token);
-  return send(sys, api, std::move(request), *found);
+  return send(sys, api, std::move(request), *found, p);
 }
 
 // Answered by this server from its own journal, like the shell's; a `{}`

@@ -78,20 +78,35 @@ std::map<std::string, std::string> query_of(const char* query) {
 }
 
 void reply(mg_connection* conn, const json_view& view) {
+  std::string more;
+  for (const auto& [name, value] : view.headers) {
+    // A header is the server's own (never a caller's text), one line.
+    if (name.find_first_of("\r\n:") != std::string::npos ||
+        value.find_first_of("\r\n") != std::string::npos)
+      continue;
+    more += name + ": " + value + "\r\n";
+  }
   mg_printf(conn,
             "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-            view.status, view.status == 200 ? "OK" : "Error", view.body.size());
+            "Cache-Control: no-store\r\n%sConnection: close\r\n\r\n",
+            view.status, view.status == 200 ? "OK" : "Error", view.body.size(), more.c_str());
   mg_write(conn, view.body.data(), view.body.size());
 }
 
-// The request as the API sees it; the body of a POST is read here.
+// The request as the API sees it; the body of a POST or PUT is read here.
 http_request request_of(mg_connection* conn, const mg_request_info* info, bool token_in_query) {
   http_request req;
   req.method = info->request_method;
   req.path = info->local_uri;
   req.query = query_of(info->query_string);
-  if (const char* t = mg_get_header(conn, "X-Berth-Token")) req.token = t;
+  if (const char* t = mg_get_header(conn, "X-Berth-Token")) {
+    req.token = t;
+  } else if (const char* n = mg_get_header(conn, "X-Nomad-Token")) {
+    req.token = n;
+  } else if (const char* a = mg_get_header(conn, "Authorization")) {
+    std::string auth = a;
+    if (auth.rfind("Bearer ", 0) == 0) req.token = auth.substr(7);
+  }
   auto q = req.query.find("token");
   if (q != req.query.end()) {
     if (token_in_query && req.token.empty()) req.token = q->second;
@@ -102,7 +117,7 @@ http_request request_of(mg_connection* conn, const mg_request_info* info, bool t
     req.content_type = req.content_type.substr(0, req.content_type.find(';'));
     while (!req.content_type.empty() && req.content_type.back() == ' ') req.content_type.pop_back();
   }
-  if (req.method == "POST") {
+  if (req.method == "POST" || req.method == "PUT") {
     constexpr size_t most = 64 * 1024;
     char buf[4096];
     int n;

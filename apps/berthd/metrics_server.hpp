@@ -23,6 +23,8 @@ namespace berth {
 struct json_view {
   int status = 200;
   std::string body;
+  // More response headers (name, value), e.g. Nomad's X-Nomad-Index.
+  std::map<std::string, std::string> headers = {};
 };
 
 // A /v1/ request as the API sees it.
@@ -32,8 +34,9 @@ struct http_request {
   // The query's parameters (URL-decoded; a repeated one joined with
   // commas), without `token`.
   std::map<std::string, std::string> query;
-  // The caller's ACL token: the X-Berth-Token header; for the event stream
-  // also the `token` query parameter (EventSource cannot set headers).
+  // The caller's ACL token: the X-Berth-Token header, else X-Nomad-Token,
+  // else `Authorization: Bearer TOKEN`; for the event stream also the
+  // `token` query parameter (EventSource cannot set headers).
   std::string token;
   std::string content_type;  // without parameters ("application/json")
   std::string body;          // POST: at most 64 KiB

@@ -1,0 +1,73 @@
+// Nomad's CSI JSON shapes of berth's volumes and plugins (Nomad's
+// api/csi.go: CSIVolumeListStub, CSIVolume, CSIPluginListStub, CSIPlugin),
+// for the Nomad-compatible HTTP endpoints (docs/http-api.md), and the pure
+// rules of their lists (Nomad's filters and pages).  No I/O.
+//
+// Never a secret: Secrets is always null and mount flags are not shown,
+// as Nomad's own answers do.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "messages/api.pb.h"
+#include "messages/berth.pb.h"
+
+namespace berth {
+
+// Nomad's spelling of a mode: "single-node-writer", "file-system", ...; ""
+// for none (an unclaimed volume's AccessMode).
+std::string nomad_mode(v1::AccessMode m);
+std::string nomad_mode(v1::AttachmentMode m);
+
+// A Go time as Nomad's JSON writes it: RFC 3339 in UTC with milliseconds;
+// 0 is Go's zero time, "0001-01-01T00:00:00Z".
+std::string nomad_time(int64_t unix_ms);
+
+// GET /v1/volumes?type=csi: one entry (CSIVolumeListStub); `plugin` gives
+// the health counts (null: not registered, all zero and not schedulable).
+nlohmann::ordered_json nomad_volume_stub(const v1::Volume& v, const v1::Plugin* plugin);
+
+// GET /v1/volume/csi/:id (CSIVolume): ReadAllocs and WriteAllocs map the
+// claims' alloc ids to null, as Nomad's do.
+nlohmann::ordered_json nomad_volume(const v1::Volume& v, const v1::Plugin* plugin);
+
+// GET /v1/plugins?type=csi: one entry (CSIPluginListStub).
+nlohmann::ordered_json nomad_plugin_stub(const v1::Plugin& p);
+
+// GET /v1/plugin/csi/:id (CSIPlugin): Controllers and Nodes keyed by node.
+nlohmann::ordered_json nomad_plugin(const v1::Plugin& p);
+
+// The query of GET /v1/volumes?type=csi, as Nomad reads it.
+struct nomad_volume_query {
+  std::string plugin_id;   // a prefix of the plugin's id
+  std::string node_id;     // a prefix of a node holding a claim
+  std::string prefix;      // a prefix of the volume's id
+  int64_t per_page = 0;    // 0: every volume
+  std::string next_token;  // "NAMESPACE.ID" of the first volume of the page
+};
+
+// Reads the query's parameters (plugin_id, node_id, prefix, per_page,
+// next_token; namespace, type, index and wait are the caller's); an error
+// names the parameter and what it takes.
+struct nomad_query_result {
+  std::optional<nomad_volume_query> query;
+  std::string error;
+};
+nomad_query_result parse_nomad_volume_query(const std::map<std::string, std::string>& params);
+
+// One page of the volumes that match the query, in "NAMESPACE.ID" order,
+// and the token of the next page ("" on the last), as Nomad's paginator
+// makes it ("NAMESPACE.ID").
+struct nomad_volume_page {
+  std::vector<const v1::Volume*> volumes;
+  std::string next_token;
+};
+nomad_volume_page nomad_volumes_page(const std::vector<const v1::Volume*>& volumes,
+                                     const nomad_volume_query& q);
+
+}  // namespace berth

@@ -1,0 +1,250 @@
+"""Nomad's CSI read endpoints and the OpenAPI document (issue 30, first part)
+end to end: a berthd --dev agent driving a berth-hostpath of the test's own,
+asked over HTTP the way Nomad's clients ask (paths, query parameters,
+X-Nomad-* headers, Nomad's field names), after volumes were made and claimed
+through the real shell.  With --acl: no token is refused, X-Nomad-Token and
+Authorization: Bearer are taken.  /v1/openapi.json names every path served,
+and every path it names answers."""
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+from cluster import Plugin
+from harness import Agent, berth
+
+SECRET = "hunter2-http-api"
+CAPS = [{"access_mode": "single-node-writer", "attachment_mode": "file-system"}]
+SCALE = float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
+
+
+def spec(vid, **more):
+    d = {"id": vid, "plugin_id": "hostpath", "capabilities": CAPS, "capacity_min": 1048576,
+         "secrets": {"token": SECRET}}
+    d.update(more)
+    return json.dumps(d)
+
+
+def get(agent, path, headers=None, method="GET"):
+    """(status, body as JSON, headers) of one request to the metrics port."""
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (agent.metrics_port, path),
+                                 method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read().decode()), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode()), dict(e.headers)
+
+
+def wait(cond, what, timeout=60):
+    deadline = time.time() + timeout * SCALE
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError("never: " + what)
+
+
+class NomadApiTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="berth-http-api-")
+        cls.plugin = Plugin(cls.tmp, "hp", "csi-dev").start()
+        cls.agent = Agent(os.path.join(cls.tmp, "data"),
+                          extra_args=["--plugin", "hostpath=monolith:" + cls.plugin.socket]).start()
+        try:
+            wait(lambda: berth(cls.agent, "--json", "plugin", "status", "hostpath").code == 0
+                 and berth(cls.agent, "--json", "plugin", "status",
+                           "hostpath").json()["controllers_healthy"] == 1,
+                 "the plugin healthy")
+            for vid in ("db", "logs", "cache"):
+                r = berth(cls.agent, "volume", "create", "-", stdin=spec(vid))
+                assert r.code == 0, r
+            cls.node = berth(cls.agent, "--json", "node", "status").json()[0]["id"]
+            r = berth(cls.agent, "volume", "claim", "db", "--alloc", "web-1", "--node", cls.node)
+            assert r.code == 0, r
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.agent.kill()
+        cls.plugin.kill()
+        with open("/proc/self/mounts") as f:
+            for m in reversed([l.split()[1] for l in f if cls.tmp in l.split()[1]]):
+                os.system("umount -l '%s'" % m)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_volume_list_is_nomads_with_its_filters_pages_and_headers(self):
+        status, body, headers = get(self.agent, "/v1/volumes?type=csi")
+        self.assertEqual(status, 200, body)
+        self.assertEqual([v["ID"] for v in body], ["cache", "db", "logs"])
+        db = next(v for v in body if v["ID"] == "db")
+        self.assertEqual(list(db), [
+            "ID", "Namespace", "Name", "ExternalID", "Topologies", "AccessMode", "AttachmentMode",
+            "CurrentReaders", "CurrentWriters", "Schedulable", "PluginID", "Provider",
+            "ControllerRequired", "ControllersHealthy", "ControllersExpected", "NodesHealthy",
+            "NodesExpected", "ResourceExhausted", "CreateIndex", "ModifyIndex"])
+        self.assertEqual((db["AccessMode"], db["AttachmentMode"], db["CurrentWriters"]),
+                         ("single-node-writer", "file-system", 1))
+        self.assertEqual((db["PluginID"], db["Schedulable"], db["ControllersHealthy"],
+                          db["NodesHealthy"]), ("hostpath", True, 1, 1))
+        idle = next(v for v in body if v["ID"] == "logs")
+        self.assertEqual((idle["AccessMode"], idle["CurrentWriters"]), ("", 0))
+        # The index is the highest modify index read; the leader answered.
+        self.assertEqual(int(headers["X-Nomad-Index"]), max(v["ModifyIndex"] for v in body))
+        self.assertEqual(headers["X-Nomad-KnownLeader"], "true")
+        self.assertEqual(headers["X-Nomad-LastContact"], "0")
+        self.assertNotIn("X-Nomad-NextToken", headers)
+
+        # Pages: X-Nomad-NextToken names the next one, until the last.
+        seen, token = [], ""
+        for _ in range(5):
+            status, page, h = get(self.agent, "/v1/volumes?type=csi&per_page=2" +
+                                  ("&next_token=" + token if token else ""))
+            self.assertEqual(status, 200, page)
+            self.assertLessEqual(len(page), 2)
+            seen += [v["ID"] for v in page]
+            token = h.get("X-Nomad-NextToken", "")
+            if not token:
+                break
+        self.assertEqual(seen, ["cache", "db", "logs"])
+        # Filters by prefix: of the volume, the plugin, the node holding a claim.
+        self.assertEqual([v["ID"] for v in get(self.agent, "/v1/volumes?type=csi&prefix=c")[1]],
+                         ["cache"])
+        self.assertEqual(get(self.agent, "/v1/volumes?type=csi&plugin_id=nope")[1], [])
+        self.assertEqual(len(get(self.agent, "/v1/volumes?type=csi&plugin_id=host")[1]), 3)
+        self.assertEqual([v["ID"] for v in
+                          get(self.agent, "/v1/volumes?type=csi&node_id=" + self.node)[1]], ["db"])
+        self.assertEqual(get(self.agent, "/v1/volumes?type=csi&namespace=other")[1], [])
+        self.assertEqual(len(get(self.agent, "/v1/volumes?type=csi&namespace=*")[1]), 3)
+        # Bad input: a clear error, as JSON, naming the parameter.
+        status, body, _ = get(self.agent, "/v1/volumes?type=csi&per_page=many")
+        self.assertEqual(status, 400)
+        self.assertIn("per_page", body["error"])
+        status, body, _ = get(self.agent, "/v1/volumes?type=host")
+        self.assertEqual(status, 400)
+        self.assertIn("'csi'", body["error"])
+        # Without type: berth's own shape, as before.
+        status, body, _ = get(self.agent, "/v1/volumes")
+        self.assertEqual((status, sorted(v["id"] for v in body)), (200, ["cache", "db", "logs"]))
+
+    def test_volume_read_is_nomads_and_carries_no_secret(self):
+        status, v, headers = get(self.agent, "/v1/volume/csi/db")
+        self.assertEqual(status, 200, v)
+        self.assertEqual((v["ID"], v["Namespace"], v["PluginID"]), ("db", "default", "hostpath"))
+        self.assertEqual(v["WriteAllocs"], {"web-1": None})
+        self.assertEqual(v["ReadAllocs"], {})
+        self.assertEqual(v["RequestedCapabilities"],
+                         [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}])
+        self.assertIsNone(v["Secrets"])
+        self.assertEqual(v["Capacity"], 1048576)
+        self.assertTrue(v["ExternalID"])
+        self.assertEqual(v["Provider"], "berth-hostpath")
+        self.assertEqual(int(headers["X-Nomad-Index"]), v["ModifyIndex"])
+        self.assertNotIn(SECRET, json.dumps(v))
+        status, body, _ = get(self.agent, "/v1/volume/csi/nosuch")
+        self.assertEqual(status, 404)
+        self.assertIn("nosuch", body["error"])
+        status, body, _ = get(self.agent, "/v1/volume/csi/db?namespace=other")
+        self.assertEqual(status, 404)
+        self.assertEqual(get(self.agent, "/v1/volume/csi/")[0], 404)  # no id: no such path
+
+    def test_plugins_and_status_are_nomads(self):
+        status, plugins, headers = get(self.agent, "/v1/plugins?type=csi")
+        self.assertEqual(status, 200, plugins)
+        self.assertEqual([(p["ID"], p["ControllersHealthy"], p["NodesHealthy"]) for p in plugins],
+                         [("hostpath", 1, 1)])
+        self.assertIn("X-Nomad-Index", headers)
+        status, p, _ = get(self.agent, "/v1/plugin/csi/hostpath")
+        self.assertEqual(status, 200, p)
+        self.assertEqual(list(p["Controllers"]), [self.node])
+        self.assertEqual(list(p["Nodes"]), [self.node])
+        ctrl = p["Controllers"][self.node]
+        self.assertTrue(ctrl["Healthy"])
+        self.assertTrue(ctrl["ControllerInfo"]["SupportsCreateDeleteSnapshot"])
+        self.assertEqual(p["Nodes"][self.node]["NodeInfo"]["ID"], "csi-dev")
+        self.assertEqual(get(self.agent, "/v1/plugin/csi/nosuch")[0], 404)
+        status, leader, _ = get(self.agent, "/v1/status/leader")
+        self.assertEqual(status, 200)
+        self.assertRegex(leader, r"^127\.0\.0\.1:\d+$")
+        status, peers, _ = get(self.agent, "/v1/status/peers")
+        self.assertEqual((status, peers), (200, [leader]))
+
+    def test_the_openapi_document_names_every_path_and_every_path_answers(self):
+        status, doc, _ = get(self.agent, "/v1/openapi.json")
+        self.assertEqual(status, 200)
+        self.assertTrue(doc["openapi"].startswith("3."))
+        paths = doc["paths"]
+        for p in ("/v1/volumes", "/v1/volume/csi/{id}", "/v1/plugins", "/v1/plugin/csi/{id}",
+                  "/v1/status/leader", "/v1/status/peers", "/v1/openapi.json", "/v1/event/stream",
+                  "/v1/status", "/v1/volume", "/v1/plugin", "/v1/nodes", "/v1/node", "/v1/allocs",
+                  "/v1/alloc", "/v1/raft/peers", "/v1/alloc/stop", "/v1/volume/detach",
+                  "/v1/node/drain"):
+            self.assertIn(p, paths)
+        self.assertIn("type=csi", paths["/v1/volumes"]["get"]["summary"])
+        self.assertIn("id", [p["name"] for p in paths["/v1/volume/csi/{id}"]["get"]["parameters"]
+                             if p["in"] == "path"])
+        # Every documented GET answers, none with "no such path" (404 only
+        # for an object that is not there), with its required parameters.
+        for path, ops in paths.items():
+            if "get" not in ops or path == "/v1/event/stream":
+                continue
+            concrete = path.replace("{id}", "db" if "volume" in path else "hostpath")
+            query = []
+            for prm in ops["get"]["parameters"]:
+                if prm["in"] == "query" and prm.get("required"):
+                    query.append("%s=%s" % (prm["name"], {"/v1/plugin": "hostpath",
+                                                          "/v1/node": self.node,
+                                                          "/v1/alloc": "web-1"}.get(path, "db")))
+            url = concrete + ("?" + "&".join(query) if query else "")
+            status, body, _ = get(self.agent, url)
+            self.assertEqual(status, 200, (url, body))
+        # Every documented POST is a path the server knows (a GET of it is 405).
+        for path, ops in paths.items():
+            if "post" in ops:
+                self.assertEqual(get(self.agent, path)[0], 405, path)
+
+
+class NomadApiAclTest(unittest.TestCase):
+    """With --acl a request needs a token: X-Nomad-Token and Authorization:
+    Bearer are taken as X-Berth-Token is; none or a wrong one is refused."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="berth-http-acl-")
+        cls.agent = Agent(os.path.join(cls.tmp, "data"), ["--acl"]).start()
+        try:
+            r = berth(cls.agent, "--json", "acl", "bootstrap")
+            assert r.code == 0, r
+            cls.mgmt = r.json()["secret_id"]
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.agent.kill()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_tokens_in_nomads_headers(self):
+        path = "/v1/volumes?type=csi"
+        self.assertEqual(get(self.agent, path)[0], 403)
+        self.assertEqual(get(self.agent, path, {"X-Nomad-Token": "not-a-token"})[0], 403)
+        self.assertEqual(get(self.agent, path, {"X-Nomad-Token": self.mgmt})[:2], (200, []))
+        self.assertEqual(get(self.agent, path, {"Authorization": "Bearer " + self.mgmt})[:2],
+                         (200, []))
+        self.assertEqual(get(self.agent, path, {"X-Berth-Token": self.mgmt})[:2], (200, []))
+        self.assertEqual(get(self.agent, path, {"Authorization": "Basic " + self.mgmt})[0], 403)
+        # The document is public: it holds no state.
+        self.assertEqual(get(self.agent, "/v1/openapi.json")[0], 200)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,274 @@
+// Nomad's CSI JSON shapes of berth's volumes and plugins (messages/nomad):
+// the field names Nomad's clients read, the modes' spellings, no secret,
+// and the list's filters and pages.
+#include "messages/nomad.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+using namespace berth;
+
+namespace {
+
+v1::Plugin plugin_with(bool healthy) {
+  v1::Plugin p;
+  p.set_id("hostpath");
+  p.set_provider("berth-hostpath");
+  p.set_provider_version("1.2.3");
+  p.set_controller_required(true);
+  auto* c = p.add_controllers();
+  c->set_node_id("n1");
+  c->set_healthy(healthy);
+  c->set_create_delete_snapshot(true);
+  c->set_publish_unpublish(true);
+  c->set_updated_at_ms(1700000000123);
+  auto* n = p.add_nodes();
+  n->set_node_id("n1");
+  n->set_healthy(healthy);
+  n->set_csi_node_id("csi-n1");
+  n->set_max_volumes(7);
+  n->set_stage_unstage(true);
+  (*n->mutable_accessible_topology()->mutable_segments())["zone"] = "a";
+  return p;
+}
+
+v1::Volume volume_with_claims() {
+  v1::Volume v;
+  v.set_id("db");
+  v.set_namespace_("default");
+  v.set_plugin_id("hostpath");
+  v.set_external_id("hp-db");
+  v.set_capacity_bytes(1 << 20);
+  v.set_capacity_min(1 << 20);
+  (*v.mutable_secrets())["token"] = "hunter2-nomad";
+  v.mutable_mount_options()->set_fs_type("ext4");
+  v.mutable_mount_options()->add_mount_flags("password=hunter3-flag");
+  (*v.mutable_accessible_topology()->Add()->mutable_segments())["zone"] = "a";
+  auto* cap = v.add_capabilities();
+  cap->set_access_mode(v1::MULTI_NODE_SINGLE_WRITER);
+  cap->set_attachment_mode(v1::FILE_SYSTEM);
+  auto claim = [&](const std::string& alloc, const std::string& node, v1::ClaimMode mode,
+                   v1::ClaimState state) {
+    auto* c = v.add_claims();
+    c->set_alloc_id(alloc);
+    c->set_node_id(node);
+    c->set_mode(mode);
+    c->set_state(state);
+    c->set_access_mode(v1::MULTI_NODE_SINGLE_WRITER);
+    c->set_attachment_mode(v1::FILE_SYSTEM);
+  };
+  claim("w1", "n1", v1::CLAIM_WRITE, v1::CLAIM_TAKEN);
+  claim("r1", "n2", v1::CLAIM_READ, v1::CLAIM_TAKEN);
+  claim("r2", "n2", v1::CLAIM_READ, v1::CLAIM_TAKEN);
+  v.set_create_index(5);
+  v.set_modify_index(9);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("nomad modes are Nomad's spellings, and none is the empty string") {
+  CHECK(nomad_mode(v1::SINGLE_NODE_WRITER) == "single-node-writer");
+  CHECK(nomad_mode(v1::MULTI_NODE_MULTI_WRITER) == "multi-node-multi-writer");
+  CHECK(nomad_mode(v1::SINGLE_NODE_READER_ONLY) == "single-node-reader-only");
+  CHECK(nomad_mode(v1::ACCESS_MODE_UNKNOWN) == "");
+  CHECK(nomad_mode(v1::FILE_SYSTEM) == "file-system");
+  CHECK(nomad_mode(v1::BLOCK_DEVICE) == "block-device");
+  CHECK(nomad_mode(v1::ATTACHMENT_MODE_UNKNOWN) == "");
+}
+
+TEST_CASE("nomad times are RFC 3339 in UTC, zero is Go's zero time") {
+  CHECK(nomad_time(0) == "0001-01-01T00:00:00Z");
+  CHECK(nomad_time(-5) == "0001-01-01T00:00:00Z");
+  CHECK(nomad_time(1700000000123) == "2023-11-14T22:13:20.123Z");
+  CHECK(nomad_time(86400000) == "1970-01-02T00:00:00.000Z");
+}
+
+TEST_CASE("nomad volume stub: Nomad's fields, claims counted, health from the plugin") {
+  auto v = volume_with_claims();
+  auto p = plugin_with(true);
+  auto j = nomad_volume_stub(v, &p);
+  std::vector<std::string> keys;
+  for (const auto& [k, val] : j.items()) keys.push_back(k);
+  CHECK(keys == std::vector<std::string>{"ID",
+                                         "Namespace",
+                                         "Name",
+                                         "ExternalID",
+                                         "Topologies",
+                                         "AccessMode",
+                                         "AttachmentMode",
+                                         "CurrentReaders",
+                                         "CurrentWriters",
+                                         "Schedulable",
+                                         "PluginID",
+                                         "Provider",
+                                         "ControllerRequired",
+                                         "ControllersHealthy",
+                                         "ControllersExpected",
+                                         "NodesHealthy",
+                                         "NodesExpected",
+                                         "ResourceExhausted",
+                                         "CreateIndex",
+                                         "ModifyIndex"});
+  CHECK(j["ID"] == "db");
+  CHECK(j["Name"] == "db");  // no name: the id, as Nomad's volume register does
+  CHECK(j["ExternalID"] == "hp-db");
+  CHECK(j["Topologies"][0]["Segments"]["zone"] == "a");
+  CHECK(j["AccessMode"] == "multi-node-single-writer");
+  CHECK(j["AttachmentMode"] == "file-system");
+  CHECK(j["CurrentReaders"] == 2);
+  CHECK(j["CurrentWriters"] == 1);
+  CHECK(j["Schedulable"] == true);
+  CHECK(j["Provider"] == "berth-hostpath");
+  CHECK(j["ControllersHealthy"] == 1);
+  CHECK(j["NodesExpected"] == 1);
+  CHECK(j["ResourceExhausted"] == "0001-01-01T00:00:00Z");
+  CHECK(j["ModifyIndex"] == 9);
+
+  auto sick = plugin_with(false);
+  CHECK(nomad_volume_stub(v, &sick)["Schedulable"] == false);
+  CHECK(nomad_volume_stub(v, nullptr)["Schedulable"] == false);  // plugin not registered
+  v.set_availability(v1::VOLUME_PAUSE);
+  CHECK(nomad_volume_stub(v, &p)["Schedulable"] == false);  // takes no new claim
+  v.clear_claims();
+  auto idle = nomad_volume_stub(v, &p);
+  CHECK(idle["AccessMode"] == "");
+  CHECK(idle["AttachmentMode"] == "");
+  CHECK(idle["CurrentWriters"] == 0);
+}
+
+TEST_CASE("nomad volume: allocs as Nomad maps them, capabilities spelled, never a secret") {
+  auto v = volume_with_claims();
+  // A claim being released holds no more alloc in ReadAllocs/WriteAllocs.
+  auto* gone = v.add_claims();
+  gone->set_alloc_id("old");
+  gone->set_mode(v1::CLAIM_WRITE);
+  gone->set_state(v1::CLAIM_NODE_DETACHED);
+  auto p = plugin_with(true);
+  auto j = nomad_volume(v, &p);
+  CHECK(j["WriteAllocs"].size() == 1);
+  CHECK(j["WriteAllocs"]["w1"].is_null());
+  CHECK(j["ReadAllocs"].size() == 2);
+  CHECK(j["ReadAllocs"].contains("r2"));
+  CHECK_FALSE(j["WriteAllocs"].contains("old"));
+  CHECK(j["RequestedCapabilities"][0]["AccessMode"] == "multi-node-single-writer");
+  CHECK(j["RequestedCapabilities"][0]["AttachmentMode"] == "file-system");
+  CHECK(j["Secrets"].is_null());
+  CHECK(j["MountOptions"]["FSType"] == "ext4");
+  CHECK(j["MountOptions"]["MountFlags"].is_null());
+  CHECK(j["Capacity"] == (1 << 20));
+  CHECK(j["ProviderVersion"] == "1.2.3");
+  CHECK(j["RequestedTopologies"].is_null());
+  auto text = j.dump();
+  CHECK(text.find("hunter2-nomad") == std::string::npos);
+  CHECK(text.find("hunter3-flag") == std::string::npos);
+  (*v.mutable_topology_request()->add_required()->mutable_segments())["zone"] = "b";
+  CHECK(nomad_volume(v, &p)["RequestedTopologies"]["Required"][0]["Segments"]["zone"] == "b");
+}
+
+TEST_CASE("nomad plugin: stub counts, instances keyed by node with their capabilities") {
+  auto p = plugin_with(true);
+  p.set_modify_index(12);
+  auto stub = nomad_plugin_stub(p);
+  CHECK(stub["ID"] == "hostpath");
+  CHECK(stub["ControllerRequired"] == true);
+  CHECK(stub["ControllersExpected"] == 1);
+  CHECK(stub["NodesHealthy"] == 1);
+  CHECK(stub["ModifyIndex"] == 12);
+  auto j = nomad_plugin(p);
+  CHECK(j["Version"] == "1.2.3");
+  CHECK(j["Allocations"].is_array());
+  const auto& c = j["Controllers"]["n1"];
+  CHECK(c["PluginID"] == "hostpath");
+  CHECK(c["Healthy"] == true);
+  CHECK(c["UpdateTime"] == "2023-11-14T22:13:20.123Z");
+  CHECK(c["ControllerInfo"]["SupportsAttachDetach"] == true);
+  CHECK(c["ControllerInfo"]["SupportsCreateDeleteSnapshot"] == true);
+  CHECK(c["ControllerInfo"]["SupportsClone"] == false);
+  CHECK_FALSE(c.contains("NodeInfo"));
+  const auto& n = j["Nodes"]["n1"];
+  CHECK(n["NodeInfo"]["ID"] == "csi-n1");
+  CHECK(n["NodeInfo"]["MaxVolumes"] == 7);
+  CHECK(n["NodeInfo"]["RequiresNodeStageVolume"] == true);
+  CHECK(n["NodeInfo"]["AccessibleTopology"]["Segments"]["zone"] == "a");
+  CHECK(n["RequiresTopologies"] == true);
+  CHECK(c["RequiresTopologies"] == false);
+}
+
+TEST_CASE("nomad volume query: the parameters read, bad ones named") {
+  auto q = parse_nomad_volume_query(
+      {{"plugin_id", "host"}, {"per_page", "2"}, {"next_token", "default.b"}});
+  REQUIRE(q.query);
+  CHECK(q.query->plugin_id == "host");
+  CHECK(q.query->per_page == 2);
+  CHECK(q.query->next_token == "default.b");
+  auto bad = parse_nomad_volume_query({{"per_page", "two"}});
+  CHECK_FALSE(bad.query);
+  CHECK(bad.error.find("per_page") != std::string::npos);
+  CHECK_FALSE(parse_nomad_volume_query({{"per_page", "-1"}}).query);
+  CHECK_FALSE(parse_nomad_volume_query({{"per_page", "99999999999"}}).query);
+  auto filter = parse_nomad_volume_query({{"filter", "PluginID == \"x\""}});
+  CHECK_FALSE(filter.query);
+  CHECK(filter.error.find("filter") != std::string::npos);
+}
+
+TEST_CASE("nomad volume pages: filters, NAMESPACE.ID order, every volume once over the pages") {
+  std::vector<v1::Volume> store;
+  auto add = [&](const std::string& ns, const std::string& id, const std::string& plugin,
+                 const std::string& node) {
+    v1::Volume v;
+    v.set_namespace_(ns);
+    v.set_id(id);
+    v.set_plugin_id(plugin);
+    if (!node.empty()) {
+      auto* c = v.add_claims();
+      c->set_node_id(node);
+      c->set_state(v1::CLAIM_TAKEN);
+    }
+    store.push_back(v);
+  };
+  add("default", "c", "hostpath", "");
+  add("default", "a", "hostpath", "node-1");
+  add("team", "a", "ebs", "node-2");
+  add("default", "b", "ebs", "");
+  add("default", "ab", "hostpath", "node-12");
+  std::vector<const v1::Volume*> all;
+  for (const auto& v : store) all.push_back(&v);
+  auto ids = [](const nomad_volume_page& p) {
+    std::vector<std::string> out;
+    for (const auto* v : p.volumes) out.push_back(v->namespace_() + "." + v->id());
+    return out;
+  };
+  nomad_volume_query q;
+  auto everything = nomad_volumes_page(all, q);
+  CHECK(ids(everything) ==
+        std::vector<std::string>{"default.a", "default.ab", "default.b", "default.c", "team.a"});
+  CHECK(everything.next_token.empty());
+  q.plugin_id = "host";
+  CHECK(ids(nomad_volumes_page(all, q)) ==
+        std::vector<std::string>{"default.a", "default.ab", "default.c"});
+  q.plugin_id = "";
+  q.node_id = "node-1";  // a prefix: node-1 and node-12
+  CHECK(ids(nomad_volumes_page(all, q)) == std::vector<std::string>{"default.a", "default.ab"});
+  q.node_id = "";
+  q.prefix = "a";
+  CHECK(ids(nomad_volumes_page(all, q)) ==
+        std::vector<std::string>{"default.a", "default.ab", "team.a"});
+  q.prefix = "";
+  // Every page size walks every volume exactly once, in order.
+  for (int per_page = 1; per_page <= 6; ++per_page) {
+    nomad_volume_query pq;
+    pq.per_page = per_page;
+    std::vector<std::string> walked;
+    for (int pages = 0; pages < 10; ++pages) {
+      auto page = nomad_volumes_page(all, pq);
+      CHECK(static_cast<int>(page.volumes.size()) <= per_page);
+      for (auto& id : ids(page)) walked.push_back(id);
+      if (page.next_token.empty()) break;
+      pq.next_token = page.next_token;
+    }
+    CHECK(walked == ids(everything));
+  }
+}

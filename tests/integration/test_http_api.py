@@ -9,6 +9,7 @@ and every path it names answers."""
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 import unittest
@@ -181,6 +182,19 @@ class NomadApiTest(unittest.TestCase):
         status, doc, _ = get(self.agent, "/v1/openapi.json")
         self.assertEqual(status, 200)
         self.assertTrue(doc["openapi"].startswith("3."))
+        # A real validator (swagger-parser, from the npm registry: tools.npm).
+        tools = os.environ.get("BERTH_NPM_TOOLS", "")
+        self.assertTrue(tools and os.path.isdir(os.path.join(tools, "node_modules")),
+                        "BERTH_NPM_TOOLS names no installed tools; run "
+                        "scripts/npm-tools.sh DIR and set BERTH_NPM_TOOLS=DIR")
+        doc_file = os.path.join(self.tmp, "openapi.json")
+        with open(doc_file, "w") as f:
+            json.dump(doc, f)
+        here = os.path.dirname(os.path.abspath(__file__))
+        check = subprocess.run(["node", os.path.join(here, "..", "tools", "validate-openapi.js"),
+                                doc_file], capture_output=True, text=True, timeout=120,
+                               env=dict(os.environ, NODE_PATH=os.path.join(tools, "node_modules")))
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
         paths = doc["paths"]
         for p in ("/v1/volumes", "/v1/volume/csi/{id}", "/v1/plugins", "/v1/plugin/csi/{id}",
                   "/v1/status/leader", "/v1/status/peers", "/v1/openapi.json", "/v1/event/stream",

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "messages/codec.hpp"
 #include "messages/model.hpp"
 
 namespace berth {
@@ -312,6 +313,36 @@ nomad_volume_page nomad_volumes_page(const std::vector<const v1::Volume*>& volum
     page.volumes.push_back(v);
   }
   return page;
+}
+
+nomad_blocking_result parse_nomad_blocking(const std::map<std::string, std::string>& params) {
+  constexpr int64_t default_ms = 5 * 60'000, most_ms = 10 * 60'000;
+  nomad_blocking_result out;
+  nomad_blocking b;
+  auto index = params.find("index");
+  if (index != params.end() && !index->second.empty()) {
+    const auto& text = index->second;
+    if (text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos) {
+      out.error = "Invalid index: '" + text.substr(0, 20) + "' is not a log index (a number)";
+      return out;
+    }
+    b.index = std::stoull(text);
+  }
+  auto wait = params.find("wait");
+  if (wait != params.end() && !wait->second.empty()) {
+    auto ms = parse_duration_ms(wait->second);
+    if (!ms) {
+      out.error = "Invalid wait time: '" + wait->second.substr(0, 20) +
+                  "' is not a duration such as 30s or 5m";
+      return out;
+    }
+    b.wait_ms = std::min(*ms, most_ms);
+  } else {
+    b.wait_ms = default_ms;
+  }
+  if (b.index == 0) b.wait_ms = 0;
+  out.blocking = b;
+  return out;
 }
 
 }  // namespace berth

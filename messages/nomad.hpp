@@ -70,4 +70,17 @@ struct nomad_volume_page {
 nomad_volume_page nomad_volumes_page(const std::vector<const v1::Volume*>& volumes,
                                      const nomad_volume_query& q);
 
+// A blocking query (?index=N&wait=D): wait until the answer's index passes
+// N, at most D (Go's duration syntax: "30s", "5m"; default 5 minutes, at
+// most 10, as Nomad's documentation gives them).  index 0: no wait.
+struct nomad_blocking {
+  uint64_t index = 0;
+  int64_t wait_ms = 0;
+};
+struct nomad_blocking_result {
+  std::optional<nomad_blocking> blocking;
+  std::string error;  // Nomad's words: "Invalid index", "Invalid wait time"
+};
+nomad_blocking_result parse_nomad_blocking(const std::map<std::string, std::string>& params);
+
 }  // namespace berth

@@ -272,3 +272,24 @@ TEST_CASE("nomad volume pages: filters, NAMESPACE.ID order, every volume once ov
     CHECK(walked == ids(everything));
   }
 }
+
+TEST_CASE("nomad blocking queries: index and wait read, Nomad's defaults and bounds") {
+  auto none = parse_nomad_blocking({});
+  REQUIRE(none.blocking);
+  CHECK(none.blocking->index == 0);
+  CHECK(none.blocking->wait_ms == 0);  // no index: no wait
+  auto dflt = parse_nomad_blocking({{"index", "42"}});
+  REQUIRE(dflt.blocking);
+  CHECK(dflt.blocking->index == 42);
+  CHECK(dflt.blocking->wait_ms == 5 * 60'000);
+  CHECK(parse_nomad_blocking({{"index", "7"}, {"wait", "30s"}}).blocking->wait_ms == 30'000);
+  CHECK(parse_nomad_blocking({{"index", "7"}, {"wait", "1h"}}).blocking->wait_ms == 10 * 60'000);
+  CHECK(parse_nomad_blocking({{"wait", "30s"}}).blocking->wait_ms == 0);
+  auto bad_index = parse_nomad_blocking({{"index", "-1"}});
+  CHECK_FALSE(bad_index.blocking);
+  CHECK(bad_index.error.rfind("Invalid index", 0) == 0);
+  auto bad_wait = parse_nomad_blocking({{"index", "1"}, {"wait", "soon"}});
+  CHECK_FALSE(bad_wait.blocking);
+  CHECK(bad_wait.error.rfind("Invalid wait time", 0) == 0);
+  CHECK_FALSE(parse_nomad_blocking({{"index", "99999999999999999999"}}).blocking);
+}

@@ -1,6 +1,7 @@
 #include "apps/berthd/http_api.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
 #include <cctype>
@@ -87,6 +88,9 @@ struct route {
   renderer render;
   std::chrono::seconds timeout{10};
   std::pair<const char*, const char*> when{nullptr, nullptr};
+  // Nomad's blocking query (?index=N&wait=D): the topics whose events end
+  // the wait (none: the route does not block).
+  std::vector<v1::EventTopic> wakes_on = {};
   std::function<answer()> local = nullptr;
 };
 
@@ -220,7 +224,8 @@ const std::vector<route>& routes() {
          return a;
        },
        std::chrono::seconds(10),
-       {"type", "csi"}},
+       {"type", "csi"},
+       {v1::EVENT_VOLUME, v1::EVENT_CLAIM}},
       {"GET",
        "/v1/volumes",
        "the volumes, berth's shape (as berth --json volume status)",
@@ -247,7 +252,10 @@ const std::vector<route>& routes() {
          return answer{nomad_volume(v, plugin_in(r, v.plugin_id()))
                            .dump(-1, ' ', false, json::error_handler_t::replace),
                        nomad_headers(v.modify_index())};
-       }},
+       },
+       std::chrono::seconds(10),
+       {nullptr, nullptr},
+       {v1::EVENT_VOLUME, v1::EVENT_CLAIM}},
       {"GET",
        "/v1/volume",
        "one volume, berth's shape",
@@ -280,7 +288,8 @@ const std::vector<route>& routes() {
                        nomad_headers(index)};
        },
        std::chrono::seconds(10),
-       {"type", "csi"}},
+       {"type", "csi"},
+       {v1::EVENT_PLUGIN}},
       {"GET",
        "/v1/plugins",
        "the plugins, berth's shape",
@@ -305,7 +314,10 @@ const std::vector<route>& routes() {
          return answer{
              nomad_plugin(r.plugins(0)).dump(-1, ' ', false, json::error_handler_t::replace),
              nomad_headers(r.plugins(0).modify_index())};
-       }},
+       },
+       std::chrono::seconds(10),
+       {nullptr, nullptr},
+       {v1::EVENT_PLUGIN}},
       {"GET",
        "/v1/plugin",
        "one plugin, berth's shape",
@@ -414,6 +426,7 @@ const std::vector<route>& routes() {
        nullptr,
        std::chrono::seconds(10),
        {nullptr, nullptr},
+       {},
        [] { return answer{dump(openapi_document())}; }},
       // berth alloc stop ID: waits for the releases (up to 30 s).
       {"POST",
@@ -559,6 +572,16 @@ json openapi_document() {
                {"required", true},
                {"schema", {{"type", "string"}}}});
     }
+    if (!r.wakes_on.empty()) {
+      add(json{{"name", "index"},
+               {"in", "query"},
+               {"description", "a blocking query: answer once X-Nomad-Index passes this"},
+               {"schema", {{"type", "string"}}}});
+      add(json{{"name", "wait"},
+               {"in", "query"},
+               {"description", "with index: wait at most this long (default 5m, at most 10m)"},
+               {"schema", {{"type", "string"}}}});
+    }
     for (const auto& d : r.docs) {
       // A POST takes its parameters in the query or its JSON body.
       add(json{{"name", d.name},
@@ -658,6 +681,66 @@ json_view send(caf::actor_system& sys, const api_actor& api, v1::Request req, co
   return out;
 }
 
+// The X-Nomad-Index of an answer (0: none).
+uint64_t index_of(const json_view& v) {
+  auto it = v.headers.find("X-Nomad-Index");
+  if (it == v.headers.end() || it->second.empty()) return 0;
+  return std::stoull(it->second);
+}
+
+// Blocking queries held at once on this server: each holds one of the
+// HTTP threads, so that beyond this the UI and the shell's scripts still
+// get theirs.
+std::atomic<int> blocking_queries{0};
+constexpr int most_blocking_queries = 4;
+
+// Nomad's blocking query: answers at once when the index passed
+// `b.index`; else waits for an event of the route's topics after it (this
+// server's event journal, as the event stream does) for up to `b.wait_ms`,
+// then reads again.  The answer's index is the later of what it read and
+// the last event seen, so a removal (which leaves no object to carry its
+// index) also ends the wait.  No guarantee of a change, as Nomad says.
+json_view send_blocking(caf::actor_system& sys, const api_actor& api, const v1::Request& req,
+                        const route& r, const params& p, const nomad_blocking& b,
+                        const std::string& token) {
+  auto first = send(sys, api, req, r, p);
+  if (b.index == 0 || first.status != 200 || index_of(first) > b.index) return first;
+  if (++blocking_queries > most_blocking_queries) {
+    --blocking_queries;
+    return error_view(503, "too many blocking queries on this server (at most " +
+                               std::to_string(most_blocking_queries) +
+                               "); ask another server or again without index");
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(b.wait_ms);
+  uint64_t from = b.index + 1, seen = 0;
+  caf::scoped_actor self{sys};
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    v1::Request events;
+    auto* e = events.mutable_event_stream();
+    e->set_index(from);
+    for (auto t : r.wakes_on) e->add_topics(t);
+    e->set_wait_ms(static_cast<uint32_t>(std::min<int64_t>(left.count(), 60'000)));
+    events.set_token(token);
+    std::optional<v1::Response> resp;
+    self->request(api, std::chrono::milliseconds(e->wait_ms()) + std::chrono::seconds(30),
+                  api_atom::value, wrap(std::move(events)))
+        .receive([&](pb<v1::Response>& x) { resp = std::move(x.msg); }, [](caf::error&) {});
+    // An index older than the journal keeps (or no answer): read again now.
+    if (!resp || resp->error().code() != v1::OK) break;
+    for (const auto& ev : resp->events()) seen = std::max(seen, ev.index());
+    if (seen != 0) break;
+    from = std::max(from, resp->next_index());
+  }
+  --blocking_queries;
+  auto again = send(sys, api, req, r, p);
+  if (again.status == 200 && seen > index_of(again))
+    again.headers["X-Nomad-Index"] = std::to_string(seen);
+  return again;
+}
+
 }  // namespace
 
 std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& api,
@@ -713,7 +796,10 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
   if (auto* problem = std::get_if<std::string>(&b)) return error_view(400, *problem);
   auto& request = std::get<v1::Request>(b);
   request.set_token(req.token);
-  return send(sys, api, std::move(request), *found, p);
+  if (found->wakes_on.empty()) return send(sys, api, std::move(request), *found, p);
+  auto blocking = parse_nomad_blocking(p);
+  if (!blocking.blocking) return error_view(400, blocking.error);
+  return send_blocking(sys, api, std::move(request), *found, p, *blocking.blocking, req.token);
 }
 
 // Answered by this server from its own journal, like the shell's; a `{}`

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 import urllib.error
@@ -224,6 +225,71 @@ class NomadApiTest(unittest.TestCase):
         for path, ops in paths.items():
             if "post" in ops:
                 self.assertEqual(get(self.agent, path)[0], 405, path)
+
+
+class NomadBlockingTest(unittest.TestCase):
+    """Nomad's blocking queries (?index=N&wait=D) on the CSI reads: a query
+    held at the current index is answered once a claim changes the volume,
+    with a higher index; one with nothing to wake it is answered when its
+    wait ends, unchanged."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="berth-http-block-")
+        self.plugin = Plugin(self.tmp, "hp", "csi-dev").start()
+        self.agent = Agent(os.path.join(self.tmp, "data"),
+                           extra_args=["--plugin", "hostpath=monolith:" + self.plugin.socket])
+        self.agent.start()
+        self.addCleanup(self.cleanup)
+        wait(lambda: berth(self.agent, "--json", "plugin", "status", "hostpath").code == 0
+             and berth(self.agent, "--json", "plugin", "status",
+                       "hostpath").json()["controllers_healthy"] == 1, "the plugin healthy")
+        self.assertEqual(berth(self.agent, "volume", "create", "-", stdin=spec("db")).code, 0)
+        self.node = berth(self.agent, "--json", "node", "status").json()[0]["id"]
+
+    def cleanup(self):
+        self.agent.kill()
+        self.plugin.kill()
+        with open("/proc/self/mounts") as f:
+            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
+                os.system("umount -l '%s'" % m)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_a_blocking_query_wakes_on_a_change_and_ends_with_its_wait(self):
+        status, v, headers = get(self.agent, "/v1/volume/csi/db")
+        self.assertEqual((status, v["WriteAllocs"]), (200, {}))
+        index = int(headers["X-Nomad-Index"])
+        answers = []
+        held = threading.Thread(target=lambda: answers.append(
+            get(self.agent, "/v1/volume/csi/db?index=%d&wait=120s" % index)))
+        held.start()
+        # The claim is made while the query is held (or before it reached
+        # the server: either way its index is past the one asked for).
+        r = berth(self.agent, "volume", "claim", "db", "--alloc", "web-1", "--node", self.node)
+        self.assertEqual(r.code, 0, r)
+        held.join(timeout=90 * SCALE)
+        self.assertFalse(held.is_alive(), "the blocking query was not woken by the claim")
+        status, v, headers = answers[0]
+        self.assertEqual(status, 200, v)
+        self.assertEqual(v["WriteAllocs"], {"web-1": None})
+        self.assertGreater(int(headers["X-Nomad-Index"]), index)
+
+        # The list blocks too; with nothing to wake it, it ends with its wait.
+        status, vols, headers = get(self.agent, "/v1/volumes?type=csi")
+        now = int(headers["X-Nomad-Index"])
+        started = time.time()
+        status, again, headers = get(self.agent, "/v1/volumes?type=csi&index=%d&wait=1s" % now)
+        self.assertEqual(status, 200, again)
+        self.assertGreaterEqual(time.time() - started, 0.9)  # it waited, then answered
+        self.assertEqual(int(headers["X-Nomad-Index"]), now)
+        self.assertEqual(again, vols)
+        # An index already passed is answered at once; bad ones are named.
+        self.assertEqual(get(self.agent, "/v1/volumes?type=csi&index=1&wait=5m")[1], vols)
+        status, body, _ = get(self.agent, "/v1/volumes?type=csi&index=abc")
+        self.assertEqual(status, 400)
+        self.assertIn("Invalid index", body["error"])
+        status, body, _ = get(self.agent, "/v1/volume/csi/db?index=3&wait=soon")
+        self.assertEqual(status, 400)
+        self.assertIn("Invalid wait time", body["error"])
 
 
 class NomadApiAclTest(unittest.TestCase):

@@ -1,8 +1,10 @@
 #include "messages/nomad.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <set>
 
 #include "messages/codec.hpp"
 #include "messages/model.hpp"
@@ -342,6 +344,195 @@ nomad_blocking_result parse_nomad_blocking(const std::map<std::string, std::stri
   }
   if (b.index == 0) b.wait_ms = 0;
   out.blocking = b;
+  return out;
+}
+
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// An object's members by their lower-case names (Go's decoder matches
+// field names without regard to case); two spellings of one field are a
+// problem.
+std::map<std::string, std::pair<std::string, const nlohmann::json*>> members(
+    const nlohmann::json& o, const std::string& where, std::vector<problem>& problems) {
+  std::map<std::string, std::pair<std::string, const nlohmann::json*>> out;
+  for (const auto& [k, v] : o.items())
+    if (!out.emplace(lower(k), std::make_pair(k, &v)).second)
+      problems.push_back({where + k, "is given twice (field names are matched without case)"});
+  return out;
+}
+
+}  // namespace
+
+std::variant<v1::Volume, std::vector<problem>> volume_of_nomad(const nlohmann::json& in,
+                                                               bool create) {
+  using nlohmann::json;
+  std::vector<problem> problems;
+  if (!in.is_object()) return std::vector<problem>{{"Volumes[]", "must be an object"}};
+  // Nomad's field (lower case) -> berth's spec key.
+  static const std::map<std::string, std::string> plain = {{"id", "id"},
+                                                           {"name", "name"},
+                                                           {"namespace", "namespace"},
+                                                           {"externalid", "external_id"},
+                                                           {"pluginid", "plugin_id"},
+                                                           {"secrets", "secrets"},
+                                                           {"parameters", "parameters"},
+                                                           {"context", "context"},
+                                                           {"requestedcapacitymin", "capacity_min"},
+                                                           {"requestedcapacitymax", "capacity_max"},
+                                                           {"snapshotid", "snapshot_id"},
+                                                           {"cloneid", "clone_id"}};
+  // Set by Nomad (or by berth): read, never taken from a caller.
+  static const std::set<std::string> ignored = {
+      "topologies",          "schedulable",        "provider",
+      "providerversion",     "controllerrequired", "controllershealthy",
+      "controllersexpected", "nodeshealthy",       "nodesexpected",
+      "resourceexhausted",   "createindex",        "modifyindex",
+      "createtime",          "modifytime",         "readallocs",
+      "writeallocs",         "allocations",        "capacity",
+      "currentreaders",      "currentwriters",     "pastclaims",
+      "readclaims",          "writeclaims"};
+  json spec = json::object();
+  std::string legacy_access, legacy_attachment;
+  for (const auto& [key, kv] : members(in, "", problems)) {
+    const auto& [name, value] = kv;
+    if (auto p = plain.find(key); p != plain.end()) {
+      if (!value->is_null()) spec[p->second] = *value;
+    } else if (key == "requestedcapabilities") {
+      if (value->is_null()) continue;
+      if (!value->is_array()) {
+        problems.push_back({name, "must be a list of {AccessMode, AttachmentMode}"});
+        continue;
+      }
+      json caps = json::array();
+      for (size_t i = 0; i < value->size(); ++i) {
+        auto at = name + "[" + std::to_string(i) + "].";
+        const auto& c = (*value)[i];
+        if (!c.is_object()) {
+          problems.push_back({name + "[" + std::to_string(i) + "]", "must be an object"});
+          continue;
+        }
+        json cap = json::object();
+        for (const auto& [ck, cv] : members(c, at, problems)) {
+          if (ck == "accessmode")
+            cap["access_mode"] = *cv.second;
+          else if (ck == "attachmentmode")
+            cap["attachment_mode"] = *cv.second;
+          else
+            problems.push_back({at + cv.first,
+                                "is not a field of a capability (AccessMode, "
+                                "AttachmentMode)"});
+        }
+        caps.push_back(cap);
+      }
+      spec["capabilities"] = caps;
+    } else if (key == "accessmode" || key == "attachmentmode") {
+      // Nomad's single capability of before 1.1; taken when no list is given.
+      if (value->is_string()) (key == "accessmode" ? legacy_access : legacy_attachment) = *value;
+    } else if (key == "mountoptions") {
+      if (value->is_null()) continue;
+      if (!value->is_object()) {
+        problems.push_back({name, "must be an object {FSType, MountFlags}"});
+        continue;
+      }
+      json mo = json::object();
+      for (const auto& [mk, mv] : members(*value, name + ".", problems)) {
+        if (mk == "fstype")
+          mo["fs_type"] = *mv.second;
+        else if (mk == "mountflags") {
+          if (!mv.second->is_null()) mo["mount_flags"] = *mv.second;
+        } else
+          problems.push_back({name + "." + mv.first, "is not a mount option (FSType, MountFlags)"});
+      }
+      spec["mount_options"] = mo;
+    } else if (key == "requestedtopologies") {
+      if (value->is_null()) continue;
+      if (!value->is_object()) {
+        problems.push_back({name, "must be an object {Required, Preferred}"});
+        continue;
+      }
+      json tr = json::object();
+      for (const auto& [tk, tv] : members(*value, name + ".", problems)) {
+        if (tk != "required" && tk != "preferred") {
+          problems.push_back({name + "." + tv.first, "is not a field (Required, Preferred)"});
+          continue;
+        }
+        if (tv.second->is_null()) continue;
+        if (!tv.second->is_array()) {
+          problems.push_back({name + "." + tv.first, "must be a list of {Segments: {K: V}}"});
+          continue;
+        }
+        json list = json::array();
+        for (const auto& t : *tv.second) {
+          json segs = json::object();
+          if (t.is_object())
+            for (const auto& [sk, sv] : members(t, name + "." + tv.first + "[].", problems)) {
+              if (sk == "segments")
+                segs = *sv.second;
+              else
+                problems.push_back({name + "." + tv.first + "[]." + sv.first,
+                                    "is not a field of a topology (Segments)"});
+            }
+          list.push_back({{"segments", segs}});
+        }
+        tr[tk] = list;
+      }
+      spec["topology_request"] = tr;
+    } else if (ignored.count(key) == 0) {
+      problems.push_back({name, "is not a field of a Nomad CSI volume berth takes"});
+    }
+  }
+  if (!spec.contains("capabilities") && (!legacy_access.empty() || !legacy_attachment.empty()))
+    spec["capabilities"] =
+        json::array({{{"access_mode", legacy_access}, {"attachment_mode", legacy_attachment}}});
+  if (!problems.empty()) return problems;
+  auto parsed = parse_volume_spec(spec.dump(), create ? spec_use::create : spec_use::registration);
+  if (auto* v = std::get_if<v1::Volume>(&parsed)) return std::move(*v);
+  // berth's field names back in Nomad's, so the caller can find them.
+  static const std::vector<std::pair<std::string, std::string>> names = {
+      {"capabilities", "RequestedCapabilities"},
+      {"access_mode", "AccessMode"},
+      {"attachment_mode", "AttachmentMode"},
+      {"mount_options", "MountOptions"},
+      {"fs_type", "FSType"},
+      {"mount_flags", "MountFlags"},
+      {"topology_request", "RequestedTopologies"},
+      {"required", "Required"},
+      {"preferred", "Preferred"},
+      {"segments", "Segments"},
+      {"capacity_min", "RequestedCapacityMin"},
+      {"capacity_max", "RequestedCapacityMax"},
+      {"external_id", "ExternalID"},
+      {"plugin_id", "PluginID"},
+      {"snapshot_id", "SnapshotID"},
+      {"clone_id", "CloneID"},
+      {"namespace", "Namespace"},
+      {"secrets", "Secrets"},
+      {"parameters", "Parameters"},
+      {"context", "Context"},
+      {"name", "Name"},
+      {"id", "ID"}};
+  auto out = std::get<std::vector<problem>>(std::move(parsed));
+  for (auto& p : out) {
+    std::string renamed;
+    size_t i = 0;
+    while (i < p.field.size()) {
+      size_t end = p.field.find_first_of(".[, ", i);
+      auto word = p.field.substr(i, end == std::string::npos ? std::string::npos : end - i);
+      auto hit =
+          std::find_if(names.begin(), names.end(), [&](const auto& n) { return n.first == word; });
+      renamed += hit == names.end() ? word : hit->second;
+      if (end == std::string::npos) break;
+      auto next = p.field.find_first_not_of(".[, ]0123456789", end);
+      renamed += p.field.substr(end, (next == std::string::npos ? p.field.size() : next) - end);
+      i = next == std::string::npos ? p.field.size() : next;
+    }
+    p.field = renamed;
+  }
   return out;
 }
 

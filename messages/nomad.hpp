@@ -12,10 +12,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "messages/api.pb.h"
 #include "messages/berth.pb.h"
+#include "messages/model.hpp"
 
 namespace berth {
 
@@ -69,6 +71,16 @@ struct nomad_volume_page {
 };
 nomad_volume_page nomad_volumes_page(const std::vector<const v1::Volume*>& volumes,
                                      const nomad_volume_query& q);
+
+// A volume as Nomad's register and create take it (PUT /v1/volume/csi/:id
+// and .../create: one entry of the body's "Volumes", api.CSIVolume, field
+// names matched without regard to case as Go's decoder does), as berth's
+// spec reads it: the same problems, naming Nomad's fields.  Fields Nomad
+// sets itself (Schedulable, the health counts, indexes, allocs, Capacity,
+// Topologies) are ignored, as Nomad's register ignores them; an unknown
+// field is a problem.
+std::variant<v1::Volume, std::vector<problem>> volume_of_nomad(const nlohmann::json& in,
+                                                               bool create);
 
 // A blocking query (?index=N&wait=D): wait until the answer's index passes
 // N, at most D (Go's duration syntax: "30s", "5m"; default 5 minutes, at

@@ -293,3 +293,70 @@ TEST_CASE("nomad blocking queries: index and wait read, Nomad's defaults and bou
   CHECK(bad_wait.error.rfind("Invalid wait time", 0) == 0);
   CHECK_FALSE(parse_nomad_blocking({{"index", "99999999999999999999"}}).blocking);
 }
+
+TEST_CASE("volume_of_nomad reads Nomad's register body, any case, and names Nomad's fields") {
+  auto doc = nlohmann::json::parse(R"({
+    "ID": "volume-id1", "Name": "volume one", "Namespace": "default",
+    "ExternalID": "vol-abcdef", "PluginID": "plugin-id1",
+    "RequestedCapabilities": [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"},
+                              {"accessmode": "multi-node-reader-only", "attachmentMode": "file-system"}],
+    "MountOptions": {"FsType": "ext4", "MountFlags": ["noatime"]},
+    "Secrets": {"password": "xyzzy"}, "Parameters": {"tier": "gold"},
+    "RequestedTopologies": {"Required": [{"Segments": {"zone": "a"}}], "Preferred": null},
+    "RequestedCapacityMin": 1048576,
+    "Topologies": [{"foo": "bar"}], "Schedulable": true, "CreateIndex": 4
+  })");
+  auto v = volume_of_nomad(doc, false);
+  if (auto* ps = std::get_if<std::vector<problem>>(&v))
+    for (const auto& p : *ps) MESSAGE(std::string(p.field + ": " + p.message));
+  REQUIRE(std::holds_alternative<v1::Volume>(v));
+  const auto& vol = std::get<v1::Volume>(v);
+  CHECK(vol.id() == "volume-id1");
+  CHECK(vol.name() == "volume one");
+  CHECK(vol.external_id() == "vol-abcdef");
+  CHECK(vol.plugin_id() == "plugin-id1");
+  REQUIRE(vol.capabilities_size() == 2);
+  CHECK(vol.capabilities(1).access_mode() == v1::MULTI_NODE_READER_ONLY);
+  CHECK(vol.mount_options().fs_type() == "ext4");
+  CHECK(vol.mount_options().mount_flags(0) == "noatime");
+  CHECK(vol.secrets().at("password") == "xyzzy");
+  CHECK(vol.parameters().at("tier") == "gold");
+  CHECK(vol.topology_request().required(0).segments().at("zone") == "a");
+  CHECK(vol.capacity_min() == 1048576);
+
+  // Nomad's single capability of before 1.1.
+  auto legacy = nlohmann::json::parse(R"({"ID": "v", "ExternalID": "e", "PluginID": "p",
+      "AccessMode": "multi-node-reader-only", "AttachmentMode": "file-system"})");
+  auto lv = volume_of_nomad(legacy, false);
+  REQUIRE(std::holds_alternative<v1::Volume>(lv));
+  CHECK(std::get<v1::Volume>(lv).capabilities(0).access_mode() == v1::MULTI_NODE_READER_ONLY);
+
+  // Problems name Nomad's fields.
+  auto bad = nlohmann::json::parse(R"({"ID": "v", "PluginID": "p", "ExternalID": "e",
+      "RequestedCapabilities": [{"AccessMode": "rw", "AttachmentMode": "file-system"}],
+      "Bogus": 1})");
+  auto bv = volume_of_nomad(bad, false);
+  REQUIRE(std::holds_alternative<std::vector<problem>>(bv));
+  auto problems = std::get<std::vector<problem>>(bv);
+  REQUIRE(problems.size() == 1);  // the unknown field first, before the spec is read
+  CHECK(problems[0].field == "Bogus");
+  bad.erase("Bogus");
+  problems = std::get<std::vector<problem>>(volume_of_nomad(bad, false));
+  REQUIRE_FALSE(problems.empty());
+  CHECK(problems[0].field == "RequestedCapabilities[0].AccessMode");
+  CHECK(problems[0].message.find("'rw'") != std::string::npos);
+
+  // Create: no ExternalID (the plugin chooses it); register: required.
+  auto create = nlohmann::json::parse(R"({"ID": "v", "PluginID": "p",
+      "RequestedCapabilities": [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}]})");
+  CHECK(std::holds_alternative<v1::Volume>(volume_of_nomad(create, true)));
+  CHECK(std::holds_alternative<std::vector<problem>>(volume_of_nomad(create, false)));
+  create["ExternalID"] = "e";
+  auto made = std::get<std::vector<problem>>(volume_of_nomad(create, true));
+  CHECK(made[0].field == "ExternalID");
+  // Two spellings of one field, and a body that is not an object.
+  auto twice = nlohmann::json::parse(R"({"ID": "v", "id": "w"})");
+  CHECK(std::get<std::vector<problem>>(volume_of_nomad(twice, false))[0].message.find("twice") !=
+        std::string::npos);
+  CHECK(std::holds_alternative<std::vector<problem>>(volume_of_nomad(nlohmann::json(3), false)));
+}

@@ -92,6 +92,12 @@ struct route {
   // the wait (none: the route does not block).
   std::vector<v1::EventTopic> wakes_on = {};
   std::function<answer()> local = nullptr;
+  // Nomad's writes: the requests of the body (one per volume), sent in
+  // order, and the answer of them all.
+  std::function<std::variant<std::vector<v1::Request>, std::string>(const params&,
+                                                                    const std::string& body)>
+      batch = nullptr;
+  std::function<answer(const std::vector<v1::Response>&)> render_batch = nullptr;
 };
 
 // A renderer of a JSON view (the shell's --json renderers).
@@ -171,6 +177,140 @@ const param_doc nomad_type_doc{"type", "query",
 
 json openapi_document();
 
+// The volumes of a Nomad register or create body ({"Volumes": [...]}), as
+// the requests berth's shell would send; the namespace is the volume's, or
+// the query's (default "default").
+std::variant<std::vector<v1::Request>, std::string> nomad_volume_requests(const params& p,
+                                                                          const std::string& body,
+                                                                          bool create) {
+  auto doc = json::parse(body, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object())
+    return std::string("the body is not a JSON object {\"Volumes\": [...]}");
+  json volumes;
+  for (const auto& [k, v] : doc.items()) {
+    std::string key = k;
+    for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (key == "volumes")
+      volumes = v;
+    else if (key != "policyoverride")
+      return "field '" + k + "' is not one of the body's (Volumes, PolicyOverride)";
+  }
+  if (!volumes.is_array() || volumes.empty())
+    return std::string("the body names no volume: give {\"Volumes\": [{\"ID\": ...}, ...]}");
+  std::vector<v1::Request> out;
+  for (size_t i = 0; i < volumes.size(); ++i) {
+    auto v = volume_of_nomad(volumes[i], create);
+    if (auto* problems = std::get_if<std::vector<problem>>(&v)) {
+      std::string id =
+          volumes[i].is_object() && volumes[i].contains("ID") && volumes[i]["ID"].is_string()
+              ? volumes[i]["ID"].get<std::string>()
+              : "Volumes[" + std::to_string(i) + "]";
+      return describe("volume '" + id + "'", *problems);
+    }
+    auto& vol = std::get<v1::Volume>(v);
+    if (vol.namespace_().empty()) vol.set_namespace_(volume_namespace(p));
+    v1::Request r;
+    if (create)
+      *r.mutable_volume_create() = std::move(vol);
+    else
+      *r.mutable_volume_register() = std::move(vol);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// Nomad's answer to a register or create: the volumes as they are now.
+answer nomad_volumes_answer(const std::vector<v1::Response>& all) {
+  nlohmann::ordered_json volumes = nlohmann::ordered_json::array();
+  uint64_t index = 0;
+  for (const auto& r : all)
+    for (const auto& v : r.volumes()) {
+      volumes.push_back(nomad_volume(v, plugin_in(r, v.plugin_id())));
+      index = std::max(index, v.modify_index());
+    }
+  nlohmann::ordered_json out{{"Volumes", volumes}, {"Warnings", ""}};
+  return answer{out.dump(-1, ' ', false, json::error_handler_t::replace), nomad_headers(index)};
+}
+
+answer nomad_message_answer(const std::vector<v1::Response>& all) {
+  std::string message;
+  for (const auto& r : all) message += (message.empty() ? "" : "; ") + r.message();
+  return answer{dump(json{{"message", message}})};
+}
+
+void add_nomad_writes(std::vector<route>& v) {
+  auto one = [](v1::Request r) {
+    return std::variant<std::vector<v1::Request>, std::string>(std::vector<v1::Request>{r});
+  };
+  route reg{"PUT",
+            "/v1/volume/csi/:id",
+            "Nomad: register the body's volumes ({\"Volumes\": [CSIVolume...]}), as berth volume "
+            "register (the path's id is not used, as in Nomad)",
+            {nomad_namespace_doc},
+            nullptr,
+            nullptr,
+            std::chrono::seconds(60)};
+  reg.batch = [](const params& p, const std::string& body) {
+    return nomad_volume_requests(p, body, false);
+  };
+  reg.render_batch = nomad_volumes_answer;
+  route create = reg;
+  create.path = "/v1/volume/csi/:id/create";
+  create.summary =
+      "Nomad: create the body's volumes through their plugins (CreateVolume), as berth volume "
+      "create";
+  create.batch = [](const params& p, const std::string& body) {
+    return nomad_volume_requests(p, body, true);
+  };
+  route dereg{"DELETE",
+              "/v1/volume/csi/:id",
+              "Nomad: deregister the volume (force=true: even while claimed), as berth volume "
+              "deregister",
+              {namespace_doc, {"force", "query", "true: even while claimed"}},
+              nullptr,
+              nullptr,
+              std::chrono::seconds(60)};
+  dereg.batch = [one](const params& p,
+                      const std::string&) -> std::variant<std::vector<v1::Request>, std::string> {
+    auto force = param(p, "force");
+    if (!force.empty() && force != "true" && force != "false")
+      return "invalid force value '" + force + "': true or false";
+    v1::Request r;
+    auto* d = r.mutable_volume_deregister();
+    d->set_namespace_(volume_namespace(p));
+    d->set_volume_id(param(p, "id"));
+    d->set_force(force == "true");
+    return one(std::move(r));
+  };
+  dereg.render_batch = nomad_message_answer;
+  route del = dereg;
+  del.path = "/v1/volume/csi/:id/delete";
+  del.summary =
+      "Nomad: delete the volume through its plugin (DeleteVolume), as berth volume delete";
+  del.docs = {namespace_doc};
+  del.batch = [one](const params& p, const std::string&) {
+    v1::Request r;
+    r.mutable_volume_delete()->set_namespace_(volume_namespace(p));
+    r.mutable_volume_delete()->set_volume_id(param(p, "id"));
+    return one(std::move(r));
+  };
+  route detach = dereg;
+  detach.path = "/v1/volume/csi/:id/detach";
+  detach.summary = "Nomad: detach the volume from a node, as berth volume detach";
+  detach.docs = {namespace_doc, {"node", "query", "the node to detach it from", true}};
+  detach.batch = [one](const params& p,
+                       const std::string&) -> std::variant<std::vector<v1::Request>, std::string> {
+    if (param(p, "node").empty()) return std::string("detach requires node ID (?node=NODE)");
+    v1::Request r;
+    auto* d = r.mutable_volume_detach();
+    d->set_namespace_(volume_namespace(p));
+    d->set_volume_id(param(p, "id"));
+    d->set_node_id(param(p, "node"));
+    return one(std::move(r));
+  };
+  for (auto* r : {&reg, &create, &dereg, &del, &detach}) v.push_back(std::move(*r));
+}
+
 // A server as Nomad's status endpoints name it: its Raft address, or its
 // shell endpoint when it has no Raft link (berthd --dev).
 std::string peer_address(const v1::ServerInfo& s) {
@@ -178,325 +318,329 @@ std::string peer_address(const v1::ServerInfo& s) {
 }
 
 const std::vector<route>& routes() {
-  static const std::vector<route> all = {
-      {"GET",
-       "/v1/status",
-       "this berthd: its name, role and versions",
-       {},
-       [](const params&) -> built {
-         v1::Request r;
-         r.mutable_agent_status();
-         return r;
-       },
-       as_json([](const v1::Response& r) { return agent_json(r.agent()); })},
-      // Nomad's list (GET /v1/volumes?type=csi): CSIVolumeListStub entries.
-      {"GET",
-       "/v1/volumes",
-       "Nomad: the CSI volumes (CSIVolumeListStub), paged",
-       {nomad_type_doc,
-        nomad_namespace_doc,
-        {"plugin_id", "query", "only volumes of a plugin whose id starts with this"},
-        {"node_id", "query", "only volumes claimed on a node whose id starts with this"},
-        {"prefix", "query", "only volumes whose id starts with this"},
-        {"per_page", "query",
-         "at most this many (the X-Nomad-NextToken header names the next page)"},
-        {"next_token", "query", "start at this page (X-Nomad-NextToken of the page before)"}},
-       [](const params& p) -> built {
-         auto q = parse_nomad_volume_query(p);
-         if (!q.query) return q.error;
-         v1::Request r;
-         r.mutable_volume_list()->set_namespace_(nomad_list_namespace(p));
-         return r;
-       },
-       [](const v1::Response& r, const params& p) {
-         std::vector<const v1::Volume*> all;
-         uint64_t index = 0;
-         for (const auto& v : r.volumes()) {
-           all.push_back(&v);
-           index = std::max(index, v.modify_index());
-         }
-         auto page = nomad_volumes_page(all, *parse_nomad_volume_query(p).query);
-         nlohmann::ordered_json out = nlohmann::ordered_json::array();
-         for (const auto* v : page.volumes)
-           out.push_back(nomad_volume_stub(*v, plugin_in(r, v->plugin_id())));
-         answer a{out.dump(-1, ' ', false, json::error_handler_t::replace), nomad_headers(index)};
-         if (!page.next_token.empty()) a.headers["X-Nomad-NextToken"] = page.next_token;
-         return a;
-       },
-       std::chrono::seconds(10),
-       {"type", "csi"},
-       {v1::EVENT_VOLUME, v1::EVENT_CLAIM}},
-      {"GET",
-       "/v1/volumes",
-       "the volumes, berth's shape (as berth --json volume status)",
-       {list_namespace_doc},
-       [](const params& p) -> built {
-         v1::Request r;
-         r.mutable_volume_list()->set_namespace_(list_namespace(p));
-         return r;
-       },
-       as_json(volumes_json)},
-      {"GET",
-       "/v1/volume/csi/:id",
-       "Nomad: one CSI volume (CSIVolume)",
-       {namespace_doc},
-       [](const params& p) -> built {
-         v1::Request r;
-         r.mutable_volume_status()->set_namespace_(volume_namespace(p));
-         r.mutable_volume_status()->set_id(param(p, "id"));
-         return r;
-       },
-       [](const v1::Response& r, const params&) {
-         if (r.volumes().empty()) return answer{"null"};
-         const auto& v = r.volumes(0);
-         return answer{nomad_volume(v, plugin_in(r, v.plugin_id()))
-                           .dump(-1, ' ', false, json::error_handler_t::replace),
-                       nomad_headers(v.modify_index())};
-       },
-       std::chrono::seconds(10),
-       {nullptr, nullptr},
-       {v1::EVENT_VOLUME, v1::EVENT_CLAIM}},
-      {"GET",
-       "/v1/volume",
-       "one volume, berth's shape",
-       {id_doc, namespace_doc},
-       [](const params& p) -> built {
-         if (auto m = missing(p, {"id"}); !m.empty()) return m;
-         v1::Request r;
-         r.mutable_volume_status()->set_namespace_(volume_namespace(p));
-         r.mutable_volume_status()->set_id(param(p, "id"));
-         return r;
-       },
-       as_json(single_volume_json)},
-      {"GET",
-       "/v1/plugins",
-       "Nomad: the CSI plugins (CSIPluginListStub)",
-       {nomad_type_doc},
-       [](const params&) -> built {
-         v1::Request r;
-         r.mutable_plugin_list();
-         return r;
-       },
-       [](const v1::Response& r, const params&) {
-         nlohmann::ordered_json out = nlohmann::ordered_json::array();
-         uint64_t index = 0;
-         for (const auto& pl : r.plugins()) {
-           out.push_back(nomad_plugin_stub(pl));
-           index = std::max(index, pl.modify_index());
-         }
-         return answer{out.dump(-1, ' ', false, json::error_handler_t::replace),
-                       nomad_headers(index)};
-       },
-       std::chrono::seconds(10),
-       {"type", "csi"},
-       {v1::EVENT_PLUGIN}},
-      {"GET",
-       "/v1/plugins",
-       "the plugins, berth's shape",
-       {},
-       [](const params&) -> built {
-         v1::Request r;
-         r.mutable_plugin_list();
-         return r;
-       },
-       as_json([](const v1::Response& r) { return array_of(r.plugins(), plugin_json); })},
-      {"GET",
-       "/v1/plugin/csi/:id",
-       "Nomad: one CSI plugin (CSIPlugin)",
-       {},
-       [](const params& p) -> built {
-         v1::Request r;
-         r.set_plugin_status(param(p, "id"));
-         return r;
-       },
-       [](const v1::Response& r, const params&) {
-         if (r.plugins().empty()) return answer{"null"};
-         return answer{
-             nomad_plugin(r.plugins(0)).dump(-1, ' ', false, json::error_handler_t::replace),
-             nomad_headers(r.plugins(0).modify_index())};
-       },
-       std::chrono::seconds(10),
-       {nullptr, nullptr},
-       {v1::EVENT_PLUGIN}},
-      {"GET",
-       "/v1/plugin",
-       "one plugin, berth's shape",
-       {id_doc},
-       [](const params& p) -> built {
-         if (auto m = missing(p, {"id"}); !m.empty()) return m;
-         v1::Request r;
-         r.set_plugin_status(param(p, "id"));
-         return r;
-       },
-       as_json([](const v1::Response& r) {
-         return r.plugins().empty() ? json() : plugin_json(r.plugins(0));
-       })},
-      {"GET",
-       "/v1/nodes",
-       "the nodes",
-       {},
-       [](const params&) -> built {
-         v1::Request r;
-         r.mutable_node_list();
-         return r;
-       },
-       as_json([](const v1::Response& r) { return array_of(r.nodes(), node_json); })},
-      {"GET",
-       "/v1/node",
-       "one node with its volumes",
-       {id_doc},
-       [](const params& p) -> built {
-         if (auto m = missing(p, {"id"}); !m.empty()) return m;
-         v1::Request r;
-         r.set_node_status(param(p, "id"));
-         return r;
-       },
-       as_json([](const v1::Response& r) {
-         return r.nodes().empty() ? json() : node_with_volumes_json(r);
-       })},
-      {"GET",
-       "/v1/allocs",
-       "the allocs",
-       {list_namespace_doc},
-       [](const params& p) -> built {
-         v1::Request r;
-         r.mutable_alloc_list()->set_namespace_(list_namespace(p));
-         return r;
-       },
-       as_json([](const v1::Response& r) { return array_of(r.allocs(), alloc_json); })},
-      {"GET",
-       "/v1/alloc",
-       "one alloc with its claims",
-       {id_doc},
-       [](const params& p) -> built {
-         if (auto m = missing(p, {"id"}); !m.empty()) return m;
-         v1::Request r;
-         r.set_alloc_status(param(p, "id"));
-         return r;
-       },
-       // The id is the alloc's own (the answer names it).
-       as_json([](const v1::Response& r) {
-         return r.allocs().empty() ? json() : alloc_with_claims_json(r, r.allocs(0).id());
-       })},
-      {"GET",
-       "/v1/raft/peers",
-       "the servers and their Raft state",
-       {},
-       [](const params&) -> built {
-         v1::Request r;
-         r.set_raft_list_peers(true);
-         return r;
-       },
-       as_json([](const v1::Response& r) { return array_of(r.raft(), raft_json); })},
-      // Nomad's: the leader's and the peers' Raft addresses (a single dev
-      // server has no Raft link: its shell endpoint).
-      {"GET",
-       "/v1/status/leader",
-       "Nomad: the leader's Raft address (\"\" without a leader)",
-       {},
-       [](const params&) -> built {
-         v1::Request r;
-         r.set_raft_list_peers(true);
-         return r;
-       },
-       as_json([](const v1::Response& r) {
-         for (const auto& s : r.raft())
-           if (s.role() == "leader") return json(peer_address(s.server()));
-         return json("");
-       })},
-      {"GET",
-       "/v1/status/peers",
-       "Nomad: the servers' Raft addresses",
-       {},
-       [](const params&) -> built {
-         v1::Request r;
-         r.set_raft_list_peers(true);
-         return r;
-       },
-       as_json([](const v1::Response& r) {
-         json out = json::array();
-         for (const auto& s : r.raft()) out.push_back(peer_address(s.server()));
-         return out;
-       })},
-      {"GET",
-       "/v1/openapi.json",
-       "this API as an OpenAPI 3 document",
-       {},
-       nullptr,
-       nullptr,
-       std::chrono::seconds(10),
-       {nullptr, nullptr},
-       {},
-       [] { return answer{dump(openapi_document())}; }},
-      // berth alloc stop ID: waits for the releases (up to 30 s).
-      {"POST",
-       "/v1/alloc/stop",
-       "berth alloc stop ID (waits for the releases)",
-       {{"id", "body", "the alloc", true}},
-       [](const params& p) -> built {
-         if (auto m = missing(p, {"id"}); !m.empty()) return m;
-         v1::Request r;
-         r.set_alloc_stop(param(p, "id"));
-         return r;
-       },
-       as_json([](const v1::Response& r) {
-         return with_message(r.allocs().empty() ? json() : alloc_json(r.allocs(0)), r);
-       }),
-       std::chrono::seconds(60)},
-      // berth volume detach ID NODE [--namespace NS]
-      {"POST",
-       "/v1/volume/detach",
-       "berth volume detach ID NODE",
-       {{"id", "body", "the volume", true},
-        {"node", "body", "the node to detach it from", true},
-        {"namespace", "body", "the volume's namespace (default: default)"}},
-       [](const params& p) -> built {
-         if (auto m = missing(p, {"id", "node"}); !m.empty()) return m;
-         v1::Request r;
-         auto* d = r.mutable_volume_detach();
-         d->set_namespace_(volume_namespace(p));
-         d->set_volume_id(param(p, "id"));
-         d->set_node_id(param(p, "node"));
-         return r;
-       },
-       as_json([](const v1::Response& r) { return with_message(single_volume_json(r), r); }),
-       std::chrono::seconds(60)},
-      // berth node drain ID [--deadline D | --no-deadline | --force] [--disable]
-      {"POST",
-       "/v1/node/drain",
-       "berth node drain ID",
-       {{"id", "body", "the node", true},
-        {"deadline", "body", "how long the allocs have (default 1h)"},
-        {"no_deadline", "body", "true: no deadline"},
-        {"force", "body", "true: now"},
-        {"disable", "body", "true: end the drain"},
-        {"keep_ineligible", "body", "with disable: stay ineligible"},
-        {"keep_plugins", "body", "true: the node's plugins keep serving"}},
-       [](const params& p) -> built {
-         if (auto m = missing(p, {"id"}); !m.empty()) return m;
-         v1::Request r;
-         auto* d = r.mutable_node_drain();
-         d->set_node_id(param(p, "id"));
-         d->set_keep_plugins(flag(p, "keep_plugins"));
-         if (flag(p, "disable")) {
-           d->set_disable(true);
-           d->set_keep_ineligible(flag(p, "keep_ineligible"));
-         } else if (flag(p, "no_deadline")) {
-           d->set_no_deadline(true);
-         } else if (!flag(p, "force")) {
-           auto text = param(p, "deadline").empty() ? "1h" : param(p, "deadline");
-           auto ms = parse_duration_ms(text);
-           if (!ms || *ms == 0)
-             return "deadline '" + text +
-                    "' is not a duration such as 30m, 1h or 90s (for none: no_deadline=true; "
-                    "for now: force=true)";
-           d->set_deadline_ms(*ms);
-         }
-         return r;
-       },
-       as_json(node_message_json),
-       std::chrono::seconds(30)},
-  };
+  static const std::vector<route> all = [] {
+    std::vector<route> v = {
+        {"GET",
+         "/v1/status",
+         "this berthd: its name, role and versions",
+         {},
+         [](const params&) -> built {
+           v1::Request r;
+           r.mutable_agent_status();
+           return r;
+         },
+         as_json([](const v1::Response& r) { return agent_json(r.agent()); })},
+        // Nomad's list (GET /v1/volumes?type=csi): CSIVolumeListStub entries.
+        {"GET",
+         "/v1/volumes",
+         "Nomad: the CSI volumes (CSIVolumeListStub), paged",
+         {nomad_type_doc,
+          nomad_namespace_doc,
+          {"plugin_id", "query", "only volumes of a plugin whose id starts with this"},
+          {"node_id", "query", "only volumes claimed on a node whose id starts with this"},
+          {"prefix", "query", "only volumes whose id starts with this"},
+          {"per_page", "query",
+           "at most this many (the X-Nomad-NextToken header names the next page)"},
+          {"next_token", "query", "start at this page (X-Nomad-NextToken of the page before)"}},
+         [](const params& p) -> built {
+           auto q = parse_nomad_volume_query(p);
+           if (!q.query) return q.error;
+           v1::Request r;
+           r.mutable_volume_list()->set_namespace_(nomad_list_namespace(p));
+           return r;
+         },
+         [](const v1::Response& r, const params& p) {
+           std::vector<const v1::Volume*> all;
+           uint64_t index = 0;
+           for (const auto& v : r.volumes()) {
+             all.push_back(&v);
+             index = std::max(index, v.modify_index());
+           }
+           auto page = nomad_volumes_page(all, *parse_nomad_volume_query(p).query);
+           nlohmann::ordered_json out = nlohmann::ordered_json::array();
+           for (const auto* v : page.volumes)
+             out.push_back(nomad_volume_stub(*v, plugin_in(r, v->plugin_id())));
+           answer a{out.dump(-1, ' ', false, json::error_handler_t::replace), nomad_headers(index)};
+           if (!page.next_token.empty()) a.headers["X-Nomad-NextToken"] = page.next_token;
+           return a;
+         },
+         std::chrono::seconds(10),
+         {"type", "csi"},
+         {v1::EVENT_VOLUME, v1::EVENT_CLAIM}},
+        {"GET",
+         "/v1/volumes",
+         "the volumes, berth's shape (as berth --json volume status)",
+         {list_namespace_doc},
+         [](const params& p) -> built {
+           v1::Request r;
+           r.mutable_volume_list()->set_namespace_(list_namespace(p));
+           return r;
+         },
+         as_json(volumes_json)},
+        {"GET",
+         "/v1/volume/csi/:id",
+         "Nomad: one CSI volume (CSIVolume)",
+         {namespace_doc},
+         [](const params& p) -> built {
+           v1::Request r;
+           r.mutable_volume_status()->set_namespace_(volume_namespace(p));
+           r.mutable_volume_status()->set_id(param(p, "id"));
+           return r;
+         },
+         [](const v1::Response& r, const params&) {
+           if (r.volumes().empty()) return answer{"null"};
+           const auto& v = r.volumes(0);
+           return answer{nomad_volume(v, plugin_in(r, v.plugin_id()))
+                             .dump(-1, ' ', false, json::error_handler_t::replace),
+                         nomad_headers(v.modify_index())};
+         },
+         std::chrono::seconds(10),
+         {nullptr, nullptr},
+         {v1::EVENT_VOLUME, v1::EVENT_CLAIM}},
+        {"GET",
+         "/v1/volume",
+         "one volume, berth's shape",
+         {id_doc, namespace_doc},
+         [](const params& p) -> built {
+           if (auto m = missing(p, {"id"}); !m.empty()) return m;
+           v1::Request r;
+           r.mutable_volume_status()->set_namespace_(volume_namespace(p));
+           r.mutable_volume_status()->set_id(param(p, "id"));
+           return r;
+         },
+         as_json(single_volume_json)},
+        {"GET",
+         "/v1/plugins",
+         "Nomad: the CSI plugins (CSIPluginListStub)",
+         {nomad_type_doc},
+         [](const params&) -> built {
+           v1::Request r;
+           r.mutable_plugin_list();
+           return r;
+         },
+         [](const v1::Response& r, const params&) {
+           nlohmann::ordered_json out = nlohmann::ordered_json::array();
+           uint64_t index = 0;
+           for (const auto& pl : r.plugins()) {
+             out.push_back(nomad_plugin_stub(pl));
+             index = std::max(index, pl.modify_index());
+           }
+           return answer{out.dump(-1, ' ', false, json::error_handler_t::replace),
+                         nomad_headers(index)};
+         },
+         std::chrono::seconds(10),
+         {"type", "csi"},
+         {v1::EVENT_PLUGIN}},
+        {"GET",
+         "/v1/plugins",
+         "the plugins, berth's shape",
+         {},
+         [](const params&) -> built {
+           v1::Request r;
+           r.mutable_plugin_list();
+           return r;
+         },
+         as_json([](const v1::Response& r) { return array_of(r.plugins(), plugin_json); })},
+        {"GET",
+         "/v1/plugin/csi/:id",
+         "Nomad: one CSI plugin (CSIPlugin)",
+         {},
+         [](const params& p) -> built {
+           v1::Request r;
+           r.set_plugin_status(param(p, "id"));
+           return r;
+         },
+         [](const v1::Response& r, const params&) {
+           if (r.plugins().empty()) return answer{"null"};
+           return answer{
+               nomad_plugin(r.plugins(0)).dump(-1, ' ', false, json::error_handler_t::replace),
+               nomad_headers(r.plugins(0).modify_index())};
+         },
+         std::chrono::seconds(10),
+         {nullptr, nullptr},
+         {v1::EVENT_PLUGIN}},
+        {"GET",
+         "/v1/plugin",
+         "one plugin, berth's shape",
+         {id_doc},
+         [](const params& p) -> built {
+           if (auto m = missing(p, {"id"}); !m.empty()) return m;
+           v1::Request r;
+           r.set_plugin_status(param(p, "id"));
+           return r;
+         },
+         as_json([](const v1::Response& r) {
+           return r.plugins().empty() ? json() : plugin_json(r.plugins(0));
+         })},
+        {"GET",
+         "/v1/nodes",
+         "the nodes",
+         {},
+         [](const params&) -> built {
+           v1::Request r;
+           r.mutable_node_list();
+           return r;
+         },
+         as_json([](const v1::Response& r) { return array_of(r.nodes(), node_json); })},
+        {"GET",
+         "/v1/node",
+         "one node with its volumes",
+         {id_doc},
+         [](const params& p) -> built {
+           if (auto m = missing(p, {"id"}); !m.empty()) return m;
+           v1::Request r;
+           r.set_node_status(param(p, "id"));
+           return r;
+         },
+         as_json([](const v1::Response& r) {
+           return r.nodes().empty() ? json() : node_with_volumes_json(r);
+         })},
+        {"GET",
+         "/v1/allocs",
+         "the allocs",
+         {list_namespace_doc},
+         [](const params& p) -> built {
+           v1::Request r;
+           r.mutable_alloc_list()->set_namespace_(list_namespace(p));
+           return r;
+         },
+         as_json([](const v1::Response& r) { return array_of(r.allocs(), alloc_json); })},
+        {"GET",
+         "/v1/alloc",
+         "one alloc with its claims",
+         {id_doc},
+         [](const params& p) -> built {
+           if (auto m = missing(p, {"id"}); !m.empty()) return m;
+           v1::Request r;
+           r.set_alloc_status(param(p, "id"));
+           return r;
+         },
+         // The id is the alloc's own (the answer names it).
+         as_json([](const v1::Response& r) {
+           return r.allocs().empty() ? json() : alloc_with_claims_json(r, r.allocs(0).id());
+         })},
+        {"GET",
+         "/v1/raft/peers",
+         "the servers and their Raft state",
+         {},
+         [](const params&) -> built {
+           v1::Request r;
+           r.set_raft_list_peers(true);
+           return r;
+         },
+         as_json([](const v1::Response& r) { return array_of(r.raft(), raft_json); })},
+        // Nomad's: the leader's and the peers' Raft addresses (a single dev
+        // server has no Raft link: its shell endpoint).
+        {"GET",
+         "/v1/status/leader",
+         "Nomad: the leader's Raft address (\"\" without a leader)",
+         {},
+         [](const params&) -> built {
+           v1::Request r;
+           r.set_raft_list_peers(true);
+           return r;
+         },
+         as_json([](const v1::Response& r) {
+           for (const auto& s : r.raft())
+             if (s.role() == "leader") return json(peer_address(s.server()));
+           return json("");
+         })},
+        {"GET",
+         "/v1/status/peers",
+         "Nomad: the servers' Raft addresses",
+         {},
+         [](const params&) -> built {
+           v1::Request r;
+           r.set_raft_list_peers(true);
+           return r;
+         },
+         as_json([](const v1::Response& r) {
+           json out = json::array();
+           for (const auto& s : r.raft()) out.push_back(peer_address(s.server()));
+           return out;
+         })},
+        {"GET",
+         "/v1/openapi.json",
+         "this API as an OpenAPI 3 document",
+         {},
+         nullptr,
+         nullptr,
+         std::chrono::seconds(10),
+         {nullptr, nullptr},
+         {},
+         [] { return answer{dump(openapi_document())}; }},
+        // berth alloc stop ID: waits for the releases (up to 30 s).
+        {"POST",
+         "/v1/alloc/stop",
+         "berth alloc stop ID (waits for the releases)",
+         {{"id", "body", "the alloc", true}},
+         [](const params& p) -> built {
+           if (auto m = missing(p, {"id"}); !m.empty()) return m;
+           v1::Request r;
+           r.set_alloc_stop(param(p, "id"));
+           return r;
+         },
+         as_json([](const v1::Response& r) {
+           return with_message(r.allocs().empty() ? json() : alloc_json(r.allocs(0)), r);
+         }),
+         std::chrono::seconds(60)},
+        // berth volume detach ID NODE [--namespace NS]
+        {"POST",
+         "/v1/volume/detach",
+         "berth volume detach ID NODE",
+         {{"id", "body", "the volume", true},
+          {"node", "body", "the node to detach it from", true},
+          {"namespace", "body", "the volume's namespace (default: default)"}},
+         [](const params& p) -> built {
+           if (auto m = missing(p, {"id", "node"}); !m.empty()) return m;
+           v1::Request r;
+           auto* d = r.mutable_volume_detach();
+           d->set_namespace_(volume_namespace(p));
+           d->set_volume_id(param(p, "id"));
+           d->set_node_id(param(p, "node"));
+           return r;
+         },
+         as_json([](const v1::Response& r) { return with_message(single_volume_json(r), r); }),
+         std::chrono::seconds(60)},
+        // berth node drain ID [--deadline D | --no-deadline | --force] [--disable]
+        {"POST",
+         "/v1/node/drain",
+         "berth node drain ID",
+         {{"id", "body", "the node", true},
+          {"deadline", "body", "how long the allocs have (default 1h)"},
+          {"no_deadline", "body", "true: no deadline"},
+          {"force", "body", "true: now"},
+          {"disable", "body", "true: end the drain"},
+          {"keep_ineligible", "body", "with disable: stay ineligible"},
+          {"keep_plugins", "body", "true: the node's plugins keep serving"}},
+         [](const params& p) -> built {
+           if (auto m = missing(p, {"id"}); !m.empty()) return m;
+           v1::Request r;
+           auto* d = r.mutable_node_drain();
+           d->set_node_id(param(p, "id"));
+           d->set_keep_plugins(flag(p, "keep_plugins"));
+           if (flag(p, "disable")) {
+             d->set_disable(true);
+             d->set_keep_ineligible(flag(p, "keep_ineligible"));
+           } else if (flag(p, "no_deadline")) {
+             d->set_no_deadline(true);
+           } else if (!flag(p, "force")) {
+             auto text = param(p, "deadline").empty() ? "1h" : param(p, "deadline");
+             auto ms = parse_duration_ms(text);
+             if (!ms || *ms == 0)
+               return "deadline '" + text +
+                      "' is not a duration such as 30m, 1h or 90s (for none: no_deadline=true; "
+                      "for now: force=true)";
+             d->set_deadline_ms(*ms);
+           }
+           return r;
+         },
+         as_json(node_message_json),
+         std::chrono::seconds(30)},
+    };
+    add_nomad_writes(v);
+    return v;
+  }();
   return all;
 }
 
@@ -590,6 +734,17 @@ json openapi_document() {
                {"description", d.description},
                {"schema", {{"type", "string"}}}});
     }
+    if (std::string(r.method) == "PUT")
+      op["requestBody"] = {
+          {"required", true},
+          {"content",
+           {{"application/json",
+             {{"schema",
+               {{"type", "object"},
+                {"description", "Nomad's CSIVolumeRegisterRequest / CSIVolumeCreateRequest"},
+                {"properties",
+                 {{"Volumes", {{"type", "array"}, {"items", {{"type", "object"}}}}},
+                  {"PolicyOverride", {{"type", "boolean"}}}}}}}}}}}};
     if (std::string(r.method) == "POST") {
       json props = json::object();
       json required = json::array();
@@ -662,6 +817,15 @@ std::variant<params, json_view> post_params(const http_request& req) {
   return p;
 }
 
+// What a batch did before it stopped ("" when nothing).
+std::string done_before(const std::vector<v1::Response>& done) {
+  if (done.empty()) return "";
+  std::string out = " (done before it:";
+  for (const auto& d : done) out += " " + d.message() + ";";
+  out.back() = ')';
+  return out;
+}
+
 json_view send(caf::actor_system& sys, const api_actor& api, v1::Request req, const route& r,
                const params& p) {
   json_view out = error_view(503, "no answer");
@@ -679,6 +843,29 @@ json_view send(caf::actor_system& sys, const api_actor& api, v1::Request req, co
           },
           [&](caf::error& e) { out = error_view(503, to_failure(e).message); });
   return out;
+}
+
+// Nomad's writes: each request in turn, stopping at the first refusal
+// (which names what was done before it).
+json_view send_batch(caf::actor_system& sys, const api_actor& api, std::vector<v1::Request> all,
+                     const route& r, const std::string& token) {
+  std::vector<v1::Response> done;
+  caf::scoped_actor self{sys};
+  for (auto& req : all) {
+    req.set_token(token);
+    std::optional<v1::Response> resp;
+    std::string why = "no answer";
+    self->request(api, r.timeout, api_atom::value, wrap(std::move(req)))
+        .receive([&](pb<v1::Response>& x) { resp = std::move(x.msg); },
+                 [&](caf::error& e) { why = to_failure(e).message; });
+    if (!resp) return error_view(503, why + done_before(done));
+    if (resp->error().code() != v1::OK)
+      return error_view(http_status_of(resp->error().code()),
+                        resp->error().message() + done_before(done));
+    done.push_back(std::move(*resp));
+  }
+  auto a = r.render_batch(done);
+  return json_view{200, std::move(a.body), std::move(a.headers)};
 }
 
 // The X-Nomad-Index of an answer (0: none).
@@ -774,7 +961,8 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
       return error_view(404, std::string("no such path; the API is ") + http_paths +
                                  " (all of it: GET /v1/openapi.json)");
     return error_view(405, "method " + req.method + " is not allowed on " + req.path +
-                               " (the views are GET, the actions POST)");
+                               " (the views are GET, the actions POST, Nomad's writes PUT and "
+                               "DELETE; all of it: GET /v1/openapi.json)");
   }
   if (found->local) {
     auto a = found->local();
@@ -792,6 +980,12 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
     p = std::move(std::get<params>(pp));
   }
   for (auto& [k, v] : path_params) p[k] = v;  // the path's own win
+  if (found->batch) {
+    auto requests = found->batch(p, req.body);
+    if (auto* problem = std::get_if<std::string>(&requests)) return error_view(400, *problem);
+    return send_batch(sys, api, std::get<std::vector<v1::Request>>(std::move(requests)), *found,
+                      req.token);
+  }
   auto b = found->build(p);
   if (auto* problem = std::get_if<std::string>(&b)) return error_view(400, *problem);
   auto& request = std::get<v1::Request>(b);

@@ -32,12 +32,13 @@ def spec(vid, **more):
     return json.dumps(d)
 
 
-def get(agent, path, headers=None, method="GET"):
+def get(agent, path, headers=None, method="GET", body=None):
     """(status, body as JSON, headers) of one request to the metrics port."""
+    data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request("http://127.0.0.1:%d%s" % (agent.metrics_port, path),
-                                 method=method, headers=headers or {})
+                                 method=method, headers=headers or {}, data=data)
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=90) as r:
             return r.status, json.loads(r.read().decode()), dict(r.headers)
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read().decode()), dict(e.headers)
@@ -290,6 +291,75 @@ class NomadBlockingTest(unittest.TestCase):
         status, body, _ = get(self.agent, "/v1/volume/csi/db?index=3&wait=soon")
         self.assertEqual(status, 400)
         self.assertIn("Invalid wait time", body["error"])
+
+    def test_nomads_writes_create_register_detach_deregister_delete(self):
+        caps = [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}]
+        outputs = []
+        # Create: CreateVolume through the plugin, answered with the volume.
+        status, body, headers = get(self.agent, "/v1/volume/csi/web/create", method="PUT", body={
+            "Volumes": [{"ID": "web", "Name": "web data", "PluginID": "hostpath",
+                         "RequestedCapabilities": caps, "RequestedCapacityMin": 1048576,
+                         "Secrets": {"token": SECRET}}]})
+        outputs.append(json.dumps(body))
+        self.assertEqual(status, 200, body)
+        made = body["Volumes"][0]
+        self.assertEqual((made["ID"], made["Name"], made["PluginID"]),
+                         ("web", "web data", "hostpath"))
+        self.assertTrue(made["ExternalID"])
+        self.assertIsNone(made["Secrets"])
+        self.assertGreater(int(headers["X-Nomad-Index"]), 0)
+        shown = berth(self.agent, "--json", "volume", "status", "web").json()
+        self.assertEqual(shown["external_id"], made["ExternalID"])
+        self.assertIn("CreateVolume", [c["method"] for c in self.calls()])
+
+        # Register: an existing volume by its ExternalID (Nomad's body, any case).
+        status, body, _ = get(self.agent, "/v1/volume/csi/ignored", method="PUT", body={
+            "volumes": [{"id": "ext", "pluginID": "hostpath", "externalId": made["ExternalID"],
+                         "requestedCapabilities": caps, "Topologies": [{"foo": "bar"}]}],
+            "PolicyOverride": False})
+        outputs.append(json.dumps(body))
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["Volumes"][0]["ID"], "ext")
+        self.assertEqual(get(self.agent, "/v1/volume/csi/ext")[0], 200)
+
+        # Bad input: a clear error naming Nomad's field; nothing registered.
+        status, body, _ = get(self.agent, "/v1/volume/csi/bad", method="PUT", body={
+            "Volumes": [{"ID": "bad", "PluginID": "hostpath", "ExternalID": "x",
+                         "RequestedCapabilities": [{"AccessMode": "rw",
+                                                    "AttachmentMode": "file-system"}]}]})
+        self.assertEqual(status, 400, body)
+        self.assertIn("RequestedCapabilities[0].AccessMode", body["error"])
+        self.assertEqual(get(self.agent, "/v1/volume/csi/bad")[0], 404)
+        self.assertEqual(get(self.agent, "/v1/volume/csi/bad", method="PUT", body={"Volumes": []})[0],
+                         400)
+        self.assertEqual(get(self.agent, "/v1/volume/csi/bad", method="PUT", body={"Nope": 1})[0],
+                         400)
+
+        # Detach needs its node; deregister takes force=true|false only.
+        status, body, _ = get(self.agent, "/v1/volume/csi/ext/detach", method="DELETE")
+        self.assertEqual(status, 400)
+        self.assertIn("node", body["error"])
+        status, body, _ = get(self.agent, "/v1/volume/csi/ext/detach?node=" + self.node,
+                              method="DELETE")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(get(self.agent, "/v1/volume/csi/ext?force=maybe", method="DELETE")[0], 400)
+        status, body, _ = get(self.agent, "/v1/volume/csi/ext", method="DELETE")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(get(self.agent, "/v1/volume/csi/ext")[0], 404)
+
+        # Delete: DeleteVolume through the plugin, then gone.
+        status, body, _ = get(self.agent, "/v1/volume/csi/web/delete", method="DELETE")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(get(self.agent, "/v1/volume/csi/web")[0], 404)
+        self.assertIn("DeleteVolume", [c["method"] for c in self.calls()])
+        for text in outputs:
+            self.assertNotIn(SECRET, text)
+
+    def calls(self):
+        if not os.path.exists(self.plugin.call_log):
+            return []
+        with open(self.plugin.call_log) as f:
+            return [json.loads(l) for l in f if l.strip()]
 
 
 class NomadApiAclTest(unittest.TestCase):

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 
 from cluster import Plugin
-from harness import Agent, berth
+from harness import Agent, berth, undo_mounts
 
 SECRET = "hunter2-http-api"
 CAPS = [{"access_mode": "single-node-writer", "attachment_mode": "file-system"}]
@@ -53,36 +53,47 @@ def wait(cond, what, timeout=60):
     raise AssertionError("never: " + what)
 
 
+def start_dev(owner, prefix):
+    """A berthd --dev agent driving a berth-hostpath of its own, in a new
+    temporary directory, set on `owner` (tmp, plugin, agent), once its
+    plugin is healthy; `stop_dev` ends them."""
+    owner.tmp = tempfile.mkdtemp(prefix=prefix)
+    owner.plugin = Plugin(owner.tmp, "hp", "csi-dev").start()
+    owner.agent = Agent(os.path.join(owner.tmp, "data"),
+                        extra_args=["--plugin", "hostpath=monolith:" + owner.plugin.socket])
+    owner.agent.start()
+
+    def healthy():
+        r = berth(owner.agent, "--json", "plugin", "status", "hostpath")
+        return r.code == 0 and r.json()["controllers_healthy"] == 1
+    wait(healthy, "the plugin healthy")
+    owner.node = berth(owner.agent, "--json", "node", "status").json()[0]["id"]
+
+
+def stop_dev(owner):
+    owner.agent.kill()
+    owner.plugin.kill()
+    undo_mounts(owner.tmp)
+    shutil.rmtree(owner.tmp, ignore_errors=True)
+
+
 class NomadApiTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="berth-http-api-")
-        cls.plugin = Plugin(cls.tmp, "hp", "csi-dev").start()
-        cls.agent = Agent(os.path.join(cls.tmp, "data"),
-                          extra_args=["--plugin", "hostpath=monolith:" + cls.plugin.socket]).start()
+        start_dev(cls, "berth-http-api-")
         try:
-            wait(lambda: berth(cls.agent, "--json", "plugin", "status", "hostpath").code == 0
-                 and berth(cls.agent, "--json", "plugin", "status",
-                           "hostpath").json()["controllers_healthy"] == 1,
-                 "the plugin healthy")
             for vid in ("db", "logs", "cache"):
                 r = berth(cls.agent, "volume", "create", "-", stdin=spec(vid))
                 assert r.code == 0, r
-            cls.node = berth(cls.agent, "--json", "node", "status").json()[0]["id"]
             r = berth(cls.agent, "volume", "claim", "db", "--alloc", "web-1", "--node", cls.node)
             assert r.code == 0, r
         except BaseException:
-            cls.tearDownClass()
+            stop_dev(cls)
             raise
 
     @classmethod
     def tearDownClass(cls):
-        cls.agent.kill()
-        cls.plugin.kill()
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if cls.tmp in l.split()[1]]):
-                os.system("umount -l '%s'" % m)
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+        stop_dev(cls)
 
     def test_volume_list_is_nomads_with_its_filters_pages_and_headers(self):
         status, body, headers = get(self.agent, "/v1/volumes?type=csi")
@@ -235,25 +246,9 @@ class NomadBlockingTest(unittest.TestCase):
     wait ends, unchanged."""
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="berth-http-block-")
-        self.plugin = Plugin(self.tmp, "hp", "csi-dev").start()
-        self.agent = Agent(os.path.join(self.tmp, "data"),
-                           extra_args=["--plugin", "hostpath=monolith:" + self.plugin.socket])
-        self.agent.start()
-        self.addCleanup(self.cleanup)
-        wait(lambda: berth(self.agent, "--json", "plugin", "status", "hostpath").code == 0
-             and berth(self.agent, "--json", "plugin", "status",
-                       "hostpath").json()["controllers_healthy"] == 1, "the plugin healthy")
+        start_dev(self, "berth-http-block-")
+        self.addCleanup(stop_dev, self)
         self.assertEqual(berth(self.agent, "volume", "create", "-", stdin=spec("db")).code, 0)
-        self.node = berth(self.agent, "--json", "node", "status").json()[0]["id"]
-
-    def cleanup(self):
-        self.agent.kill()
-        self.plugin.kill()
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
-                os.system("umount -l '%s'" % m)
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def test_a_blocking_query_wakes_on_a_change_and_ends_with_its_wait(self):
         status, v, headers = get(self.agent, "/v1/volume/csi/db")

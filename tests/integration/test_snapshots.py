@@ -15,7 +15,7 @@ import tempfile
 import unittest
 
 from cluster import Plugin
-from harness import Agent, berth
+from harness import Agent, berth, undo_mounts
 
 SECRET = "hunter2-snapshots"
 CAPS = [{"access_mode": "single-node-writer", "attachment_mode": "file-system"}]
@@ -47,9 +47,7 @@ class SnapshotsTest(unittest.TestCase):
     def cleanup(self):
         self.agent.kill()
         self.plugin.kill()
-        with open("/proc/self/mounts") as f:
-            for m in reversed([l.split()[1] for l in f if self.tmp in l.split()[1]]):
-                os.system("umount -l '%s'" % m)
+        undo_mounts(self.tmp)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def b(self, *args, stdin=None, expect=0):

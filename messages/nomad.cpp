@@ -536,4 +536,38 @@ std::variant<v1::Volume, std::vector<problem>> volume_of_nomad(const nlohmann::j
   return out;
 }
 
+nlohmann::ordered_json nomad_snapshot(const v1::Snapshot& s) {
+  return ordered_json{{"ID", s.id()},
+                      {"ExternalSourceVolumeID", s.source_external_id()},
+                      {"SizeBytes", s.size_bytes()},
+                      {"CreateTime", s.created_at_ms() / 1000},
+                      {"IsReady", s.ready_to_use()},
+                      {"SourceVolumeID", s.source_volume_id()},
+                      {"PluginID", s.plugin_id()},
+                      {"Name", s.name()},
+                      {"Secrets", nullptr},
+                      {"Parameters", ordered_json::object()}};
+}
+
+std::variant<std::map<std::string, std::string>, std::string> parse_csi_secrets(
+    const std::string& header) {
+  std::map<std::string, std::string> out;
+  if (header.empty()) return out;
+  size_t start = 0, n = 0;
+  while (start <= header.size()) {
+    auto comma = header.find(',', start);
+    auto pair =
+        header.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    ++n;
+    auto eq = pair.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return "X-Nomad-CSI-Secrets: pair " + std::to_string(n) +
+             " is not KEY=VALUE (pairs are separated by commas)";
+    out[pair.substr(0, eq)] = pair.substr(eq + 1);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace berth

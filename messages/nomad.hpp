@@ -82,6 +82,17 @@ nomad_volume_page nomad_volumes_page(const std::vector<const v1::Volume*>& volum
 std::variant<v1::Volume, std::vector<problem>> volume_of_nomad(const nlohmann::json& in,
                                                                bool create);
 
+// A snapshot as Nomad's snapshot endpoints give it (CSISnapshot): ID,
+// ExternalSourceVolumeID, SizeBytes, CreateTime (unix seconds), IsReady,
+// SourceVolumeID, PluginID, Name; Secrets null.
+nlohmann::ordered_json nomad_snapshot(const v1::Snapshot& s);
+
+// The X-Nomad-CSI-Secrets header ("k1=v1,k2=v2", split at commas, then at
+// the first '='), as Nomad reads it; a pair without '=' or with an empty key
+// is an error naming its position (never its text: it may be a secret).
+std::variant<std::map<std::string, std::string>, std::string> parse_csi_secrets(
+    const std::string& header);
+
 // A blocking query (?index=N&wait=D): wait until the answer's index passes
 // N, at most D (Go's duration syntax: "30s", "5m"; default 5 minutes, at
 // most 10, as Nomad's documentation gives them).  index 0: no wait.

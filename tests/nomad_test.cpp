@@ -360,3 +360,34 @@ TEST_CASE("volume_of_nomad reads Nomad's register body, any case, and names Noma
         std::string::npos);
   CHECK(std::holds_alternative<std::vector<problem>>(volume_of_nomad(nlohmann::json(3), false)));
 }
+
+TEST_CASE("nomad snapshots and the CSI secrets header") {
+  v1::Snapshot s;
+  s.set_id("snap-1");
+  s.set_source_external_id("hp-db");
+  s.set_source_volume_id("db");
+  s.set_plugin_id("hostpath");
+  s.set_size_bytes(10);
+  s.set_created_at_ms(1617909982123);
+  s.set_ready_to_use(true);
+  s.set_name("nightly");
+  auto j = nomad_snapshot(s);
+  CHECK(j["ID"] == "snap-1");
+  CHECK(j["ExternalSourceVolumeID"] == "hp-db");
+  CHECK(j["SourceVolumeID"] == "db");
+  CHECK(j["CreateTime"] == 1617909982);  // seconds, as Nomad's
+  CHECK(j["IsReady"] == true);
+  CHECK(j["Secrets"].is_null());
+
+  auto two = parse_csi_secrets("token=abc,user=me=you");
+  REQUIRE(std::holds_alternative<std::map<std::string, std::string>>(two));
+  auto m = std::get<std::map<std::string, std::string>>(two);
+  CHECK(m.at("token") == "abc");
+  CHECK(m.at("user") == "me=you");  // split at the first '='
+  CHECK(std::get<std::map<std::string, std::string>>(parse_csi_secrets("")).empty());
+  auto bad = parse_csi_secrets("token=abc,hunter2");
+  REQUIRE(std::holds_alternative<std::string>(bad));
+  CHECK(std::get<std::string>(bad).find("pair 2") != std::string::npos);
+  CHECK(std::get<std::string>(bad).find("hunter2") == std::string::npos);
+  CHECK(std::holds_alternative<std::string>(parse_csi_secrets("=x")));
+}

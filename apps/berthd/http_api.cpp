@@ -11,7 +11,9 @@
 #include <variant>
 #include <vector>
 
+#include "actors/clock.hpp"
 #include "actors/types.hpp"
+#include "control/snapshots.hpp"
 #include "messages/codec.hpp"
 #include "messages/nomad.hpp"
 
@@ -95,7 +97,7 @@ struct route {
   // Nomad's writes: the requests of the body (one per volume), sent in
   // order, and the answer of them all.
   std::function<std::variant<std::vector<v1::Request>, std::string>(const params&,
-                                                                    const std::string& body)>
+                                                                    const http_request&)>
       batch = nullptr;
   std::function<answer(const std::vector<v1::Response>&)> render_batch = nullptr;
 };
@@ -238,6 +240,143 @@ answer nomad_message_answer(const std::vector<v1::Response>& all) {
   return answer{dump(json{{"message", message}})};
 }
 
+using requests = std::variant<std::vector<v1::Request>, std::string>;
+
+// The X-Nomad-CSI-Secrets header into a request's secrets.
+std::optional<std::string> take_csi_secrets(const http_request& h,
+                                            google::protobuf::Map<std::string, std::string>* out) {
+  auto parsed = parse_csi_secrets(h.csi_secrets);
+  if (auto* e = std::get_if<std::string>(&parsed)) return *e;
+  for (auto& [k, val] : std::get<std::map<std::string, std::string>>(parsed)) (*out)[k] = val;
+  return std::nullopt;
+}
+
+answer nomad_snapshots_answer(const std::vector<v1::Response>& all) {
+  nlohmann::ordered_json snaps = nlohmann::ordered_json::array();
+  std::string next;
+  for (const auto& r : all) {
+    for (const auto& s : r.snapshots()) snaps.push_back(nomad_snapshot(s));
+    next = r.next_page_token();
+  }
+  nlohmann::ordered_json out{{"Snapshots", snaps}};
+  if (!next.empty()) out["NextToken"] = next;
+  return answer{out.dump(-1, ' ', false, json::error_handler_t::replace)};
+}
+
+// Nomad's /v1/volumes/snapshot: list (GET), create (PUT or POST, a body of
+// {"Snapshots": [...]}), delete (DELETE ?plugin_id=&snapshot_id=).
+void add_nomad_snapshots(std::vector<route>& v) {
+  route list{"GET",
+             "/v1/volumes/snapshot",
+             "Nomad: the snapshots of a plugin (ListSnapshots), as berth volume snapshot list",
+             {{"plugin_id", "query", "the plugin (required by berth for paging)"},
+              {"per_page", "query", "at most this many (NextToken names the next page)"},
+              {"next_token", "query", "start at this page (the NextToken of the one before)"}},
+             nullptr,
+             nullptr,
+             std::chrono::seconds(60)};
+  list.batch = [](const params& p, const http_request& h) -> requests {
+    v1::Request r;
+    auto* q = r.mutable_snapshot_list();
+    q->set_plugin_id(param(p, "plugin_id"));
+    q->set_page_token(param(p, "next_token"));
+    auto per_page = param(p, "per_page");
+    if (!per_page.empty()) {
+      if (per_page.size() > 6 || per_page.find_first_not_of("0123456789") != std::string::npos)
+        return "Expect a number for `per_page` query string parameter (got '" +
+               per_page.substr(0, 20) + "')";
+      q->set_per_page(static_cast<uint32_t>(std::stoul(per_page)));
+    }
+    if (auto e = take_csi_secrets(h, q->mutable_secrets())) return *e;
+    return std::vector<v1::Request>{r};
+  };
+  list.render_batch = nomad_snapshots_answer;
+  route create{"PUT",
+               "/v1/volumes/snapshot",
+               "Nomad: take the body's snapshots ({\"Snapshots\": [{SourceVolumeID, Name, "
+               "Secrets, Parameters}]}), as berth volume snapshot create",
+               {nomad_namespace_doc},
+               nullptr,
+               nullptr,
+               std::chrono::seconds(120)};
+  create.batch = [](const params& p, const http_request& h) -> requests {
+    auto doc = json::parse(h.body, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object())
+      return std::string("the body is not a JSON object {\"Snapshots\": [...]}");
+    json snaps;
+    for (const auto& [k, val] : doc.items()) {
+      std::string key = k;
+      for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (key != "snapshots") return "field '" + k + "' is not one of the body's (Snapshots)";
+      snaps = val;
+    }
+    if (!snaps.is_array() || snaps.empty())
+      return std::string(
+          "the body names no snapshot: give {\"Snapshots\": [{\"SourceVolumeID\": ...}]}");
+    std::vector<v1::Request> out;
+    for (size_t i = 0; i < snaps.size(); ++i) {
+      auto at = "Snapshots[" + std::to_string(i) + "]";
+      if (!snaps[i].is_object()) return at + " must be an object";
+      v1::Request r;
+      auto* c = r.mutable_snapshot_create();
+      c->set_namespace_(volume_namespace(p));
+      for (const auto& [k, val] : snaps[i].items()) {
+        std::string key = k;
+        for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        auto strings = [&](google::protobuf::Map<std::string, std::string>* m) -> bool {
+          if (val.is_null()) return true;
+          if (!val.is_object()) return false;
+          for (const auto& [mk, mv] : val.items()) {
+            if (!mv.is_string()) return false;
+            (*m)[mk] = mv.get<std::string>();
+          }
+          return true;
+        };
+        if (key == "sourcevolumeid" && val.is_string())
+          c->set_volume_id(val.get<std::string>());
+        else if (key == "name" && val.is_string())
+          c->set_name(val.get<std::string>());
+        else if (key == "secrets") {
+          if (!strings(c->mutable_secrets())) return at + "." + k + " must map strings to strings";
+        } else if (key == "parameters") {
+          if (!strings(c->mutable_parameters()))
+            return at + "." + k + " must map strings to strings";
+        } else if (key != "pluginid" && key != "id" && key != "externalsourcevolumeid")
+          return at + "." + k + " is not a field of a snapshot create (SourceVolumeID, Name, " +
+                 "Secrets, Parameters)";
+      }
+      if (c->volume_id().empty()) return at + ".SourceVolumeID is required";
+      // A name fixed here: a retry of the same body with no Name takes another.
+      if (c->name().empty())
+        c->set_name(generated_snapshot_name(c->namespace_(), c->volume_id(), wall_ms()));
+      out.push_back(std::move(r));
+    }
+    return out;
+  };
+  create.render_batch = nomad_snapshots_answer;
+  route post = create;
+  post.method = "POST";
+  route del{"DELETE",
+            "/v1/volumes/snapshot",
+            "Nomad: delete a snapshot (DeleteSnapshot), as berth volume snapshot delete",
+            {{"plugin_id", "query", "the snapshot's plugin", true},
+             {"snapshot_id", "query", "the snapshot", true}},
+            nullptr,
+            nullptr,
+            std::chrono::seconds(60)};
+  del.batch = [](const params& p, const http_request& h) -> requests {
+    if (auto m = missing(p, {"plugin_id", "snapshot_id"}); !m.empty()) return m;
+    v1::Request r;
+    auto* d = r.mutable_snapshot_delete();
+    d->set_plugin_id(param(p, "plugin_id"));
+    d->set_snapshot_id(param(p, "snapshot_id"));
+    if (auto e = take_csi_secrets(h, d->mutable_secrets())) return *e;
+    return std::vector<v1::Request>{r};
+  };
+  del.render_batch = nomad_message_answer;
+  for (auto* r : {&list, &create, &post, &del}) v.push_back(std::move(*r));
+}
+
 void add_nomad_writes(std::vector<route>& v) {
   auto one = [](v1::Request r) {
     return std::variant<std::vector<v1::Request>, std::string>(std::vector<v1::Request>{r});
@@ -250,8 +389,8 @@ void add_nomad_writes(std::vector<route>& v) {
             nullptr,
             nullptr,
             std::chrono::seconds(60)};
-  reg.batch = [](const params& p, const std::string& body) {
-    return nomad_volume_requests(p, body, false);
+  reg.batch = [](const params& p, const http_request& h) {
+    return nomad_volume_requests(p, h.body, false);
   };
   reg.render_batch = nomad_volumes_answer;
   route create = reg;
@@ -259,8 +398,8 @@ void add_nomad_writes(std::vector<route>& v) {
   create.summary =
       "Nomad: create the body's volumes through their plugins (CreateVolume), as berth volume "
       "create";
-  create.batch = [](const params& p, const std::string& body) {
-    return nomad_volume_requests(p, body, true);
+  create.batch = [](const params& p, const http_request& h) {
+    return nomad_volume_requests(p, h.body, true);
   };
   route dereg{"DELETE",
               "/v1/volume/csi/:id",
@@ -271,7 +410,7 @@ void add_nomad_writes(std::vector<route>& v) {
               nullptr,
               std::chrono::seconds(60)};
   dereg.batch = [one](const params& p,
-                      const std::string&) -> std::variant<std::vector<v1::Request>, std::string> {
+                      const http_request&) -> std::variant<std::vector<v1::Request>, std::string> {
     auto force = param(p, "force");
     if (!force.empty() && force != "true" && force != "false")
       return "invalid force value '" + force + "': true or false";
@@ -288,7 +427,7 @@ void add_nomad_writes(std::vector<route>& v) {
   del.summary =
       "Nomad: delete the volume through its plugin (DeleteVolume), as berth volume delete";
   del.docs = {namespace_doc};
-  del.batch = [one](const params& p, const std::string&) {
+  del.batch = [one](const params& p, const http_request&) {
     v1::Request r;
     r.mutable_volume_delete()->set_namespace_(volume_namespace(p));
     r.mutable_volume_delete()->set_volume_id(param(p, "id"));
@@ -299,7 +438,7 @@ void add_nomad_writes(std::vector<route>& v) {
   detach.summary = "Nomad: detach the volume from a node, as berth volume detach";
   detach.docs = {namespace_doc, {"node", "query", "the node to detach it from", true}};
   detach.batch = [one](const params& p,
-                       const std::string&) -> std::variant<std::vector<v1::Request>, std::string> {
+                       const http_request&) -> std::variant<std::vector<v1::Request>, std::string> {
     if (param(p, "node").empty()) return std::string("detach requires node ID (?node=NODE)");
     v1::Request r;
     auto* d = r.mutable_volume_detach();
@@ -309,6 +448,7 @@ void add_nomad_writes(std::vector<route>& v) {
     return one(std::move(r));
   };
   for (auto* r : {&reg, &create, &dereg, &del, &detach}) v.push_back(std::move(*r));
+  add_nomad_snapshots(v);
 }
 
 // A server as Nomad's status endpoints name it: its Raft address, or its
@@ -734,18 +874,23 @@ json openapi_document() {
                {"description", d.description},
                {"schema", {{"type", "string"}}}});
     }
-    if (std::string(r.method) == "PUT")
+    bool nomad_body =
+        r.batch && std::string(r.method) != "GET" && std::string(r.method) != "DELETE";
+    if (nomad_body)
       op["requestBody"] = {
           {"required", true},
           {"content",
            {{"application/json",
              {{"schema",
                {{"type", "object"},
-                {"description", "Nomad's CSIVolumeRegisterRequest / CSIVolumeCreateRequest"},
+                {"description",
+                 "Nomad's request body: {\"Volumes\": [CSIVolume...]} (register, create) or "
+                 "{\"Snapshots\": [...]} (snapshot create)"},
                 {"properties",
                  {{"Volumes", {{"type", "array"}, {"items", {{"type", "object"}}}}},
+                  {"Snapshots", {{"type", "array"}, {"items", {{"type", "object"}}}}},
                   {"PolicyOverride", {{"type", "boolean"}}}}}}}}}}}};
-    if (std::string(r.method) == "POST") {
+    if (std::string(r.method) == "POST" && !nomad_body) {
       json props = json::object();
       json required = json::array();
       for (const auto& d : r.docs) {
@@ -974,18 +1119,25 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
     return error_view(404, "this berthd is a client; ask a server");
   }
   params p = req.query;
+  if (found->batch) {
+    // A POST needs a JSON body (a form another site's page posts is not);
+    // a PUT or DELETE from another origin needs a preflight never allowed.
+    if (req.method == "POST" && req.content_type != "application/json")
+      return error_view(415,
+                        "send the body as JSON with Content-Type: application/json (or "
+                        "use PUT, as Nomad's client does)");
+    for (auto& [k, v] : path_params) p[k] = v;
+    auto requests = found->batch(p, req);
+    if (auto* problem = std::get_if<std::string>(&requests)) return error_view(400, *problem);
+    return send_batch(sys, api, std::get<std::vector<v1::Request>>(std::move(requests)), *found,
+                      req.token);
+  }
   if (req.method == "POST") {
     auto pp = post_params(req);
     if (auto* refused = std::get_if<json_view>(&pp)) return *refused;
     p = std::move(std::get<params>(pp));
   }
   for (auto& [k, v] : path_params) p[k] = v;  // the path's own win
-  if (found->batch) {
-    auto requests = found->batch(p, req.body);
-    if (auto* problem = std::get_if<std::string>(&requests)) return error_view(400, *problem);
-    return send_batch(sys, api, std::get<std::vector<v1::Request>>(std::move(requests)), *found,
-                      req.token);
-  }
   auto b = found->build(p);
   if (auto* problem = std::get_if<std::string>(&b)) return error_view(400, *problem);
   auto& request = std::get<v1::Request>(b);

@@ -112,6 +112,7 @@ http_request request_of(mg_connection* conn, const mg_request_info* info, bool t
     if (token_in_query && req.token.empty()) req.token = q->second;
     req.query.erase(q);
   }
+  if (const char* cs = mg_get_header(conn, "X-Nomad-CSI-Secrets")) req.csi_secrets = cs;
   if (const char* ct = mg_get_header(conn, "Content-Type")) {
     req.content_type = ct;
     req.content_type = req.content_type.substr(0, req.content_type.find(';'));

@@ -38,6 +38,9 @@ struct http_request {
   // else `Authorization: Bearer TOKEN`; for the event stream also the
   // `token` query parameter (EventSource cannot set headers).
   std::string token;
+  // Nomad's X-Nomad-CSI-Secrets header ("k1=v1,k2=v2"): the plugin's
+  // secrets for a snapshot list or delete; never logged or shown.
+  std::string csi_secrets;
   std::string content_type;  // without parameters ("application/json")
   std::string body;          // POST: at most 64 KiB
 };

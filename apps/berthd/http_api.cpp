@@ -27,7 +27,8 @@ const char* const http_paths =
     "/v1/plugin?id=ID, /v1/nodes, /v1/node?id=ID, /v1/allocs, /v1/alloc?id=ID, "
     "/v1/raft/peers, /v1/event/stream; Nomad's GET /v1/volumes?type=csi, /v1/volume/csi/ID, "
     "/v1/plugins?type=csi, /v1/plugin/csi/ID, /v1/status/leader, /v1/status/peers; "
-    "POST /v1/alloc/stop, /v1/volume/detach, /v1/node/drain";
+    "POST /v1/volume/claim, /v1/volume/release, /v1/alloc/stop, /v1/volume/detach, "
+    "/v1/node/drain";
 
 using nlohmann::json;
 using params = std::map<std::string, std::string>;
@@ -724,6 +725,62 @@ const std::vector<route>& routes() {
            return with_message(r.allocs().empty() ? json() : alloc_json(r.allocs(0)), r);
          }),
          std::chrono::seconds(60)},
+        // berth volume claim ID --alloc A --node N [--read-only] [--access-mode M]
+        {"POST",
+         "/v1/volume/claim",
+         "berth volume claim ID --alloc A --node N (publishes the volume on the node)",
+         {{"id", "body", "the volume", true},
+          {"alloc", "body", "the alloc the claim is for", true},
+          {"node", "body", "the node to publish it on", true},
+          {"namespace", "body", "the volume's namespace (default: default)"},
+          {"read_only", "body", "true: a read claim"},
+          {"access_mode", "body", "which of the volume's capabilities (e.g. single-node-writer)"},
+          {"attachment_mode", "body", "file-system or block-device"}},
+         [](const params& p) -> built {
+           if (auto m = missing(p, {"id", "alloc", "node"}); !m.empty()) return m;
+           v1::Request r;
+           auto* c = r.mutable_volume_claim();
+           c->set_namespace_(volume_namespace(p));
+           c->set_volume_id(param(p, "id"));
+           c->set_alloc_id(param(p, "alloc"));
+           c->set_node_id(param(p, "node"));
+           c->set_read_only(flag(p, "read_only"));
+           if (auto a = param(p, "access_mode"); !a.empty()) {
+             auto m = parse_access_mode(a);
+             if (!m) return "access_mode '" + a + "' is not one of " + access_mode_names();
+             c->set_access_mode(*m);
+           }
+           if (auto a = param(p, "attachment_mode"); !a.empty()) {
+             auto m = parse_attachment_mode(a);
+             if (!m) return "attachment_mode '" + a + "' is not one of " + attachment_mode_names();
+             c->set_attachment_mode(*m);
+           }
+           return r;
+         },
+         as_json([](const v1::Response& r) {
+           auto j = with_message(single_volume_json(r), r);
+           j["published_path"] = r.published_path();
+           return j;
+         }),
+         std::chrono::seconds(120)},
+        // berth volume release ID --alloc A
+        {"POST",
+         "/v1/volume/release",
+         "berth volume release ID --alloc A (unpublishes it and frees the claim)",
+         {{"id", "body", "the volume", true},
+          {"alloc", "body", "the alloc whose claim is released", true},
+          {"namespace", "body", "the volume's namespace (default: default)"}},
+         [](const params& p) -> built {
+           if (auto m = missing(p, {"id", "alloc"}); !m.empty()) return m;
+           v1::Request r;
+           auto* rel = r.mutable_volume_release();
+           rel->set_namespace_(volume_namespace(p));
+           rel->set_volume_id(param(p, "id"));
+           rel->set_alloc_id(param(p, "alloc"));
+           return r;
+         },
+         as_json([](const v1::Response& r) { return with_message(single_volume_json(r), r); }),
+         std::chrono::seconds(120)},
         // berth volume detach ID NODE [--namespace NS]
         {"POST",
          "/v1/volume/detach",

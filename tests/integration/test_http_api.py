@@ -239,16 +239,44 @@ class NomadApiTest(unittest.TestCase):
                 self.assertEqual(get(self.agent, path)[0], 405, path)
 
 
-class NomadBlockingTest(unittest.TestCase):
-    """Nomad's blocking queries (?index=N&wait=D) on the CSI reads: a query
-    held at the current index is answered once a claim changes the volume,
-    with a higher index; one with nothing to wake it is answered when its
-    wait ends, unchanged."""
+class WritesAndBlockingTest(unittest.TestCase):
+    """Each test with a dev agent of its own: a claim and its release with
+    curl's requests; Nomad's blocking queries (?index=N&wait=D) on the CSI
+    reads (a query held at the current index is answered once a claim
+    changes the volume, with a higher index; one with nothing to wake it is
+    answered when its wait ends, unchanged); Nomad's volume and snapshot
+    writes."""
 
     def setUp(self):
         start_dev(self, "berth-http-block-")
         self.addCleanup(stop_dev, self)
         self.assertEqual(berth(self.agent, "volume", "create", "-", stdin=spec("db")).code, 0)
+
+    def test_a_claim_and_its_release_over_http(self):
+        json_post = {"Content-Type": "application/json"}
+        status, body, _ = get(self.agent, "/v1/volume/claim", json_post, "POST",
+                              {"id": "db", "alloc": "web-1", "node": self.node})
+        self.assertEqual(status, 200, body)
+        self.assertTrue(os.path.isdir(body["published_path"]), body)
+        self.assertEqual([(c["alloc_id"], c["state"]) for c in body["claims"]],
+                         [("web-1", "taken")])
+        # The shell sees the same claim; a second writer is refused (409).
+        self.assertEqual(berth(self.agent, "--json", "volume", "status", "db").json()["claims"][0]
+                         ["alloc_id"], "web-1")
+        status, body, _ = get(self.agent, "/v1/volume/claim", json_post, "POST",
+                              {"id": "db", "alloc": "web-2", "node": self.node})
+        self.assertEqual(status, 409, body)
+        status, body, _ = get(self.agent, "/v1/volume/claim", json_post, "POST", {"id": "db"})
+        self.assertEqual(status, 400)
+        self.assertIn("alloc", body["error"])
+        status, body, _ = get(self.agent, "/v1/volume/claim", json_post, "POST",
+                              {"id": "db", "alloc": "web-3", "node": self.node,
+                               "access_mode": "rw"})
+        self.assertEqual(status, 400)
+        status, body, _ = get(self.agent, "/v1/volume/release", json_post, "POST",
+                              {"id": "db", "alloc": "web-1"})
+        self.assertEqual(status, 200, body)
+        wait(lambda: get(self.agent, "/v1/volume?id=db")[1]["claims"] == [], "the claim freed")
 
     def test_a_blocking_query_wakes_on_a_change_and_ends_with_its_wait(self):
         status, v, headers = get(self.agent, "/v1/volume/csi/db")

@@ -589,11 +589,13 @@ TEST_CASE("node steps: a step whose caller stopped before its turn is not sent")
   REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
   auto r = step_on(std::get<pb<v1::Volume>>(created).msg);
   auto slow = me->request(n, std::chrono::seconds(30), ctrl_publish_atom::value, wrap(r));
-  auto caller = f.sys->spawn([n, r](caf::event_based_actor* self) {
-    call_node<pb<v1::NodeVolumeResult>>(self, n, std::chrono::seconds(30),
-                                        ctrl_unpublish_atom::value, wrap(r))
-        .then([](pb<v1::NodeVolumeResult>&) {}, [](caf::error&) {});
-  });
+  auto caller = f.sys->spawn(
+      [](caf::event_based_actor* self, node_actor n, v1::NodeVolumeRequest r) {
+        call_node<pb<v1::NodeVolumeResult>>(self, n, std::chrono::seconds(30),
+                                            ctrl_unpublish_atom::value, wrap(r))
+            .then([](pb<v1::NodeVolumeResult>&) {}, [](caf::error&) {});
+      },
+      n, r);
   me->send_exit(caller, caf::exit_reason::user_shutdown);
   me->wait_for(caller);
   bool published = false;

@@ -696,4 +696,44 @@ nlohmann::json event_json(const v1::Event& e) {
               {"object", object}};
 }
 
+json snapshots_json(const v1::Response& r) {
+  json out = json::array();
+  for (const auto& s : r.snapshots()) out.push_back(snapshot_json(s));
+  return out;
+}
+
+json placement_json(const v1::Response& r) {
+  json nodes = json::array();
+  json chosen = nullptr;
+  for (const auto& v : r.placement()) {
+    nodes.push_back({{"node_id", v.node_id()},
+                     {"fits", v.reason().empty()},
+                     {"allocs", v.allocs()},
+                     {"reason", v.reason()},
+                     {"chosen", v.chosen()}});
+    if (v.chosen()) chosen = v.node_id();
+  }
+  return json{{"chosen", chosen}, {"nodes", nodes}};
+}
+
+json token_json(const v1::AclToken& t, const std::string& secret) {
+  json j{{"accessor_id", t.accessor_id()},
+         {"name", t.name()},
+         {"type", t.type()},
+         {"policies", json(std::vector<std::string>(t.policies().begin(), t.policies().end()))},
+         {"create_index", t.create_index()},
+         {"create_time_ms", t.create_time_ms()}};
+  if (!secret.empty()) j["secret_id"] = secret;
+  return j;
+}
+
+json policy_json(const v1::AclPolicy& p, bool rules) {
+  json j{{"name", p.name()},
+         {"description", p.description()},
+         {"create_index", p.create_index()},
+         {"modify_index", p.modify_index()}};
+  if (rules) j["rules"] = p.rules();
+  return j;
+}
+
 }  // namespace berth

@@ -57,6 +57,14 @@ nlohmann::json alloc_with_claims_json(const v1::Response& r, const std::string& 
 nlohmann::json node_with_volumes_json(const v1::Response& r);
 // The node a drain or eligibility answer names, with the answer's message.
 nlohmann::json node_message_json(const v1::Response& r);
+// The answer's snapshots.
+nlohmann::json snapshots_json(const v1::Response& r);
+// alloc run --explain: the chosen node (null: none fits) and every node.
+nlohmann::json placement_json(const v1::Response& r);
+// An ACL token; its secret only when given (once, when it is made).
+nlohmann::json token_json(const v1::AclToken& t, const std::string& secret);
+// An ACL policy, with its rules when `rules`.
+nlohmann::json policy_json(const v1::AclPolicy& p, bool rules);
 
 // An event of the event stream (one line of `berth event stream` and of
 // /v1/event/stream): index, seq, topic, type, namespace, key and the object

@@ -279,11 +279,7 @@ nomad_query_result parse_nomad_volume_query(const std::map<std::string, std::str
     }
     q.per_page = std::stoll(per_page);
   }
-  if (!get("filter").empty()) {
-    out.error =
-        "the `filter` expression is not supported by berth; use plugin_id, node_id or prefix";
-    return out;
-  }
+  q.filter = get("filter");
   out.query = std::move(q);
   return out;
 }

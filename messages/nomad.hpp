@@ -51,10 +51,13 @@ struct nomad_volume_query {
   std::string prefix;      // a prefix of the volume's id
   int64_t per_page = 0;    // 0: every volume
   std::string next_token;  // "NAMESPACE.ID" of the first volume of the page
+  // Nomad's filter expression over the stubs' fields (control/filter reads
+  // it; applied before the page is cut).
+  std::string filter;
 };
 
 // Reads the query's parameters (plugin_id, node_id, prefix, per_page,
-// next_token; namespace, type, index and wait are the caller's); an error
+// next_token, filter; namespace, type, index and wait are the caller's); an error
 // names the parameter and what it takes.
 struct nomad_query_result {
   std::optional<nomad_volume_query> query;

@@ -2,10 +2,11 @@
 
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "apps/berth/render.hpp"
+#include "messages/codec.hpp"
+#include "messages/ids.hpp"
 
 namespace berth {
 
@@ -13,43 +14,10 @@ namespace {
 
 using nlohmann::json;
 
-// A random UUID (version 4) from the kernel's random source: the shell
-// makes a token's accessor id and secret itself, so sending the same
-// request again after a lost answer finds the token it made.
-std::string random_uuid() {
-  std::random_device rd;  // /dev/urandom on Linux
-  unsigned char b[16];
-  for (size_t i = 0; i < sizeof b; i += 4) {
-    auto x = rd();
-    for (size_t k = 0; k < 4; ++k) b[i + k] = static_cast<unsigned char>(x >> (8 * k));
-  }
-  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
-  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
-    out += hex[b[i] >> 4];
-    out += hex[b[i] & 15];
-  }
-  return out;
-}
-
 std::string join(const google::protobuf::RepeatedPtrField<std::string>& xs) {
   std::string out;
   for (const auto& x : xs) out += (out.empty() ? "" : ",") + x;
   return out;
-}
-
-json token_json(const v1::AclToken& t, const std::string& secret) {
-  json j{{"accessor_id", t.accessor_id()},
-         {"name", t.name()},
-         {"type", t.type()},
-         {"policies", json(std::vector<std::string>(t.policies().begin(), t.policies().end()))},
-         {"create_index", t.create_index()},
-         {"create_time_ms", t.create_time_ms()}};
-  if (!secret.empty()) j["secret_id"] = secret;
-  return j;
 }
 
 std::string token_text(const v1::AclToken& t, const std::string& secret) {
@@ -75,13 +43,6 @@ call token_call(v1::Request req) {
                 return r.acl_tokens().empty() ? std::string() : token_text(r.acl_tokens(0), r.acl_secret());
               },
               {}};
-}
-
-json policy_json(const v1::AclPolicy& p, bool rules) {
-  json j{{"name", p.name()}, {"description", p.description()}, {"create_index", p.create_index()},
-         {"modify_index", p.modify_index()}};
-  if (rules) j["rules"] = p.rules();
-  return j;
 }
 
 }  // namespace

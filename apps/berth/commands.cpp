@@ -1,7 +1,5 @@
 #include "apps/berth/commands.hpp"
 
-#include "persistence/durable_file.hpp"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -31,6 +29,8 @@
 #include "apps/berth/volume_init.hpp"
 #include "control/snapshots.hpp"
 #include "messages/codec.hpp"
+#include "messages/ids.hpp"
+#include "persistence/durable_file.hpp"
 #include "tls/pki.hpp"
 
 namespace berth {
@@ -103,21 +103,6 @@ std::string render_group(const v1::Response& r) {
            "\n";
   return out;
 }
-// alloc run --explain: the chosen node (null: none fits) and every node.
-json placement_json(const v1::Response& r) {
-  json nodes = json::array();
-  json chosen = nullptr;
-  for (const auto& v : r.placement()) {
-    nodes.push_back({{"node_id", v.node_id()},
-                     {"fits", v.reason().empty()},
-                     {"allocs", v.allocs()},
-                     {"reason", v.reason()},
-                     {"chosen", v.chosen()}});
-    if (v.chosen()) chosen = v.node_id();
-  }
-  return json{{"chosen", chosen}, {"nodes", nodes}};
-}
-
 using to_json = std::function<json(const v1::Response&)>;
 using to_text = std::function<std::string(const v1::Response&)>;
 
@@ -649,8 +634,6 @@ std::optional<failure> read_pairs(const std::vector<std::string>& pairs, const c
   return std::nullopt;
 }
 
-json snapshots_json(const v1::Response& r) { return array_of(r.snapshots(), snapshot_json); }
-
 void add_snapshot_create(CLI::App& snapshot, context& ctx) {
   struct options {
     std::vector<std::string> args;
@@ -905,18 +888,6 @@ void add_volume_commands(CLI::App& app, context& ctx) {
 
 // --- alloc -------------------------------------------------------------------
 
-// An alloc id made by the shell when --id is not given, so that sending the
-// request again after a lost answer finds the alloc instead of making a
-// second one: 12 hex digits, as berthd makes them.
-std::string generated_alloc_id() {
-  std::random_device rd;
-  uint64_t x = (uint64_t{rd()} << 32) ^ rd();
-  static const char* hex = "0123456789abcdef";
-  std::string id;
-  for (int i = 0; i < 12; ++i, x >>= 4) id += hex[x & 15];
-  return id;
-}
-
 void add_alloc_run(CLI::App& alloc, context& ctx) {
   struct options {
     std::string node, id;
@@ -971,7 +942,7 @@ void add_alloc_run(CLI::App& alloc, context& ctx) {
       auto* r = req.mutable_alloc_run();
       r->set_namespace_(ctx.g.ns);
       r->set_node_id(o->node);
-      r->set_id(o->id.empty() ? generated_alloc_id() : o->id);
+      r->set_id(o->id.empty() ? random_alloc_id() : o->id);
       r->set_allow_abnormal(o->allow_abnormal);
       if (o->explain && !o->node.empty())
         return failure{errc::invalid,

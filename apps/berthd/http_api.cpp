@@ -8,30 +8,21 @@
 #include <chrono>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <variant>
 #include <vector>
 
 #include "actors/clock.hpp"
 #include "actors/types.hpp"
+#include "apps/berthd/http_route.hpp"
+#include "control/filter.hpp"
 #include "control/snapshots.hpp"
 #include "messages/codec.hpp"
 #include "messages/nomad.hpp"
 
 namespace berth {
 
-namespace {
-
-// The paths, as a 404 names them.
-const char* const http_paths =
-    "GET /v1/status, /v1/volumes, /v1/volume?namespace=NS&id=ID, /v1/plugins, "
-    "/v1/plugin?id=ID, /v1/nodes, /v1/node?id=ID, /v1/allocs, /v1/alloc?id=ID, "
-    "/v1/raft/peers, /v1/event/stream; Nomad's GET /v1/volumes?type=csi, /v1/volume/csi/ID, "
-    "/v1/plugins?type=csi, /v1/plugin/csi/ID, /v1/status/leader, /v1/status/peers; "
-    "POST /v1/volume/claim, /v1/volume/release, /v1/alloc/stop, /v1/volume/detach, "
-    "/v1/node/drain";
-
-using nlohmann::json;
-using params = std::map<std::string, std::string>;
+namespace http {
 
 std::string dump(const json& j) {
   // Invalid UTF-8 (never accepted by the spec parser, but a view must not
@@ -43,8 +34,7 @@ json_view error_view(int status, const std::string& message) {
   return {status, dump(json{{"error", message}})};
 }
 
-// An answer's error code as an HTTP status: FORBIDDEN is 403 (the UI then
-// asks for a token), the rules' refusals 409.
+// FORBIDDEN is 403 (the UI then asks for a token), the rules' refusals 409.
 int http_status_of(v1::ErrorCode code) {
   switch (code) {
     case v1::OK: return 200;
@@ -57,53 +47,6 @@ int http_status_of(v1::ErrorCode code) {
   }
 }
 
-// A request as the shell builds it, or what is wrong with the parameters.
-using built = std::variant<v1::Request, std::string>;
-
-// What a route answers: the body (JSON) and more headers.
-struct answer {
-  std::string body;
-  std::map<std::string, std::string> headers = {};
-};
-using renderer = std::function<answer(const v1::Response&, const params&)>;
-
-// A parameter as /v1/openapi.json documents it.
-struct param_doc {
-  const char* name;
-  const char* in;  // "query", or "body" (a field of a POST's JSON body, or the query)
-  const char* description;
-  bool required = false;
-};
-
-// One path of the API: the method, the path (":NAME" segments are
-// parameters: /v1/volume/csi/:id), the query parameter that selects this
-// route among several on one path (`when`, e.g. type=csi), the shell's
-// request it sends (built from the parameters: the path's, the query's, and
-// for POST the JSON body's fields) and how its answer is shown.  A `local`
-// route answers without asking the servers.  The table is also the source
-// of /v1/openapi.json, so the document cannot drift from what is served.
-struct route {
-  const char* method;
-  const char* path;
-  const char* summary;
-  std::vector<param_doc> docs;
-  std::function<built(const params&)> build;
-  renderer render;
-  std::chrono::seconds timeout{10};
-  std::pair<const char*, const char*> when{nullptr, nullptr};
-  // Nomad's blocking query (?index=N&wait=D): the topics whose events end
-  // the wait (none: the route does not block).
-  std::vector<v1::EventTopic> wakes_on = {};
-  std::function<answer()> local = nullptr;
-  // Nomad's writes: the requests of the body (one per volume), sent in
-  // order, and the answer of them all.
-  std::function<std::variant<std::vector<v1::Request>, std::string>(const params&,
-                                                                    const http_request&)>
-      batch = nullptr;
-  std::function<answer(const std::vector<v1::Response>&)> render_batch = nullptr;
-};
-
-// A renderer of a JSON view (the shell's --json renderers).
 renderer as_json(std::function<json(const v1::Response&)> f) {
   return [f = std::move(f)](const v1::Response& r, const params&) { return answer{dump(f(r))}; };
 }
@@ -118,18 +61,10 @@ bool flag(const params& p, const std::string& key) {
   return v == "true" || v == "1";
 }
 
-// The missing one of `keys`, as the error names it ("" when all are there).
 std::string missing(const params& p, std::initializer_list<const char*> keys) {
   for (const auto* k : keys)
     if (param(p, k).empty()) return std::string("parameter '") + k + "' is missing";
   return "";
-}
-
-template <class Items, class ToJson>
-json array_of(const Items& items, ToJson to_json) {
-  json out = json::array();
-  for (const auto& x : items) out.push_back(to_json(x));
-  return out;
 }
 
 json with_message(json j, const v1::Response& r) {
@@ -138,10 +73,38 @@ json with_message(json j, const v1::Response& r) {
   return j;
 }
 
-// The namespace of one volume: "default" unless given, as the shell's.
 std::string volume_namespace(const params& p) {
   auto ns = param(p, "namespace");
   return ns.empty() ? "default" : ns;
+}
+
+std::variant<v1::Response, json_view> caller::ask(v1::Request req) const {
+  req.set_token(token);
+  std::variant<v1::Response, json_view> out = error_view(503, "no answer");
+  caf::scoped_actor self{sys};
+  self->request(api, timeout, api_atom::value, wrap(std::move(req)))
+      .receive(
+          [&](pb<v1::Response>& x) {
+            if (x.msg.error().code() != v1::OK)
+              out = error_view(http_status_of(x.msg.error().code()), x.msg.error().message());
+            else
+              out = std::move(x.msg);
+          },
+          [&](caf::error& e) { out = error_view(503, to_failure(e).message); });
+  return out;
+}
+
+}  // namespace http
+
+namespace {
+
+using namespace http;
+
+template <class Items, class ToJson>
+json array_of(const Items& items, ToJson to_json) {
+  json out = json::array();
+  for (const auto& x : items) out.push_back(to_json(x));
+  return out;
 }
 
 // The namespace of a list: "" and "*" are every namespace.
@@ -482,22 +445,33 @@ const std::vector<route>& routes() {
           {"prefix", "query", "only volumes whose id starts with this"},
           {"per_page", "query",
            "at most this many (the X-Nomad-NextToken header names the next page)"},
-          {"next_token", "query", "start at this page (X-Nomad-NextToken of the page before)"}},
+          {"next_token", "query", "start at this page (X-Nomad-NextToken of the page before)"},
+          {"filter", "query",
+           "Nomad's filter expression over the stubs' fields, e.g. PluginID == \"hostpath\" "
+           "and Schedulable == true (==, !=, contains, in, is empty, and, or, not)"}},
          [](const params& p) -> built {
            auto q = parse_nomad_volume_query(p);
            if (!q.query) return q.error;
+           auto f = parse_filter(q.query->filter);
+           if (auto* bad = std::get_if<failure>(&f)) return "filter: " + bad->message;
            v1::Request r;
            r.mutable_volume_list()->set_namespace_(nomad_list_namespace(p));
            return r;
          },
          [](const v1::Response& r, const params& p) {
+           auto query = *parse_nomad_volume_query(p).query;
+           auto f = std::get<filter>(parse_filter(query.filter));
            std::vector<const v1::Volume*> all;
            uint64_t index = 0;
            for (const auto& v : r.volumes()) {
-             all.push_back(&v);
              index = std::max(index, v.modify_index());
+             // Nomad's filter reads the stub's fields (PluginID, Schedulable, ...).
+             if (!f.empty() &&
+                 !f.matches(json::parse(nomad_volume_stub(v, plugin_in(r, v.plugin_id())).dump())))
+               continue;
+             all.push_back(&v);
            }
-           auto page = nomad_volumes_page(all, *parse_nomad_volume_query(p).query);
+           auto page = nomad_volumes_page(all, query);
            nlohmann::ordered_json out = nlohmann::ordered_json::array();
            for (const auto* v : page.volumes)
              out.push_back(nomad_volume_stub(*v, plugin_in(r, v->plugin_id())));
@@ -836,6 +810,7 @@ const std::vector<route>& routes() {
          std::chrono::seconds(30)},
     };
     add_nomad_writes(v);
+    add_shell_commands(v);
     return v;
   }();
   return all;
@@ -924,7 +899,9 @@ json openapi_document() {
                {"schema", {{"type", "string"}}}});
     }
     for (const auto& d : r.docs) {
-      // A POST takes its parameters in the query or its JSON body.
+      // A POST takes its scalar parameters in the query or its JSON body.
+      std::string type = d.type;
+      if (type == "array" || type == "object") continue;
       add(json{{"name", d.name},
                {"in", "query"},
                {"required", d.required && std::string(d.in) != "body"},
@@ -947,11 +924,25 @@ json openapi_document() {
                  {{"Volumes", {{"type", "array"}, {"items", {{"type", "object"}}}}},
                   {"Snapshots", {{"type", "array"}, {"items", {{"type", "object"}}}}},
                   {"PolicyOverride", {{"type", "boolean"}}}}}}}}}}}};
-    if (std::string(r.method) == "POST" && !nomad_body) {
+    if (r.raw_body) {
+      bool bytes = std::string(r.method) == "PUT";
+      json schema = bytes ? json{{"type", "string"}, {"format", "binary"}}
+                          : json{{"type", "object"},
+                                 {"description",
+                                  "the volume spec, as berth volume init writes it "
+                                  "(docs/user-guide.md), in JSON"}};
+      json content = json::object();
+      content[bytes ? "application/octet-stream" : "application/json"] = {{"schema", schema}};
+      op["requestBody"] = {{"required", true}, {"content", content}};
+    } else if (std::string(r.method) == "POST" && !nomad_body) {
       json props = json::object();
       json required = json::array();
       for (const auto& d : r.docs) {
-        props[d.name] = {{"description", d.description}};
+        std::string type = d.type;
+        json schema{{"type", type}, {"description", d.description}};
+        if (type == "array") schema["items"] = {{"type", "string"}};
+        if (type == "object") schema["additionalProperties"] = {{"type", "string"}};
+        props[d.name] = schema;
         if (d.required) required.push_back(d.name);
       }
       json schema{{"type", "object"}, {"properties", props}};
@@ -966,9 +957,11 @@ json openapi_document() {
          {{"application/json",
            {{"schema",
              {{"type", "object"}, {"properties", {{"error", {{"type", "string"}}}}}}}}}}}};
-    op["responses"] = {{"200",
-                        {{"description", "the answer"},
-                         {"content", {{"application/json", {{"schema", json::object()}}}}}}},
+    bool octets = std::string(r.method) == "GET" && std::string(r.path) == "/v1/operator/snapshot";
+    json ok_content = json::object();
+    ok_content[octets ? "application/octet-stream" : "application/json"] = {
+        {"schema", octets ? json{{"type", "string"}, {"format", "binary"}} : json::object()}};
+    op["responses"] = {{"200", {{"description", "the answer"}, {"content", ok_content}}},
                        {"400", error_body},
                        {"403", error_body},
                        {"404", error_body},
@@ -1019,6 +1012,47 @@ std::variant<params, json_view> post_params(const http_request& req) {
   return p;
 }
 
+// A body of arrays and objects (build_body, exec): the query's and the
+// body's scalar fields as parameters, and the body; a field the route does
+// not document is refused, naming the ones it takes.
+std::variant<std::pair<params, json>, json_view> body_params(const http_request& req,
+                                                             const route& r) {
+  if (req.method == "POST" && req.content_type != "application/json")
+    return error_view(415, "send the body as a JSON object with Content-Type: application/json");
+  params p = req.query;
+  json body = json::object();
+  if (!req.body.empty()) body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object())
+    return error_view(400, "the body is not a JSON object");
+  for (const auto& [key, value] : body.items()) {
+    const param_doc* doc = nullptr;
+    for (const auto& d : r.docs)
+      if (key == d.name) doc = &d;
+    if (doc == nullptr) {
+      std::string names;
+      for (const auto& d : r.docs) names += (names.empty() ? "" : ", ") + std::string(d.name);
+      return error_view(400, "field '" + key + "' is not one of " + r.path + "'s (" + names + ")");
+    }
+    std::string type = doc->type;
+    bool ok = type == "array"     ? value.is_array()
+              : type == "object"  ? value.is_object()
+              : type == "boolean" ? value.is_boolean()
+              : type == "integer" ? value.is_number_integer()
+                                  : value.is_string();
+    if (!ok && !value.is_null())
+      return error_view(400, "field '" + key + "' must be " +
+                                 (type == "array"     ? "an array of strings"
+                                  : type == "object"  ? "an object of strings"
+                                  : type == "integer" ? "an integer"
+                                                      : "a " + type));
+    if (value.is_string())
+      p[key] = value.get<std::string>();
+    else if (value.is_boolean() || value.is_number())
+      p[key] = value.dump();
+  }
+  return std::make_pair(std::move(p), std::move(body));
+}
+
 // What a batch did before it stopped ("" when nothing).
 std::string done_before(const std::vector<v1::Response>& done) {
   if (done.empty()) return "";
@@ -1028,46 +1062,32 @@ std::string done_before(const std::vector<v1::Response>& done) {
   return out;
 }
 
-json_view send(caf::actor_system& sys, const api_actor& api, v1::Request req, const route& r,
-               const params& p) {
-  json_view out = error_view(503, "no answer");
-  caf::scoped_actor self{sys};
-  self->request(api, r.timeout, api_atom::value, wrap(std::move(req)))
-      .receive(
-          [&](pb<v1::Response>& x) {
-            const auto& resp = x.msg;
-            if (resp.error().code() != v1::OK) {
-              out = error_view(http_status_of(resp.error().code()), resp.error().message());
-              return;
-            }
-            auto a = r.render(resp, p);
-            out = {200, std::move(a.body), std::move(a.headers)};
-          },
-          [&](caf::error& e) { out = error_view(503, to_failure(e).message); });
-  return out;
+json_view view_of(answer a) {
+  return json_view{200, std::move(a.body), std::move(a.headers), std::move(a.content_type)};
+}
+
+json_view send(const caller& c, v1::Request req, const route& r, const params& p) {
+  auto got = c.ask(std::move(req));
+  if (auto* refused = std::get_if<json_view>(&got)) return *refused;
+  return view_of(r.render(std::get<v1::Response>(got), p));
 }
 
 // Nomad's writes: each request in turn, stopping at the first refusal
 // (which names what was done before it).
-json_view send_batch(caf::actor_system& sys, const api_actor& api, std::vector<v1::Request> all,
-                     const route& r, const std::string& token) {
+json_view send_batch(const caller& c, std::vector<v1::Request> all, const route& r) {
   std::vector<v1::Response> done;
-  caf::scoped_actor self{sys};
   for (auto& req : all) {
-    req.set_token(token);
-    std::optional<v1::Response> resp;
-    std::string why = "no answer";
-    self->request(api, r.timeout, api_atom::value, wrap(std::move(req)))
-        .receive([&](pb<v1::Response>& x) { resp = std::move(x.msg); },
-                 [&](caf::error& e) { why = to_failure(e).message; });
-    if (!resp) return error_view(503, why + done_before(done));
-    if (resp->error().code() != v1::OK)
-      return error_view(http_status_of(resp->error().code()),
-                        resp->error().message() + done_before(done));
-    done.push_back(std::move(*resp));
+    auto got = c.ask(std::move(req));
+    if (auto* refused = std::get_if<json_view>(&got)) {
+      auto why = json::parse(refused->body, nullptr, false);
+      std::string message = why.is_object() && why.contains("error") && why["error"].is_string()
+                                ? why["error"].get<std::string>()
+                                : std::string("no answer");
+      return error_view(refused->status, message + done_before(done));
+    }
+    done.push_back(std::get<v1::Response>(std::move(got)));
   }
-  auto a = r.render_batch(done);
-  return json_view{200, std::move(a.body), std::move(a.headers)};
+  return view_of(r.render_batch(done));
 }
 
 // The X-Nomad-Index of an answer (0: none).
@@ -1089,10 +1109,9 @@ constexpr int most_blocking_queries = 4;
 // then reads again.  The answer's index is the later of what it read and
 // the last event seen, so a removal (which leaves no object to carry its
 // index) also ends the wait.  No guarantee of a change, as Nomad says.
-json_view send_blocking(caf::actor_system& sys, const api_actor& api, const v1::Request& req,
-                        const route& r, const params& p, const nomad_blocking& b,
-                        const std::string& token) {
-  auto first = send(sys, api, req, r, p);
+json_view send_blocking(const caller& c, const v1::Request& req, const route& r, const params& p,
+                        const nomad_blocking& b) {
+  auto first = send(c, req, r, p);
   if (b.index == 0 || first.status != 200 || index_of(first) > b.index) return first;
   if (++blocking_queries > most_blocking_queries) {
     --blocking_queries;
@@ -1102,7 +1121,7 @@ json_view send_blocking(caf::actor_system& sys, const api_actor& api, const v1::
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(b.wait_ms);
   uint64_t from = b.index + 1, seen = 0;
-  caf::scoped_actor self{sys};
+  caf::scoped_actor self{c.sys};
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -1112,9 +1131,9 @@ json_view send_blocking(caf::actor_system& sys, const api_actor& api, const v1::
     e->set_index(from);
     for (auto t : r.wakes_on) e->add_topics(t);
     e->set_wait_ms(static_cast<uint32_t>(std::min<int64_t>(left.count(), 60'000)));
-    events.set_token(token);
+    events.set_token(c.token);
     std::optional<v1::Response> resp;
-    self->request(api, std::chrono::milliseconds(e->wait_ms()) + std::chrono::seconds(30),
+    self->request(c.api, std::chrono::milliseconds(e->wait_ms()) + std::chrono::seconds(30),
                   api_atom::value, wrap(std::move(events)))
         .receive([&](pb<v1::Response>& x) { resp = std::move(x.msg); }, [](caf::error&) {});
     // An index older than the journal keeps (or no answer): read again now.
@@ -1124,13 +1143,22 @@ json_view send_blocking(caf::actor_system& sys, const api_actor& api, const v1::
     from = std::max(from, resp->next_index());
   }
   --blocking_queries;
-  auto again = send(sys, api, req, r, p);
+  auto again = send(c, req, r, p);
   if (again.status == 200 && seen > index_of(again))
     again.headers["X-Nomad-Index"] = std::to_string(seen);
   return again;
 }
 
 }  // namespace
+
+// Every path of the table once, as a 404 names them.
+static std::string path_list() {
+  std::string out;
+  std::set<std::string> seen;
+  for (const auto& r : routes())
+    if (seen.insert(r.path).second) out += (out.empty() ? "" : ", ") + std::string(r.path);
+  return out + ", /v1/event/stream";
+}
 
 std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& api,
                                      const std::string& node_name, const http_request& req) {
@@ -1160,21 +1188,22 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
   }
   if (found == nullptr) {
     if (!other_method)
-      return error_view(404, std::string("no such path; the API is ") + http_paths +
-                                 " (all of it: GET /v1/openapi.json)");
+      return error_view(404, "no such path; the paths are " + path_list() +
+                                 " (all of it, with parameters: GET /v1/openapi.json)");
     return error_view(405, "method " + req.method + " is not allowed on " + req.path +
                                " (the views are GET, the actions POST, Nomad's writes PUT and "
                                "DELETE; all of it: GET /v1/openapi.json)");
   }
-  if (found->local) {
-    auto a = found->local();
-    return json_view{200, std::move(a.body), std::move(a.headers)};
-  }
+  if (found->local) return view_of(found->local());
   if (!api) {
     if (req.path == "/v1/status")
       return json_view{200, dump(json{{"node_name", node_name}, {"server", false}})};
     return error_view(404, "this berthd is a client; ask a server");
   }
+  if (req.body_too_large)
+    return error_view(413, "the body is larger than this path takes (" +
+                               std::to_string(body_limit(req.path) / 1024) + " KiB)");
+  const caller c{sys, api, req.token, found->timeout};
   params p = req.query;
   if (found->batch) {
     // A POST needs a JSON body (a form another site's page posts is not);
@@ -1186,23 +1215,29 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
     for (auto& [k, v] : path_params) p[k] = v;
     auto requests = found->batch(p, req);
     if (auto* problem = std::get_if<std::string>(&requests)) return error_view(400, *problem);
-    return send_batch(sys, api, std::get<std::vector<v1::Request>>(std::move(requests)), *found,
-                      req.token);
+    return send_batch(c, std::get<std::vector<v1::Request>>(std::move(requests)), *found);
   }
-  if (req.method == "POST") {
+  json body = json::object();
+  if (found->raw_body) {
+    // exec reads the body itself.
+  } else if (found->build_body || found->exec) {
+    auto parsed = body_params(req, *found);
+    if (auto* refused = std::get_if<json_view>(&parsed)) return *refused;
+    std::tie(p, body) = std::get<std::pair<params, json>>(std::move(parsed));
+  } else if (req.method == "POST") {
     auto pp = post_params(req);
     if (auto* refused = std::get_if<json_view>(&pp)) return *refused;
     p = std::move(std::get<params>(pp));
   }
   for (auto& [k, v] : path_params) p[k] = v;  // the path's own win
-  auto b = found->build(p);
+  if (found->exec) return found->exec(c, p, body, req);
+  auto b = found->build_body ? found->build_body(p, body, req) : found->build(p);
   if (auto* problem = std::get_if<std::string>(&b)) return error_view(400, *problem);
   auto& request = std::get<v1::Request>(b);
-  request.set_token(req.token);
-  if (found->wakes_on.empty()) return send(sys, api, std::move(request), *found, p);
+  if (found->wakes_on.empty()) return send(c, std::move(request), *found, p);
   auto blocking = parse_nomad_blocking(p);
   if (!blocking.blocking) return error_view(400, blocking.error);
-  return send_blocking(sys, api, std::move(request), *found, p, *blocking.blocking, req.token);
+  return send_blocking(c, std::move(request), *found, p, *blocking.blocking);
 }
 
 // Answered by this server from its own journal, like the shell's; a `{}`

@@ -15,6 +15,10 @@
 
 namespace berth {
 
+size_t body_limit(const std::string& path) {
+  return path == "/v1/operator/snapshot" ? size_t{1} << 30 : size_t{64} * 1024;
+}
+
 namespace {
 
 // civetweb's callbacks are plain function pointers: the views live here.
@@ -87,9 +91,13 @@ void reply(mg_connection* conn, const json_view& view) {
     more += name + ": " + value + "\r\n";
   }
   mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
             "Cache-Control: no-store\r\n%sConnection: close\r\n\r\n",
-            view.status, view.status == 200 ? "OK" : "Error", view.body.size(), more.c_str());
+            view.status, view.status == 200 ? "OK" : "Error",
+            view.content_type.find_first_of("\r\n") == std::string::npos
+                ? view.content_type.c_str()
+                : "application/octet-stream",
+            view.body.size(), more.c_str());
   mg_write(conn, view.body.data(), view.body.size());
 }
 
@@ -118,12 +126,27 @@ http_request request_of(mg_connection* conn, const mg_request_info* info, bool t
     req.content_type = req.content_type.substr(0, req.content_type.find(';'));
     while (!req.content_type.empty() && req.content_type.back() == ' ') req.content_type.pop_back();
   }
+  if (const char* k = mg_get_header(conn, "Idempotency-Key")) req.idempotency_key = k;
   if (req.method == "POST" || req.method == "PUT") {
-    constexpr size_t most = 64 * 1024;
-    char buf[4096];
+    const size_t most = body_limit(req.path);
+    char buf[16384];
     int n;
+    if (info->content_length > 0 && static_cast<uint64_t>(info->content_length) > most) {
+      // Read and dropped, so that the refusal reaches the caller (a
+      // connection closed with unread data is reset).
+      req.body_too_large = true;
+      while (mg_read(conn, buf, sizeof buf) > 0) {
+      }
+      return req;
+    }
     while (req.body.size() <= most && (n = mg_read(conn, buf, sizeof buf)) > 0)
       req.body.append(buf, static_cast<size_t>(n));
+    if (req.body.size() > most) {
+      req.body_too_large = true;
+      req.body.clear();
+      while (mg_read(conn, buf, sizeof buf) > 0) {
+      }
+    }
   }
   return req;
 }

@@ -25,7 +25,12 @@ struct json_view {
   std::string body;
   // More response headers (name, value), e.g. Nomad's X-Nomad-Index.
   std::map<std::string, std::string> headers = {};
+  std::string content_type = "application/json";
 };
+
+// The most bytes a POST's or PUT's body may have on `path`: 64 KiB, and for
+// PUT /v1/operator/snapshot (a snapshot's bytes) 1 GiB.
+size_t body_limit(const std::string& path);
 
 // A /v1/ request as the API sees it.
 struct http_request {
@@ -42,7 +47,11 @@ struct http_request {
   // secrets for a snapshot list or delete; never logged or shown.
   std::string csi_secrets;
   std::string content_type;  // without parameters ("application/json")
-  std::string body;          // POST: at most 64 KiB
+  std::string body;          // POST, PUT: at most body_limit(path)
+  bool body_too_large = false;  // more was sent: refused (413), never cut
+  // The Idempotency-Key header: a retried write with the same key is the
+  // same write (an alloc's id, a snapshot's name made from it).
+  std::string idempotency_key;
 };
 
 // A response written while it is produced (chunked, held open): the first

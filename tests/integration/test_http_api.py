@@ -15,6 +15,7 @@ import threading
 import time
 import unittest
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from cluster import Plugin
@@ -138,6 +139,16 @@ class NomadApiTest(unittest.TestCase):
                           get(self.agent, "/v1/volumes?type=csi&node_id=" + self.node)[1]], ["db"])
         self.assertEqual(get(self.agent, "/v1/volumes?type=csi&namespace=other")[1], [])
         self.assertEqual(len(get(self.agent, "/v1/volumes?type=csi&namespace=*")[1]), 3)
+        # Nomad's filter expression over the stubs' fields, before the page is cut.
+        q = urllib.parse.quote
+        self.assertEqual([v["ID"] for v in get(self.agent, "/v1/volumes?type=csi&filter=" +
+                                                q('CurrentWriters == 1'))[1]], ["db"])
+        self.assertEqual([v["ID"] for v in get(self.agent, "/v1/volumes?type=csi&filter=" +
+                                                q('ID != "db" and PluginID == "hostpath"') +
+                                                "&per_page=1")[1]], ["cache"])
+        status, body, _ = get(self.agent, "/v1/volumes?type=csi&filter=" + q("ID =="))
+        self.assertEqual(status, 400, body)
+        self.assertIn("filter", body["error"])
         # Bad input: a clear error, as JSON, naming the parameter.
         status, body, _ = get(self.agent, "/v1/volumes?type=csi&per_page=many")
         self.assertEqual(status, 400)
@@ -213,7 +224,14 @@ class NomadApiTest(unittest.TestCase):
                   "/v1/status/leader", "/v1/status/peers", "/v1/openapi.json", "/v1/event/stream",
                   "/v1/status", "/v1/volume", "/v1/plugin", "/v1/nodes", "/v1/node", "/v1/allocs",
                   "/v1/alloc", "/v1/raft/peers", "/v1/alloc/stop", "/v1/volume/detach",
-                  "/v1/node/drain"):
+                  "/v1/node/drain", "/v1/volume/register", "/v1/volume/create",
+                  "/v1/volume/deregister", "/v1/volume/delete", "/v1/volume/expand",
+                  "/v1/volume/modify", "/v1/volume/availability", "/v1/volume/snapshot/create",
+                  "/v1/volume/snapshot/delete", "/v1/volume/snapshots", "/v1/alloc/run",
+                  "/v1/node/eligibility", "/v1/acl/bootstrap", "/v1/acl/policies",
+                  "/v1/acl/policy", "/v1/acl/policy/delete", "/v1/acl/token", "/v1/acl/tokens",
+                  "/v1/acl/token/self", "/v1/acl/token/delete", "/v1/operator/snapshot",
+                  "/v1/raft/remove-peer", "/v1/raft/transfer-leadership", "/v1/system/gc"):
             self.assertIn(p, paths)
         self.assertIn("type=csi", paths["/v1/volumes"]["get"]["summary"])
         self.assertIn("id", [p["name"] for p in paths["/v1/volume/csi/{id}"]["get"]["parameters"]
@@ -231,7 +249,17 @@ class NomadApiTest(unittest.TestCase):
                                                           "/v1/node": self.node,
                                                           "/v1/alloc": "web-1"}.get(path, "db")))
             url = concrete + ("?" + "&".join(query) if query else "")
+            if path == "/v1/operator/snapshot":  # the state's bytes, not JSON
+                with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.agent.metrics_port,
+                                                                      url), timeout=60) as r:
+                    self.assertEqual(r.status, 200)
+                    self.assertTrue(r.read())
+                continue
             status, body, _ = get(self.agent, url)
+            if path.startswith("/v1/acl/"):  # this agent has no --acl: the rules refuse
+                self.assertEqual(status, 409, (url, body))
+                self.assertIn("ACLs are off", body["error"])
+                continue
             self.assertEqual(status, 200, (url, body))
         # Every documented POST is a path the server knows (a GET of it is 405).
         for path, ops in paths.items():
@@ -424,6 +452,81 @@ class WritesAndBlockingTest(unittest.TestCase):
         self.assertIn("already deleted", body["message"])
         self.assertEqual(get(self.agent, "/v1/volumes/snapshot?plugin_id=hostpath")[1],
                          {"Snapshots": []})
+
+    def test_the_shells_other_commands(self):
+        """Register, create --count, modify, snapshot create/list/delete with
+        an Idempotency-Key, alloc run --explain and --group, the state saved
+        and restored, delete."""
+        j = {"Content-Type": "application/json"}
+        post = lambda path, body, headers=None: get(self.agent, path, dict(j, **(headers or {})),
+                                                    "POST", body)
+        # A volume made, deregistered (its storage stays) and registered
+        # again from its spec with the storage's external id.
+        status, made, _ = post("/v1/volume/create", json.loads(spec("db-alias")))
+        self.assertEqual(status, 200, made)
+        status, body, _ = post("/v1/volume/deregister", {"id": "db-alias"})
+        self.assertEqual((status, body["deregistered"]), (200, True), body)
+        status, body, _ = post("/v1/volume/register",
+                               json.loads(spec("db-alias", external_id=made["external_id"])))
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["external_id"], made["external_id"])
+        status, body, _ = post("/v1/volume/register", {"id": "bad", "plugin_id": "hostpath"})
+        self.assertEqual(status, 400, body)
+        self.assertIn("capabilities", body["error"])
+        # create ?count=2: the members, each made once.
+        status, body, _ = post("/v1/volume/create?count=2", json.loads(spec("shard")))
+        self.assertEqual(status, 200, body)
+        self.assertEqual([v["id"] for v in body], ["shard[0]", "shard[1]"])
+        status, again, _ = post("/v1/volume/create?count=2", json.loads(spec("shard")))
+        self.assertEqual([v["external_id"] for v in again], [v["external_id"] for v in body])
+        self.assertEqual(post("/v1/volume/create?count=0", json.loads(spec("s")))[0], 400)
+        # modify: the plugin takes the parameters, the volume records them.
+        status, body, _ = post("/v1/volume/modify", {"id": "db", "parameters": {"iops": "500"}})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["mutable_parameters"], {"iops": "500"}, body)
+        self.assertEqual(post("/v1/volume/modify", {"id": "db", "parameters": ["iops"]})[0], 400)
+        # A snapshot sent twice with one key: one snapshot.
+        key = {"Idempotency-Key": "snap-7"}
+        status, first, _ = post("/v1/volume/snapshot/create", {"volume": "db"}, key)
+        self.assertEqual(status, 200, first)
+        status, second, _ = post("/v1/volume/snapshot/create", {"volume": "db"}, key)
+        self.assertEqual(second["id"], first["id"])
+        status, listed, _ = get(self.agent, "/v1/volume/snapshots?plugin=hostpath",
+                                {"X-Nomad-CSI-Secrets": "token=" + SECRET})
+        self.assertEqual([x["id"] for x in listed["snapshots"]], [first["id"]])
+        status, body, _ = post("/v1/volume/snapshot/delete",
+                               {"plugin": "hostpath", "snapshot_id": first["id"]})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(get(self.agent, "/v1/volume/snapshots?plugin=hostpath")[1]["snapshots"],
+                         [])
+        # alloc run --explain places without running; a group of two runs two.
+        status, body, _ = post("/v1/alloc/run", {"volumes": ["data=db"], "explain": True})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["chosen"], self.node)
+        self.assertEqual(get(self.agent, "/v1/allocs")[1], [])
+        status, body, _ = post("/v1/alloc/run", {"group": "g", "count": 2, "per_alloc": True,
+                                                 "volumes": ["data=shard"]})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(sorted(a["id"] for a in body["allocs"]), ["g[0]", "g[1]"])
+        self.assertEqual(post("/v1/alloc/run", {"volumes": "data=db"})[0], 400)
+        for a in ("g[0]", "g[1]"):
+            self.assertEqual(post("/v1/alloc/stop", {"id": a})[0], 200)
+        # The state saved, a volume deregistered, the state restored: it is back.
+        url = "http://127.0.0.1:%d/v1/operator/snapshot" % self.agent.metrics_port
+        with urllib.request.urlopen(url, timeout=60) as r:
+            saved = r.read()
+        self.assertEqual(post("/v1/volume/deregister", {"id": "db-alias"})[0], 200)
+        self.assertEqual(get(self.agent, "/v1/volume?id=db-alias")[0], 404)
+        req = urllib.request.Request(url, data=saved, method="PUT",
+                                     headers={"Content-Type": "application/octet-stream"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            self.assertEqual(r.status, 200)
+        self.assertEqual(get(self.agent, "/v1/volume?id=db-alias")[0], 200)
+        # delete through the plugin.
+        status, body, _ = post("/v1/volume/delete", {"id": "shard[1]"})
+        self.assertEqual(status, 200, body)
+        self.assertTrue(body["deleted"])
+        self.assertEqual(get(self.agent, "/v1/volume?id=shard[1]")[0], 404)
 
     def calls(self):
         if not os.path.exists(self.plugin.call_log):

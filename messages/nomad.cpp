@@ -567,3 +567,245 @@ std::variant<std::map<std::string, std::string>, std::string> parse_csi_secrets(
 }
 
 }  // namespace berth
+
+namespace berth {
+
+namespace {
+
+// Nomad's topics (nomad/structs/event.go) and berth's events of each.
+struct nomad_topic_map {
+  const char* name;
+  std::vector<v1::EventTopic> berth;  // empty: berth has no such events
+};
+const std::vector<nomad_topic_map>& nomad_topics() {
+  static const std::vector<nomad_topic_map> topics{
+      {"CSIVolume", {v1::EVENT_VOLUME, v1::EVENT_CLAIM}},
+      {"CSIPlugin", {v1::EVENT_PLUGIN}},
+      {"Node", {v1::EVENT_NODE}},
+      {"Allocation", {v1::EVENT_ALLOC}},
+      {"Operator", {v1::EVENT_STATE}},
+      {"ACLToken", {}},
+      {"ACLPolicy", {}},
+      {"ACLRole", {}},
+      {"ACLAuthMethod", {}},
+      {"ACLBindingRule", {}},
+      {"Deployment", {}},
+      {"Evaluation", {}},
+      {"Job", {}},
+      {"NodePool", {}},
+      {"Service", {}},
+      {"HostVolume", {}},
+      {"Variable", {}}};
+  return topics;
+}
+
+const nomad_topic_map* nomad_topic(const std::string& name) {
+  for (const auto& t : nomad_topics())
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
+std::string nomad_topic_of(v1::EventTopic t) {
+  switch (t) {
+    case v1::EVENT_VOLUME:
+    case v1::EVENT_CLAIM:
+      return "CSIVolume";
+    case v1::EVENT_PLUGIN:
+      return "CSIPlugin";
+    case v1::EVENT_NODE:
+      return "Node";
+    case v1::EVENT_ALLOC:
+      return "Allocation";
+    default:
+      return "Operator";
+  }
+}
+
+// Nomad's type where Nomad has one for the same change, else berth's.
+std::string nomad_type_of(const v1::Event& e) {
+  static const std::map<std::string, std::string> types{
+      {"VolumeRegistered", "CSIVolumeRegistered"},
+      {"VolumeUpdated", "CSIVolumeRegistered"},
+      {"VolumeDeregistered", "CSIVolumeDeregistered"},
+      {"NodeRegistered", "NodeRegistration"},
+      {"NodeDeregistered", "NodeDeregistration"},
+      {"NodeUpdated", "NodeStreamEvent"},
+      {"NodeReady", "NodeStreamEvent"},
+      {"NodeDown", "NodeStreamEvent"},
+      {"AllocCreated", "AllocationCreated"},
+      {"AllocUpdated", "AllocationUpdated"},
+      {"AllocDeleted", "AllocationDeleted"}};
+  if (e.topic() == v1::EVENT_CLAIM) return "CSIVolumeClaim";
+  auto it = types.find(e.type());
+  return it == types.end() ? e.type() : it->second;
+}
+
+std::string nomad_node_status(v1::NodeStatus s) {
+  return s == v1::NODE_READY ? "ready" : s == v1::NODE_DOWN ? "down" : "initializing";
+}
+
+std::string nomad_client_status(v1::AllocState s) {
+  switch (s) {
+    case v1::ALLOC_RUNNING:
+      return "running";
+    case v1::ALLOC_COMPLETE:
+      return "complete";
+    case v1::ALLOC_FAILED:
+      return "failed";
+    case v1::ALLOC_LOST:
+      return "lost";
+    default:
+      return "pending";
+  }
+}
+
+}  // namespace
+
+bool nomad_event_topic_spelling(const std::string& topic) {
+  auto name = topic.substr(0, topic.find(':'));
+  return topic.find(':') != std::string::npos || name == "*" || nomad_topic(name) != nullptr;
+}
+
+nomad_event_query_result parse_nomad_event_topics(const std::string& topics) {
+  nomad_event_query q;
+  std::set<v1::EventTopic> wanted;
+  bool every = false;
+  size_t start = 0;
+  while (start <= topics.size()) {
+    auto comma = topics.find(',', start);
+    auto t = topics.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? topics.size() + 1 : comma + 1;
+    if (t.empty()) continue;
+    nomad_event_topic topic;
+    auto colon = t.find(':');
+    topic.topic = t.substr(0, colon);
+    if (colon != std::string::npos) topic.key = t.substr(colon + 1);
+    if (topic.key.empty()) topic.key = "*";
+    if (topic.topic == "*") {
+      every = true;
+    } else if (const auto* m = nomad_topic(topic.topic)) {
+      wanted.insert(m->berth.begin(), m->berth.end());
+    } else {
+      std::string names;
+      for (const auto& n : nomad_topics()) names += std::string(names.empty() ? "" : ", ") + n.name;
+      return {std::nullopt, "topic '" + topic.topic +
+                                "' is not one of Nomad's event topics; give Topic or Topic:key "
+                                "with Topic one of *, " +
+                                names};
+    }
+    q.topics.push_back(std::move(topic));
+  }
+  if (q.topics.empty()) {
+    q.topics.push_back({"*", "*"});
+    every = true;
+  }
+  if (!every) {
+    q.berth_topics.assign(wanted.begin(), wanted.end());
+    q.nothing = wanted.empty();
+  }
+  return {std::move(q), ""};
+}
+
+nlohmann::ordered_json nomad_event(const v1::Event& e) {
+  ordered_json filter_keys = ordered_json::array();
+  ordered_json payload = ordered_json::object();
+  std::string key = e.key();
+  switch (e.object_case()) {
+    case v1::Event::kVolume: {
+      auto v = nomad_volume(e.volume(), nullptr);
+      // The plugin's side is not in the event (GET /v1/plugin/csi/:id).
+      for (const char* f :
+           {"Schedulable", "Provider", "ProviderVersion", "ControllerRequired",
+            "ControllersHealthy", "ControllersExpected", "NodesHealthy", "NodesExpected"})
+        v.erase(f);
+      filter_keys.push_back(e.volume().plugin_id());
+      payload["Volume"] = std::move(v);
+      break;
+    }
+    case v1::Event::kClaim: {
+      const auto& c = e.claim();
+      key = e.volume_id();
+      filter_keys.push_back(c.alloc_id());
+      filter_keys.push_back(c.node_id());
+      payload["Volume"] = ordered_json{{"ID", e.volume_id()}, {"Namespace", e.namespace_()}};
+      payload["Claim"] =
+          ordered_json{{"AllocationID", c.alloc_id()},
+                       {"NodeID", c.node_id()},
+                       {"Mode", c.mode() == v1::CLAIM_WRITE ? "write" : "read"},
+                       {"AccessMode", nomad_mode(c.access_mode())},
+                       {"AttachmentMode", nomad_mode(c.attachment_mode())},
+                       // berth's step: taken, unpublishing, ..., ready-to-free; a claim
+                       // gone from the volume is "freed" (berth's type ClaimFreed).
+                       {"State", e.type() == "ClaimFreed" ? std::string("freed")
+                                                          : std::string(name_of(c.state()))}};
+      break;
+    }
+    case v1::Event::kPlugin:
+      payload["Plugin"] = nomad_plugin(e.plugin());
+      break;
+    case v1::Event::kNode: {
+      const auto& n = e.node();
+      payload["Node"] =
+          ordered_json{{"ID", n.id()},
+                       {"Name", n.id()},
+                       {"Status", nomad_node_status(n.status())},
+                       {"SchedulingEligibility", n.ineligible() ? "ineligible" : "eligible"},
+                       {"Drain", n.has_drain()},
+                       {"CreateIndex", n.create_index()},
+                       {"ModifyIndex", n.modify_index()}};
+      break;
+    }
+    case v1::Event::kAlloc: {
+      const auto& a = e.alloc();
+      if (!a.group().empty()) filter_keys.push_back(a.group());
+      filter_keys.push_back(a.node_id());
+      payload["Allocation"] = ordered_json{{"ID", a.id()},
+                                           {"Name", a.id()},
+                                           {"Namespace", a.namespace_()},
+                                           {"NodeID", a.node_id()},
+                                           {"TaskGroup", a.group()},
+                                           {"ClientStatus", nomad_client_status(a.state())},
+                                           {"ClientDescription", a.message()},
+                                           {"CreateIndex", a.create_index()},
+                                           {"ModifyIndex", a.modify_index()},
+                                           {"CreateTime", a.created_at_ms() * 1000000},
+                                           {"ModifyTime", a.modified_at_ms() * 1000000}};
+      break;
+    }
+    case v1::Event::OBJECT_NOT_SET:
+      break;
+  }
+  return ordered_json{{"Topic", nomad_topic_of(e.topic())},
+                      {"Type", nomad_type_of(e)},
+                      {"Key", key},
+                      {"Namespace", e.namespace_()},
+                      {"FilterKeys", filter_keys},
+                      {"Index", e.index()},
+                      {"Payload", payload}};
+}
+
+bool nomad_event_matches(const nomad_event_query& q, const nlohmann::ordered_json& event) {
+  const auto topic = event.value("Topic", std::string());
+  for (const auto& t : q.topics) {
+    if (t.topic != "*" && t.topic != topic) continue;
+    if (t.key == "*" || event.value("Key", std::string()) == t.key) return true;
+    for (const auto& k : event.value("FilterKeys", ordered_json::array()))
+      if (k.is_string() && k.get<std::string>() == t.key) return true;
+  }
+  return false;
+}
+
+std::vector<nlohmann::ordered_json> nomad_event_frames(const std::vector<v1::Event>& events,
+                                                       const nomad_event_query& q) {
+  std::vector<ordered_json> frames;
+  for (const auto& e : events) {
+    auto event = nomad_event(e);
+    if (!nomad_event_matches(q, event)) continue;
+    if (frames.empty() || frames.back()["Index"].get<uint64_t>() != e.index())
+      frames.push_back(ordered_json{{"Index", e.index()}, {"Events", ordered_json::array()}});
+    frames.back()["Events"].push_back(std::move(event));
+  }
+  return frames;
+}
+
+}  // namespace berth

@@ -110,3 +110,50 @@ struct nomad_blocking_result {
 nomad_blocking_result parse_nomad_blocking(const std::map<std::string, std::string>& params);
 
 }  // namespace berth
+
+namespace berth {
+
+// Nomad's event stream (GET /v1/event/stream asked in Nomad's way, see
+// docs/http-api.md): berth's events in Nomad's frames,
+// {"Index": N, "Events": [{"Topic", "Type", "Key", "Namespace",
+// "FilterKeys", "Index", "Payload"}]}.  berth's volume and claim events are
+// Nomad's topic CSIVolume, plugin events CSIPlugin, node events Node, alloc
+// events Allocation, a restore Operator.
+//
+// A topic as Nomad's query gives it: `Topic:key`, `Topic` (every key), `*`.
+struct nomad_event_topic {
+  std::string topic;      // "CSIVolume", ..., "*"
+  std::string key = "*";  // an event's Key or one of its FilterKeys; "*": every
+};
+struct nomad_event_query {
+  std::vector<nomad_event_topic> topics;  // never empty once parsed ("*:*")
+  // What the journal is asked for (berth's topics); empty: every topic.
+  std::vector<v1::EventTopic> berth_topics;
+  // Only topics berth has no events of (Job, Evaluation, ...): the stream
+  // carries heartbeats only.
+  bool nothing = false;
+};
+struct nomad_event_query_result {
+  std::optional<nomad_event_query> query;
+  std::string error;  // names the topic and lists the topics
+};
+// `topics`: the query's topic parameters joined with commas ("" : every
+// topic, as Nomad's).
+nomad_event_query_result parse_nomad_event_topics(const std::string& topics);
+
+// Whether one topic parameter is Nomad's spelling (a Nomad topic name,
+// `*`, or `Topic:key`) rather than berth's ("volume", "claim", ...).
+bool nomad_event_topic_spelling(const std::string& topic);
+
+// One berth event as Nomad's event; never a secret.
+nlohmann::ordered_json nomad_event(const v1::Event& e);
+
+// Whether Nomad's event passes the query's topics and keys.
+bool nomad_event_matches(const nomad_event_query& q, const nlohmann::ordered_json& event);
+
+// The events as Nomad's frames, one per log index, in order; the events
+// the query's keys leave out are dropped, and so is a frame left empty.
+std::vector<nlohmann::ordered_json> nomad_event_frames(const std::vector<v1::Event>& events,
+                                                       const nomad_event_query& q);
+
+}  // namespace berth

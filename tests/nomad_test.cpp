@@ -391,3 +391,141 @@ TEST_CASE("nomad snapshots and the CSI secrets header") {
   CHECK(std::get<std::string>(bad).find("hunter2") == std::string::npos);
   CHECK(std::holds_alternative<std::string>(parse_csi_secrets("=x")));
 }
+
+TEST_CASE("nomad event topics: Nomad's spellings, berth's topics asked, unknown ones named") {
+  CHECK(nomad_event_topic_spelling("CSIVolume"));
+  CHECK(nomad_event_topic_spelling("Node:n1"));
+  CHECK(nomad_event_topic_spelling("*"));
+  CHECK(nomad_event_topic_spelling("Job:web"));
+  CHECK_FALSE(nomad_event_topic_spelling("volume"));
+  CHECK_FALSE(nomad_event_topic_spelling("claim"));
+
+  auto every = parse_nomad_event_topics("");
+  REQUIRE(every.query);
+  CHECK(every.query->berth_topics.empty());
+  CHECK_FALSE(every.query->nothing);
+  REQUIRE(every.query->topics.size() == 1);
+  CHECK(every.query->topics[0].topic == "*");
+
+  auto some = parse_nomad_event_topics("CSIVolume:db,Node");
+  REQUIRE(some.query);
+  CHECK(some.query->berth_topics ==
+        std::vector<v1::EventTopic>{v1::EVENT_VOLUME, v1::EVENT_CLAIM, v1::EVENT_NODE});
+  CHECK(some.query->topics[0].key == "db");
+  CHECK(some.query->topics[1].key == "*");
+
+  auto star = parse_nomad_event_topics("Node:*,*");
+  REQUIRE(star.query);
+  CHECK(star.query->berth_topics.empty());  // every topic
+
+  auto jobs = parse_nomad_event_topics("Job:web,Evaluation");
+  REQUIRE(jobs.query);
+  CHECK(jobs.query->nothing);
+
+  auto bad = parse_nomad_event_topics("CSIVolume,volume");
+  CHECK_FALSE(bad.query);
+  CHECK(bad.error.find("'volume'") != std::string::npos);
+  CHECK(bad.error.find("CSIVolume") != std::string::npos);
+}
+
+TEST_CASE("nomad events: Nomad's frame and fields, keys filtered, one frame per index") {
+  std::vector<v1::Event> events;
+  events.reserve(4);  // the references below stay valid
+  auto& reg = events.emplace_back();
+  reg.set_index(7);
+  reg.set_topic(v1::EVENT_VOLUME);
+  reg.set_type("VolumeRegistered");
+  reg.set_namespace_("default");
+  reg.set_key("db");
+  reg.mutable_volume()->set_id("db");
+  reg.mutable_volume()->set_namespace_("default");
+  reg.mutable_volume()->set_plugin_id("hostpath");
+  (*reg.mutable_volume()->mutable_secrets())["password"] = "hunter2";
+  auto& claim = events.emplace_back();
+  claim.set_index(7);
+  claim.set_seq(1);
+  claim.set_topic(v1::EVENT_CLAIM);
+  claim.set_type("ClaimTaken");
+  claim.set_namespace_("default");
+  claim.set_key("db/a1");
+  claim.set_volume_id("db");
+  claim.mutable_claim()->set_alloc_id("a1");
+  claim.mutable_claim()->set_node_id("n1");
+  claim.mutable_claim()->set_mode(v1::CLAIM_WRITE);
+  claim.mutable_claim()->set_state(v1::CLAIM_TAKEN);
+  claim.mutable_claim()->set_access_mode(v1::SINGLE_NODE_WRITER);
+  auto& node = events.emplace_back();
+  node.set_index(9);
+  node.set_topic(v1::EVENT_NODE);
+  node.set_type("NodeRegistered");
+  node.set_key("n1");
+  node.mutable_node()->set_id("n1");
+  node.mutable_node()->set_status(v1::NODE_READY);
+  node.mutable_node()->set_ineligible(true);
+  auto& alloc = events.emplace_back();
+  alloc.set_index(10);
+  alloc.set_topic(v1::EVENT_ALLOC);
+  alloc.set_type("AllocUpdated");
+  alloc.set_namespace_("default");
+  alloc.set_key("a1");
+  alloc.mutable_alloc()->set_id("a1");
+  alloc.mutable_alloc()->set_node_id("n1");
+  alloc.mutable_alloc()->set_state(v1::ALLOC_COMPLETE);
+
+  auto v = nomad_event(reg);
+  CHECK(v["Topic"] == "CSIVolume");
+  CHECK(v["Type"] == "CSIVolumeRegistered");
+  CHECK(v["Key"] == "db");
+  CHECK(v["Namespace"] == "default");
+  CHECK(v["Index"] == 7);
+  CHECK(v["FilterKeys"] == nlohmann::ordered_json::array({"hostpath"}));
+  CHECK(v["Payload"]["Volume"]["ID"] == "db");
+  CHECK(v["Payload"]["Volume"]["Secrets"].is_null());
+  CHECK_FALSE(v["Payload"]["Volume"].contains("Schedulable"));  // the plugin's, not here
+  CHECK(v.dump().find("hunter2") == std::string::npos);
+
+  auto c = nomad_event(claim);
+  CHECK(c["Type"] == "CSIVolumeClaim");
+  CHECK(c["Key"] == "db");
+  CHECK(c["Payload"]["Claim"]["AllocationID"] == "a1");
+  CHECK(c["Payload"]["Claim"]["Mode"] == "write");
+  CHECK(c["Payload"]["Claim"]["AccessMode"] == "single-node-writer");
+  CHECK(c["Payload"]["Claim"]["State"] == "taken");
+  claim.set_type("ClaimFreed");
+  CHECK(nomad_event(claim)["Payload"]["Claim"]["State"] == "freed");
+  claim.set_type("ClaimTaken");
+
+  auto n = nomad_event(node);
+  CHECK(n["Topic"] == "Node");
+  CHECK(n["Type"] == "NodeRegistration");
+  CHECK(n["Payload"]["Node"]["Status"] == "ready");
+  CHECK(n["Payload"]["Node"]["SchedulingEligibility"] == "ineligible");
+  auto a = nomad_event(alloc);
+  CHECK(a["Topic"] == "Allocation");
+  CHECK(a["Type"] == "AllocationUpdated");
+  CHECK(a["Payload"]["Allocation"]["ClientStatus"] == "complete");
+
+  // Every topic: three frames, the volume's two events in one.
+  auto all = parse_nomad_event_topics("*").query.value();
+  auto frames = nomad_event_frames(events, all);
+  REQUIRE(frames.size() == 3);
+  CHECK(frames[0]["Index"] == 7);
+  CHECK(frames[0]["Events"].size() == 2);
+  CHECK(frames[1]["Index"] == 9);
+  CHECK(frames[2]["Events"][0]["Topic"] == "Allocation");
+
+  // A key: the claim's alloc is one of its FilterKeys; another volume's
+  // key matches nothing; the node's frame drops out.
+  auto by_alloc =
+      nomad_event_frames(events, parse_nomad_event_topics("CSIVolume:a1").query.value());
+  REQUIRE(by_alloc.size() == 1);
+  REQUIRE(by_alloc[0]["Events"].size() == 1);
+  CHECK(by_alloc[0]["Events"][0]["Type"] == "CSIVolumeClaim");
+  CHECK(
+      nomad_event_frames(events, parse_nomad_event_topics("CSIVolume:web").query.value()).empty());
+  auto nodes =
+      nomad_event_frames(events, parse_nomad_event_topics("Node:n1,Allocation:n1").query.value());
+  REQUIRE(nodes.size() == 2);
+  CHECK(nodes[0]["Events"][0]["Topic"] == "Node");
+  CHECK(nodes[1]["Events"][0]["Topic"] == "Allocation");
+}

@@ -971,13 +971,25 @@ json openapi_document() {
   // The streamed path is served beside the table (metrics_server).
   paths["/v1/event/stream"]["get"] = {
       {"summary", "the event stream as newline-delimited JSON (berth event stream)"},
+      {"description",
+       "berth's events, one per line; asked in Nomad's way (a topic spelled as Nomad's: "
+       "CSIVolume, CSIPlugin, Node, Allocation, Operator, *, or Topic:key; or the "
+       "X-Nomad-Token header) Nomad's frames {\"Index\", \"Events\"}, the backlog first. A "
+       "{} line is a heartbeat."},
       {"parameters",
        json::array(
            {json{{"name", "index"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
-            json{{"name", "topic"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+            json{{"name", "topic"},
+                 {"in", "query"},
+                 {"description", "berth's topics (volume,claim,...) or Nomad's (Topic:key)"},
+                 {"schema", {{"type", "string"}}}},
             json{{"name", "namespace"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
             json{{"name", "until_index"}, {"in", "query"}, {"schema", {{"type", "string"}}}}})},
-      {"responses", {{"200", {{"description", "one JSON object per line"}}}}}};
+      {"responses",
+       {{"200", {{"description", "one JSON object per line (a berth event or a Nomad frame)"}}},
+        {"400", {{"description", "a bad parameter or topic, named"}}},
+        {"403", {{"description", "the token may not read these events"}}},
+        {"410", {{"description", "berth's stream: the index is no longer kept"}}}}}};
   return json{{"openapi", "3.0.3"},
               {"info",
                {{"title", "berth HTTP API"},
@@ -1242,7 +1254,10 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
 
 // Answered by this server from its own journal, like the shell's; a `{}`
 // line every 10 s without events is a heartbeat: the stream notices a
-// client that went away.
+// client that went away.  Asked in Nomad's way (a topic spelled as
+// Nomad's, `Topic:key`, or the X-Nomad-Token header) the lines are Nomad's
+// frames (messages/nomad: nomad_event_frames), else berth's events, one
+// per line (codec: event_json).
 void event_stream_view(caf::actor_system& sys, const api_actor& api, const http_request& http,
                        http_stream& out) {
   auto refuse = [&](int status, json body) {
@@ -1254,7 +1269,35 @@ void event_stream_view(caf::actor_system& sys, const api_actor& api, const http_
       return std::nullopt;
     return std::stoull(s);
   };
+  auto each_topic = [](const std::string& value, const auto& f) {
+    size_t start = 0;
+    while (start <= value.size()) {
+      auto comma = value.find(',', start);
+      auto t = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      start = comma == std::string::npos ? value.size() + 1 : comma + 1;
+      if (!t.empty() && !f(t)) return false;
+    }
+    return true;
+  };
+  bool nomad = http.nomad_token;
+  if (auto t = http.query.find("topic"); t != http.query.end())
+    each_topic(t->second, [&](const std::string& one) {
+      nomad = nomad || nomad_event_topic_spelling(one);
+      return true;
+    });
   v1::EventStreamRequest req;
+  std::optional<nomad_event_query> nomad_query;
+  if (nomad) {
+    auto t = http.query.find("topic");
+    auto parsed = parse_nomad_event_topics(t == http.query.end() ? "" : t->second);
+    if (!parsed.query) return refuse(400, {{"error", parsed.error}});
+    nomad_query = std::move(*parsed.query);
+    for (auto topic : nomad_query->berth_topics) req.add_topics(topic);
+    // Only topics berth has none of: the journal's restores alone, which
+    // the query drops unless it asked for Operator (heartbeats remain).
+    if (nomad_query->nothing) req.add_topics(v1::EVENT_STATE);
+    req.set_namespace_("default");  // Nomad's default; "*" is every namespace
+  }
   uint64_t until = 0;
   for (const auto& [key, value] : http.query) {
     if (key == "index" || key == "until_index") {
@@ -1265,31 +1308,55 @@ void event_stream_view(caf::actor_system& sys, const api_actor& api, const http_
       else
         until = *n;
     } else if (key == "namespace") {
-      req.set_namespace_(value);
+      req.set_namespace_(nomad && value == "*" ? "" : value);
     } else if (key == "topic") {
-      size_t start = 0;
-      while (start <= value.size()) {
-        auto comma = value.find(',', start);
-        auto t = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        start = comma == std::string::npos ? value.size() + 1 : comma + 1;
-        if (t.empty()) continue;
+      if (nomad) continue;
+      bool ok = each_topic(value, [&](const std::string& t) {
         auto topic = parse_event_topic(t);
-        if (!topic || *topic == v1::EVENT_STATE)
-          return refuse(400, {{"error", "topic '" + t + "' is not a topic; the topics are volume, "
-                                                        "claim, alloc, node, plugin"}});
+        if (!topic || *topic == v1::EVENT_STATE) {
+          refuse(400, {{"error", "topic '" + t +
+                                     "' is not a topic; the topics are volume, "
+                                     "claim, alloc, node, plugin (or Nomad's: "
+                                     "CSIVolume, CSIPlugin, Node, Allocation, *)"}});
+          return false;
+        }
         req.add_topics(*topic);
-      }
+        return true;
+      });
+      if (!ok) return;
+    } else if (nomad && (key == "region" || key == "stale")) {
+      // Nomad's query options that mean nothing here: one region, and
+      // every server answers from what it applied.
     } else {
       return refuse(400, {{"error", "unknown parameter '" + key +
                                         "'; the parameters are index, topic, namespace, "
                                         "until_index, token"}});
     }
   }
+  // Nomad's index 0 (the default) is the server's backlog, then what comes.
+  if (nomad_query && req.index() == 0) req.set_index(1);
+  const char* content_type = nomad_query ? "application/json" : "application/x-ndjson";
+  auto lines_of = [&](const v1::Response& resp) {
+    std::string lines;
+    if (nomad_query) {
+      std::vector<v1::Event> events;
+      for (const auto& e : resp.events())
+        if (until == 0 || e.index() <= until) events.push_back(e);
+      for (const auto& frame : nomad_event_frames(events, *nomad_query))
+        lines += frame.dump() + "\n";
+      return lines;
+    }
+    for (const auto& e : resp.events()) {
+      if (until != 0 && e.index() > until) break;
+      lines += dump(event_json(e)) + "\n";
+    }
+    return lines;
+  };
   caf::scoped_actor self{sys};
   bool started = false;
   for (;;) {
     if (until != 0 && req.index() > until) {
-      if (!started) out.start(200, "application/x-ndjson");
+      if (!started) out.start(200, content_type);
       return;
     }
     // The first poll does not wait: the status line goes out at once.
@@ -1303,6 +1370,12 @@ void event_stream_view(caf::actor_system& sys, const api_actor& api, const http_
         .receive([&](pb<v1::Response>& x) { resp = std::move(x.msg); },
                  [&](caf::error& e) { why = to_failure(e).message; });
     if (resp && resp->error().code() != v1::OK) why = resp->error().message();
+    // Nomad's stream starts at the oldest index still kept when the one
+    // asked for is gone; berth's answers 410 with it.
+    if (nomad_query && resp && resp->journal_first_index() > req.index()) {
+      req.set_index(resp->journal_first_index());
+      continue;
+    }
     if (!resp || resp->error().code() != v1::OK) {
       json body{{"error", why}};
       if (resp && resp->journal_first_index() != 0) body["first_index"] = resp->journal_first_index();
@@ -1315,12 +1388,8 @@ void event_stream_view(caf::actor_system& sys, const api_actor& api, const http_
       out.write(dump(body) + "\n");
       return;
     }
-    if (!started) out.start(200, "application/x-ndjson");
-    std::string lines;
-    for (const auto& e : resp->events()) {
-      if (until != 0 && e.index() > until) break;
-      lines += dump(event_json(e)) + "\n";
-    }
+    if (!started) out.start(200, content_type);
+    std::string lines = lines_of(*resp);
     if (lines.empty() && started) lines = "{}\n";
     started = true;
     if (!out.write(lines)) return;

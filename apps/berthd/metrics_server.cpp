@@ -111,6 +111,7 @@ http_request request_of(mg_connection* conn, const mg_request_info* info, bool t
     req.token = t;
   } else if (const char* n = mg_get_header(conn, "X-Nomad-Token")) {
     req.token = n;
+    req.nomad_token = true;
   } else if (const char* a = mg_get_header(conn, "Authorization")) {
     std::string auth = a;
     if (auth.rfind("Bearer ", 0) == 0) req.token = auth.substr(7);

@@ -43,6 +43,7 @@ struct http_request {
   // else `Authorization: Bearer TOKEN`; for the event stream also the
   // `token` query parameter (EventSource cannot set headers).
   std::string token;
+  bool nomad_token = false;  // the token came in X-Nomad-Token (a Nomad client)
   // Nomad's X-Nomad-CSI-Secrets header ("k1=v1,k2=v2"): the plugin's
   // secrets for a snapshot list or delete; never logged or shown.
   std::string csi_secrets;

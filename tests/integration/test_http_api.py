@@ -306,6 +306,75 @@ class WritesAndBlockingTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
         wait(lambda: get(self.agent, "/v1/volume?id=db")[1]["claims"] == [], "the claim freed")
 
+    def test_nomads_event_stream(self):
+        """GET /v1/event/stream asked as Nomad's clients ask (Nomad's topics,
+        Topic:key, or X-Nomad-Token): Nomad's frames {Index, Events[]},
+        the backlog first; berth's own lines otherwise."""
+        json_post = {"Content-Type": "application/json"}
+        status, body, _ = get(self.agent, "/v1/volume/claim", json_post, "POST",
+                              {"id": "db", "alloc": "web-1", "node": self.node})
+        self.assertEqual(status, 200, body)
+        status, body, _ = get(self.agent, "/v1/volume/release", json_post, "POST",
+                              {"id": "db", "alloc": "web-1"})
+        self.assertEqual(status, 200, body)
+        wait(lambda: get(self.agent, "/v1/volume?id=db")[1]["claims"] == [], "the claim freed")
+        until = int(get(self.agent, "/v1/volume/csi/db")[2]["X-Nomad-Index"])
+
+        def stream(query, headers=None):
+            url = "http://127.0.0.1:%d/v1/event/stream?%s" % (self.agent.metrics_port, query)
+            req = urllib.request.Request(url, headers=headers or {})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    text = r.read().decode()
+                    return r.status, r.headers.get("Content-Type"), [json.loads(line) for line in
+                                                                    text.splitlines() if line]
+            except urllib.error.HTTPError as e:
+                return e.code, None, json.loads(e.read().decode())
+
+        status, ctype, frames = stream("topic=CSIVolume:db&until_index=%d" % until)
+        self.assertEqual((status, ctype), (200, "application/json"), frames)
+        self.assertTrue(frames)
+        events = [e for f in frames for e in f["Events"]]
+        for f in frames:
+            self.assertEqual(sorted(f), ["Events", "Index"])
+            self.assertTrue(all(e["Index"] == f["Index"] for e in f["Events"]), f)
+        self.assertEqual([f["Index"] for f in frames], sorted({f["Index"] for f in frames}))
+        self.assertEqual({e["Topic"] for e in events}, {"CSIVolume"})
+        self.assertEqual({e["Key"] for e in events}, {"db"})
+        self.assertEqual(events[0]["Type"], "CSIVolumeRegistered")
+        self.assertEqual(events[0]["Payload"]["Volume"]["PluginID"], "hostpath")
+        self.assertIsNone(events[0]["Payload"]["Volume"]["Secrets"])
+        claims = [e["Payload"]["Claim"] for e in events if e["Type"] == "CSIVolumeClaim"]
+        self.assertEqual(claims[0]["AllocationID"], "web-1")
+        self.assertEqual(claims[0]["State"], "taken")
+        self.assertEqual(claims[-1]["State"], "freed")
+        self.assertNotIn(SECRET, json.dumps(frames))
+
+        # A key that is a FilterKey (the claim's alloc); Node alone.
+        _, _, by_alloc = stream("topic=CSIVolume:web-1&until_index=%d" % until)
+        self.assertEqual({e["Type"] for f in by_alloc for e in f["Events"]}, {"CSIVolumeClaim"})
+        _, _, nodes = stream("topic=Node&until_index=%d" % until)
+        node_events = [e for f in nodes for e in f["Events"]]
+        self.assertTrue(node_events)
+        self.assertEqual({e["Topic"] for e in node_events}, {"Node"})
+        self.assertIn(self.node, {e["Payload"]["Node"]["ID"] for e in node_events})
+
+        # X-Nomad-Token and no topic: every topic, Nomad's frames.
+        _, _, every = stream("until_index=%d" % until, {"X-Nomad-Token": "anything"})
+        self.assertTrue({"CSIVolume", "CSIPlugin", "Node"} <=
+                        {e["Topic"] for f in every for e in f["Events"]}, every)
+        # Nomad's topics berth has no events of: nothing but the end.
+        status, _, none = stream("topic=Job:web&topic=Evaluation&until_index=%d" % until)
+        self.assertEqual((status, none), (200, []))
+        status, _, body = stream("topic=Bogus:x")
+        self.assertEqual(status, 400)
+        self.assertIn("'Bogus'", body["error"])
+        # berth's own stream is unchanged: one berth event per line.
+        status, ctype, lines = stream("index=1&topic=volume&until_index=%d" % until)
+        self.assertEqual((status, ctype), (200, "application/x-ndjson"))
+        self.assertEqual(lines[0]["topic"], "volume")
+        self.assertEqual(lines[0]["key"], "db")
+
     def test_a_blocking_query_wakes_on_a_change_and_ends_with_its_wait(self):
         status, v, headers = get(self.agent, "/v1/volume/csi/db")
         self.assertEqual((status, v["WriteAllocs"]), (200, {}))

@@ -156,6 +156,22 @@ class HttpClusterTest(TlsShell, unittest.TestCase):
         self.poll(lambda: self.ok("GET", "/v1/volume?id=web")["claims"] == [], "w-1 released",
                   timeout=60)
 
+        # The event stream through the follower, in Nomad's frames: the two
+        # claims taken and freed; refused without a token.
+        until = int(self.http("GET", "/v1/volume/csi/web", token=self.mgmt)[2]["X-Nomad-Index"])
+        status, raw, _ = self.http("GET", "/v1/event/stream?topic=CSIVolume:web&until_index=%d"
+                                   % until, token=self.mgmt, raw=True)
+        self.assertEqual(status, 200)
+        frames = [json.loads(line) for line in raw.decode().splitlines() if line]
+        claims = [(e["Payload"]["Claim"]["AllocationID"], e["Payload"]["Claim"]["State"])
+                  for f in frames for e in f["Events"] if e["Type"] == "CSIVolumeClaim"]
+        for alloc in (first["id"], "w-1"):
+            self.assertIn((alloc, "taken"), claims)
+            self.assertIn((alloc, "freed"), claims)
+        self.assertNotIn("http-cluster-secret", raw.decode())
+        status, body, _ = self.http("GET", "/v1/event/stream?topic=CSIVolume&until_index=1")
+        self.assertEqual(status, 403, body)
+
         # Expand, availability, eligibility, gc.
         grown = self.ok("POST", "/v1/volume/expand", {"id": "web", "size": "2MiB"})
         self.assertEqual(grown["capacity_min"], 2 * 1048576, grown)

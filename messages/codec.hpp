@@ -82,4 +82,8 @@ std::optional<v1::EventTopic> parse_event_topic(std::string_view name);
 // unknown unit, more than a year).
 std::optional<int64_t> parse_duration_ms(std::string_view text);
 
+// Standard base64 (RFC 4648, with padding): a byte string in JSON the way
+// Go's encoding/json writes a []byte (Nomad's StreamFrame.Data).
+std::string base64(std::string_view bytes);
+
 }  // namespace berth

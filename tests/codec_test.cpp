@@ -295,3 +295,14 @@ TEST_CASE("parse_size_reads_bytes_and_units_and_refuses_the_rest") {
   CHECK_FALSE(parse_size("-1"));
   CHECK_FALSE(parse_size("9000000TiB"));  // more than int64 holds
 }
+
+TEST_CASE("base64 is RFC 4648's, with its test vectors and bytes above 127") {
+  CHECK(base64("") == "");
+  CHECK(base64("f") == "Zg==");
+  CHECK(base64("fo") == "Zm8=");
+  CHECK(base64("foo") == "Zm9v");
+  CHECK(base64("foob") == "Zm9vYg==");
+  CHECK(base64("fooba") == "Zm9vYmE=");
+  CHECK(base64("foobar") == "Zm9vYmFy");
+  CHECK(base64(std::string("\xff\xfe\x00", 3)) == "//4A");
+}

@@ -287,11 +287,14 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
         return answer_http(sys, api, name, req);
       },
       !api ? stream_view{} : stream_view([&sys, api](const http_request& req, http_stream& out) {
-        event_stream_view(sys, api, req, out);
+        if (req.path == "/v1/agent/monitor")
+          monitor_view(sys, api, req, out);
+        else
+          event_stream_view(sys, api, req, out);
       }),
-      opts.tls.enabled() ? std::optional<https_options>(https_options{opts.tls,
-                                                                      opts.tls_verify_http_client})
-                         : std::nullopt);
+      opts.tls.enabled()
+          ? std::optional<https_options>(https_options{opts.tls, opts.tls_verify_http_client})
+          : std::nullopt);
   return started;
 }
 

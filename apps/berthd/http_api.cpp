@@ -990,6 +990,21 @@ json openapi_document() {
         {"400", {{"description", "a bad parameter or topic, named"}}},
         {"403", {{"description", "the token may not read these events"}}},
         {"410", {{"description", "berth's stream: the index is no longer kept"}}}}}};
+  paths["/v1/agent/monitor"]["get"] = {
+      {"summary", "berth monitor: the server's log lines (or a node's client's), streamed"},
+      {"description",
+       "The newest `lines` first, then each as it is written, until the caller closes. "
+       "plain=true: text; else Nomad's frames {\"Data\": base64}, {} a heartbeat."},
+      {"parameters",
+       json::array({json{{"name", "log_level"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+                    json{{"name", "node_id"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+                    json{{"name", "lines"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+                    json{{"name", "plain"}, {"in", "query"}, {"schema", {{"type", "string"}}}}})},
+      {"responses",
+       {{"200", {{"description", "the lines (text) or one JSON frame per line"}}},
+        {"400", {{"description", "a bad parameter, named"}}},
+        {"403", {{"description", "the token may not read the agent's lines"}}},
+        {"404", {{"description", "no such node"}}}}}};
   return json{{"openapi", "3.0.3"},
               {"info",
                {{"title", "berth HTTP API"},
@@ -1169,7 +1184,7 @@ static std::string path_list() {
   std::set<std::string> seen;
   for (const auto& r : routes())
     if (seen.insert(r.path).second) out += (out.empty() ? "" : ", ") + std::string(r.path);
-  return out + ", /v1/event/stream";
+  return out + ", /v1/event/stream, /v1/agent/monitor";
 }
 
 std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& api,
@@ -1394,6 +1409,84 @@ void event_stream_view(caf::actor_system& sys, const api_actor& api, const http_
     started = true;
     if (!out.write(lines)) return;
     req.set_index(std::max(req.index(), resp->next_index()));
+  }
+}
+
+// GET /v1/agent/monitor (berth monitor; Nomad's path): this server's log
+// lines, or those of a node's client through the leader (node_id), the
+// newest `lines` first, then each as it is written.  plain=true: the lines
+// as text (an empty line is a heartbeat after 10 s without one); else
+// Nomad's frames {"Data": base64 of the lines}, `{}` the heartbeat.
+void monitor_view(caf::actor_system& sys, const api_actor& api, const http_request& http,
+                  http_stream& out) {
+  auto refuse = [&](int status, const std::string& why) {
+    out.start(status, "application/json");
+    out.write(dump(json{{"error", why}}) + "\n");
+  };
+  v1::MonitorRequest m;
+  m.set_level("info");
+  m.set_tail(20);
+  bool plain = false;
+  for (const auto& [key, value] : http.query) {
+    if (key == "log_level") {
+      std::string level;
+      for (char ch : value)
+        level += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (level == "warning") level = "warn";
+      if (level != "trace" && level != "debug" && level != "info" && level != "warn" &&
+          level != "error")
+        return refuse(400, "log_level must be trace, debug, info, warn or error");
+      m.set_level(level);
+    } else if (key == "node_id") {
+      m.set_node_id(value);
+    } else if (key == "lines") {
+      if (value.empty() || value.size() > 4 ||
+          value.find_first_not_of("0123456789") != std::string::npos || std::stoul(value) > 2048)
+        return refuse(400, "lines must be a count from 0 to 2048");
+      m.set_tail(static_cast<uint32_t>(std::stoul(value)));
+    } else if (key == "plain") {
+      if (value != "true" && value != "false") return refuse(400, "plain must be true or false");
+      plain = value == "true";
+    } else if (key == "region" || key == "log_json") {
+      // Nomad's options that mean nothing here (one region; berthd's own
+      // --log-format decides the lines' form).
+    } else {
+      return refuse(400, "unknown parameter '" + key +
+                             "'; the parameters are log_level, node_id, lines, plain, token");
+    }
+  }
+  caf::scoped_actor self{sys};
+  bool started = false;
+  for (;;) {
+    m.set_wait_ms(started ? 10'000 : 0);
+    v1::Request r;
+    *r.mutable_monitor() = m;
+    r.set_token(http.token);
+    std::optional<v1::Response> resp;
+    std::string why = "no answer";
+    self->request(api, std::chrono::seconds(30), api_atom::value, wrap(std::move(r)))
+        .receive([&](pb<v1::Response>& x) { resp = std::move(x.msg); },
+                 [&](caf::error& e) { why = to_failure(e).message; });
+    if (resp && resp->error().code() != v1::OK) why = resp->error().message();
+    if (!resp || resp->error().code() != v1::OK) {
+      if (!started) return refuse(resp ? http_status_of(resp->error().code()) : 503, why);
+      if (!plain) out.write(dump(json{{"error", why}}) + "\n");
+      return;
+    }
+    if (!started) out.start(200, plain ? "text/plain; charset=utf-8" : "application/json");
+    const auto& result = resp->monitor();
+    std::string text;
+    for (const auto& line : result.lines()) text += line + "\n";
+    // With nothing new after a wait: a heartbeat (an empty line in text),
+    // whose write notices a caller that went away.
+    std::string chunk = !text.empty() ? (plain ? text : dump(json{{"Data", base64(text)}}) + "\n")
+                        : started     ? std::string(plain ? "\n" : "{}\n")
+                                      : std::string();
+    started = true;
+    if (!out.write(chunk)) return;
+    // A restarted berthd numbers its lines from 1 again.
+    m.set_after(result.last() < m.after() ? 0 : result.last());
+    m.set_tail(std::numeric_limits<uint32_t>::max());
   }
 }
 

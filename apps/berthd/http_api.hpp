@@ -31,4 +31,9 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
 void event_stream_view(caf::actor_system& sys, const api_actor& api, const http_request& req,
                        http_stream& out);
 
+// GET /v1/agent/monitor?log_level=L&node_id=N&lines=K&plain=true: berth
+// monitor's lines, streamed (text with plain=true, else Nomad's frames).
+void monitor_view(caf::actor_system& sys, const api_actor& api, const http_request& req,
+                  http_stream& out);
+
 }  // namespace berth

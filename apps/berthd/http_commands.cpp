@@ -477,6 +477,58 @@ void add_alloc_and_node_routes(std::vector<route>& v) {
         return r;
       },
       as_json(node_message_json), seconds(30)));
+  v.push_back(post(
+      "/v1/plugin/fingerprint",
+      "berth plugin fingerprint ID --node N: report a plugin instance on a node by hand (what a "
+      "client's CSI fingerprint does), or remove it",
+      {{"id", "body", "the plugin", true},
+       {"node", "body", "the node that runs the instance", true},
+       {"type", "body", "node, controller or monolith (default)"},
+       {"healthy", "body", "the instance is healthy (default true)", false, "boolean"},
+       {"health_description", "body", "why it is (un)healthy"},
+       {"remove", "body", "remove the instance instead", false, "boolean"},
+       {"provider", "body", "the plugin's name (GetPluginInfo)"},
+       {"provider_version", "body", "the plugin's version"},
+       {"csi_node_id", "body", "the node id the plugin reports (default: node)"},
+       {"controller_publish", "body", "the controller advertises PUBLISH_UNPUBLISH_VOLUME", false,
+        "boolean"},
+       {"stage_unstage", "body", "the node advertises STAGE_UNSTAGE_VOLUME", false, "boolean"},
+       {"max_volumes", "body", "max volumes per node (0: unlimited)", false, "integer"}},
+      [](const params& p, const json&, const http_request&) -> built {
+        if (auto m = missing(p, {"id", "node"}); !m.empty()) return m;
+        auto type = parse_plugin_type(param(p, "type").empty() ? "monolith" : param(p, "type"));
+        if (!type || *type == v1::PLUGIN_TYPE_UNKNOWN)
+          return std::string("type must be node, controller or monolith");
+        int64_t max_volumes = 0;
+        if (auto n = param(p, "max_volumes"); !n.empty()) {
+          if (n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos)
+            return std::string("max_volumes must be a count (0: unlimited)");
+          max_volumes = std::stoll(n);
+        }
+        v1::Request r;
+        auto* f = r.mutable_plugin_fingerprint();
+        f->set_plugin_id(param(p, "id"));
+        f->set_node_id(param(p, "node"));
+        f->set_type(*type);
+        f->set_remove(flag(p, "remove"));
+        auto* i = f->mutable_instance();
+        i->set_healthy(param(p, "healthy").empty() || flag(p, "healthy"));
+        i->set_health_description(param(p, "health_description"));
+        i->set_provider(param(p, "provider"));
+        i->set_provider_version(param(p, "provider_version"));
+        i->set_csi_node_id(param(p, "csi_node_id").empty() ? param(p, "node")
+                                                           : param(p, "csi_node_id"));
+        i->set_publish_unpublish(flag(p, "controller_publish"));
+        i->set_stage_unstage(flag(p, "stage_unstage"));
+        i->set_max_volumes(max_volumes);
+        return r;
+      },
+      as_json([](const v1::Response& r) {
+        json out{{"message", r.message()}};
+        if (!r.plugins().empty()) out["plugin"] = plugin_json(r.plugins(0));
+        return out;
+      }),
+      seconds(30)));
 }
 
 auto message_only = [](const v1::Response& r) { return json{{"message", r.message()}}; };

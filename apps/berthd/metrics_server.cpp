@@ -225,9 +225,9 @@ int begin_request(mg_connection* conn) {
     return serve_ui(conn, path, method == "HEAD");
   }
   if (path.rfind("/v1/", 0) != 0) return 0;  // /metrics: prometheus-cpp's
-  if (path == "/v1/event/stream") {
+  if (path == "/v1/event/stream" || path == "/v1/agent/monitor") {
     if (method == "GET") return stream_events(conn, info);
-    reply(conn, {405, "{\"error\":\"/v1/event/stream is GET only\"}"});
+    reply(conn, {405, "{\"error\":\"" + path + " is GET only\"}"});
     return 405;
   }
   std::optional<json_view> view;

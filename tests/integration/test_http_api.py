@@ -6,6 +6,7 @@ through the real shell.  With --acl: no token is refused, X-Nomad-Token and
 Authorization: Bearer are taken.  /v1/openapi.json names every path served,
 and every path it names answers."""
 
+import base64
 import json
 import os
 import shutil
@@ -202,6 +203,31 @@ class NomadApiTest(unittest.TestCase):
         status, peers, _ = get(self.agent, "/v1/status/peers")
         self.assertEqual((status, peers), (200, [leader]))
 
+    def test_the_agents_log_lines_stream_as_text_and_as_nomads_frames(self):
+        """GET /v1/agent/monitor: berth monitor over HTTP (Nomad's path)."""
+        base = "http://127.0.0.1:%d/v1/agent/monitor" % self.agent.metrics_port
+        with urllib.request.urlopen(base + "?plain=true&lines=5&log_level=debug",
+                                    timeout=60) as r:
+            self.assertEqual(r.status, 200)
+            self.assertTrue(r.headers["Content-Type"].startswith("text/plain"))
+            first = r.readline().decode()
+            self.assertTrue(first.strip(), first)
+        with urllib.request.urlopen(base + "?lines=3", timeout=60) as r:
+            frame = json.loads(r.readline().decode())
+            text = base64.b64decode(frame["Data"]).decode()
+            self.assertTrue(text.endswith("\n"), text)
+            self.assertLessEqual(len(text.splitlines()), 3)
+            self.assertNotIn(SECRET, text)
+        for query, word in (("log_level=loud", "log_level"), ("lines=x", "lines"),
+                            ("plain=yes", "plain"), ("colour=red", "colour"),
+                            ("node_id=no-such-node", "no-such-node")):
+            try:
+                with urllib.request.urlopen(base + "?" + query, timeout=60) as r:
+                    self.fail("%s answered %d" % (query, r.status))
+            except urllib.error.HTTPError as e:
+                self.assertIn(e.code, (400, 404), query)
+                self.assertIn(word, json.loads(e.read().decode())["error"], query)
+
     def test_the_openapi_document_names_every_path_and_every_path_answers(self):
         status, doc, _ = get(self.agent, "/v1/openapi.json")
         self.assertEqual(status, 200)
@@ -222,6 +248,7 @@ class NomadApiTest(unittest.TestCase):
         paths = doc["paths"]
         for p in ("/v1/volumes", "/v1/volume/csi/{id}", "/v1/plugins", "/v1/plugin/csi/{id}",
                   "/v1/status/leader", "/v1/status/peers", "/v1/openapi.json", "/v1/event/stream",
+                  "/v1/agent/monitor", "/v1/plugin/fingerprint",
                   "/v1/status", "/v1/volume", "/v1/plugin", "/v1/nodes", "/v1/node", "/v1/allocs",
                   "/v1/alloc", "/v1/raft/peers", "/v1/alloc/stop", "/v1/volume/detach",
                   "/v1/node/drain", "/v1/volume/register", "/v1/volume/create",
@@ -239,7 +266,7 @@ class NomadApiTest(unittest.TestCase):
         # Every documented GET answers, none with "no such path" (404 only
         # for an object that is not there), with its required parameters.
         for path, ops in paths.items():
-            if "get" not in ops or path == "/v1/event/stream":
+            if "get" not in ops or path in ("/v1/event/stream", "/v1/agent/monitor"):
                 continue
             concrete = path.replace("{id}", "db" if "volume" in path else "hostpath")
             query = []
@@ -596,6 +623,24 @@ class WritesAndBlockingTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
         self.assertTrue(body["deleted"])
         self.assertEqual(get(self.agent, "/v1/volume?id=shard[1]")[0], 404)
+        # A plugin instance reported by hand, then removed; a bad type is 400.
+        status, body, _ = post("/v1/plugin/fingerprint",
+                               {"id": "handmade", "node": "n-hand", "type": "controller",
+                                "provider": "hand.csi", "controller_publish": True})
+        self.assertEqual(status, 200, body)
+        status, plugin, _ = get(self.agent, "/v1/plugin?id=handmade")
+        self.assertEqual(status, 200, plugin)
+        self.assertEqual(plugin["controllers_healthy"], 1, plugin)
+        self.assertEqual(plugin["provider"], "hand.csi", plugin)
+        status, body, _ = post("/v1/plugin/fingerprint", {"id": "handmade", "node": "n-hand",
+                                                          "type": "tape"})
+        self.assertEqual(status, 400, body)
+        self.assertIn("type", body["error"])
+        status, body, _ = post("/v1/plugin/fingerprint", {"id": "handmade", "node": "n-hand",
+                                                          "type": "controller", "remove": True})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(get(self.agent, "/v1/plugin?id=handmade")[1].get("controllers_healthy",
+                                                                           0), 0)
 
     def calls(self):
         if not os.path.exists(self.plugin.call_log):

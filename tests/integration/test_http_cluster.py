@@ -172,6 +172,17 @@ class HttpClusterTest(TlsShell, unittest.TestCase):
         status, body, _ = self.http("GET", "/v1/event/stream?topic=CSIVolume&until_index=1")
         self.assertEqual(status, 403, body)
 
+        # The follower's log lines: for an agent-reading token only.
+        req = urllib.request.Request("https://127.0.0.1:%d/v1/agent/monitor?plain=true&lines=1"
+                                     % self.port, headers={"X-Nomad-Token": self.mgmt})
+        with urllib.request.urlopen(req, timeout=60, context=self.ctx) as r:
+            self.assertTrue(r.readline().strip())
+        req = urllib.request.Request("https://127.0.0.1:%d/v1/agent/monitor" % self.port,
+                                     headers={"X-Nomad-Token": reader["secret_id"]})
+        with self.assertRaises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=60, context=self.ctx)
+        self.assertEqual(refused.exception.code, 403)
+
         # Expand, availability, eligibility, gc.
         grown = self.ok("POST", "/v1/volume/expand", {"id": "web", "size": "2MiB"})
         self.assertEqual(grown["capacity_min"], 2 * 1048576, grown)

@@ -2,7 +2,8 @@
 and a real client, every request sent to a follower's HTTPS port as curl or
 a script would send it: the ACL bootstrap, a policy and a token made over
 HTTP; requests without a token refused (403); the whole claim cycle (a
-volume created, an alloc run that writes it, its release, expand,
+volume created, an alloc run that writes it, a claim that wakes a blocking
+query, its release, expand,
 availability, eligibility, gc, deregister); a retried alloc run with the same
 Idempotency-Key applied once, a retried create answered as it is; every
 error class (400, 403, 404, 409, 413, 415, and 503 once the follower has no
@@ -11,6 +12,8 @@ leader); the state saved over HTTP."""
 import json
 import os
 import ssl
+import threading
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -140,10 +143,31 @@ class HttpClusterTest(TlsShell, unittest.TestCase):
         self.poll(lambda: self.ok("GET", "/v1/volume?id=web")["claims"] == [],
                   "its claim released", timeout=60)
 
-        # A claim over HTTP; a second writer is refused (409); the reader
-        # token reads but cannot claim (403).
+        # A blocking query through the follower: held at the volume's index,
+        # a claim wakes it with a higher one; with nothing to wake it, it
+        # ends with its wait, unchanged.
+        _, vol, headers = self.http("GET", "/v1/volume/csi/web", token=self.mgmt)
+        index = int(headers["X-Nomad-Index"])
+        answers = []
+        held = threading.Thread(target=lambda: answers.append(self.http(
+            "GET", "/v1/volume/csi/web?index=%d&wait=120s" % index, token=self.mgmt)))
+        held.start()
         claim = {"id": "web", "alloc": "w-1", "node": "c1"}
         self.assertTrue(self.ok("POST", "/v1/volume/claim", claim)["published_path"])
+        held.join(timeout=90)
+        self.assertFalse(held.is_alive(), "the blocking query was not woken by the claim")
+        status, woken, headers = answers[0]
+        self.assertEqual((status, woken["WriteAllocs"]), (200, {"w-1": None}), woken)
+        self.assertGreater(int(headers["X-Nomad-Index"]), index)
+        now = int(headers["X-Nomad-Index"])
+        started = time.time()
+        status, same, headers = self.http("GET", "/v1/volume/csi/web?index=%d&wait=1s" % now,
+                                          token=self.mgmt)
+        self.assertEqual((status, int(headers["X-Nomad-Index"])), (200, now), same)
+        self.assertGreaterEqual(time.time() - started, 0.9)  # it waited, then answered
+
+        # The claim made over HTTP; a second writer is refused (409); the reader
+        # token reads but cannot claim (403).
         status, body, _ = self.http("POST", "/v1/volume/claim", dict(claim, alloc="w-2"),
                                     self.mgmt)
         self.assertEqual(status, 409, body)

@@ -1267,6 +1267,20 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
   return send_blocking(c, std::move(request), *found, p, *blocking.blocking);
 }
 
+// One poll of a streamed path (the event stream, the monitor): the answer,
+// or why there is none (the answer's own error, or the request's).
+static std::pair<std::optional<v1::Response>, std::string> poll_api(caf::scoped_actor& self,
+                                                                    const api_actor& api,
+                                                                    v1::Request r) {
+  std::optional<v1::Response> resp;
+  std::string why = "no answer";
+  self->request(api, std::chrono::seconds(30), api_atom::value, wrap(std::move(r)))
+      .receive([&](pb<v1::Response>& x) { resp = std::move(x.msg); },
+               [&](caf::error& e) { why = to_failure(e).message; });
+  if (resp && resp->error().code() != v1::OK) why = resp->error().message();
+  return {std::move(resp), why};
+}
+
 // Answered by this server from its own journal, like the shell's; a `{}`
 // line every 10 s without events is a heartbeat: the stream notices a
 // client that went away.  Asked in Nomad's way (a topic spelled as
@@ -1379,12 +1393,7 @@ void event_stream_view(caf::actor_system& sys, const api_actor& api, const http_
     v1::Request r;
     *r.mutable_event_stream() = req;
     r.set_token(http.token);
-    std::optional<v1::Response> resp;
-    std::string why = "no answer";
-    self->request(api, std::chrono::seconds(30), api_atom::value, wrap(std::move(r)))
-        .receive([&](pb<v1::Response>& x) { resp = std::move(x.msg); },
-                 [&](caf::error& e) { why = to_failure(e).message; });
-    if (resp && resp->error().code() != v1::OK) why = resp->error().message();
+    auto [resp, why] = poll_api(self, api, std::move(r));
     // Nomad's stream starts at the oldest index still kept when the one
     // asked for is gone; berth's answers 410 with it.
     if (nomad_query && resp && resp->journal_first_index() > req.index()) {
@@ -1462,12 +1471,7 @@ void monitor_view(caf::actor_system& sys, const api_actor& api, const http_reque
     v1::Request r;
     *r.mutable_monitor() = m;
     r.set_token(http.token);
-    std::optional<v1::Response> resp;
-    std::string why = "no answer";
-    self->request(api, std::chrono::seconds(30), api_atom::value, wrap(std::move(r)))
-        .receive([&](pb<v1::Response>& x) { resp = std::move(x.msg); },
-                 [&](caf::error& e) { why = to_failure(e).message; });
-    if (resp && resp->error().code() != v1::OK) why = resp->error().message();
+    auto [resp, why] = poll_api(self, api, std::move(r));
     if (!resp || resp->error().code() != v1::OK) {
       if (!started) return refuse(resp ? http_status_of(resp->error().code()) : 503, why);
       if (!plain) out.write(dump(json{{"error", why}}) + "\n");

@@ -74,52 +74,51 @@ void commit(const self_ptr& self, std::vector<v1::Change> changes, then_fn then)
             [then](caf::error& e) { then(to_failure(e)); });
 }
 
-// Starts every waiting write whose key is free, in order: a key with an
-// earlier write waiting or in flight waits; "*" waits until nothing is in
-// flight and holds everything behind it.
-void next_writes(const self_ptr& self) {
+// The leader's own writes (allocs, nodes, ACLs): built by `build` from the
+// catalog as committed now, and committed with the versions of what they
+// change (compare-and-set, control/catalog expectations_of).  An entry
+// refused at apply because one of them changed since (another write, a
+// claim) is built again from the catalog that applied that change, so no
+// write is lost to another built on the same old state, and writes to
+// different objects never wait for each other.
+void write(const self_ptr& self, build_fn build, then_fn then, bool node_allocs,
+           uint32_t attempt) {
   auto& st = self->state;
-  std::set<std::string> held;
-  std::vector<std::function<void()>> runs;  // run after the scan: a run may end at once
-  for (auto it = st.writes.begin(); it != st.writes.end();) {
-    bool all = it->key == "*";
-    bool free = all ? st.writing.empty()
-                    : st.writing.count("*") == 0 && st.writing.count(it->key) == 0 &&
-                          held.count(it->key) == 0;
-    if (!free) {
-      if (all) break;
-      held.insert(it->key);
-      ++it;
-      continue;
-    }
-    st.writing.insert(it->key);
-    runs.push_back(std::move(it->run));
-    it = st.writes.erase(it);
-    if (all) break;
+  auto built = build(st.cat);
+  if (auto* f = std::get_if<failure>(&built)) {
+    then(*f);
+    return;
   }
-  for (auto& run : runs) run();
-}
-
-// The leader's own writes (allocs and nodes) run one at a time per key,
-// each built by `build` from the catalog as committed by the one before,
-// so no write is lost to another built on the same old state.
-void write(const self_ptr& self, std::string key, build_fn build, then_fn then) {
-  self->state.writes.push_back({key, [self, key, build, then] {
-                                  auto done = [self, key, then](std::optional<failure> f) {
-                                    then(std::move(f));
-                                    auto& w = self->state.writing;
-                                    w.erase(w.find(key));
-                                    next_writes(self);
-                                  };
-                                  auto built = build(self->state.cat);
-                                  if (auto* f = std::get_if<failure>(&built)) {
-                                    done(*f);
-                                    return;
-                                  }
-                                  commit(self, std::move(std::get<std::vector<v1::Change>>(built)),
-                                         done);
-                                }});
-  next_writes(self);
+  auto changes = std::move(std::get<std::vector<v1::Change>>(built));
+  if (changes.empty()) {
+    then(std::nullopt);
+    return;
+  }
+  auto expect = expectations_of(st.cat, changes, node_allocs);
+  std::string objects;
+  for (const auto& e : expect) objects += (objects.empty() ? "" : ", ") + expectation_key(e);
+  propose(self, st.log, st.options.term, std::move(changes), std::move(expect))
+      .then(
+          [self, build, then, node_allocs, attempt, objects](uint64_t index) {
+            when_applied(self, index, [self, build, then, node_allocs, attempt, objects, index] {
+              if (!take_refused(self->state.cat, index)) {
+                then(std::nullopt);
+                return;
+              }
+              self->state.stats->write_refused();
+              if (attempt >= write_attempts) {
+                then(failure{errc::unavailable,
+                             "the leader's write of " + objects + " was refused " +
+                                 std::to_string(attempt) +
+                                 " times in a row: they kept changing while it was built; "
+                                 "send the request again",
+                             true});
+                return;
+              }
+              write(self, build, then, node_allocs, attempt + 1);
+            });
+          },
+          [then](caf::error& e) { then(to_failure(e)); });
 }
 
 then_fn ignore_result() {
@@ -710,7 +709,7 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
   // An alloc still pending was being started by the previous leader: it
   // failed, and the watcher releases whatever it claimed.
   write(
-      self, "*",
+      self,
       [](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         return fail_interrupted_allocs(c, wall_ms());
       },

@@ -140,14 +140,6 @@ struct leader_state {
     int64_t deadline_ms = 0;  // 0: none
   };
   std::vector<waiter> waiters;
-  // The leader's own writes (allocs and nodes): one at a time per key
-  // ("alloc/ID", "node/ID"; "*" waits for all and holds all), each built
-  // from the catalog as committed by the one before it of its key.
-  struct pending_write {
-    std::string key;
-    std::function<void()> run;
-  };
-  std::deque<pending_write> writes;
   // alloc run requests being started, by alloc id (what each asked for):
   // the same request sent again waits for the first instead of running twice.
   std::map<std::string, v1::Alloc> starting_allocs;
@@ -160,7 +152,6 @@ struct leader_state {
     std::string last_error;
   };
   std::map<std::string, replace_drive> replacing;
-  std::multiset<std::string> writing;  // keys of the writes in flight
   // Drains: allocs asked to stop, nodes whose force or finish is being written.
   std::set<std::string> drain_stops;
   std::set<std::string> drain_writes;

@@ -64,7 +64,7 @@ void acl_command(const self_ptr& self, const v1::Request& req, const acl::grant&
   };
   int64_t now = wall_ms();
   write(
-      self, "acl",
+      self,
       [req, now](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         switch (req.command_case()) {
           case R::kAclBootstrap: return acl::bootstrap(c, req.acl_bootstrap(), now);
@@ -92,7 +92,7 @@ void with_node_identity(const self_ptr& self, const std::string& node_id, const 
   }
   int64_t now = wall_ms();
   write(
-      self, "acl",
+      self,
       [node_id, secret, now](const catalog& c) { return acl::bind_node(c, node_id, secret, now); },
       [then, node_id](std::optional<failure> f) {
         if (f) logging::warn("leader", "node refused", {{"node", node_id}, {"why", f->message}});

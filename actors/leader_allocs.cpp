@@ -40,7 +40,7 @@ void set_alloc_state(const self_ptr& self, const std::string& id, v1::AllocState
                      std::string why, int32_t exit_code, then_fn then,
                      std::optional<v1::Alloc> fallback) {
   write(
-      self, "alloc/" + id,
+      self,
       [id, to, why, exit_code,
        fallback](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         const auto* a = find_alloc(c, id);
@@ -98,7 +98,7 @@ void start_alloc(const self_ptr& self, std::shared_ptr<v1::Alloc> a, reply_fn rp
   auto why = a->command().empty() ? "volumes published; no command (stop it with berth alloc stop)"
                                   : "volumes published; command started";
   write(
-      self, "alloc/" + a->id(),
+      self,
       [a, why](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         const auto* known = find_alloc(c, a->id());
         if (known == nullptr || !alloc_may_become(known->state(), v1::ALLOC_RUNNING))
@@ -467,7 +467,7 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
     if (alloc_kept_lost(self->state.cat, id, wall_ms())) {
       // A lost member not replaced yet: kept lost, never replaced.
       write(
-          self, "alloc/" + id,
+          self,
           [id](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
             auto kept = alloc_kept_lost(c, id, wall_ms());
             if (!kept) return std::vector<v1::Change>{};
@@ -538,7 +538,7 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
 void alloc_update(const self_ptr& self, const v1::AllocUpdate& u, response_promise rp) {
   auto result = std::make_shared<v1::Response>();
   write(
-      self, "alloc/" + u.id(),
+      self,
       [u, result](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         auto next = alloc_after_update(c, u, wall_ms());
         if (next.error) return *next.error;

@@ -48,10 +48,14 @@ void when_applied(const self_ptr& self, uint64_t index, std::function<void()> ru
 void check_waiters(const self_ptr& self);
 // Commits changes as one entry and continues once the catalog applied it.
 void commit(const self_ptr& self, std::vector<v1::Change> changes, then_fn then);
-// The leader's own writes (allocs and nodes) run one at a time per key
-// ("alloc/ID", "node/ID"; "*": one that reads or writes several, alone),
-// each built by `build` from the catalog as committed by the one before.
-void write(const self_ptr& self, std::string key, build_fn build, then_fn then);
+// The leader's own writes (allocs, nodes, ACLs): `build` from the catalog
+// as committed, proposed with the versions of what it changes (and, with
+// `node_allocs`, of every written node's allocs: a change built from all
+// of a node), built again when the apply refuses it because one changed;
+// after write_attempts refusals in a row it fails (unavailable, retry).
+constexpr uint32_t write_attempts = 16;
+void write(const self_ptr& self, build_fn build, then_fn then, bool node_allocs = false,
+           uint32_t attempt = 1);
 then_fn ignore_result();
 // Applies committed entries to the catalog and tells the watcher and the
 // metrics what changed.

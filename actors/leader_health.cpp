@@ -100,7 +100,7 @@ void check_volume_health(const self_ptr& self) {
 void volume_stats_report(const self_ptr& self, v1::VolumeStatsReport r, response_promise rp) {
   auto node = r.node_id();
   write(
-      self, "node/" + node,
+      self,
       [r = std::move(r)](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         auto next = node_after_report(c, r);
         if (auto* f = std::get_if<failure>(&next)) return *f;

@@ -51,7 +51,7 @@ void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp) {
                           (f.remove() ? " instance removed from" : " instance reported on") +
                           " node " + quoted(f.node_id()));
             write(
-                self, "node/" + f.node_id(),
+                self,
                 [f, p = std::move(p.msg)](
                     const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
                   auto next = node_after_fingerprint(c, f, p);
@@ -148,7 +148,7 @@ bool heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
   const auto* n = find_node(st.cat, node_id);
   bool was_down = n != nullptr && n->status() == v1::NODE_DOWN;
   write(
-      self, "node/" + node_id,
+      self,
       [node_id](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         auto next = node_after_heartbeat(c, node_id, wall_ms());
         if (!next) return std::vector<v1::Change>{};
@@ -184,7 +184,7 @@ void unmount_on_return(const self_ptr& self, const std::string& node_id, node_ac
       return;
     }
     write(
-        self, "node/" + node_id,
+        self,
         [node_id, down_at](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
           auto next = node_after_unmounts(c, node_id, down_at);
           if (!next) return std::vector<v1::Change>{};
@@ -214,7 +214,7 @@ void node_down(const self_ptr& self, const std::string& node_id, int64_t silent_
   self->state.node_actors.erase(node_id);
   ++self->state.marking_down[node_id];
   write(
-      self, "*",
+      self,
       [node_id, silent_ms](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         return mark_down(c, node_id, silent_ms, wall_ms());
       },
@@ -233,7 +233,8 @@ void node_down(const self_ptr& self, const std::string& node_id, int64_t silent_
                   },
                   [](caf::error&) {});
         }
-      });
+      },
+      true);  // built from everything on the node: refused when one of its allocs changed
 }
 
 // Plugins without any instance left are deleted by their actors (which
@@ -292,7 +293,7 @@ void commit_node_request(const self_ptr& self, const std::string& node_id,
                   std::function<void()> after = {}) {
   auto message = std::make_shared<std::string>();
   write(
-      self, "node/" + node_id,
+      self,
       [decide, message](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         auto u = decide(c);
         if (u.error) return *u.error;
@@ -347,7 +348,7 @@ void drive_drains(const self_ptr& self) {
       st.drain_writes.insert(id);
       bool force = plan.force;
       write(
-          self, force ? "*" : "node/" + id,
+          self,
           [id, force](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
             return force ? force_drain(c, id, wall_ms()) : finish_drain(c, id, wall_ms());
           },
@@ -372,7 +373,8 @@ void drive_drains(const self_ptr& self) {
             if (n == nullptr || n->has_drain()) return;
             logging::info("leader", "node drained", {{"node", id}});
             withdraw_plugins(self, id);
-          });
+          },
+          force);  // a forced drain is built from every alloc on the node
       continue;
     }
     for (const auto& alloc : plan.stop) stop_for_drain(self, id, alloc);
@@ -408,14 +410,15 @@ uint64_t gc_period_ticks(const gc_thresholds& t) {
   return static_cast<uint64_t>(std::max<int64_t>(1, shortest / 500));
 }
 
-// Commits what plan_gc allows at `t`, planned again on the catalog as the
-// writes before it left it ("*": alone, so no alloc or node changes between
-// the plan and its entry); `done` gets the summary.
+// Commits what plan_gc allows at `t`, planned on the catalog as committed:
+// refused at apply, and planned again, when an alloc it deletes changed or a
+// node it deletes gained an alloc since (compare-and-set); `done` gets the
+// summary.
 void collect_garbage(const self_ptr& self, gc_thresholds t,
                      std::function<void(std::optional<failure>, std::string)> done) {
   auto summary = std::make_shared<std::string>();
   write(
-      self, "*",
+      self,
       [t, summary](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         auto plan = plan_gc(c, wall_ms(), t);
         *summary = gc_summary(plan);

@@ -272,6 +272,13 @@ class prometheus_metrics final : public metrics {
                              .Help("Release steps the volume watcher retried after a failure")
                              .Register(*registry_)
                              .Add({})),
+        writes_refused_(prometheus::BuildCounter()
+                            .Name("berth_leader_writes_refused_total")
+                            .Help("The leader's writes of allocs, nodes and ACLs refused at "
+                                  "apply because an object they change changed since they were "
+                                  "built (compare-and-set), each built again (leader only)")
+                            .Register(*registry_)
+                            .Add({})),
         placements_(prometheus::BuildCounter()
                         .Name("berth_placements_total")
                         .Help("Allocs run without --node, by result: placed, none (no node "
@@ -419,6 +426,7 @@ class prometheus_metrics final : public metrics {
     volume_actor_events_.Add({{"event", event}}).Increment();
   }
   void watcher_retry() override { watcher_retries_.Increment(); }
+  void write_refused() override { writes_refused_.Increment(); }
   void placement(const std::string& result) override {
     std::lock_guard<std::mutex> guard(mtx_);
     placements_.Add({{"result", result}}).Increment();
@@ -471,6 +479,7 @@ class prometheus_metrics final : public metrics {
   prometheus::Family<prometheus::Histogram>& request_seconds_;
   prometheus::Family<prometheus::Counter>& volume_actor_events_;
   prometheus::Counter& watcher_retries_;
+  prometheus::Counter& writes_refused_;
   prometheus::Family<prometheus::Counter>& placements_;
   prometheus::Gauge& watcher_pending_;
   gauges allocs_;

@@ -73,6 +73,9 @@ class metrics {
   virtual void volume_actor_event(const std::string& event) = 0;
   // The volume watcher retried a failed release step.
   virtual void watcher_retry() = 0;
+  // One of the leader's writes was refused at apply (an object it changes
+  // changed since it was built: compare-and-set) and is built again.
+  virtual void write_refused() = 0;
   // An alloc run without --node was placed: `result` "placed" (a node
   // fits), "none" (no node fits: refused) or "explained" (--explain).
   virtual void placement(const std::string& result) = 0;

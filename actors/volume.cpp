@@ -529,7 +529,7 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
                       {q.mount_flags().begin(), q.mount_flags().end()},
                       q.node_unmounts_pending()};
         std::vector<v1::Change> also;
-        if (q.has_alloc()) also.push_back(upsert_change(q.alloc()));
+        if (q.has_alloc()) also.push_back(alloc_volume_claimed_change(q.alloc(), q.volume_id()));
         if (also.empty() && next.SerializeAsString() == self->state.volume.SerializeAsString()) {
           publish_steps(self, std::move(ctx), rp);  // a repeat: CSI calls are idempotent
           return rp;

@@ -315,15 +315,131 @@ std::optional<v1::Change> alloc_after_free(const catalog& c, const v1::AllocVolu
                              {freed.volume().namespace_(), freed.volume().id()});
 }
 
+std::optional<v1::Change> alloc_after_claim(const catalog& c,
+                                            const v1::AllocVolumeClaimed& claimed) {
+  const auto& routed = claimed.alloc();
+  const auto* known = find_alloc(c, routed.id());
+  if (known == nullptr) return upsert_change(routed);
+  auto has = [&](const v1::Alloc& a) {
+    return std::any_of(a.volumes().begin(), a.volumes().end(), [&](const v1::AllocVolume& v) {
+      return v.volume_id() == claimed.volume_id();
+    });
+  };
+  if (has(*known)) return std::nullopt;
+  auto a = *known;
+  for (const auto& v : routed.volumes())
+    if (v.volume_id() == claimed.volume_id()) *a.add_volumes() = v;
+  a.set_modified_at_ms(std::max(a.modified_at_ms(), routed.modified_at_ms()));
+  return upsert_change(std::move(a));
+}
+
+uint64_t version_in(const catalog& c, const v1::Expectation& e) {
+  switch (e.object_case()) {
+    case v1::Expectation::kAlloc: {
+      const auto* a = find_alloc(c, e.alloc());
+      return a ? a->modify_index() : 0;
+    }
+    case v1::Expectation::kNode: {
+      const auto* n = find_node(c, e.node());
+      return n ? n->modify_index() : 0;
+    }
+    case v1::Expectation::kPlugin: {
+      const auto* p = find_plugin(c, e.plugin());
+      return p ? p->modify_index() : 0;
+    }
+    case v1::Expectation::kVolume: {
+      auto v = find_volume(c, {e.volume().namespace_(), e.volume().id()});
+      return v ? v->modify_index() : 0;
+    }
+    case v1::Expectation::kAclPolicy: {
+      auto it = c.acl_policies.find(e.acl_policy());
+      return it == c.acl_policies.end() ? 0 : it->second.modify_index();
+    }
+    case v1::Expectation::kAclToken: {
+      auto it = c.acl_tokens.find(e.acl_token());
+      return it == c.acl_tokens.end() ? 0 : it->second.modify_index();
+    }
+    case v1::Expectation::kAclBootstrap: return c.acl_bootstrap_index;
+    case v1::Expectation::kNodeAllocs: {
+      uint64_t top = 0;
+      for (const auto& [id, a] : c.allocs)
+        if (a.node_id() == e.node_allocs()) top = std::max(top, a.modify_index());
+      return top;
+    }
+    case v1::Expectation::OBJECT_NOT_SET: break;
+  }
+  return 0;
+}
+
+bool expectations_hold(const catalog& c, const v1::LogEntry& entry) {
+  return expectations_hold(entry, [&](const v1::Expectation& e) { return version_in(c, e); });
+}
+
+std::vector<v1::Expectation> expectations_of(const catalog& c,
+                                             const std::vector<v1::Change>& changes,
+                                             bool node_allocs) {
+  std::vector<v1::Expectation> out;
+  std::set<std::string> seen;
+  auto add = [&](v1::Expectation e) {
+    if (!seen.insert(expectation_key(e)).second) return;
+    e.set_modify_index(version_in(c, e));
+    out.push_back(std::move(e));
+  };
+  for (const auto& ch : changes) {
+    v1::Expectation e;
+    switch (ch.change_case()) {
+      case v1::Change::kVolumeUpsert:
+        e.mutable_volume()->set_namespace_(ch.volume_upsert().namespace_());
+        e.mutable_volume()->set_id(ch.volume_upsert().id());
+        break;
+      case v1::Change::kVolumeDelete: *e.mutable_volume() = ch.volume_delete(); break;
+      case v1::Change::kPluginUpsert: e.set_plugin(ch.plugin_upsert().id()); break;
+      case v1::Change::kPluginDelete: e.set_plugin(ch.plugin_delete()); break;
+      case v1::Change::kNodeUpsert:
+        e.set_node(ch.node_upsert().id());
+        if (node_allocs) add(expect_node_allocs(ch.node_upsert().id(), 0));
+        break;
+      case v1::Change::kNodeDelete:
+        e.set_node(ch.node_delete());
+        add(expect_node_allocs(ch.node_delete(), 0));
+        break;
+      case v1::Change::kAllocUpsert: e.set_alloc(ch.alloc_upsert().id()); break;
+      case v1::Change::kAllocDelete: e.set_alloc(ch.alloc_delete()); break;
+      case v1::Change::kAllocVolumeFreed: e.set_alloc(ch.alloc_volume_freed().alloc_id()); break;
+      case v1::Change::kAllocVolumeClaimed: e.set_alloc(ch.alloc_volume_claimed().alloc().id()); break;
+      case v1::Change::kAclPolicyUpsert: e.set_acl_policy(ch.acl_policy_upsert().name()); break;
+      case v1::Change::kAclPolicyDelete: e.set_acl_policy(ch.acl_policy_delete()); break;
+      case v1::Change::kAclTokenUpsert: e.set_acl_token(ch.acl_token_upsert().accessor_id()); break;
+      case v1::Change::kAclTokenDelete: e.set_acl_token(ch.acl_token_delete()); break;
+      case v1::Change::kAclBootstrap: e.set_acl_bootstrap(true); break;
+      case v1::Change::kRestoreState:
+      case v1::Change::CHANGE_NOT_SET: continue;
+    }
+    add(std::move(e));
+  }
+  return out;
+}
+
+bool take_refused(catalog& c, uint64_t index) { return c.refused.erase(index) > 0; }
+
 std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry) {
   std::vector<applied_change> out;
   if (index <= c.applied_index) return out;
   c.applied_index = index;
+  constexpr uint64_t refused_kept = 65'536;
+  while (!c.refused.empty() && *c.refused.begin() + refused_kept < index)
+    c.refused.erase(c.refused.begin());
+  if (!expectations_hold(c, entry)) {
+    c.refused.insert(index);
+    return out;
+  }
   uint32_t position = 0;
   for (auto change : entry.changes()) {
     ++position;
-    if (change.has_alloc_volume_freed()) {
-      auto resolved = alloc_after_free(c, change.alloc_volume_freed());
+    if (change.has_alloc_volume_freed() || change.has_alloc_volume_claimed()) {
+      auto resolved = change.has_alloc_volume_freed()
+                          ? alloc_after_free(c, change.alloc_volume_freed())
+                          : alloc_after_claim(c, change.alloc_volume_claimed());
       if (!resolved) continue;
       change = std::move(*resolved);
     }
@@ -388,6 +504,7 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
         change.set_restore_state("");  // the bytes stay in the log, not here
         break;
       case v1::Change::kAllocVolumeFreed:  // resolved above
+      case v1::Change::kAllocVolumeClaimed:
       case v1::Change::CHANGE_NOT_SET:
         continue;
     }

@@ -134,6 +134,10 @@ struct catalog {
   // A committed operator restore replaced the state wholesale: this copy is
   // stale until it is loaded again from the state tables.
   bool restored = false;
+  // The entries refused at apply (an expectation no longer held), by
+  // index, for their proposer to find (take_refused); one more than 65,536
+  // entries older than the last applied is forgotten.
+  std::set<uint64_t> refused;
 };
 
 // Applies one committed entry at `index` (entries at or below the applied
@@ -142,6 +146,24 @@ struct catalog {
 // the state the entry's earlier changes left), or left out when it did
 // nothing; the state tables resolve it the same way from their rows.
 std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry);
+
+// Compare-and-set (the leader's writes): the version of the object `e`
+// names in `c` (its modify index; 0: none; for node_allocs, the highest
+// modify index of the node's allocs).
+uint64_t version_in(const catalog& c, const v1::Expectation& e);
+// Whether every expectation of `entry` holds in `c` (apply refuses the
+// whole entry when one does not).
+bool expectations_hold(const catalog& c, const v1::LogEntry& entry);
+// What changes built on `c` expect: the version in `c` of every object
+// they write (an alloc_volume_freed's alloc; a deleted node's allocs too),
+// once each, and, with `node_allocs`, the version of the allocs of every
+// node they write (a change built from everything on a node: mark-down,
+// a forced drain).
+std::vector<v1::Expectation> expectations_of(const catalog& c,
+                                             const std::vector<v1::Change>& changes,
+                                             bool node_allocs = false);
+// Whether the entry at `index` was refused by apply; forgets it.
+bool take_refused(catalog& c, uint64_t index);
 
 // After an alloc's claim on `volume` was freed: the volume leaves an alloc
 // without a command (a record `volume claim` made); such an alloc without
@@ -157,6 +179,13 @@ std::optional<v1::Change> alloc_after_release(const catalog& c, const std::strin
 // its record as it is, its history, which a node back from down is also
 // told to unmount from.
 std::optional<v1::Change> alloc_after_free(const catalog& c, const v1::AllocVolumeFreed& freed);
+
+// What a claim's alloc_volume_claimed does (apply, and the state tables'
+// replay): the claimed volume joins the alloc's record as it is now (kept
+// whatever its state: an alloc that ended meanwhile keeps it as history,
+// and the watcher releases the claim), or the record as routed is created
+// when there is none; nullopt when the record has the volume already.
+std::optional<v1::Change> alloc_after_claim(const catalog& c, const v1::AllocVolumeClaimed& claimed);
 
 // The order in which one entry's changes are told to the watcher: alloc
 // upserts first, the rest as they came.  A claim committed together with

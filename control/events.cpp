@@ -189,6 +189,7 @@ std::vector<v1::Event> events_of(uint64_t index, const std::vector<applied_chang
       case v1::Change::kAclBootstrap:
       // Resolved by the catalog's apply into an alloc change before here.
       case v1::Change::kAllocVolumeFreed:
+      case v1::Change::kAllocVolumeClaimed:
       case v1::Change::CHANGE_NOT_SET:
         break;
     }

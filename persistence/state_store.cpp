@@ -1,5 +1,6 @@
 #include "persistence/state_store.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -17,6 +18,14 @@
 namespace berth {
 
 namespace {
+
+// One row's message, or the damage error naming the file and the query.
+template <class T>
+void decode_row(const std::string& path, const char* query, const std::string& bytes, T& out) {
+  if (!out.ParseFromString(bytes))
+    throw store_error(damage_message(path, std::string("a row cannot be decoded (") + query + ")"));
+}
+
 
 constexpr int64_t format_version = 1;
 
@@ -110,6 +119,12 @@ expected<state_store::decoded> state_store::decode(
       return failure{errc::internal, "log entry " + std::to_string(index) +
                                          " cannot be decoded; the log is damaged (restore a "
                                          "snapshot or rejoin the cluster)"};
+    if (entry.format_version() > entry_format_newest)
+      return failure{errc::internal,
+                     "log entry " + std::to_string(index) + " has format " +
+                         std::to_string(entry.format_version()) + ", newer than this berthd " +
+                         "applies (" + std::to_string(entry_format_newest) +
+                         "): upgrade berthd on this server to the cluster's version"};
     out.emplace_back(index, std::move(entry));
   }
   return out;
@@ -160,6 +175,11 @@ void state_store::apply_batch(decoded::const_iterator first, decoded::const_iter
   for (auto it = first; it != last; ++it) {
     if (it->first <= applied) continue;
     applying_index_ = it->first;
+    // Refused as the catalog refuses it: nothing of it applies.
+    if (!expectations_hold(it->second, [&](const v1::Expectation& e) { return version_of(e); })) {
+      applied = it->first;
+      continue;
+    }
     for (auto change : it->second.changes()) {
       stamp(change, it->first);
       apply_change(change);
@@ -279,6 +299,25 @@ void state_store::apply_change(const v1::Change& c) {
         apply_change(*resolved);
       }
       break;
+    case v1::Change::kAllocVolumeClaimed: {
+      // The alloc's row as the tables hold it, as a catalog of just it.
+      catalog rows;
+      auto& st = db_->cached("SELECT data FROM allocs WHERE id=?");
+      st.bind(1, c.alloc_volume_claimed().alloc().id());
+      bool found = st.step();
+      auto bytes = found ? st.column_blob(0) : std::string();
+      st.reset();
+      if (found) {
+        v1::Alloc a;
+        decode_row(path_, "SELECT data FROM allocs WHERE id=?", bytes, a);
+        rows.allocs.emplace(a.id(), std::move(a));
+      }
+      if (auto resolved = alloc_after_claim(rows, c.alloc_volume_claimed())) {
+        stamp(*resolved, applying_index_);
+        apply_change(*resolved);
+      }
+      break;
+    }
     case v1::Change::kRestoreState:  // handled by apply()
     case v1::Change::CHANGE_NOT_SET:
       break;
@@ -286,13 +325,6 @@ void state_store::apply_change(const v1::Change& c) {
 }
 
 namespace {
-
-// One row's message, or the damage error naming the file and the query.
-template <class T>
-void decode_row(const std::string& path, const char* query, const std::string& bytes, T& out) {
-  if (!out.ParseFromString(bytes))
-    throw store_error(damage_message(path, std::string("a row cannot be decoded (") + query + ")"));
-}
 
 template <class T, class F>
 void each_row(sql::database& db, const char* query, F&& f) {
@@ -313,6 +345,55 @@ std::vector<T> load_table(sql::database& db, const char* query) {
 }
 
 }  // namespace
+
+uint64_t state_store::version_of(const v1::Expectation& e) {
+  auto one = [&](const char* query, auto bind) -> uint64_t {
+    auto& st = db_->cached(query);
+    bind(st);
+    uint64_t v = st.step() ? static_cast<uint64_t>(st.column_int(0)) : 0;
+    st.reset();
+    return v;
+  };
+  auto by_id = [&](const char* query, const std::string& id) {
+    return one(query, [&](sql::statement& st) { st.bind(1, id); });
+  };
+  switch (e.object_case()) {
+    case v1::Expectation::kAlloc: return by_id("SELECT modify_index FROM allocs WHERE id=?", e.alloc());
+    case v1::Expectation::kNode: return by_id("SELECT modify_index FROM nodes WHERE id=?", e.node());
+    case v1::Expectation::kPlugin:
+      return by_id("SELECT modify_index FROM plugins WHERE id=?", e.plugin());
+    case v1::Expectation::kVolume:
+      return one("SELECT modify_index FROM volumes WHERE namespace=? AND id=?",
+                 [&](sql::statement& st) {
+                   st.bind(1, e.volume().namespace_());
+                   st.bind(2, e.volume().id());
+                 });
+    case v1::Expectation::kAclPolicy:
+      return by_id("SELECT modify_index FROM acl_policies WHERE name=?", e.acl_policy());
+    case v1::Expectation::kAclToken:
+      return by_id("SELECT modify_index FROM acl_tokens WHERE accessor_id=?", e.acl_token());
+    case v1::Expectation::kAclBootstrap: {
+      auto& st = db_->cached("SELECT value FROM meta WHERE key='acl_bootstrap_index'");
+      auto text = st.step() ? st.column_text(0) : std::string();
+      st.reset();
+      return text.empty() ? 0 : std::stoull(text);
+    }
+    case v1::Expectation::kNodeAllocs: {
+      // Rare (mark-down, forced drains, node collection): every alloc read.
+      uint64_t top = 0;
+      auto& st = db_->cached("SELECT data FROM allocs");
+      v1::Alloc a;
+      while (st.step()) {
+        decode_row(path_, "SELECT data FROM allocs", st.column_blob(0), a);
+        if (a.node_id() == e.node_allocs()) top = std::max(top, a.modify_index());
+      }
+      st.reset();
+      return top;
+    }
+    case v1::Expectation::OBJECT_NOT_SET: break;
+  }
+  return 0;
+}
 
 catalog state_store::rows_for(const v1::AllocVolumeFreed& f) {
   catalog c;

@@ -121,6 +121,9 @@ class state_store {
   // The rows a free's alloc_volume_freed is resolved on (its alloc, the
   // alloc's node, the volume), as a catalog of just them.
   catalog rows_for(const v1::AllocVolumeFreed& f);
+  // The version of the object an entry's expectation names, read from the
+  // tables (control/catalog's version_in, from the rows).
+  uint64_t version_of(const v1::Expectation& e);
 
   std::string path_;
   std::unique_ptr<sql::database> db_;

@@ -229,6 +229,10 @@ struct claim_ctx {
   // The node has not confirmed its unmounts on return: an unwind's
   // ControllerUnpublish waits for them (claim simulation seed 507047).
   bool node_unmounts_pending = false;
+  // The claim was committed before this request (a repeat: its steps run
+  // again, idempotent): a failed step leaves it as it is, since an earlier
+  // request's answer stands on it .
+  bool repeat = false;
 };
 
 // After a claim is committed: controller publish (when the plugin requires
@@ -247,6 +251,15 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
     return;
   }
   auto unwind = [self, ctx, rp](caf::error cause) mutable {
+    if (ctx.repeat) {
+      auto f = to_failure(cause);
+      const auto& v = self->state.volume;
+      f.message += "; the claim stays taken as an earlier request committed it (this one "
+                   "repeated it): send it again, or release it (berth --namespace " +
+                   v.namespace_() + " volume release " + v.id() + " --alloc " + ctx.alloc + ")";
+      rp.deliver(to_error(f));
+      return;
+    }
     release_ctx rc{ctx.alloc, "publish failed", ctx.plugin, ctx.plugin_handle, ctx.target,
                    ctx.controller, false, ctx.node_unmounts_pending, std::nullopt};
     release_steps(self, rc, [self, rp, cause, alloc = ctx.alloc](std::optional<caf::error> err) mutable {
@@ -530,7 +543,10 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
                       q.node_unmounts_pending()};
         std::vector<v1::Change> also;
         if (q.has_alloc()) also.push_back(alloc_volume_claimed_change(q.alloc(), q.volume_id()));
-        if (also.empty() && next.SerializeAsString() == self->state.volume.SerializeAsString()) {
+        // A repeat of a committed claim: its commit brought the alloc's
+        // record along (alloc_volume_claimed), so nothing is written again.
+        if (next.SerializeAsString() == self->state.volume.SerializeAsString()) {
+          ctx.repeat = true;
           publish_steps(self, std::move(ctx), rp);  // a repeat: CSI calls are idempotent
           return rp;
         }
@@ -551,9 +567,16 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
         if (!self->state.registered) return not_registered(self);
         const auto& alloc = req.msg.alloc_id();
         if (alloc.empty()) return make_error(errc::invalid, "release needs an alloc id (--alloc)");
-        if (find_claim(self->state.volume, alloc) == nullptr)
+        const auto* held = find_claim(self->state.volume, alloc);
+        if (held == nullptr)
           return make_error(errc::not_found, "volume '" + self->state.volume.id() +
                                                  "' has no claim of alloc '" + alloc + "'");
+        if (release_judged_another(req.msg.judged_claimed_at_ms(), *held))
+          return make_error(errc::not_found,
+                            "volume '" + self->state.volume.id() + "': the claim of alloc '" +
+                                alloc + "' that the volume watcher asked to release was freed, "
+                                        "and the alloc claimed the volume again since; that "
+                                        "claim is kept");
         auto rp = self->make_response_promise<pb<v1::Volume>>();
         auto reason = req.msg.reason().empty() ? std::string("released") : req.msg.reason();
         // Decided without the node: unless this actor published the volume

@@ -2,6 +2,7 @@
 #include "actors/watcher.hpp"
 
 #include "log/log.hpp"
+#include "messages/model.hpp"
 
 #include <chrono>
 
@@ -61,6 +62,12 @@ void start_release(self_ptr self, const claim_key& key) {
   r.set_namespace_(std::get<0>(key));
   r.set_volume_id(std::get<1>(key));
   r.set_alloc_id(std::get<2>(key));
+  // The claim judged, so that a new claim of the alloc made after it was
+  // freed (waiting ahead of this release in the volume's actor) is kept.
+  auto& st = self->state;
+  if (auto v = st.volumes.find({std::get<0>(key), std::get<1>(key)}); v != st.volumes.end())
+    if (const auto* c = find_claim(v->second, std::get<2>(key)))
+      r.set_judged_claimed_at_ms(c->claimed_at_ms());
   self->state.pending[key].in_flight = true;
   self->request(self->state.leader, caf::infinite, release_atom::value, wrap(std::move(r)))
       .then(
@@ -74,9 +81,11 @@ void start_release(self_ptr self, const claim_key& key) {
             auto it = st.pending.find(key);
             if (it == st.pending.end()) return;
             auto f = to_failure(e);
-            if (f.code == errc::not_found) {  // the claim or the volume is gone
+            // The claim judged or the volume is gone; another claim of the
+            // alloc taken since may need its own release: judged afresh.
+            if (f.code == errc::not_found) {
               st.pending.erase(it);
-              schedule(self);
+              rescan(self, {std::get<0>(key), std::get<1>(key)});
               return;
             }
             auto& w = it->second;

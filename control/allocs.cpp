@@ -220,7 +220,7 @@ alloc_for_claim alloc_of_claim(const catalog& c, const v1::ClaimRequest& req, in
                                          quoted(a.node_id()) + ", not " + quoted(req.node_id())},
               std::nullopt};
     for (const auto& v : a.volumes())
-      if (v.volume_id() == req.volume_id()) return {};
+      if (v.volume_id() == req.volume_id()) return {std::nullopt, std::move(a)};
   } else {
     // The claim rules name a bad id; no alloc is made for it.
     if (!valid_alloc_id(req.alloc_id()) || !valid_id(req.node_id())) return {};

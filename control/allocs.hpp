@@ -91,8 +91,11 @@ std::optional<v1::Alloc> alloc_kept_lost(const catalog& c, const std::string& id
 
 // volume claim: every claim belongs to an alloc the watcher can judge, so
 // a claim made from the shell creates its alloc (running, no command) or
-// adds the volume to it.  `upsert` is what to commit with the claim
-// (nothing when the alloc lists the volume already).
+// adds the volume to it.  `upsert` is the record to commit with the claim
+// (as alloc_volume_claimed, merged at apply into the record as it is then:
+// control/catalog's alloc_after_claim), the known record unchanged when it
+// lists the volume already: a repeated claim that commits after the first
+// one's free deleted the record makes it again (nothing for a bad id).
 struct alloc_for_claim {
   std::optional<failure> error;
   std::optional<v1::Alloc> upsert;

@@ -63,6 +63,10 @@ bool still_detached(bool node_detached, int64_t detached_at_ms, int64_t last_pub
   return detached_at_ms == 0 || last_publish_ms == 0 || last_publish_ms < detached_at_ms;
 }
 
+bool release_judged_another(int64_t judged_claimed_at_ms, const v1::Claim& now) {
+  return judged_claimed_at_ms != 0 && now.claimed_at_ms() != judged_claimed_at_ms;
+}
+
 bool joins_running_release(bool running_is_detach, bool asks_detach) {
   return running_is_detach || !asks_detach;
 }

@@ -94,6 +94,16 @@ bool release_without_node(const catalog& c, const v1::Claim& claim, bool connect
 // request without the time (0) is taken as decided.
 bool still_detached(bool node_detached, int64_t detached_at_ms, int64_t last_publish_ms);
 
+// Whether the volume watcher's release (`judged_claimed_at_ms`: the claim
+// it judged, 0: not the watcher's) finds another claim of the alloc than
+// the one it judged (`now`: taken at another time): the one judged was
+// freed, and the alloc claimed the volume again since.  That claim is not
+// released (claim simulation: a retried `volume claim` waited in the volume
+// actor behind the first one's unwind, committed, was acknowledged, and the
+// watcher's release asked for the half-released first claim, waiting
+// behind it, then released the new one).
+bool release_judged_another(int64_t judged_claimed_at_ms, const v1::Claim& now);
+
 // Whether a release of a claim asked while another release of the same
 // claim runs (or waits for its plugin's window) waits for that one's outcome
 // instead of running again: unless it asks for more than the running one, a

@@ -319,7 +319,10 @@ TEST_CASE("alloc_of_claim_creates_extends_or_refuses") {
   req.set_alloc_id("has");
   auto same = alloc_of_claim(c, req, 5);
   CHECK_FALSE(same.error);
-  CHECK_FALSE(same.upsert);
+  // The record as it is, so that a repeat committed after the first
+  // claim's free deleted it makes it again (alloc_after_claim).
+  REQUIRE(same.upsert);
+  CHECK(same.upsert->SerializeAsString() == find_alloc(c, "has")->SerializeAsString());
   req.set_volume_id("logs");
   auto extended = alloc_of_claim(c, req, 5);
   REQUIRE(extended.upsert);
@@ -1169,6 +1172,16 @@ TEST_CASE("a_release_asked_while_one_of_the_same_claim_runs_joins_it_unless_it_a
   CHECK(joins_running_release(true, false));        // a plain release behind a detach
   CHECK(joins_running_release(true, true));         // a detach retried
   CHECK_FALSE(joins_running_release(false, true));  // a detach runs: it counts an away node as gone
+}
+
+TEST_CASE("a_watcher_release_leaves_a_claim_taken_after_the_one_it_judged") {
+  v1::Claim now;
+  now.set_claimed_at_ms(2000);
+  CHECK_FALSE(release_judged_another(0, now));     // not the watcher's: any claim
+  CHECK_FALSE(release_judged_another(2000, now));  // the claim it judged
+  CHECK(release_judged_another(1000, now));        // freed since, and claimed again
+  now.set_claimed_at_ms(0);
+  CHECK(release_judged_another(1000, now));
 }
 
 TEST_CASE("a_release_decided_without_the_node_goes_through_it_once_published_there_since") {

@@ -30,6 +30,10 @@
 //      faults stop, no expansion of a volume published somewhere is left
 //      unfinished (berth volume expand races claims, releases, node loss and
 //      leader changes).
+//   7. alloc records: every committed claim of an alloc that `volume claim`
+//      made has that alloc's record, listing the volume (every fourth claim
+//      is a second volume for the alloc of the claim before it, sent while
+//      that one may still be in flight: neither may undo the other).
 //
 // A node marked down by the leader is treated as lost: what it still has
 // published is stale (the servers released it without the node) until the
@@ -60,6 +64,7 @@
 
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -365,6 +370,8 @@ struct world {
   std::map<std::string, int> claims_open;  // alloc -> claim or alloc run requests unanswered
   std::map<uint64_t, int> open_requests;  // per leader term, unanswered
   uint64_t next_alloc = 0;
+  std::pair<std::string, std::string> last_claim_alloc;  // alloc, node of the last claim
+  std::map<std::string, uint64_t> claims_sent;  // alloc -> `volume claim` requests sent
 
   std::function<void(const std::string&)> refingerprint;
 
@@ -680,16 +687,38 @@ struct world {
                   fail("replacement: alloc '" + a.id() + "' was committed while the lost alloc '" +
                        a.replaces() + "' still held a claim on volume '" + vid + "'");
           }
+          if (verbose) {
+            std::string vs;
+            for (const auto& x : a.volumes()) vs += " " + x.volume_id();
+            trace("committed " + std::to_string(index) + ": alloc " + a.id() + " " +
+                  std::string(name_of(a.state())) + vs);
+          }
           allocs[a.id()] = a;
           break;
         }
         case v1::Change::kAllocDelete:
+          if (verbose)
+            trace("committed " + std::to_string(index) + ": alloc " + change.alloc_delete() +
+                  " deleted");
           allocs.erase(change.alloc_delete());
           break;
         default:
           fail("the simulation does not know change " + std::to_string(change.change_case()));
       }
     }
+    // 7. alloc records: a claim of a `volume claim` alloc is in its record.
+    for (const auto& [vid, v] : volumes)
+      for (const auto& c : v.claims()) {
+        if (c.alloc_id().empty() || c.alloc_id()[0] != 'c') continue;
+        auto a = allocs.find(c.alloc_id());
+        bool listed = a != allocs.end() &&
+                      std::any_of(a->second.volumes().begin(), a->second.volumes().end(),
+                                  [&](const v1::AllocVolume& x) { return x.volume_id() == vid; });
+        if (!listed)
+          fail("alloc records: alloc '" + c.alloc_id() + "' holds a claim on volume '" + vid +
+               "' but its record " + (a == allocs.end() ? "is gone" : "does not list it") +
+               " (committed " + std::to_string(index) + ")");
+      }
   }
 
   // --- invariants after every step --------------------------------------
@@ -1673,6 +1702,14 @@ class simulation {
     auto vol = random_volume();
     auto node = random_node();
     auto alloc = "c" + std::to_string(++w.next_alloc);
+    // Every fourth: another volume for the previous claim's alloc, on its
+    // node (drawn without the seed's stream, so schedules stay as drawn).
+    if (w.next_alloc % 4 == 0 && !w.last_claim_alloc.first.empty()) {
+      alloc = w.last_claim_alloc.first;
+      node = w.last_claim_alloc.second;
+    }
+    w.last_claim_alloc = {alloc, node};
+    ++w.claims_sent[alloc];
     bool write = wants_write(vol);
     w.trace("claim " + vol + " by " + alloc + " on " + node + (write ? " rw" : " ro"));
     v1::Request req;
@@ -1829,8 +1866,9 @@ class simulation {
     r->set_namespace_("default");
     r->set_volume_id(vol);
     r->set_alloc_id(alloc);
+    auto sent = w.claims_sent[alloc];
     send_request(
-        std::move(req), [this, vol = vol, alloc = alloc](const std::optional<v1::Response>& r) {
+        std::move(req), [this, vol = vol, alloc = alloc, sent](const std::optional<v1::Response>& r) {
           if (!r || r->has_error()) {
             w_.trace("release " + vol + " of " + alloc + ": " +
                      (r ? r->error().message() : "no answer"));
@@ -1838,7 +1876,10 @@ class simulation {
           }
           ++totals.releases_acked;
           auto v = w_.volumes.find(vol);
-          if (v != w_.volumes.end() && find_claim(v->second, alloc))
+          // A claim of the alloc sent while the release ran may commit
+          // after it, before its answer arrives (either order is right).
+          if (v != w_.volumes.end() && find_claim(v->second, alloc) &&
+              w_.claims_sent[alloc] == sent)
             w_.fail("acknowledged release: the claim of alloc '" + alloc + "' on volume '" + vol +
                     "' is still committed after its release was acknowledged");
         });

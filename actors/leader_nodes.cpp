@@ -419,8 +419,10 @@ void collect_garbage(const self_ptr& self, gc_thresholds t,
   auto summary = std::make_shared<std::string>();
   write(
       self,
-      [t, summary](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
-        auto plan = plan_gc(c, wall_ms(), t);
+      [self, t, summary](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
+        std::set<std::string> replacing;
+        for (const auto& [id, drive] : self->state.replacing) replacing.insert(id);
+        auto plan = plan_gc(c, wall_ms(), t, replacing);
         *summary = gc_summary(plan);
         return gc_changes(plan);
       },

@@ -38,12 +38,14 @@ bool has_instance(const catalog& c, const std::string& node_id) {
 
 }  // namespace
 
-gc_plan plan_gc(const catalog& c, int64_t now_ms, const gc_thresholds& t) {
+gc_plan plan_gc(const catalog& c, int64_t now_ms, const gc_thresholds& t,
+                const std::set<std::string>& replacing) {
   gc_plan out;
   std::set<std::string> collected;
   for (const auto& [id, a] : c.allocs) {
     if (!alloc_terminal(a.state()) || !old_enough(a.modified_at_ms(), t.alloc_ms, now_ms))
       continue;
+    if (replacing.count(id)) continue;
     if (a.state() == v1::ALLOC_LOST && node_down(c, a.node_id())) continue;
     // Its node is down or back without having confirmed its unmounts: the
     // servers may have released its claims without the node, which is

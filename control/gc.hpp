@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,12 @@ struct gc_plan {
 // - a node that is down, has been for `node_ms`, is not draining, and has
 //   no alloc (after this plan's), no claim and no plugin instance left.
 // A collected node that comes back registers again as a new node.
-gc_plan plan_gc(const catalog& c, int64_t now_ms, const gc_thresholds& t);
+// `replacing`: lost members of groups the leader may still replace
+// (leader_flows::drive_replacements); they stay, so that a replacement
+// committed after the plan never names an alloc that is gone (claim
+// simulation seeds 10450 and 13631), and their nodes with them.
+gc_plan plan_gc(const catalog& c, int64_t now_ms, const gc_thresholds& t,
+                const std::set<std::string>& replacing = {});
 
 // The changes that delete what the plan names (allocs first, then nodes).
 std::vector<v1::Change> gc_changes(const gc_plan& p);

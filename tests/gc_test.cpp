@@ -78,6 +78,18 @@ TEST_CASE("terminal_allocs_go_after_the_threshold_and_running_ones_never") {
   CHECK(plan_gc(w.c, 9 * minute, {0, 0}).allocs.size() == 4);
   // A negative threshold never collects.
   CHECK(plan_gc(w.c, 1'000 * minute, {-1, -1}).empty());
+  // A lost member the leader may still replace stays (its replacement names it).
+  CHECK(plan_gc(w.c, 10 * minute, t, {"lost-old"}).allocs == ids{"done-old", "failed-old"});
+}
+
+TEST_CASE("a_node_keeps_a_lost_member_being_replaced_and_so_is_kept") {
+  world w;
+  w.node("n1", v1::NODE_DOWN);
+  w.alloc("m", "n1", v1::ALLOC_FAILED, 0);
+  CHECK(plan_gc(w.c, 100 * minute, {0, 0}).nodes == ids{"n1"});
+  auto kept = plan_gc(w.c, 100 * minute, {0, 0}, {"m"});
+  CHECK(kept.allocs.empty());
+  CHECK(kept.nodes.empty());
 }
 
 TEST_CASE("an_alloc_that_holds_a_claim_stays_whatever_the_claims_state") {

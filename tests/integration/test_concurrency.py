@@ -202,6 +202,61 @@ class ConcurrencyTest(unittest.TestCase):
         # One NodeUnpublishVolume: the second release ran nothing of its own.
         self.assertEqual([m for m, _ in self.plugin.calls()].count("NodeUnpublishVolume"), 1)
 
+    def test_two_volumes_claimed_at_once_by_one_alloc_both_stay_in_its_record(self):
+        """A claim's entry merges the claimed volume into its alloc's record
+        as the record is when the entry applies (alloc_volume_claimed, issue
+        28): it used to write the record as it was when the claim was
+        routed, so a claim that waited in its volume's actor undid another
+        volume's claim by the same alloc made meanwhile."""
+        self.tmp = tempfile.mkdtemp(prefix="berth-record-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        # v0's release holds its volume actor 8 s in NodeUnpublishVolume.
+        self.plugin = Plugin(self.tmp, extra_args=["--delay", "NodeUnpublishVolume=8000"]).start()
+        self.addCleanup(self.plugin.kill)
+        self.agent = agent_with_plugin(self.tmp, self.plugin)
+        self.addCleanup(self.agent.kill)
+        self.addCleanup(unmount_under, self.tmp)
+        self.create(2)
+        self.ok("volume", "claim", "v0", "--alloc", "b", "--node", "n1")
+
+        def shell(*args):
+            p = subprocess.Popen([BERTH, "--address", self.agent.address, "--timeout", "300",
+                                  *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+            self.addCleanup(p.wait)
+            self.addCleanup(p.kill)
+            return p
+        release = shell("volume", "release", "v0", "--alloc", "b")
+
+        def unpublishing():
+            v = self.ok("--json", "volume", "status", "v0").json()
+            return [c["state"] for c in v.get("claims", [])] == ["unpublishing"]
+        self.wait_for(unpublishing, "b's release of v0 committed its intent")
+        # a's claim of v0 is routed (alloc a unknown: its record is {v0})
+        # and waits in v0's actor behind the release ...
+        first = shell("volume", "claim", "v0", "--alloc", "a", "--node", "n1")
+        running = 'berth_plugin_operations{kind="claim",plugin="hostpath",state="running"}'
+        self.wait_for(lambda: self.agent.scrape()[0].get(running) == 1,
+                      "a's claim of v0 waiting in v0's actor")
+        # ... while a's claim of v1 commits with the record {v1}.
+        self.ok("volume", "claim", "v1", "--alloc", "a", "--node", "n1")
+        alloc = self.ok("--json", "alloc", "status", "a").json()
+        self.assertEqual([v["volume_id"] for v in alloc["volumes"]], ["v1"])
+        for p, what in ((release, "released"), (first, "claimed")):
+            out, err = p.communicate(timeout=120 * max(TIME_SCALE, 1))
+            self.assertEqual(p.returncode, 0, err)
+            self.assertIn(what, out)
+        # v0's claim committed last, and added v0 to the record it found.
+        alloc = self.ok("--json", "alloc", "status", "a").json()
+        self.assertEqual(sorted(v["volume_id"] for v in alloc["volumes"]), ["v0", "v1"])
+        self.assertEqual(alloc["state"], "running")
+        # Released one by one, the record keeps the other until the last.
+        self.ok("volume", "release", "v1", "--alloc", "a")
+        alloc = self.ok("--json", "alloc", "status", "a").json()
+        self.assertEqual([v["volume_id"] for v in alloc["volumes"]], ["v0"])
+        self.ok("volume", "release", "v0", "--alloc", "a")
+        self.assertNotEqual(berth(self.agent, "alloc", "status", "a").code, 0)
+
     def healthy(self, plugin):
         r = berth(self.agent, "--json", "plugin", "status", plugin)
         return r.code == 0 and r.json()["nodes_healthy"] == 1 and \

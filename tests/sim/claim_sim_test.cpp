@@ -1867,8 +1867,10 @@ class simulation {
     r->set_volume_id(vol);
     r->set_alloc_id(alloc);
     auto sent = w.claims_sent[alloc];
+    bool open = w.claims_open[alloc] > 0;
     send_request(
-        std::move(req), [this, vol = vol, alloc = alloc, sent](const std::optional<v1::Response>& r) {
+        std::move(req), [this, vol = vol, alloc = alloc, sent,
+                         open](const std::optional<v1::Response>& r) {
           if (!r || r->has_error()) {
             w_.trace("release " + vol + " of " + alloc + ": " +
                      (r ? r->error().message() : "no answer"));
@@ -1876,9 +1878,10 @@ class simulation {
           }
           ++totals.releases_acked;
           auto v = w_.volumes.find(vol);
-          // A claim of the alloc sent while the release ran may commit
-          // after it, before its answer arrives (either order is right).
-          if (v != w_.volumes.end() && find_claim(v->second, alloc) &&
+          // A claim of the alloc unanswered when the release was sent, or
+          // sent while it ran, may commit after it, before its answer
+          // arrives (concurrent: either order is right).
+          if (v != w_.volumes.end() && find_claim(v->second, alloc) && !open &&
               w_.claims_sent[alloc] == sent)
             w_.fail("acknowledged release: the claim of alloc '" + alloc + "' on volume '" + vol +
                     "' is still committed after its release was acknowledged");
@@ -1892,8 +1895,13 @@ class simulation {
     w.trace("alloc stop " + alloc);
     v1::Request req;
     req.set_alloc_stop(alloc);
-    send_request(std::move(req), [this, alloc](const std::optional<v1::Response>& r) {
+    auto sent = w.claims_sent[alloc];
+    bool open = w.claims_open[alloc] > 0;
+    send_request(std::move(req), [this, alloc, sent, open](const std::optional<v1::Response>& r) {
       if (!r || r->has_error()) return;
+      // A claim of the alloc concurrent with the stop may commit after it
+      // (the watcher releases it: the alloc is terminal).
+      if (open || w_.claims_sent[alloc] != sent) return;
       // (Not "...; its claims are released once it reconnects".)
       const std::string done = "; its claims are released";
       const auto& m = r->message();

@@ -30,13 +30,6 @@ std::string expectation_key(const v1::Expectation& e) {
   return "";
 }
 
-v1::Expectation expect_alloc(const std::string& id, uint64_t version) {
-  v1::Expectation e;
-  e.set_alloc(id);
-  e.set_modify_index(version);
-  return e;
-}
-
 v1::Expectation expect_node(const std::string& id, uint64_t version) {
   v1::Expectation e;
   e.set_node(id);

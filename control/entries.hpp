@@ -29,7 +29,6 @@ v1::LogEntry make_entry(std::vector<v1::Change> changes,
 // The object an expectation names, as a key that tells objects apart
 // ("alloc/ID", "node/ID", "volume/NS/ID", ...).
 std::string expectation_key(const v1::Expectation& e);
-v1::Expectation expect_alloc(const std::string& id, uint64_t version);
 v1::Expectation expect_node(const std::string& id, uint64_t version);
 v1::Expectation expect_node_allocs(const std::string& node_id, uint64_t version);
 

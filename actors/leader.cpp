@@ -81,8 +81,7 @@ void commit(const self_ptr& self, std::vector<v1::Change> changes, then_fn then)
 // claim) is built again from the catalog that applied that change, so no
 // write is lost to another built on the same old state, and writes to
 // different objects never wait for each other.
-void write(const self_ptr& self, build_fn build, then_fn then, bool node_allocs,
-           uint32_t attempt) {
+void write(const self_ptr& self, build_fn build, then_fn then, bool node_allocs, uint32_t attempt) {
   auto& st = self->state;
   auto built = build(st.cat);
   if (auto* f = std::get_if<failure>(&built)) {

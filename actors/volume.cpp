@@ -254,9 +254,10 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
     if (ctx.repeat) {
       auto f = to_failure(cause);
       const auto& v = self->state.volume;
-      f.message += "; the claim stays taken as an earlier request committed it (this one "
-                   "repeated it): send it again, or release it (berth --namespace " +
-                   v.namespace_() + " volume release " + v.id() + " --alloc " + ctx.alloc + ")";
+      f.message +=
+          "; the claim stays taken as an earlier request committed it (this one "
+          "repeated it): send it again, or release it (berth --namespace " +
+          v.namespace_() + " volume release " + v.id() + " --alloc " + ctx.alloc + ")";
       rp.deliver(to_error(f));
       return;
     }
@@ -574,9 +575,10 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
         if (release_judged_another(req.msg.judged_claimed_at_ms(), *held))
           return make_error(errc::not_found,
                             "volume '" + self->state.volume.id() + "': the claim of alloc '" +
-                                alloc + "' that the volume watcher asked to release was freed, "
-                                        "and the alloc claimed the volume again since; that "
-                                        "claim is kept");
+                                alloc +
+                                "' that the volume watcher asked to release was freed, "
+                                "and the alloc claimed the volume again since; that "
+                                "claim is kept");
         auto rp = self->make_response_promise<pb<v1::Volume>>();
         auto reason = req.msg.reason().empty() ? std::string("released") : req.msg.reason();
         // Decided without the node: unless this actor published the volume

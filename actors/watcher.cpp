@@ -1,10 +1,10 @@
-#include "actors/clock.hpp"
 #include "actors/watcher.hpp"
 
+#include <chrono>
+
+#include "actors/clock.hpp"
 #include "log/log.hpp"
 #include "messages/model.hpp"
-
-#include <chrono>
 
 namespace berth {
 

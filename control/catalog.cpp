@@ -359,14 +359,16 @@ uint64_t version_in(const catalog& c, const v1::Expectation& e) {
       auto it = c.acl_tokens.find(e.acl_token());
       return it == c.acl_tokens.end() ? 0 : it->second.modify_index();
     }
-    case v1::Expectation::kAclBootstrap: return c.acl_bootstrap_index;
+    case v1::Expectation::kAclBootstrap:
+      return c.acl_bootstrap_index;
     case v1::Expectation::kNodeAllocs: {
       uint64_t top = 0;
       for (const auto& [id, a] : c.allocs)
         if (a.node_id() == e.node_allocs()) top = std::max(top, a.modify_index());
       return top;
     }
-    case v1::Expectation::OBJECT_NOT_SET: break;
+    case v1::Expectation::OBJECT_NOT_SET:
+      break;
   }
   return 0;
 }
@@ -392,9 +394,15 @@ std::vector<v1::Expectation> expectations_of(const catalog& c,
         e.mutable_volume()->set_namespace_(ch.volume_upsert().namespace_());
         e.mutable_volume()->set_id(ch.volume_upsert().id());
         break;
-      case v1::Change::kVolumeDelete: *e.mutable_volume() = ch.volume_delete(); break;
-      case v1::Change::kPluginUpsert: e.set_plugin(ch.plugin_upsert().id()); break;
-      case v1::Change::kPluginDelete: e.set_plugin(ch.plugin_delete()); break;
+      case v1::Change::kVolumeDelete:
+        *e.mutable_volume() = ch.volume_delete();
+        break;
+      case v1::Change::kPluginUpsert:
+        e.set_plugin(ch.plugin_upsert().id());
+        break;
+      case v1::Change::kPluginDelete:
+        e.set_plugin(ch.plugin_delete());
+        break;
       case v1::Change::kNodeUpsert:
         e.set_node(ch.node_upsert().id());
         if (node_allocs) add(expect_node_allocs(ch.node_upsert().id(), 0));
@@ -403,24 +411,45 @@ std::vector<v1::Expectation> expectations_of(const catalog& c,
         e.set_node(ch.node_delete());
         add(expect_node_allocs(ch.node_delete(), 0));
         break;
-      case v1::Change::kAllocUpsert: e.set_alloc(ch.alloc_upsert().id()); break;
-      case v1::Change::kAllocDelete: e.set_alloc(ch.alloc_delete()); break;
-      case v1::Change::kAllocVolumeFreed: e.set_alloc(ch.alloc_volume_freed().alloc_id()); break;
-      case v1::Change::kAllocVolumeClaimed: e.set_alloc(ch.alloc_volume_claimed().alloc().id()); break;
-      case v1::Change::kAclPolicyUpsert: e.set_acl_policy(ch.acl_policy_upsert().name()); break;
-      case v1::Change::kAclPolicyDelete: e.set_acl_policy(ch.acl_policy_delete()); break;
-      case v1::Change::kAclTokenUpsert: e.set_acl_token(ch.acl_token_upsert().accessor_id()); break;
-      case v1::Change::kAclTokenDelete: e.set_acl_token(ch.acl_token_delete()); break;
-      case v1::Change::kAclBootstrap: e.set_acl_bootstrap(true); break;
+      case v1::Change::kAllocUpsert:
+        e.set_alloc(ch.alloc_upsert().id());
+        break;
+      case v1::Change::kAllocDelete:
+        e.set_alloc(ch.alloc_delete());
+        break;
+      case v1::Change::kAllocVolumeFreed:
+        e.set_alloc(ch.alloc_volume_freed().alloc_id());
+        break;
+      case v1::Change::kAllocVolumeClaimed:
+        e.set_alloc(ch.alloc_volume_claimed().alloc().id());
+        break;
+      case v1::Change::kAclPolicyUpsert:
+        e.set_acl_policy(ch.acl_policy_upsert().name());
+        break;
+      case v1::Change::kAclPolicyDelete:
+        e.set_acl_policy(ch.acl_policy_delete());
+        break;
+      case v1::Change::kAclTokenUpsert:
+        e.set_acl_token(ch.acl_token_upsert().accessor_id());
+        break;
+      case v1::Change::kAclTokenDelete:
+        e.set_acl_token(ch.acl_token_delete());
+        break;
+      case v1::Change::kAclBootstrap:
+        e.set_acl_bootstrap(true);
+        break;
       case v1::Change::kRestoreState:
-      case v1::Change::CHANGE_NOT_SET: continue;
+      case v1::Change::CHANGE_NOT_SET:
+        continue;
     }
     add(std::move(e));
   }
   return out;
 }
 
-bool take_refused(catalog& c, uint64_t index) { return c.refused.erase(index) > 0; }
+bool take_refused(catalog& c, uint64_t index) {
+  return c.refused.erase(index) > 0;
+}
 
 std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry& entry) {
   std::vector<applied_change> out;

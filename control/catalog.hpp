@@ -185,7 +185,8 @@ std::optional<v1::Change> alloc_after_free(const catalog& c, const v1::AllocVolu
 // whatever its state: an alloc that ended meanwhile keeps it as history,
 // and the watcher releases the claim), or the record as routed is created
 // when there is none; nullopt when the record has the volume already.
-std::optional<v1::Change> alloc_after_claim(const catalog& c, const v1::AllocVolumeClaimed& claimed);
+std::optional<v1::Change> alloc_after_claim(const catalog& c,
+                                            const v1::AllocVolumeClaimed& claimed);
 
 // The order in which one entry's changes are told to the watcher: alloc
 // upserts first, the rest as they came.  A claim committed together with

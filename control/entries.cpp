@@ -17,15 +17,24 @@ v1::LogEntry make_entry(std::vector<v1::Change> changes, std::vector<v1::Expecta
 
 std::string expectation_key(const v1::Expectation& e) {
   switch (e.object_case()) {
-    case v1::Expectation::kAlloc: return "alloc/" + e.alloc();
-    case v1::Expectation::kNode: return "node/" + e.node();
-    case v1::Expectation::kPlugin: return "plugin/" + e.plugin();
-    case v1::Expectation::kVolume: return "volume/" + e.volume().namespace_() + "/" + e.volume().id();
-    case v1::Expectation::kAclPolicy: return "acl_policy/" + e.acl_policy();
-    case v1::Expectation::kAclToken: return "acl_token/" + e.acl_token();
-    case v1::Expectation::kAclBootstrap: return "acl_bootstrap";
-    case v1::Expectation::kNodeAllocs: return "node_allocs/" + e.node_allocs();
-    case v1::Expectation::OBJECT_NOT_SET: break;
+    case v1::Expectation::kAlloc:
+      return "alloc/" + e.alloc();
+    case v1::Expectation::kNode:
+      return "node/" + e.node();
+    case v1::Expectation::kPlugin:
+      return "plugin/" + e.plugin();
+    case v1::Expectation::kVolume:
+      return "volume/" + e.volume().namespace_() + "/" + e.volume().id();
+    case v1::Expectation::kAclPolicy:
+      return "acl_policy/" + e.acl_policy();
+    case v1::Expectation::kAclToken:
+      return "acl_token/" + e.acl_token();
+    case v1::Expectation::kAclBootstrap:
+      return "acl_bootstrap";
+    case v1::Expectation::kNodeAllocs:
+      return "node_allocs/" + e.node_allocs();
+    case v1::Expectation::OBJECT_NOT_SET:
+      break;
   }
   return "";
 }

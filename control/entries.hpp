@@ -23,8 +23,7 @@ constexpr uint32_t entry_format_newest = entry_format_expectations;
 
 // One log entry holding `changes` in order, applied only while every one
 // of `expect` holds (compare-and-set: the versions they were built from).
-v1::LogEntry make_entry(std::vector<v1::Change> changes,
-                        std::vector<v1::Expectation> expect = {});
+v1::LogEntry make_entry(std::vector<v1::Change> changes, std::vector<v1::Expectation> expect = {});
 
 // The object an expectation names, as a key that tells objects apart
 // ("alloc/ID", "node/ID", "volume/NS/ID", ...).

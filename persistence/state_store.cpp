@@ -26,7 +26,6 @@ void decode_row(const std::string& path, const char* query, const std::string& b
     throw store_error(damage_message(path, std::string("a row cannot be decoded (") + query + ")"));
 }
 
-
 constexpr int64_t format_version = 1;
 
 const char* schema =
@@ -358,8 +357,10 @@ uint64_t state_store::version_of(const v1::Expectation& e) {
     return one(query, [&](sql::statement& st) { st.bind(1, id); });
   };
   switch (e.object_case()) {
-    case v1::Expectation::kAlloc: return by_id("SELECT modify_index FROM allocs WHERE id=?", e.alloc());
-    case v1::Expectation::kNode: return by_id("SELECT modify_index FROM nodes WHERE id=?", e.node());
+    case v1::Expectation::kAlloc:
+      return by_id("SELECT modify_index FROM allocs WHERE id=?", e.alloc());
+    case v1::Expectation::kNode:
+      return by_id("SELECT modify_index FROM nodes WHERE id=?", e.node());
     case v1::Expectation::kPlugin:
       return by_id("SELECT modify_index FROM plugins WHERE id=?", e.plugin());
     case v1::Expectation::kVolume:
@@ -390,7 +391,8 @@ uint64_t state_store::version_of(const v1::Expectation& e) {
       st.reset();
       return top;
     }
-    case v1::Expectation::OBJECT_NOT_SET: break;
+    case v1::Expectation::OBJECT_NOT_SET:
+      break;
   }
   return 0;
 }

@@ -126,8 +126,8 @@ TEST_CASE("apply refuses a stale entry whole and records it for its proposer onc
   CHECK(find_alloc(c, "a")->state() == v1::ALLOC_FAILED);
   CHECK(find_alloc(c, "a")->modify_index() == 4);
   // A refusal is all or nothing: one stale object keeps the others as they are.
-  auto both = built_on(c, {upsert_change(make_alloc("b", "n1", v1::ALLOC_FAILED)),
-                           upsert_change(make_node("n1"))});
+  auto both = built_on(
+      c, {upsert_change(make_alloc("b", "n1", v1::ALLOC_FAILED)), upsert_change(make_node("n1"))});
   commit(c, {upsert_change(make_node("n1"))});  // the node changes meanwhile
   CHECK(apply(c, 6, both).empty());
   CHECK(find_alloc(c, "b")->state() == v1::ALLOC_COMPLETE);
@@ -261,10 +261,18 @@ TEST_CASE("the state tables refuse exactly the entries the catalog refuses") {
           auto id = std::to_string(pick(4));
           auto node = "n" + std::to_string(pick(3));
           switch (pick(9)) {
-            case 0: changes.push_back(upsert_change(make_alloc("a" + id, node))); break;
-            case 1: changes.push_back(alloc_delete_change("a" + id)); break;
-            case 2: changes.push_back(upsert_change(make_node(node))); break;
-            case 3: changes.push_back(node_delete_change(node)); break;
+            case 0:
+              changes.push_back(upsert_change(make_alloc("a" + id, node)));
+              break;
+            case 1:
+              changes.push_back(alloc_delete_change("a" + id));
+              break;
+            case 2:
+              changes.push_back(upsert_change(make_node(node)));
+              break;
+            case 3:
+              changes.push_back(node_delete_change(node));
+              break;
             case 4: {
               v1::Plugin p;
               p.set_id("p" + id);
@@ -293,7 +301,8 @@ TEST_CASE("the state tables refuse exactly the entries the catalog refuses") {
               changes.push_back(alloc_volume_claimed_change(a, "v" + id));
               break;
             }
-            default: changes.push_back(alloc_volume_freed_change("a" + id, "default", "v" + id));
+            default:
+              changes.push_back(alloc_volume_freed_change("a" + id, "default", "v" + id));
           }
         }
         auto entry = built_on(base, changes, pick(2) == 0);

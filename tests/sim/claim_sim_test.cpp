@@ -62,10 +62,10 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include <caf/all.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
 #include <algorithm>
 #include <array>
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -371,7 +371,7 @@ struct world {
   std::map<uint64_t, int> open_requests;  // per leader term, unanswered
   uint64_t next_alloc = 0;
   std::pair<std::string, std::string> last_claim_alloc;  // alloc, node of the last claim
-  std::map<std::string, uint64_t> claims_sent;  // alloc -> `volume claim` requests sent
+  std::map<std::string, uint64_t> claims_sent;           // alloc -> `volume claim` requests sent
 
   std::function<void(const std::string&)> refingerprint;
 
@@ -1869,8 +1869,8 @@ class simulation {
     auto sent = w.claims_sent[alloc];
     bool open = w.claims_open[alloc] > 0;
     send_request(
-        std::move(req), [this, vol = vol, alloc = alloc, sent,
-                         open](const std::optional<v1::Response>& r) {
+        std::move(req),
+        [this, vol = vol, alloc = alloc, sent, open](const std::optional<v1::Response>& r) {
           if (!r || r->has_error()) {
             w_.trace("release " + vol + " of " + alloc + ": " +
                      (r ? r->error().message() : "no answer"));

@@ -94,8 +94,11 @@ void write(const self_ptr& self, build_fn build, then_fn then, bool node_allocs,
     return;
   }
   auto expect = expectations_of(st.cat, changes, node_allocs);
+  // Named in the failure, the first few: a collection may change thousands.
   std::string objects;
-  for (const auto& e : expect) objects += (objects.empty() ? "" : ", ") + expectation_key(e);
+  for (size_t i = 0; i < expect.size() && i < 5; ++i)
+    objects += (i == 0 ? "" : ", ") + expectation_key(expect[i]);
+  if (expect.size() > 5) objects += " and " + std::to_string(expect.size() - 5) + " more";
   propose(self, st.log, st.options.term, std::move(changes), std::move(expect))
       .then(
           [self, build, then, node_allocs, attempt, objects](uint64_t index) {

@@ -1,10 +1,12 @@
 #include "actors/node_csi.hpp"
 
 #include <filesystem>
+#include <optional>
 
 #include "csi/client.hpp"
 #include "csi/translate.hpp"
 #include "log/log.hpp"
+#include "persistence/spare_dirs.hpp"
 
 namespace berth {
 
@@ -111,6 +113,41 @@ std::vector<waiting_calls::call> take(std::deque<waiting_calls::call>& calls, Pr
   return taken;
 }
 
+
+// A claim's directories are the CO's: <csi_root>/<plugin>/per-alloc/... and
+// <csi_root>/<plugin>/staging/...  They are made from and given back to the
+// spares of their plugin (<csi_root>/<plugin>/.spare, persistence/spare_dirs):
+// no inode is allocated per publication.  `folder` is "per-alloc" or
+// "staging"; a path outside one (a record of another layout) is made and
+// removed plainly.
+std::optional<fs::path> folder_of(const fs::path& p, const std::string& folder) {
+  for (auto d = p; !d.empty() && d != d.parent_path(); d = d.parent_path())
+    if (d.filename() == folder) return d;
+  return std::nullopt;
+}
+
+std::error_code make_claim_dir(const fs::path& dir, const std::string& folder) {
+  auto f = folder_of(dir, folder);
+  if (!f) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    return ec;
+  }
+  return spare_dirs::at(f->parent_path() / ".spare").make(dir);
+}
+
+// Removes `dir` and each parent left empty, up to the folder; what is not
+// empty or is a mount point stays.
+void remove_claim_dirs(const fs::path& dir, const std::string& folder) {
+  auto f = folder_of(dir, folder);
+  if (!f) {
+    std::error_code ec;
+    fs::remove(dir, ec);  // only an empty directory
+    return;
+  }
+  spare_dirs::at(f->parent_path() / ".spare").remove_empty(dir, *f);
+}
+
 }  // namespace
 
 std::vector<waiting_calls::call> waiting_calls::ready(const std::string& plugin) {
@@ -191,14 +228,16 @@ csi_outcome probe_plugin(csi::client& c, v1::PluginType type) {
 csi_outcome publish_claim(csi::client& c, const v1::NodeVolumeRequest& r, const claim_paths& paths,
                           bool stage, const std::string& where) {
   csi_outcome out;
-  std::error_code ec;
-  if (stage) fs::create_directories(paths.staging, ec);
   auto parent = fs::path(paths.target).parent_path();
-  fs::create_directories(parent, ec);
-  if (ec) {
-    out.error =
-        failure{errc::internal, where + ": cannot create " + parent.string() + ": " + ec.message()};
-    return out;
+  for (const auto& [dir, folder] :
+       {std::pair{stage ? fs::path(paths.staging) : fs::path(), "staging"},
+        std::pair{parent, "per-alloc"}}) {
+    if (dir.empty()) continue;
+    if (auto ec = make_claim_dir(dir, folder)) {
+      out.error =
+          failure{errc::internal, where + ": cannot create " + dir.string() + ": " + ec.message()};
+      return out;
+    }
   }
   if (stage && failed(out, where, csi::method::node_stage_volume,
                       c.node_stage_volume(csi::stage_request(r, paths.staging)).status))
@@ -224,11 +263,8 @@ csi_outcome unpublish_claim(csi::client& c, const v1::NodeVolumeRequest& r,
   if (failed(out, where, csi::method::node_unpublish_volume,
              c.node_unpublish_volume(id, paths.target).status))
     return out;
-  std::error_code ec;
-  // The per-alloc directories are the CO's: remove them once empty.
-  for (auto d = fs::path(paths.target).parent_path(); d.filename() != "per-alloc";
-       d = d.parent_path())
-    if (!fs::remove(d, ec)) break;
+  // The per-alloc directories are the CO's: removed once empty.
+  remove_claim_dirs(fs::path(paths.target).parent_path(), "per-alloc");
   if (unstage) return unstage_claim(c, r, paths, true, where);
   return out;
 }
@@ -240,8 +276,7 @@ csi_outcome unstage_claim(csi::client& c, const v1::NodeVolumeRequest& r, const 
   if (failed(out, where, csi::method::node_unstage_volume,
              c.node_unstage_volume(r.volume().external_id(), paths.staging).status))
     return out;
-  std::error_code ec;
-  fs::remove(paths.staging, ec);
+  remove_claim_dirs(paths.staging, "staging");
   return out;
 }
 

@@ -94,7 +94,9 @@ bool multi_publish(int access_mode) {
          || access_mode == v1::VolumeCapability::AccessMode::SINGLE_NODE_MULTI_WRITER;
 }
 
-plugin::plugin(options opts) : opts_(std::move(opts)), mounter_(opts_.mode) {
+plugin::plugin(options opts)
+    : opts_(std::move(opts)),
+      mounter_(opts_.mode, opts_.root / ".spare" / (opts_.node_id.empty() ? "node" : opts_.node_id)) {
   fs::create_directories(opts_.root / "volumes");
   // Every call re-reads the journal with --shared-root: keep it short.
   const int64_t floor = opts_.shared_root ? int64_t{64} << 10 : int64_t{4} << 20;

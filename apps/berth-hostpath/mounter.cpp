@@ -7,6 +7,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "persistence/spare_dirs.hpp"
+
 namespace berth::hostpath {
 
 namespace fs = std::filesystem;
@@ -103,7 +105,7 @@ void mounter::publish(const fs::path& volume_dir, const fs::path& staging,
       throw std::runtime_error("cannot create symlink " + target.string() + ": " + ec.message());
     return;
   }
-  ensure_dir(target);
+  make_target(target);
   bind(staging, target);
   // MS_RDONLY on the first bind is ignored by the kernel: a bind mount
   // becomes read-only only through a remount of that mount.
@@ -119,10 +121,32 @@ void mounter::unpublish(const fs::path& target) {
   } else if (fs::exists(target, ec)) {
     if (mode_ == mount_mode::bind)
       unmount(target);
-    fs::remove(target, ec);  // only removes an empty directory: never data
+    remove_target(target);
   }
   if (ec)
     throw std::runtime_error("cannot remove " + target.string() + ": " + ec.message());
+}
+
+void mounter::make_target(const fs::path& target) {
+  if (spares_.empty())
+    return ensure_dir(target);
+  if (auto ec = berth::spare_dirs::at(spares_).make(target))
+    throw std::runtime_error("cannot create " + target.string() + ": " + ec.message());
+}
+
+// Only an empty directory goes (to the spares, or rmdir): never data.
+void mounter::remove_target(const fs::path& target) {
+  if (spares_.empty()) {
+    std::error_code ec;
+    fs::remove(target, ec);
+    if (ec)
+      throw std::runtime_error("cannot remove " + target.string() + ": " + ec.message());
+    return;
+  }
+  if (berth::spare_dirs::at(spares_).remove_empty(target, target.parent_path()) == 0
+      && fs::exists(target))
+    throw std::runtime_error("cannot remove " + target.string() + ": " +
+                             std::strerror(ENOTEMPTY));
 }
 
 }  // namespace berth::hostpath

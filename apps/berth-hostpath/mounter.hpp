@@ -22,7 +22,11 @@ std::string to_string(mount_mode m);
 
 class mounter {
  public:
-  explicit mounter(mount_mode mode) : mode_(mode) {}
+  // `spares`: where emptied target directories are kept for the next
+  // publish (persistence/spare_dirs; used where it is on the targets'
+  // filesystem); empty: every target is made and removed.
+  explicit mounter(mount_mode mode, std::filesystem::path spares = {})
+      : mode_(mode), spares_(std::move(spares)) {}
 
   mount_mode mode() const { return mode_; }
 
@@ -38,11 +42,16 @@ class mounter {
   void publish(const std::filesystem::path& volume_dir, const std::filesystem::path& staging,
                const std::filesystem::path& target, bool readonly);
 
-  // Undo publish() and remove `target`; a missing target is fine.
+  // Undo publish() and remove `target` (an empty directory: given to the
+  // spares); a missing target is fine.
   void unpublish(const std::filesystem::path& target);
 
  private:
+  void make_target(const std::filesystem::path& target);
+  void remove_target(const std::filesystem::path& target);
+
   mount_mode mode_;
+  std::filesystem::path spares_;
 };
 
 // True when both paths name the same directory inode; a bind mount makes the

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 
 #include "actors/clock.hpp"
 #include "actors/node_call.hpp"
@@ -77,7 +78,9 @@ void csi_step(self_ptr self, const node_actor& node, Atom atom, v1::NodeVolumeRe
 struct release_ctx {
   std::string alloc;
   std::string reason;
-  v1::Plugin plugin;
+  // Shared by every step's closure: a plugin lists all its instances, so a
+  // copy per closure cost O(nodes) per step (issue 28).
+  std::shared_ptr<const v1::Plugin> plugin;
   plugin_actor plugin_handle;  // queues the controller RPCs
   node_actor target;
   node_actor controller;
@@ -129,7 +132,7 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
   release_facts facts;
   facts.node_connected = static_cast<bool>(ctx.target);
   facts.node_detached = ctx.node_detached;
-  facts.controller_required = ctx.plugin.controller_required();
+  facts.controller_required = ctx.plugin->controller_required();
   facts.controller_available = ctx.controller && ctx.plugin_handle;
   facts.node_unmounts_pending = ctx.node_unmounts_pending;
   auto step = next_release_step(vol, ctx.alloc, facts);
@@ -169,7 +172,7 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
   // with the plugin unknown (not registered now, or its actor did not
   // answer in time) the step waits instead of taking "not required", which
   // would leave the volume attached to the node.
-  if (c != nullptr && c->state() == v1::CLAIM_NODE_DETACHED && ctx.plugin.id().empty()) {
+  if (c != nullptr && c->state() == v1::CLAIM_NODE_DETACHED && ctx.plugin->id().empty()) {
     stop(make_error(errc::unavailable,
                     "volume '" + vol.id() + "': plugin '" + vol.plugin_id() +
                         "' is not known right now, so whether ControllerUnpublishVolume is "
@@ -192,7 +195,7 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
       return;
     case release_action::wait_for_controller:
       stop(make_error(errc::unavailable,
-                      "volume '" + vol.id() + "': plugin '" + ctx.plugin.id() +
+                      "volume '" + vol.id() + "': plugin '" + ctx.plugin->id() +
                           "' has no healthy controller on a node with a berth client; the "
                           "release stays at node-detached until one is back (the volume "
                           "watcher retries)"));
@@ -205,7 +208,7 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
                           "ControllerUnpublishVolume waits for it (the volume watcher retries)"));
       return;
     case release_action::node_unpublish: {
-      auto req = request_for(node_request(vol, *c, ctx.plugin), node_step::unpublish_unstage);
+      auto req = request_for(node_request(vol, *c, *ctx.plugin), node_step::unpublish_unstage);
       req.set_unstage(step.unstage);
       csi_step(self, ctx.target, unpublish_atom::value, std::move(req),
                [commit, to = step.to](v1::NodeVolumeResult) mutable { commit(to); }, stop);
@@ -213,7 +216,7 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
     }
     case release_action::controller_unpublish:
       controller_step(self, ctx.plugin_handle, ctx.controller, ctrl_unpublish_atom::value,
-                      node_request(vol, *c, ctx.plugin),
+                      node_request(vol, *c, *ctx.plugin),
                       [commit, to = step.to](v1::NodeVolumeResult) mutable { commit(to); }, stop);
       return;
   }
@@ -221,7 +224,7 @@ void release_steps(self_ptr self, release_ctx ctx, then_fn done) {
 
 struct claim_ctx {
   std::string alloc;
-  v1::Plugin plugin;
+  std::shared_ptr<const v1::Plugin> plugin;  // shared, as in release_ctx
   plugin_actor plugin_handle;
   node_actor target;
   node_actor controller;
@@ -278,10 +281,10 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
       rp.deliver(to_error(f));
     });
   };
-  auto plan = plan_publish(self->state.volume, *c, ctx.plugin, ctx.mount_flags);
+  auto plan = plan_publish(self->state.volume, *c, *ctx.plugin, ctx.mount_flags);
   // An expansion waiting for the volume's next stage: the node runs
   // NodeExpandVolume after it, and the step is committed before the answer.
-  auto support = expansion_support_of(ctx.plugin);
+  auto support = expansion_support_of(*ctx.plugin);
   if (publish_expands(self->state.volume, support)) {
     plan.publish.set_expand_required_bytes(self->state.volume.expansion().required_bytes());
     plan.publish.set_expand_limit_bytes(self->state.volume.expansion().limit_bytes());
@@ -312,7 +315,7 @@ void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
   }
   if (!ctx.controller) {
     unwind(make_error(errc::unavailable,
-                      "plugin '" + ctx.plugin.id() +
+                      "plugin '" + ctx.plugin->id() +
                           "' requires ControllerPublishVolume and no node with a berth client "
                           "runs a healthy controller instance"));
     return;
@@ -539,7 +542,7 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
           return make_error(errc::unavailable, "volume '" + self->state.volume.id() +
                                                    "': its plugin is not known right now; retry");
         auto rp = self->make_response_promise<pb<v1::ClaimResult>>();
-        claim_ctx ctx{r.alloc_id, std::move(*p), plugin, target, controller,
+        claim_ctx ctx{r.alloc_id, std::make_shared<const v1::Plugin>(std::move(*p)), plugin, target, controller,
                       {q.mount_flags().begin(), q.mount_flags().end()},
                       q.node_unmounts_pending()};
         std::vector<v1::Change> also;
@@ -589,7 +592,8 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
             still_detached(req.msg.node_detached(), req.msg.detached_at_ms(),
                            last == self->state.published_ms.end() ? 0 : last->second);
         bool pending = req.msg.node_unmounts_pending();
-        release_ctx ctx{alloc, reason, known_plugin(committed).value_or(v1::Plugin{}), plugin,
+        release_ctx ctx{alloc, reason,
+                        std::make_shared<const v1::Plugin>(known_plugin(committed).value_or(v1::Plugin{})), plugin,
                         target, controller, detached, pending, std::nullopt};
         release_steps(self, std::move(ctx), answer(self, rp));
         return rp;

@@ -24,6 +24,13 @@
 
 namespace berth::csi {
 
+// Turns off absl's lock-order checking in this process (issue 28).  Debian
+// builds absl without NDEBUG, so every absl::Mutex gRPC takes on every call
+// also updates a graph of lock orders to report deadlocks (seen in perf as
+// GraphCycles::GetId in berthd and berth-hostpath); it reports nothing a
+// working process needs.  Call once at start, before any gRPC object exists.
+void skip_lock_order_checks();
+
 using string_map = std::map<std::string, std::string>;
 
 // CSI VolumeCapability.AccessMode.Mode; values are the spec's wire numbers.

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "call_log.hpp"
+#include "csi/client.hpp"
 #include "hostpath.hpp"
 #include "services.hpp"
 
@@ -38,6 +39,7 @@ extern "C" const char* __tsan_default_suppressions() {
 #endif
 
 int main(int argc, char** argv) {
+  berth::csi::skip_lock_order_checks();
   options opts;
   std::string endpoint;
   std::string log_file;

@@ -14,6 +14,7 @@
 
 #include "actors/actors.hpp"
 #include "control/lease.hpp"
+#include "csi/client.hpp"
 #include "apps/berthd/agent.hpp"
 #include "log/log.hpp"
 #include "messages/codec.hpp"
@@ -43,6 +44,7 @@ void split_commas(std::vector<std::string>& xs) {
 
 int main(int argc, char** argv) {
   berth::tls::keep_openssl_until_exit();
+  berth::csi::skip_lock_order_checks();
   berth::agent_options opts;
   CLI::App app{
       "berthd: the berth agent. Manages CSI volumes, plugins and claims.\n"
@@ -296,6 +298,14 @@ int main(int argc, char** argv) {
   caf::actor_system_config cfg;
   cfg.load<caf::io::middleman>();
   cfg.set("scheduler.max-threads", static_cast<size_t>(opts.scheduler_threads));
+  // An idle worker polls its queue 500 times, sleeping 50 us in between
+  // (CAF's "moderate" phase, 25 ms and more), before it waits on its
+  // condition variable, which every enqueue from outside signals.  Between
+  // the messages of a busy berthd that phase never ends: thousands of
+  // wake-ups per second per thread, the largest kernel cost of every
+  // berthd on a 2-core machine running several (issue 28, bench/README).
+  // Without it a worker spins briefly (the aggressive phase), then waits.
+  cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
   cfg.set("logger.file-verbosity", caf::atom("quiet"));
   cfg.set("logger.console-verbosity", caf::atom("quiet"));
   // A node actor's handle reaches the leader through whichever server the

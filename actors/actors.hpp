@@ -201,8 +201,8 @@ using node_actor = caf::typed_actor<
     // controller instance, for the leader of the given term (fenced):
     // ListVolumes (every page) or ControllerGetVolume of each volume;
     // replies with the conditions the plugin reported.
-    caf::replies_to<health_atom, pb<v1::VolumeHealthRequest>, uint64_t>::with<
-        pb<v1::VolumeHealthResult>>,
+    caf::replies_to<health_atom, pb<v1::VolumeHealthRequest>,
+                    uint64_t>::with<pb<v1::VolumeHealthResult>>,
     // Timer (--volume-stats-interval): NodeGetVolumeStats of every volume
     // published here whose plugin has GET_VOLUME_STATS, reported to the
     // leader as one volume_stats_report.
@@ -235,6 +235,9 @@ using node_actor = caf::typed_actor<
     // The leader lost this node's plugin instances (it was marked down):
     // report every plugin again on the next fingerprint.
     caf::reacts_to<fingerprint_atom>,
+    // Group commit: writes the publication records queued since the last
+    // one to client.db in one transaction, then runs what waited for them.
+    caf::reacts_to<flush_atom>,
     // Timer: fingerprints every plugin and reports changes to the leader.
     caf::reacts_to<tick_atom>,
     // Timer: checks whether alloc commands exited and reports them.

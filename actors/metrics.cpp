@@ -279,6 +279,18 @@ class prometheus_metrics final : public metrics {
                                   "built (compare-and-set), each built again (leader only)")
                             .Register(*registry_)
                             .Add({})),
+        client_db_writes_(prometheus::BuildCounter()
+                              .Name("berth_client_db_writes_total")
+                              .Help("Publication records this client wrote to client.db (each "
+                                    "before its CSI call or its answer; clients only)")
+                              .Register(*registry_)
+                              .Add({})),
+        client_db_commits_(prometheus::BuildCounter()
+                               .Name("berth_client_db_commits_total")
+                               .Help("Transactions (one fsync each) those records were written "
+                                     "in: the node's group commit (clients only)")
+                               .Register(*registry_)
+                               .Add({})),
         placements_(prometheus::BuildCounter()
                         .Name("berth_placements_total")
                         .Help("Allocs run without --node, by result: placed, none (no node "
@@ -427,6 +439,10 @@ class prometheus_metrics final : public metrics {
   }
   void watcher_retry() override { watcher_retries_.Increment(); }
   void write_refused() override { writes_refused_.Increment(); }
+  void client_db_written(size_t writes) override {
+    client_db_writes_.Increment(static_cast<double>(writes));
+    client_db_commits_.Increment();
+  }
   void placement(const std::string& result) override {
     std::lock_guard<std::mutex> guard(mtx_);
     placements_.Add({{"result", result}}).Increment();
@@ -480,6 +496,8 @@ class prometheus_metrics final : public metrics {
   prometheus::Family<prometheus::Counter>& volume_actor_events_;
   prometheus::Counter& watcher_retries_;
   prometheus::Counter& writes_refused_;
+  prometheus::Counter& client_db_writes_;
+  prometheus::Counter& client_db_commits_;
   prometheus::Family<prometheus::Counter>& placements_;
   prometheus::Gauge& watcher_pending_;
   gauges allocs_;

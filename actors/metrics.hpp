@@ -76,6 +76,9 @@ class metrics {
   // One of the leader's writes was refused at apply (an object it changes
   // changed since it was built: compare-and-set) and is built again.
   virtual void write_refused() = 0;
+  // The node's group commit wrote `writes` publication records to
+  // client.db in one transaction (clients only).
+  virtual void client_db_written(size_t writes) = 0;
   // An alloc run without --node was placed: `result` "placed" (a node
   // fits), "none" (no node fits: refused) or "explained" (--explain).
   virtual void placement(const std::string& result) = 0;

@@ -36,6 +36,43 @@ void report_problem(node_state& st, const failure& f) {
 
 void start_polling(self_ptr self);
 
+// client.db's group commit (issue 28).  A publication's record is written
+// before its CSI call is sent and again before the answer (and forgotten
+// before an unpublish is answered); each was one transaction and one fsync
+// on this actor's thread.  Now a write is applied to the table at once (the
+// decisions of the messages that follow see it, as before), queued, and
+// written with every other write queued before the flush this sends to the
+// node reaches it: one transaction, one fsync.  What needs it durable (the
+// call, the answer) is `then`, run only after the commit, with its failure
+// (none of the batch is on disk then, and the table is read again).
+void write_mount(self_ptr self, mount_write w,
+                 std::function<void(const std::optional<failure>&)> then) {
+  auto& st = self->state;
+  apply_mount_write(st.mounts, w);
+  if (st.mount_writes.empty()) self->send(self, flush_atom::value);
+  st.mount_writes.emplace_back(std::move(w), std::move(then));
+}
+
+// Runs `then` once every mount write queued now is durable (at once when
+// none is waiting): an answer read from the table must not get ahead of it.
+void after_mount_writes(self_ptr self, std::function<void()> then) {
+  if (self->state.mount_writes.empty()) return then();
+  self->state.mount_writes.emplace_back(mount_write{},
+                                        [then](const std::optional<failure>&) { then(); });
+}
+
+void flush_mount_writes(self_ptr self) {
+  auto& st = self->state;
+  auto batch = std::move(st.mount_writes);
+  st.mount_writes.clear();
+  std::vector<mount_write> writes;
+  for (const auto& [w, then] : batch)
+    if (w.put || !std::get<0>(w.key).empty()) writes.push_back(w);  // not after_mount_writes
+  auto f = commit_mount_writes(*st.store, st.mounts, writes);
+  if (!f && !writes.empty()) st.stats->client_db_written(writes.size());
+  for (auto& [w, then] : batch) then(f);
+}
+
 // Runs a job on a plugin's connection (see run_csi) and hands its outcome
 // to on_ok, its error to the promise.
 // Who sent a step: the source of its response promise.  Not
@@ -364,9 +401,11 @@ void unmount_all(self_ptr self, std::vector<unmount> unmounts, std::function<voi
               one_done(false);
               return;
             }
-            auto f = forget_mount(*st.store, st.mounts, key);
-            if (f) report_problem(st, *f);
-            one_done(!f);
+            write_mount(self, mount_write{key, std::nullopt, {}},
+                        [self, one_done](const std::optional<failure>& f) {
+                          if (f) report_problem(self->state, *f);
+                          one_done(!f);
+                        });
           });
         },
         [self, key = u.key, one_done](caf::error) {
@@ -723,7 +762,11 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         if (published_already(st.mounts, r, paths, std::filesystem::exists(paths.target, ec))) {
           v1::NodeVolumeResult res;
           res.set_target_path(paths.target);
-          return wrap(std::move(res));
+          if (st.mount_writes.empty()) return wrap(std::move(res));
+          // Its record may be one still being written: answer once it is on disk.
+          auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
+          after_mount_writes(self, [rp, res]() mutable { rp.deliver(wrap(std::move(res))); });
+          return rp;
         }
         // control/lease: the publish floor.
         auto floor = st.publish_floor->load();
@@ -747,29 +790,43 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         // before the client died, is then unstaged when the claim is undone.
         // (Not for a plugin this client does not run: the call is refused
         // unsent, and nothing could ever undo the record.)
-        if (st.connections.count(r.plugin_id()) != 0)
-          if (auto f = save_mount(*st.store, st.mounts, intent_of(r, paths)))
-            return to_error(*f);
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
-        auto staged = std::make_shared<bool>(false);
-        auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), staged](bool stage) {
-          *staged = stage;
-          csi_job job{[=](csi::client& c) { return publish_claim(c, r, paths, stage, at); },
-                      call_kind::node, r.volume().external_id(), r.leader_term()};
-          job.publish = true;
-          job.claim_index = r.volume().modify_index();
-          return job;
+        auto call = [self, r, paths](result_promise rp) {
+          auto& st = self->state;
+          auto staged = std::make_shared<bool>(false);
+          auto make = [r, paths, at = where(st.config.node_id, r.plugin_id()), staged](bool stage) {
+            *staged = stage;
+            csi_job job{[=](csi::client& c) { return publish_claim(c, r, paths, stage, at); },
+                        call_kind::node, r.volume().external_id(), r.leader_term()};
+            job.publish = true;
+            job.claim_index = r.volume().modify_index();
+            return job;
+          };
+          run(
+              self, r.plugin_id(), make, rp,
+              [self, r, paths, staged](result_promise& rp, csi_outcome& out) {
+                write_mount(self,
+                            mount_write{key_of(r), record_of(r, paths, *staged, wall_ms()), {}},
+                            [rp, out](const std::optional<failure>& f) mutable {
+                              if (f)
+                                rp.deliver(to_error(*f));
+                              else
+                                deliver_result(rp, out);
+                            });
+              },
+              r.confirm_start());
         };
-        run(self, r.plugin_id(), make, rp,
-            [self, r, paths, staged](result_promise& rp, csi_outcome& out) {
-              auto& st = self->state;
-              if (auto f =
-                      save_mount(*st.store, st.mounts, record_of(r, paths, *staged, wall_ms())))
-                rp.deliver(to_error(*f));
-              else
-                deliver_result(rp, out);
-            },
-            r.confirm_start());
+        if (st.connections.count(r.plugin_id()) == 0) {
+          call(rp);
+          return rp;
+        }
+        write_mount(self, mount_write{key_of(r), intent_of(r, paths), {}},
+                    [rp, call](const std::optional<failure>& f) mutable {
+                      if (f)
+                        rp.deliver(to_error(*f));
+                      else
+                        call(rp);
+                    });
         return rp;
       },
       [self](unpublish_atom,
@@ -795,20 +852,26 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         };
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
         st.unpublishing.insert(key);
-        run(self, r.plugin_id(), make, unpublish_promise{self, key, rp},
+        run(
+            self, r.plugin_id(), make, unpublish_promise{self, key, rp},
             [self, key, r, paths, others](unpublish_promise& rp, csi_outcome&) {
               unstage_if_last(self, key, r, paths, !others, r.leader_term(), sender_of(rp),
                               [self, key, rp](csi_outcome& out) mutable {
-                auto& st = self->state;
-                if (out.error) {
-                  rp.deliver(to_error(*out.error));
-                } else if (auto f = forget_mount(*st.store, st.mounts, key)) {
-                  rp.deliver(to_error(*f));
-                } else {
-                  st.unpublishing.erase(key);
-                  deliver_result(rp.rp, out);
-                }
-              });
+                                if (out.error) {
+                                  rp.deliver(to_error(*out.error));
+                                  return;
+                                }
+                                write_mount(
+                                    self, mount_write{key, std::nullopt, {}},
+                                    [self, key, rp, out](const std::optional<failure>& f) mutable {
+                                      if (f) {
+                                        rp.deliver(to_error(*f));
+                                      } else {
+                                        self->state.unpublishing.erase(key);
+                                        deliver_result(rp.rp, out);
+                                      }
+                                    });
+                              });
             },
             r.confirm_start());
         return rp;
@@ -1037,6 +1100,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         poll(self);
         if (polling_needed(self->state)) start_polling(self);
       },
+      [self](flush_atom) { flush_mount_writes(self); },
       [self](tick_atom) {
         auto& st = self->state;
         st.stats->mailbox("node", self->mailbox().size());

@@ -10,8 +10,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -19,10 +20,10 @@
 #include <vector>
 
 #include "actors/actors.hpp"
+#include "actors/lease_guard.hpp"
 #include "actors/metrics.hpp"
 #include "actors/node_allocs.hpp"
 #include "actors/node_csi.hpp"
-#include "actors/lease_guard.hpp"
 #include "actors/node_fence.hpp"
 #include "actors/node_mounts.hpp"
 #include "control/lease.hpp"
@@ -74,6 +75,10 @@ struct node_state {
   // The client's database and what it holds.
   std::shared_ptr<client_store> store;
   mount_table mounts;
+  // client.db's group commit (node.cpp, write_mount): the mount writes
+  // queued since the last flush, each with what runs once it is durable.
+  std::vector<std::pair<mount_write, std::function<void(const std::optional<failure>&)>>>
+      mount_writes;
   alloc_table allocs;
   // Plugins probed healthy since this client started: CSI calls wait for
   // that (after a restart the plugin may not be back yet).

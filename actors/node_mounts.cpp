@@ -152,6 +152,39 @@ std::optional<failure> forget_mount(client_store& store, mount_table& mounts, co
   return std::nullopt;
 }
 
+void apply_mount_write(mount_table& mounts, mount_write& w) {
+  auto it = mounts.find(w.key);
+  w.before = it == mounts.end() ? std::nullopt : std::optional<mount_record>(it->second);
+  if (w.put)
+    mounts.insert_or_assign(w.key, *w.put);
+  else if (it != mounts.end())
+    mounts.erase(it);
+}
+
+std::optional<failure> commit_mount_writes(client_store& store, mount_table& mounts,
+                                           const std::vector<mount_write>& writes) {
+  if (writes.empty()) return std::nullopt;
+  std::vector<client_store::mount_change> changes;
+  changes.reserve(writes.size());
+  for (const auto& w : writes)
+    changes.push_back({w.put, std::get<0>(w.key), std::get<1>(w.key), std::get<2>(w.key)});
+  auto e = store.write_mounts(changes);
+  if (!e) return std::nullopt;
+  // The table had them already: undo them, last first.
+  for (auto it = writes.rbegin(); it != writes.rend(); ++it) {
+    if (it->before)
+      mounts.insert_or_assign(it->key, *it->before);
+    else
+      mounts.erase(it->key);
+  }
+  const auto& first = writes.front();
+  std::string what = (first.put ? "record " : "forget ") + describe(first.key);
+  if (writes.size() > 1) what += " (and " + std::to_string(writes.size() - 1) + " more)";
+  auto f = store_failure(store, what, *e);
+  f.message = (first.put ? "published, but " : "unpublished, but ") + f.message;
+  return f;
+}
+
 failure store_failure(const client_store& store, const std::string& what, const failure& f) {
   return failure{errc::internal, "the client could not " + what + " in " + store.path() + ": " +
                                      f.message +

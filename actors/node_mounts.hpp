@@ -116,6 +116,29 @@ std::optional<failure> save_mount(client_store& store, mount_table& mounts, moun
 // Forgets an undone publication (client.db first, then the table).
 std::optional<failure> forget_mount(client_store& store, mount_table& mounts, const mount_key& k);
 
+// A write of client.db waiting for the node's group commit (node.cpp,
+// write_mount): a record to put, or without one the publication `key` to
+// forget.
+struct mount_write {
+  mount_key key;
+  std::optional<mount_record> put;
+  std::optional<mount_record> before;  // the table's record until then (set by apply)
+};
+
+// The table once `w` is written: the node applies a write to its table
+// when it queues it, so that the decisions of the messages that follow see
+// it (a staging another claim is about to use, a publication being undone).
+// Keeps the record it replaces in `w.before`.
+void apply_mount_write(mount_table& mounts, mount_write& w);
+
+// Writes `writes`, applied to `mounts` in this order, in one transaction
+// (one fsync).  On a failure none of them is on disk: `mounts` is put back
+// as it was before them, and the failure names the publications and the
+// fix ("published, but ..." when the first is a record, "unpublished, but
+// ..." when it forgets one, as save_mount and forget_mount).
+std::optional<failure> commit_mount_writes(client_store& store, mount_table& mounts,
+                                           const std::vector<mount_write>& writes);
+
 // A client.db failure as berth's error: the file, what was being done and
 // the fix (used by the node's mount and alloc records alike).
 failure store_failure(const client_store& store, const std::string& what, const failure& f);

@@ -456,6 +456,9 @@ int main(int argc, char** argv) {
   caf::actor_system_config cfg;
   cfg.load<caf::io::middleman>();
   cfg.set("scheduler.max-threads", size_t{1});
+  // As berthd (apps/berthd/main.cpp): no 50 us idle polling, which would
+  // take CPU from the cluster it measures on a 2-core machine.
+  cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
   cfg.set("logger.file-verbosity", caf::atom("quiet"));
   cfg.set("logger.console-verbosity", caf::atom("quiet"));
   add_message_types(cfg);

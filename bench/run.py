@@ -204,7 +204,8 @@ def metrics_port(process):
 
 SCRAPED = ("berth_log_batch_entries_sum", "berth_log_batch_entries_count",
            "berth_log_write_seconds_sum", "berth_log_write_seconds_count",
-           "berth_request_seconds_sum", "berth_request_seconds_count")
+           "berth_request_seconds_sum", "berth_request_seconds_count",
+           "berth_client_db_writes_total", "berth_client_db_commits_total")
 
 
 def scrape(process):
@@ -320,7 +321,8 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
         reset_peak_rss(p.proc.pid)
     cpu0 = {n: cpu_seconds(p.proc.pid) for n, p in watched.items()}
     servers = [p for p in watched.values() if isinstance(p, cluster.Server)]
-    m0 = {p.name: scrape(p) for p in servers}
+    clients = [p for p in watched.values() if isinstance(p, cluster.Client)]
+    m0 = {p.name: scrape(p) for p in servers + clients}
     threads0 = thread_cpu(leader.proc.pid)
     load0 = loadavg()
     argv = [BENCH, "--address", address, "--workload", workload, "-c", str(concurrency),
@@ -342,7 +344,7 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
     if bench.returncode != 0 or not out.strip():
         raise RuntimeError("berth-bench failed (%d): %s %s" % (bench.returncode, out, err))
     r = json.loads(out.strip().splitlines()[-1])
-    m1 = {p.name: scrape(p) for p in servers}
+    m1 = {p.name: scrape(p) for p in servers + clients}
     # The leader's busiest threads: is one of them (an actor that runs
     # detached, or a scheduler worker) saturated?
     threads1 = thread_cpu(leader.proc.pid)
@@ -374,6 +376,16 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
             "write_ms_mean": round(1000 * wsec / writes, 3) if writes else None,
             "write_busy_fraction": round(wsec / wall, 3)}
     r["leader_log"] = r["log_writes"][leader.name]
+    # Each client's client.db group commit: publication records written
+    # and the transactions (fsyncs) they took.
+    r["client_db"] = {}
+    for p in clients:
+        a, b = m0[p.name], m1[p.name]
+        writes = delta(a, b, "berth_client_db_writes_total")
+        commits = delta(a, b, "berth_client_db_commits_total")
+        r["client_db"][p.name] = {
+            "writes": int(writes), "commits": int(commits),
+            "writes_per_commit": round(writes / commits, 2) if commits else None}
     # Log entries the leader wrote per completed operation (warm-up
     # included on both sides; a claims cycle: its commits).
     if r.get("ops_all"):

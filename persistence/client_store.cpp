@@ -32,35 +32,57 @@ expected<std::unique_ptr<client_store>> client_store::open(const std::string& pa
 
 client_store::~client_store() = default;
 
-std::optional<failure> client_store::put_mount(const mount_record& m) {
+namespace {
+
+void insert_mount(sql::database& db, const mount_record& m) {
+  auto req = m.request;
+  req.mutable_volume()->clear_secrets();
+  db.prepare(
+        "INSERT OR REPLACE INTO mounts(alloc_id, namespace, volume_id, plugin_id, staging_path,"
+        " target_path, request, published_at_ms) VALUES(?,?,?,?,?,?,?,?)")
+      .bind(1, m.alloc_id)
+      .bind(2, m.ns)
+      .bind(3, m.volume_id)
+      .bind(4, m.plugin_id)
+      .bind(5, m.staging_path)
+      .bind(6, m.target_path)
+      .bind_blob(7, req.SerializeAsString())
+      .bind(8, m.published_at_ms)
+      .run();
+}
+
+void remove_mount(sql::database& db, const std::string& alloc_id, const std::string& ns,
+                  const std::string& volume_id) {
+  db.prepare("DELETE FROM mounts WHERE alloc_id=? AND namespace=? AND volume_id=?")
+      .bind(1, alloc_id)
+      .bind(2, ns)
+      .bind(3, volume_id)
+      .run();
+}
+
+}  // namespace
+
+std::optional<failure> client_store::write_mounts(const std::vector<mount_change>& changes) {
   return stored([&] {
-    auto req = m.request;
-    req.mutable_volume()->clear_secrets();
-    db_->prepare(
-           "INSERT OR REPLACE INTO mounts(alloc_id, namespace, volume_id, plugin_id, staging_path,"
-           " target_path, request, published_at_ms) VALUES(?,?,?,?,?,?,?,?)")
-        .bind(1, m.alloc_id)
-        .bind(2, m.ns)
-        .bind(3, m.volume_id)
-        .bind(4, m.plugin_id)
-        .bind(5, m.staging_path)
-        .bind(6, m.target_path)
-        .bind_blob(7, req.SerializeAsString())
-        .bind(8, m.published_at_ms)
-        .run();
+    sql::transaction t(*db_);
+    for (const auto& c : changes) {
+      if (c.put)
+        insert_mount(*db_, *c.put);
+      else
+        remove_mount(*db_, c.alloc_id, c.ns, c.volume_id);
+    }
+    t.commit();
   });
+}
+
+std::optional<failure> client_store::put_mount(const mount_record& m) {
+  return stored([&] { insert_mount(*db_, m); });
 }
 
 std::optional<failure> client_store::delete_mount(const std::string& alloc_id,
                                                   const std::string& ns,
                                                   const std::string& volume_id) {
-  return stored([&] {
-    db_->prepare("DELETE FROM mounts WHERE alloc_id=? AND namespace=? AND volume_id=?")
-        .bind(1, alloc_id)
-        .bind(2, ns)
-        .bind(3, volume_id)
-        .run();
-  });
+  return stored([&] { remove_mount(*db_, alloc_id, ns, volume_id); });
 }
 
 expected<std::vector<mount_record>> client_store::mounts() {

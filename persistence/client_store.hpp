@@ -52,6 +52,16 @@ class client_store {
   static expected<std::unique_ptr<client_store>> open(const std::string& path);
   ~client_store();
 
+  // One change of the mounts table: `put` a record, or else delete the
+  // publication (alloc_id, ns, volume_id).
+  struct mount_change {
+    std::optional<mount_record> put;
+    std::string alloc_id, ns, volume_id;
+  };
+  // Applies `changes` in order in one transaction: one fsync for all (the
+  // node's group commit); nothing of them when it fails.
+  std::optional<failure> write_mounts(const std::vector<mount_change>& changes);
+
   std::optional<failure> put_mount(const mount_record& m);
   std::optional<failure> delete_mount(const std::string& alloc_id, const std::string& ns,
                                       const std::string& volume_id);

@@ -262,3 +262,60 @@ TEST_CASE("waiting_calls: calls past their deadline are taken out to fail") {
   CHECK(w.expired(1000).size() == 1);
   CHECK(w.empty());
 }
+
+TEST_CASE(
+    "mounts: queued writes are committed together, and a failed commit leaves the table as the "
+    "disk") {
+  temp_dir d;
+  auto file = (d.path / "client.db").string();
+  mount_table t;
+  {
+    auto store_db = must(client_store::open(file));
+    auto& store = *store_db;
+    auto r1 = request("a1");
+    auto r2 = request("a2");
+    // The node's group commit: each write applied to the table when queued,
+    // then all written in one transaction.
+    std::vector<mount_write> batch{{key_of(r1), intent_of(r1, paths_of("/csi", r1)), {}},
+                                   {key_of(r2), record_of(r2, paths_of("/csi", r2), true, 5), {}},
+                                   {key_of(r1), record_of(r1, paths_of("/csi", r1), true, 6), {}}};
+    for (auto& w : batch) apply_mount_write(t, w);
+    CHECK(t.size() == 2);
+    CHECK_FALSE(batch[0].before);
+    REQUIRE(batch[2].before);
+    CHECK(batch[2].before->published_at_ms == 0);  // the intent it replaced
+    REQUIRE_FALSE(commit_mount_writes(store, t, batch));
+
+    std::vector<mount_write> forget{{key_of(r2), std::nullopt, {}}};
+    apply_mount_write(t, forget[0]);
+    CHECK(t.size() == 1);
+    REQUIRE_FALSE(commit_mount_writes(store, t, forget));
+  }
+  auto again_db = must(client_store::open(file));
+  mount_table loaded;
+  REQUIRE_FALSE(load_mounts(*again_db, loaded));
+  REQUIRE(loaded.size() == 1);
+  CHECK(std::get<0>(loaded.begin()->first) == "a1");
+  CHECK(loaded.begin()->second.published_at_ms == 6);
+  CHECK(loaded.begin()->second.target_path == t.begin()->second.target_path);
+
+  // A commit that fails puts nothing on disk and the table back as it was.
+  auto before = t;
+  auto r3 = request("a3");
+  std::vector<mount_write> failing{{key_of(r3), intent_of(r3, paths_of("/csi", r3)), {}},
+                                   {key_of(request("a1")), std::nullopt, {}}};
+  for (auto& w : failing) apply_mount_write(t, w);
+  CHECK(t.size() == 1);
+  CHECK(t.count(key_of(r3)) == 1);
+  drop_table(file, "mounts");
+  auto f = commit_mount_writes(*again_db, t, failing);
+  REQUIRE(f);
+  CHECK(f->code == errc::internal);
+  CHECK(f->message.find("published, but") == 0);
+  CHECK(f->message.find("alloc 'a3'") != std::string::npos);
+  CHECK(f->message.find("1 more") != std::string::npos);
+  CHECK(f->message.find(file) != std::string::npos);
+  REQUIRE(t.size() == before.size());
+  CHECK(t.begin()->first == before.begin()->first);
+  CHECK(t.begin()->second.published_at_ms == before.begin()->second.published_at_ms);
+}

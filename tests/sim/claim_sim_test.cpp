@@ -142,6 +142,7 @@ struct null_metrics : metrics {
   uint64_t actor_stops = 0, actor_waits = 0;
   void watcher_retry() override {}
   void write_refused() override {}
+  void client_db_written(size_t) override {}
   std::map<std::string, uint64_t> placements;
   void placement(const std::string& result) override { ++placements[result]; }
   void mailbox(const std::string&, size_t) override {}
@@ -177,8 +178,7 @@ struct coverage {
 
 // A partition that held steps heals: the node takes them up.
 using sim_heal_atom = caf::atom_constant<caf::atom("simheal")>;
-using sim_node_actor =
-    node_actor::extend<caf::reacts_to<flush_atom>, caf::reacts_to<sim_heal_atom>>;
+using sim_node_actor = node_actor::extend<caf::reacts_to<sim_heal_atom>>;
 using sim_log_actor = replicated_log_actor::extend<caf::reacts_to<stop_atom>>;
 using volume_node = std::pair<std::string, std::string>;                    // volume, node
 using publication_key = std::tuple<std::string, std::string, std::string>;  // volume, node, alloc

@@ -77,12 +77,14 @@ bool spare_dirs::take(const fs::path& dir) {
       spares_.pop_back();
       return true;
     }
-    if (errno == ENOENT && !fs::exists(dir.parent_path())) return false;  // mkdir names it
-    if (errno == ENOENT) {
+    int err = errno;
+    if (err == ENOENT) {
+      std::error_code ec;
+      if (!fs::exists(dir.parent_path(), ec)) return false;  // mkdir names it
       spares_.pop_back();  // the spare went (someone cleaned the pool)
       continue;
     }
-    return errno == EEXIST;  // there now; otherwise (EXDEV, ...) mkdir
+    return err == EEXIST;  // there now; otherwise (EXDEV, ...) mkdir
   }
   return false;
 }

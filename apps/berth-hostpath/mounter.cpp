@@ -143,8 +143,9 @@ void mounter::remove_target(const fs::path& target) {
       throw std::runtime_error("cannot remove " + target.string() + ": " + ec.message());
     return;
   }
+  std::error_code ec;
   if (berth::spare_dirs::at(spares_).remove_empty(target, target.parent_path()) == 0
-      && fs::exists(target))
+      && fs::exists(target, ec))
     throw std::runtime_error("cannot remove " + target.string() + ": " +
                              std::strerror(ENOTEMPTY));
 }

@@ -44,7 +44,9 @@ void start_polling(self_ptr self);
 // written with every other write queued before the flush this sends to the
 // node reaches it: one transaction, one fsync.  What needs it durable (the
 // call, the answer) is `then`, run only after the commit, with its failure
-// (none of the batch is on disk then, and the table is read again).
+// (none of the batch is on disk then, and the table is as it was before
+// it).  Calls the node is asked for later wait for the writes queued before
+// them (after_mount_writes), so the plugin gets them in the order asked.
 void write_mount(self_ptr self, mount_write w,
                  std::function<void(const std::optional<failure>&)> then) {
   auto& st = self->state;
@@ -360,6 +362,14 @@ void unmount_all(self_ptr self, std::vector<unmount> unmounts, std::function<voi
   auto& st = self->state;
   if (unmounts.empty()) {
     done(true);
+    return;
+  }
+  // A publish whose record is still being written sends its call once it
+  // is: these unpublishes go after it, in the order the node was asked.
+  if (!st.mount_writes.empty()) {
+    after_mount_writes(self, [self, unmounts = std::move(unmounts), done]() mutable {
+      unmount_all(self, std::move(unmounts), std::move(done));
+    });
     return;
   }
   auto left = std::make_shared<size_t>(unmounts.size());
@@ -852,28 +862,32 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         };
         auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
         st.unpublishing.insert(key);
-        run(
-            self, r.plugin_id(), make, unpublish_promise{self, key, rp},
-            [self, key, r, paths, others](unpublish_promise& rp, csi_outcome&) {
-              unstage_if_last(self, key, r, paths, !others, r.leader_term(), sender_of(rp),
-                              [self, key, rp](csi_outcome& out) mutable {
-                                if (out.error) {
-                                  rp.deliver(to_error(*out.error));
-                                  return;
-                                }
-                                write_mount(
-                                    self, mount_write{key, std::nullopt, {}},
-                                    [self, key, rp, out](const std::optional<failure>& f) mutable {
-                                      if (f) {
-                                        rp.deliver(to_error(*f));
-                                      } else {
-                                        self->state.unpublishing.erase(key);
-                                        deliver_result(rp.rp, out);
-                                      }
-                                    });
-                              });
-            },
-            r.confirm_start());
+        // A publish of this claim whose record is still being written sends
+        // its call once it is: this unpublish goes after it, never before.
+        after_mount_writes(self, [self, r, paths, others, key, make, rp]() mutable {
+          run(
+              self, r.plugin_id(), make, unpublish_promise{self, key, rp},
+              [self, key, r, paths, others](unpublish_promise& rp, csi_outcome&) {
+                unstage_if_last(
+                    self, key, r, paths, !others, r.leader_term(), sender_of(rp),
+                    [self, key, rp](csi_outcome& out) mutable {
+                      if (out.error) {
+                        rp.deliver(to_error(*out.error));
+                        return;
+                      }
+                      write_mount(self, mount_write{key, std::nullopt, {}},
+                                  [self, key, rp, out](const std::optional<failure>& f) mutable {
+                                    if (f) {
+                                      rp.deliver(to_error(*f));
+                                    } else {
+                                      self->state.unpublishing.erase(key);
+                                      deliver_result(rp.rp, out);
+                                    }
+                                  });
+                    });
+              },
+              r.confirm_start());
+        });
         return rp;
       },
       [self](ctrl_publish_atom,

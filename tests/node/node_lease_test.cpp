@@ -466,6 +466,36 @@ TEST_CASE("node mounts: two unpublishes of one staging asked together leave noth
   CHECK_FALSE(std::filesystem::exists(staging));  // unstaged, its directory removed
 }
 
+TEST_CASE("node mounts: an unpublish asked while its publish's record is written goes after it") {
+  // client.db's group commit: a publish's call waits for its record's
+  // commit.  An unpublish of the same claim asked meanwhile (a step its
+  // sender gave up on, a stop) must reach the plugin after the publish,
+  // or the volume would be mounted again after "unpublished" was answered.
+  fixture fx;
+  caf::scoped_actor me{*fx.sys};
+  auto n = fx.spawn_node();
+  auto writer = create(me, n, "db", v1::SINGLE_NODE_WRITER);
+  auto r = request(writer, "w", false, fx.plugin.node_id);
+  auto attached = ask<pb<v1::NodeVolumeResult>>(me, n, ctrl_publish_atom::value, wrap(r));
+  REQUIRE(std::holds_alternative<pb<v1::NodeVolumeResult>>(attached));
+  auto target = paths_of((fx.dir.path / "csi").string(), r).target;
+  for (int round = 0; round < 5; ++round) {
+    // Both in the node's mailbox before it takes the first.
+    auto pub = me->request(n, std::chrono::seconds(30), publish_atom::value, wrap(r));
+    auto unpub = me->request(n, std::chrono::seconds(30), unpublish_atom::value, wrap(r));
+    int answered = 0;
+    for (auto* rh : {&pub, &unpub})
+      rh->receive([&](pb<v1::NodeVolumeResult>&) { ++answered; },
+                  [&](caf::error& e) { FAIL_CHECK(to_failure(e).message); });
+    CHECK(answered == 2);
+    CHECK_FALSE(mounted(target));
+  }
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+  me->wait_for(n);
+  CHECK(mounts(fx) == 0);
+  CHECK_FALSE(mounted(target));
+}
+
 TEST_CASE("node_lease: the lease guard stops the writer while the node actor cannot run") {
   // Every worker thread of the actor system is held (as a client whose
   // scheduler is busy, or whose actor waits on a slow fsync): the node

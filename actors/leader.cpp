@@ -202,14 +202,9 @@ void announce(const self_ptr& self, const applied_change& a) {
 
 void apply_batch(const self_ptr& self, const committed_batch& batch) {
   auto& st = self->state;
-  for (const auto& [index, bytes] : batch.entries) {
-    v1::LogEntry entry;
+  for (const auto& [index, entry] : batch.entries) {
     if (index <= st.cat.applied_index) continue;
-    if (bytes.empty() || !entry.ParseFromString(bytes)) {
-      st.cat.applied_index = index;  // a configuration change or an empty entry
-      continue;
-    }
-    auto changes = apply(st.cat, index, entry);
+    auto changes = apply(st.cat, index, *entry);
     alloc_upserts_first(changes);
     for (const auto& a : changes) {
       announce(self, a);

@@ -283,13 +283,9 @@ namespace {
 // too), to the address book, and to the proposals waiting for them.
 // Whether a batch holds an operator restore (an entry replacing the state).
 bool holds_restore(const committed_batch& batch) {
-  for (const auto& [index, bytes] : batch.entries) {
-    if (bytes.empty()) continue;
-    v1::LogEntry entry;
-    if (!entry.ParseFromString(bytes)) continue;
-    for (const auto& c : entry.changes())
+  for (const auto& [index, entry] : batch.entries)
+    for (const auto& c : entry->changes())
       if (c.has_restore_state()) return true;
-  }
   return false;
 }
 
@@ -320,9 +316,16 @@ void apply_committed(self_ptr self, const std::vector<pbr::Entry>& entries) {
           st.members.erase(cc.node_id());
         }
       }
-      batch.entries.emplace_back(e.index(), std::string());
+      batch.entries.emplace_back(e.index(), std::make_shared<const v1::LogEntry>());
     } else {
-      batch.entries.emplace_back(e.index(), e.data());
+      // Decoded here, once for this server: the state machine and the
+      // leader actor apply the same entry.  One that cannot be decoded
+      // cannot be applied by anyone: the log is damaged (fail-stop; a
+      // restart does not get past it either).
+      auto entry = state_store::decode_entry(e.index(), e.data());
+      if (!entry) fatal("cannot apply committed entries: " + entry.error().message);
+      batch.entries.emplace_back(e.index(),
+                                 std::make_shared<const v1::LogEntry>(std::move(*entry)));
       st.bytes_since_snapshot += e.data().size();
     }
     st.applied = e.index();

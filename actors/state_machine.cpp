@@ -64,12 +64,17 @@ void reload(state_machine_state& st) {
 std::vector<v1::Event> apply_entries(self_ptr self, const committed_batch& batch) {
   auto& st = self->state;
   std::vector<v1::Event> events;
-  // Each entry is decoded once, for the catalog and the state tables.
+  // Each entry was decoded once, by the replicated log, for the catalogs
+  // and the state tables.
   const char* what = "apply committed entries";
-  auto entries = need(what, state_store::decode(batch.entries, st.cat.applied_index));
+  const auto& entries = batch.entries;
   auto start = entries.cbegin();
   for (auto it = entries.cbegin(); it != entries.cend(); ++it) {
-    for (auto& e : events_of(it->first, apply(st.cat, it->first, it->second)))
+    if (it->first <= st.cat.applied_index) {
+      start = it + 1;
+      continue;
+    }
+    for (auto& e : events_of(it->first, apply(st.cat, it->first, *it->second)))
       events.push_back(std::move(e));
     if (!st.cat.restored) continue;
     need(what, st.store->apply(start, it + 1));

@@ -99,9 +99,11 @@ constexpr std::chrono::seconds step_confirm_timeout{10};
 
 // --- in-process messages ----------------------------------------------------
 
-// Committed entries, in index order, for the state machine to apply.
+// Committed entries, in index order, for the state machine and the leader
+// actor to apply: decoded once by the replicated log (a configuration
+// change as an empty entry), shared by both, never changed.
 struct committed_batch {
-  std::vector<std::pair<uint64_t, std::string>> entries;  // index, LogEntry bytes
+  state_store::decoded entries;
 };
 
 // The events of applied entries, for the event journal: every event of

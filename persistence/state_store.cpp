@@ -107,24 +107,30 @@ uint64_t state_store::applied() {
   return static_cast<uint64_t>(std::stoull(text));
 }
 
+expected<v1::LogEntry> state_store::decode_entry(uint64_t index, const std::string& bytes) {
+  v1::LogEntry entry;
+  if (!entry.ParseFromString(bytes))
+    return failure{errc::internal, "log entry " + std::to_string(index) +
+                                       " cannot be decoded; the log is damaged (restore a "
+                                       "snapshot or rejoin the cluster)"};
+  if (entry.format_version() > entry_format_newest)
+    return failure{errc::internal, "log entry " + std::to_string(index) + " has format " +
+                                       std::to_string(entry.format_version()) +
+                                       ", newer than this berthd " + "applies (" +
+                                       std::to_string(entry_format_newest) +
+                                       "): upgrade berthd on this server to the cluster's version"};
+  return entry;
+}
+
 expected<state_store::decoded> state_store::decode(
     const std::vector<std::pair<uint64_t, std::string>>& entries, uint64_t after) {
   decoded out;
   out.reserve(entries.size());
   for (const auto& [index, bytes] : entries) {
     if (index <= after) continue;
-    v1::LogEntry entry;
-    if (!entry.ParseFromString(bytes))
-      return failure{errc::internal, "log entry " + std::to_string(index) +
-                                         " cannot be decoded; the log is damaged (restore a "
-                                         "snapshot or rejoin the cluster)"};
-    if (entry.format_version() > entry_format_newest)
-      return failure{errc::internal,
-                     "log entry " + std::to_string(index) + " has format " +
-                         std::to_string(entry.format_version()) + ", newer than this berthd " +
-                         "applies (" + std::to_string(entry_format_newest) +
-                         "): upgrade berthd on this server to the cluster's version"};
-    out.emplace_back(index, std::move(entry));
+    auto entry = decode_entry(index, bytes);
+    if (!entry) return entry.error();
+    out.emplace_back(index, std::make_shared<const v1::LogEntry>(std::move(*entry)));
   }
   return out;
 }
@@ -150,7 +156,7 @@ void state_store::apply_all(decoded::const_iterator first, decoded::const_iterat
   auto start = first;
   for (auto it = first; it != last; ++it) {
     if (it->first <= applied) continue;
-    for (const auto& c : it->second.changes()) {
+    for (const auto& c : it->second->changes()) {
       if (c.change_case() != v1::Change::kRestoreState) continue;
       apply_batch(start, it);
       install_bytes(c.restore_state());
@@ -175,11 +181,11 @@ void state_store::apply_batch(decoded::const_iterator first, decoded::const_iter
     if (it->first <= applied) continue;
     applying_index_ = it->first;
     // Refused as the catalog refuses it: nothing of it applies.
-    if (!expectations_hold(it->second, [&](const v1::Expectation& e) { return version_of(e); })) {
+    if (!expectations_hold(*it->second, [&](const v1::Expectation& e) { return version_of(e); })) {
       applied = it->first;
       continue;
     }
-    for (auto change : it->second.changes()) {
+    for (auto change : it->second->changes()) {
       stamp(change, it->first);
       apply_change(change);
     }

@@ -57,18 +57,22 @@ class state_store {
   // transaction.  A failure when an entry cannot be decoded (naming its
   // index) or cannot be written.
   std::optional<failure> apply(const std::vector<std::pair<uint64_t, std::string>>& entries);
-  // The same for entries decoded already (the state machine decodes each
-  // entry once, for its catalog and for these tables).  An operator
-  // restore's entry replaces the tables at its index.  A claim's
-  // alloc_volume_freed is resolved from the tables' rows with the
-  // catalog's rule (control/catalog.hpp, alloc_after_free), as the
-  // catalog's apply resolves it.
-  using decoded = std::vector<std::pair<uint64_t, v1::LogEntry>>;
+  // The same for entries decoded already (the replicated log decodes each
+  // committed entry once, for every catalog of its server and for these
+  // tables; shared, never changed).  An operator restore's entry replaces
+  // the tables at its index.  A claim's alloc_volume_freed is resolved from
+  // the tables' rows with the catalog's rule (control/catalog.hpp,
+  // alloc_after_free), as the catalog's apply resolves it.
+  using decoded = std::vector<std::pair<uint64_t, std::shared_ptr<const v1::LogEntry>>>;
   std::optional<failure> apply(decoded::const_iterator first, decoded::const_iterator last);
   // Decodes the entries after index `after`; a failure when one cannot be
   // decoded (naming its index: the log is damaged).
   static expected<decoded> decode(const std::vector<std::pair<uint64_t, std::string>>& entries,
                                   uint64_t after);
+  // Decodes one committed entry (empty bytes: an empty entry, as a
+  // configuration change is applied); a failure naming its index when the
+  // bytes are no entry or one of a newer format than this berthd applies.
+  static expected<v1::LogEntry> decode_entry(uint64_t index, const std::string& bytes);
 
   // Everything in the tables (`volumes` false: all but the volumes, which
   // each_volume gives one at a time).

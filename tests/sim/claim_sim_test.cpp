@@ -107,7 +107,9 @@ template <class Leader>
 void send_committed(const Leader& leader, uint64_t index, std::string bytes) {
   if constexpr (leader_applies_batches) {
     committed_batch batch;
-    batch.entries.emplace_back(index, std::move(bytes));
+    v1::LogEntry entry;
+    REQUIRE(entry.ParseFromString(bytes));
+    batch.entries.emplace_back(index, std::make_shared<const v1::LogEntry>(std::move(entry)));
     caf::anon_send(leader, apply_atom::value, std::move(batch));
   }
 }

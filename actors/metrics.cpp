@@ -291,6 +291,13 @@ class prometheus_metrics final : public metrics {
                                      "in: the node's group commit (clients only)")
                                .Register(*registry_)
                                .Add({})),
+        client_db_commit_seconds_(
+            prometheus::BuildHistogram()
+                .Name("berth_client_db_commit_seconds")
+                .Help("Duration of one of those transactions, fsync included (clients only)")
+                .Register(*registry_)
+                .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.002, 0.005, 0.01,
+                                                                 0.025, 0.05, 0.1, 0.25, 0.5, 1})),
         placements_(prometheus::BuildCounter()
                         .Name("berth_placements_total")
                         .Help("Allocs run without --node, by result: placed, none (no node "
@@ -439,9 +446,10 @@ class prometheus_metrics final : public metrics {
   }
   void watcher_retry() override { watcher_retries_.Increment(); }
   void write_refused() override { writes_refused_.Increment(); }
-  void client_db_written(size_t writes) override {
+  void client_db_written(size_t writes, double seconds) override {
     client_db_writes_.Increment(static_cast<double>(writes));
     client_db_commits_.Increment();
+    client_db_commit_seconds_.Observe(seconds);
   }
   void placement(const std::string& result) override {
     std::lock_guard<std::mutex> guard(mtx_);
@@ -498,6 +506,7 @@ class prometheus_metrics final : public metrics {
   prometheus::Counter& writes_refused_;
   prometheus::Counter& client_db_writes_;
   prometheus::Counter& client_db_commits_;
+  prometheus::Histogram& client_db_commit_seconds_;
   prometheus::Family<prometheus::Counter>& placements_;
   prometheus::Gauge& watcher_pending_;
   gauges allocs_;

@@ -77,8 +77,9 @@ class metrics {
   // changed since it was built: compare-and-set) and is built again.
   virtual void write_refused() = 0;
   // The node's group commit wrote `writes` publication records to
-  // client.db in one transaction (clients only).
-  virtual void client_db_written(size_t writes) = 0;
+  // client.db in one transaction, which took `seconds` with its fsync
+  // (clients only).
+  virtual void client_db_written(size_t writes, double seconds) = 0;
   // An alloc run without --node was placed: `result` "placed" (a node
   // fits), "none" (no node fits: refused) or "explained" (--explain).
   virtual void placement(const std::string& result) = 0;

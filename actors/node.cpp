@@ -1,15 +1,16 @@
 #include "actors/node.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include "actors/clock.hpp"
 #include "actors/log_monitor.hpp"
@@ -59,7 +60,7 @@ void write_mount(self_ptr self, mount_write w,
 // none is waiting): an answer read from the table must not get ahead of it.
 void after_mount_writes(self_ptr self, std::function<void()> then) {
   if (self->state.mount_writes.empty()) return then();
-  self->state.mount_writes.emplace_back(mount_write{},
+  self->state.mount_writes.emplace_back(std::nullopt,
                                         [then](const std::optional<failure>&) { then(); });
 }
 
@@ -69,9 +70,13 @@ void flush_mount_writes(self_ptr self) {
   st.mount_writes.clear();
   std::vector<mount_write> writes;
   for (const auto& [w, then] : batch)
-    if (w.put || !std::get<0>(w.key).empty()) writes.push_back(w);  // not after_mount_writes
+    if (w) writes.push_back(*w);
+  auto start = std::chrono::steady_clock::now();  // for the metric only
   auto f = commit_mount_writes(*st.store, st.mounts, writes);
-  if (!f && !writes.empty()) st.stats->client_db_written(writes.size());
+  if (!f && !writes.empty())
+    st.stats->client_db_written(
+        writes.size(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   for (auto& [w, then] : batch) then(f);
 }
 
@@ -772,8 +777,8 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
         if (published_already(st.mounts, r, paths, std::filesystem::exists(paths.target, ec))) {
           v1::NodeVolumeResult res;
           res.set_target_path(paths.target);
-          if (st.mount_writes.empty()) return wrap(std::move(res));
-          // Its record may be one still being written: answer once it is on disk.
+          // Its record may be one still being written: answer once it is on
+          // disk (at once when nothing is queued).
           auto rp = self->make_response_promise<pb<v1::NodeVolumeResult>>();
           after_mount_writes(self, [rp, res]() mutable { rp.deliver(wrap(std::move(res))); });
           return rp;

@@ -76,8 +76,11 @@ struct node_state {
   std::shared_ptr<client_store> store;
   mount_table mounts;
   // client.db's group commit (node.cpp, write_mount): the mount writes
-  // queued since the last flush, each with what runs once it is durable.
-  std::vector<std::pair<mount_write, std::function<void(const std::optional<failure>&)>>>
+  // queued since the last flush, each with what runs once it is durable
+  // (no write: a call waiting for the writes queued before it,
+  // after_mount_writes).
+  std::vector<
+      std::pair<std::optional<mount_write>, std::function<void(const std::optional<failure>&)>>>
       mount_writes;
   alloc_table allocs;
   // Plugins probed healthy since this client started: CSI calls wait for

@@ -205,7 +205,15 @@ def metrics_port(process):
 SCRAPED = ("berth_log_batch_entries_sum", "berth_log_batch_entries_count",
            "berth_log_write_seconds_sum", "berth_log_write_seconds_count",
            "berth_request_seconds_sum", "berth_request_seconds_count",
-           "berth_client_db_writes_total", "berth_client_db_commits_total")
+           "berth_client_db_writes_total", "berth_client_db_commits_total",
+           "berth_client_db_commit_seconds_sum", "berth_client_db_commit_seconds_count",
+           "berth_csi_call_seconds_sum", "berth_csi_call_seconds_count")
+
+# The CSI calls of a claim's and a release's path (not the probes of a
+# fingerprint or the health checks): their time is the plugin's own time
+# in a cycle, as the client's CSI client measures it (gRPC included).
+CLAIM_PATH_CALLS = ("ControllerPublishVolume", "ControllerUnpublishVolume", "NodeStageVolume",
+                    "NodeUnstageVolume", "NodePublishVolume", "NodeUnpublishVolume")
 
 
 def scrape(process):
@@ -383,9 +391,25 @@ def run_bench(address, workload, concurrency, duration, processes, leader, extra
         a, b = m0[p.name], m1[p.name]
         writes = delta(a, b, "berth_client_db_writes_total")
         commits = delta(a, b, "berth_client_db_commits_total")
+        csec = delta(a, b, "berth_client_db_commit_seconds_sum")
         r["client_db"][p.name] = {
             "writes": int(writes), "commits": int(commits),
-            "writes_per_commit": round(writes / commits, 2) if commits else None}
+            "writes_per_commit": round(writes / commits, 2) if commits else None,
+            "commit_ms_mean": round(1000 * csec / commits, 3) if commits else None}
+    # The claim path's CSI calls on every client: count and seconds.
+    r["csi_calls"] = {}
+    for p in clients:
+        a, b = m0[p.name], m1[p.name]
+        for series in b:
+            if not series.startswith("berth_csi_call_seconds_sum{"):
+                continue
+            method = (re.search(r'method="([^"]+)"', series) or [None, None])[1]
+            if method not in CLAIM_PATH_CALLS:
+                continue
+            calls, sec = r["csi_calls"].get(method, (0, 0.0))
+            r["csi_calls"][method] = (calls + int(delta(a, b, series.replace("_sum{", "_count{"))),
+                                      sec + delta(a, b, series))
+    r["csi_calls"] = {m: {"calls": n, "seconds": round(sec, 4)} for m, (n, sec) in r["csi_calls"].items()}
     # Log entries the leader wrote per completed operation (warm-up
     # included on both sides; a claims cycle: its commits).
     if r.get("ops_all"):
@@ -421,6 +445,42 @@ def print_row(r, leader_name):
         (procs["berth-bench"]["cpu_seconds"] or 0) / wall, max(plugins or [0]) / wall,
         lg["write_ms_mean"] or 0, lg["entries_per_write"], max(fwr or [0]), r["loadavg_before"]),
         flush=True)
+
+
+def cycle_costs(r, leader_name):
+    """A claims run's cost per cycle: the CPU of each process, and (printed
+    for 1 in flight) the cycle's latency beside its budget of 4 sequential
+    fsyncs plus the plugin's own time (issue 28)."""
+    ops = r.get("ops_all") or 0
+    if not ops:
+        return
+    cpu = {n: round(1000 * p["cpu_seconds"] / ops, 3) for n, p in r["processes"].items()
+           if p.get("cpu_seconds") is not None}
+    r["cpu_ms_per_cycle"] = cpu
+    r["cpu_ms_per_cycle_all"] = round(sum(cpu.values()), 3)
+    print("  CPU per cycle (ms): %s; all %.2f" % (
+        ", ".join("%s %.2f" % kv for kv in sorted(cpu.items())), r["cpu_ms_per_cycle_all"]), flush=True)
+    fsync = r["leader_log"]["write_ms_mean"]
+    dbs = [v["commit_ms_mean"] for v in r["client_db"].values() if v.get("commit_ms_mean")]
+    plugin_ms = sum(v["seconds"] for v in r["csi_calls"].values()) * 1000 / ops
+    calls = sum(v["calls"] for v in r["csi_calls"].values()) / ops
+    commits = sum(v["commits"] for v in r["client_db"].values()) / ops
+    r["latency_budget"] = {
+        "leader_log_write_ms_mean": fsync, "client_db_commit_ms_mean": max(dbs) if dbs else None,
+        "plugin_ms_per_cycle": round(plugin_ms, 3), "csi_calls_per_cycle": round(calls, 2),
+        "leader_writes_per_cycle": round(r["leader_log"]["writes"] / ops, 2),
+        "client_db_commits_per_cycle": round(commits, 2)}
+    if r["concurrency"] != 1 or fsync is None:
+        return
+    one = max([fsync] + dbs)
+    budget = 4 * one + plugin_ms
+    r["latency_budget"].update({"fsync_ms": one, "budget_ms": round(budget, 3),
+                                "p50_over_budget": round(r["p50_ms"] / budget, 2)})
+    print("  1 in flight: cycle p50 %.2f ms; budget 4 fsyncs x %.2f ms (the slower of the leader's log write "
+          "%.2f ms and client.db's commit %s ms) + the plugin's own time %.2f ms (%.1f CSI calls) = %.2f ms: "
+          "%.2fx; per cycle %.1f leader log writes, %.1f client.db commits" % (
+              r["p50_ms"], one, fsync, "%.2f" % max(dbs) if dbs else "-", plugin_ms, calls, budget,
+              r["p50_ms"] / budget, r["latency_budget"]["leader_writes_per_cycle"], commits), flush=True)
 
 
 # ops/s, p50/p99/max: as berth-bench sees them (one op = one request for
@@ -955,6 +1015,14 @@ def summary(report):
     bc = max(claims, key=lambda r: r["ops_per_s"]) if claims else None
     rows.append(("claim cycles (best)", ">= 2,000/s", bc and "%s/s (%d)" % (f(bc["ops_per_s"], "%.1f"),
                                                                            bc["concurrency"]), "", "", ""))
+    if bc and bc.get("cpu_ms_per_cycle_all"):
+        rows.append(("claim cycles: CPU per cycle (best)", "", "%.2f ms (%d)" % (
+            bc["cpu_ms_per_cycle_all"], bc["concurrency"]), "", "", ""))
+    c1 = next((r for r in claims if r["concurrency"] == 1), None)
+    lb = (c1 or {}).get("latency_budget") or {}
+    if lb.get("budget_ms"):
+        rows.append(("claim cycle p50, 1 in flight", "<= budget", "%.2f ms (%.2fx of %.2f)" % (
+            c1["p50_ms"], lb["p50_over_budget"], lb["budget_ms"]), "", "", ""))
     st = report.get("storm") or {}
     if st.get("run"):
         g = st["run"].get("gauges") or {}
@@ -1179,6 +1247,7 @@ def main():
                 r["leader"] = leader.name
                 report["runs"].append(r)
                 print_row(r, leader.name)
+                cycle_costs(r, leader.name)
             if claim_levels and ARGS.perf:
                 # The largest level again under perf (not counted in the best:
                 # perf takes CPU), recording the leader and client c1.

@@ -174,11 +174,12 @@ class Base(unittest.TestCase):
             time.sleep(0.1)
         self.fail("timed out waiting for: " + what)
 
-    def metrics(self):
-        """The server's /metrics as {series: value}."""
+    def metrics(self, process=None):
+        """The server's (or `process`'s) /metrics as {series: value}."""
         import re
         import urllib.request
-        port = re.search(r"metrics on 127\.0\.0\.1:(\d+)", self.server.banner).group(1)
+        banner = (process or self.server).banner
+        port = re.search(r"metrics on 127\.0\.0\.1:(\d+)", banner).group(1)
         with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=10) as r:
             text = r.read().decode()
         out = {}
@@ -259,6 +260,38 @@ class LifecycleTest(Base):
         self.assertEqual(self.plugins["c2"].ok_methods(ext), [
             "ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume",
             "NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"] * 2)
+
+    def test_a_claim_and_its_release_write_client_db_in_timed_group_commits(self):
+        """Issue 28: the node's publication records go to client.db through
+        the group commit, each commit timed (berth_client_db_* metrics)."""
+        names = ("berth_client_db_writes_total", "berth_client_db_commits_total",
+                 "berth_client_db_commit_seconds_count", "berth_client_db_commit_seconds_sum")
+
+        def counts():
+            m = self.metrics(self.clients["c1"])
+            return [m.get(n, 0) for n in names]
+
+        self.create("v")
+        before = counts()
+        a = self.run_alloc("c1", "d=v")
+        claimed = counts()
+        # The publication (staging included): its intent written before the
+        # plugin is called, its record before the answer, each commit timed.
+        self.assertGreaterEqual(claimed[0] - before[0], 2, claimed)
+        self.assertGreaterEqual(claimed[1] - before[1], 1, claimed)
+        self.assertLessEqual(claimed[1] - before[1], claimed[0] - before[0], claimed)
+        self.assertEqual(claimed[2], claimed[1], "every commit is timed")
+        self.assertGreater(claimed[3], before[3])
+        self.b("alloc", "stop", a["id"])
+        self.wait_unclaimed("v")
+        released = counts()
+        # The record forgotten before the unpublish is answered.
+        self.assertGreaterEqual(released[0] - claimed[0], 1, released)
+        self.assertGreater(released[1], claimed[1], released)
+        self.assertEqual(released[2], released[1], "every commit is timed")
+        # c2 published nothing: it wrote nothing.
+        m2 = self.metrics(self.clients["c2"])
+        self.assertEqual(m2.get("berth_client_db_writes_total", 0), 0)
 
     def test_a_failing_command_fails_the_alloc_and_still_releases(self):
         """Complaint 1: a failed alloc holds no claim."""

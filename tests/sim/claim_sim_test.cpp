@@ -144,7 +144,7 @@ struct null_metrics : metrics {
   uint64_t actor_stops = 0, actor_waits = 0;
   void watcher_retry() override {}
   void write_refused() override {}
-  void client_db_written(size_t) override {}
+  void client_db_written(size_t, double) override {}
   std::map<std::string, uint64_t> placements;
   void placement(const std::string& result) override { ++placements[result]; }
   void mailbox(const std::string&, size_t) override {}

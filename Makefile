@@ -14,6 +14,12 @@
 # the unit and integration tests under ASan+UBSan / TSan; `make fuzz` builds
 # the libFuzzer targets with clang (build-fuzz) and runs each for
 # FUZZ_SECONDS.
+# `make test-quick` builds and runs the quick tier (ctest labels unit, sim
+# and smoke: the unit tests, the claim simulation's short run, a few smoke
+# tests with real processes), for iteration; docs/testing.md lists every
+# tier with its time.
+# CMAKE_ARGS go to every configure, e.g. CMAKE_ARGS=-DBERTH_DEBUG_INFO=full
+# for full debug information (docs/building.md).
 # `make sim` builds and runs the claim workflow simulation (tests/sim/,
 # docs/testing.md) for SEEDS seeds (default 100000) from SEED_FIRST
 # (default 1); `make test` runs a short default of it.
@@ -31,14 +37,15 @@ CHAOS_OUT ?= $(CURDIR)/.chaos
 BENCH_ARGS ?=
 SEEDS ?= 100000
 SEED_FIRST ?= 1
+CMAKE_ARGS ?=
 
-.PHONY: deps configure build dev test bench chaos clean test-asan test-tsan fuzz sim
+.PHONY: deps configure build dev test test-quick bench chaos clean test-asan test-tsan fuzz sim
 
 deps:
 	@bash scripts/install-deps.sh
 
 configure: deps
-	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -55,8 +62,16 @@ test: build
 	python3 scripts/leftovers.py check $(BUILD_DIR)/leftovers.json || status=1; \
 	exit $$status
 
+# The quick tier: what to run after each change (under 2 minutes).
+test-quick: build
+	@export BERTH_TEST_RUN=$$$$-$$(date +%s); \
+	python3 scripts/leftovers.py snapshot $(BUILD_DIR)/leftovers.json && \
+	(cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600 -L '^(unit|sim|smoke)$$'); status=$$?; \
+	python3 scripts/leftovers.py check $(BUILD_DIR)/leftovers.json || status=1; \
+	exit $$status
+
 test-asan: deps
-	@cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_SANITIZE=address,undefined >/dev/null
+	@cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_SANITIZE=address,undefined $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(ASAN_DIR) -j $(JOBS)
 	@export BERTH_TEST_RUN=$$$$-$$(date +%s); \
 	python3 scripts/leftovers.py snapshot $(ASAN_DIR)/leftovers.json && \
@@ -65,7 +80,7 @@ test-asan: deps
 	exit $$status
 
 test-tsan: deps
-	@cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_SANITIZE=thread >/dev/null
+	@cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_SANITIZE=thread $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(TSAN_DIR) -j $(JOBS)
 	@export BERTH_TEST_RUN=$$$$-$$(date +%s); \
 	python3 scripts/leftovers.py snapshot $(TSAN_DIR)/leftovers.json && \
@@ -75,7 +90,7 @@ test-tsan: deps
 
 fuzz:
 	@bash scripts/install-deps.sh clang libclang-rt-14-dev
-	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_FUZZ=ON >/dev/null
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTH_FUZZ=ON $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
 	bash scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 

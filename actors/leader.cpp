@@ -1,4 +1,5 @@
 #include "actors/leader.hpp"
+#include "messages/failure.hpp"
 
 #include "control/acl.hpp"
 
@@ -574,7 +575,7 @@ void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
       auto problems = content_source_problems(req.volume_register(), false);
       if (!problems.empty()) {
         deliver(rp, failure{errc::invalid,
-                            describe("volume " + quoted(req.volume_register().id()), problems)});
+                            describe("volume " + quote_name(req.volume_register().id()), problems)});
         return;
       }
       register_volume(self, std::move(*req.mutable_volume_register()), rp);

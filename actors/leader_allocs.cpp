@@ -5,6 +5,7 @@
 #include <random>
 
 #include "actors/clock.hpp"
+#include "messages/failure.hpp"
 #include "log/log.hpp"
 #include "actors/leader_flows.hpp"
 #include "control/allocs.hpp"
@@ -45,10 +46,10 @@ void set_alloc_state(const self_ptr& self, const std::string& id, v1::AllocState
        fallback](const catalog& c) -> std::variant<failure, std::vector<v1::Change>> {
         const auto* a = find_alloc(c, id);
         if (a == nullptr && !fallback)
-          return failure{errc::not_found, "alloc " + quoted(id) + " does not exist"};
+          return failure{errc::not_found, "alloc " + quote_name(id) + " does not exist"};
         const auto& base = a != nullptr ? *a : *fallback;
         if (a != nullptr && !alloc_may_become(a->state(), to))
-          return failure{errc::refused, "alloc " + quoted(id) + " is " +
+          return failure{errc::refused, "alloc " + quote_name(id) + " is " +
                                             std::string(name_of(a->state())) + " already"};
         return std::vector<v1::Change>{
             upsert_change(alloc_in_state(base, to, why, wall_ms(), exit_code))};
@@ -75,7 +76,7 @@ void fail_alloc(const self_ptr& self, v1::Alloc a, std::string why, reply_fn rp)
         }
         when_released(self, id, [self, id, why, rp](bool freed) mutable {
           auto r = error_response(failure{
-              errc::refused, "alloc " + quoted(id) + " failed: " + why +
+              errc::refused, "alloc " + quote_name(id) + " failed: " + why +
                                  (freed ? "; every claim it took was released"
                                         : "; the claims it took are still being released (see "
                                           "berth alloc status " +
@@ -92,7 +93,7 @@ void fail_alloc(const self_ptr& self, v1::Alloc a, std::string why, reply_fn rp)
 void start_alloc(const self_ptr& self, std::shared_ptr<v1::Alloc> a, reply_fn rp) {
   auto node = node_of(self, a->node_id());
   if (!node) {
-    fail_alloc(self, *a, "the berth client of node " + quoted(a->node_id()) + " disconnected", rp);
+    fail_alloc(self, *a, "the berth client of node " + quote_name(a->node_id()) + " disconnected", rp);
     return;
   }
   auto why = a->command().empty() ? "volumes published; no command (stop it with berth alloc stop)"
@@ -103,7 +104,7 @@ void start_alloc(const self_ptr& self, std::shared_ptr<v1::Alloc> a, reply_fn rp
         const auto* known = find_alloc(c, a->id());
         if (known == nullptr || !alloc_may_become(known->state(), v1::ALLOC_RUNNING))
           return failure{errc::refused,
-                         "alloc " + quoted(a->id()) + " is " +
+                         "alloc " + quote_name(a->id()) + " is " +
                              (known ? std::string(name_of(known->state())) : "gone") +
                              " (it changed while starting)"};
         auto running = alloc_in_state(*known, v1::ALLOC_RUNNING, why, wall_ms());
@@ -122,7 +123,7 @@ void start_alloc(const self_ptr& self, std::shared_ptr<v1::Alloc> a, reply_fn rp
                 [self, id, rp](bool) mutable {
                   const auto& a = self->state.cat.allocs.at(id);
                   std::string text =
-                      "alloc " + quoted(id) + " running on node " + quoted(a.node_id());
+                      "alloc " + quote_name(id) + " running on node " + quote_name(a.node_id());
                   for (const auto& v : a.volumes())
                     text += "\n  " + volume_env_name(v.name()) + "=" + v.published_path();
                   deliver(rp, alloc_response(a, text));
@@ -157,7 +158,7 @@ void claim_alloc_volumes(const self_ptr& self, std::shared_ptr<v1::Alloc> a, int
       [self, a, next, rp, allow_abnormal](std::optional<failure> f, v1::ClaimResult r) mutable {
         auto vol = a->volumes(next).volume_id();
         if (f) {
-          fail_alloc(self, *a, "claim of volume " + quoted(vol) + ": " + f->message, rp);
+          fail_alloc(self, *a, "claim of volume " + quote_name(vol) + ": " + f->message, rp);
           return;
         }
         a->mutable_volumes(next)->set_published_path(r.published_path());
@@ -178,7 +179,7 @@ void answer_repeated_run(const self_ptr& self, const std::string& id, reply_fn r
       [self, id, rp](bool ready) mutable {
         if (!ready) {
           deliver(rp, failure{errc::unavailable,
-                              "alloc " + quoted(id) +
+                              "alloc " + quote_name(id) +
                                   " is still being started by an earlier request; check with: "
                                   "berth alloc status " + id});
           return;
@@ -192,7 +193,7 @@ void answer_repeated_run(const self_ptr& self, const std::string& id, reply_fn r
           deliver(rp, std::move(r));
           return;
         }
-        deliver(rp, alloc_response(a, "alloc " + quoted(id) +
+        deliver(rp, alloc_response(a, "alloc " + quote_name(id) +
                                           " exists already: this request was applied before "
                                           "(nothing was done again); it is " +
                                           std::string(name_of(a.state()))));
@@ -221,7 +222,7 @@ void run_on_node(const self_ptr& self, v1::Alloc a, bool allow_abnormal, reply_f
     return;
   }
   if (auto it = st.starting_allocs.find(a.id()); it != st.starting_allocs.end()) {
-    deliver(rp, failure{errc::refused, "alloc " + quoted(a.id()) +
+    deliver(rp, failure{errc::refused, "alloc " + quote_name(a.id()) +
                                            " is being started with another node, volumes or "
                                            "command; run with another id"});
     return;
@@ -267,9 +268,9 @@ void place_and_run(const self_ptr& self, v1::Alloc a, const v1::AllocRunRequest&
     st.stats->placement("explained");
     v1::Response r;
     add_placement(r, p);
-    r.set_message(p.chosen ? "alloc " + quoted(a.id()) + " would run on node " +
-                                 quoted(*p.chosen) + "; nothing was run"
-                           : "no node can run alloc " + quoted(a.id()) +
+    r.set_message(p.chosen ? "alloc " + quote_name(a.id()) + " would run on node " +
+                                 quote_name(*p.chosen) + "; nothing was run"
+                           : "no node can run alloc " + quote_name(a.id()) +
                                  " now; nothing was run");
     deliver(rp, std::move(r));
     return;
@@ -427,7 +428,7 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
   const auto* known = find_alloc(self->state.cat, id);
   if (known == nullptr) {
     deliver(rp,
-            failure{errc::not_found, "alloc " + quoted(id) +
+            failure{errc::not_found, "alloc " + quote_name(id) +
                                          " does not exist (list allocs with: berth alloc status)"});
     return;
   }
@@ -435,7 +436,7 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
     when_released(self, id, [self, id, what, rp](bool freed) mutable {
       const auto* a = find_alloc(self->state.cat, id);
       if (a == nullptr) {
-        deliver(rp, failure{errc::not_found, "alloc " + quoted(id) + " vanished"});
+        deliver(rp, failure{errc::not_found, "alloc " + quote_name(id) + " vanished"});
         return;
       }
       std::string text = what;
@@ -463,7 +464,7 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
     return;
   }
   if (alloc_terminal(known->state())) {
-    auto already = "alloc " + quoted(id) + " is already " + std::string(name_of(known->state()));
+    auto already = "alloc " + quote_name(id) + " is already " + std::string(name_of(known->state()));
     if (alloc_kept_lost(self->state.cat, id, wall_ms())) {
       // A lost member not replaced yet: kept lost, never replaced.
       write(
@@ -485,7 +486,7 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
     }
     if (known->state() == v1::ALLOC_LOST && !known->group().empty() &&
         self->state.cat.allocs.count(replacement_id(id)))
-      already += "; it was replaced by " + quoted(replacement_id(id)) +
+      already += "; it was replaced by " + quote_name(replacement_id(id)) +
                  " (stop that with: berth alloc stop " + replacement_id(id) + ")";
     answer(already);
     return;
@@ -498,7 +499,7 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
     // then, when the node is marked down, or by berth volume detach.
     set_alloc_state(
         self, id, v1::ALLOC_COMPLETE,
-        "stopped by the operator while the client of node " + quoted(node_id) +
+        "stopped by the operator while the client of node " + quote_name(node_id) +
             " was not connected",
         0, [self, id, node_id, rp](std::optional<failure> f) mutable {
           if (f) {
@@ -506,8 +507,8 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
             return;
           }
           deliver(rp, alloc_response(self->state.cat.allocs.at(id),
-                                     "alloc " + quoted(id) + " stopped; the client of node " +
-                                         quoted(node_id) +
+                                     "alloc " + quote_name(id) + " stopped; the client of node " +
+                                         quote_name(node_id) +
                                          " is not connected, so its claims are released once it "
                                          "reconnects, once the node is marked down, or now with: "
                                          "berth volume detach VOLUME " +
@@ -525,11 +526,11 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
                                 deliver(rp, *f);
                                 return;
                               }
-                              answer("alloc " + quoted(id) + " stopped by the operator");
+                              answer("alloc " + quote_name(id) + " stopped by the operator");
                             });
           },
           [rp, id](caf::error& e) mutable {
-            deliver(rp, failure{errc::unavailable, "alloc " + quoted(id) +
+            deliver(rp, failure{errc::unavailable, "alloc " + quote_name(id) +
                                                        ": the node did not stop it: " +
                                                        to_failure(e).message + "; retry"});
           });
@@ -559,7 +560,7 @@ void alloc_update(const self_ptr& self, const v1::AllocUpdate& u, response_promi
         }
         const auto& a = self->state.cat.allocs.at(u.id());
         deliver(rp, alloc_response(
-                        a, "alloc " + quoted(a.id()) + " is " + std::string(name_of(a.state()))));
+                        a, "alloc " + quote_name(a.id()) + " is " + std::string(name_of(a.state()))));
       });
 }
 

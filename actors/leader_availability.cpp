@@ -4,6 +4,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/clock.hpp"
+#include "messages/failure.hpp"
 #include "actors/leader_flows.hpp"
 #include "control/allocs.hpp"
 #include "control/availability.hpp"
@@ -74,7 +75,7 @@ void drive_volume_drains(const self_ptr& self) {
       const auto* a = find_alloc(st.cat, id);
       if (a == nullptr) continue;
       stop_alloc(self, a->node_id(), id,
-                 "stopped by the drain of volume " + quoted(key.second) +
+                 "stopped by the drain of volume " + quote_name(key.second) +
                      " (berth volume availability " + key.second + " drain)");
     }
     for (const auto& id : plan.release) release_for_drain(self, key, id);

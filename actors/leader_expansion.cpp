@@ -5,6 +5,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/clock.hpp"
+#include "messages/failure.hpp"
 #include "actors/leader_flows.hpp"
 #include "control/expansion.hpp"
 #include "log/log.hpp"
@@ -71,7 +72,7 @@ void drive_expansion(const self_ptr& self, const volume_key& key,
                      std::function<void(std::optional<failure>)> done) {
   auto& drive = self->state.expansions[key];
   if (drive.in_flight) {
-    done(failure{errc::unavailable, "volume " + quoted(key.second) +
+    done(failure{errc::unavailable, "volume " + quote_name(key.second) +
                                         ": its expansion's steps are running (see berth volume "
                                         "status " +
                                         key.second + ")"});
@@ -145,7 +146,7 @@ void volume_expand(const self_ptr& self, const v1::VolumeExpandRequest& r, respo
             auto now = find_volume(self->state.cat, key);
             if (!now) {
               deliver(rp, failure{errc::not_found,
-                                  "volume " + quoted(key.second) + " was deregistered meanwhile"});
+                                  "volume " + quote_name(key.second) + " was deregistered meanwhile"});
               return;
             }
             auto text = message;

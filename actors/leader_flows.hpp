@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/leader.hpp"
+#include "messages/failure.hpp"
 #include "control/acl.hpp"
 #include "control/snapshots.hpp"
 #include "control/views.hpp"
@@ -24,10 +25,6 @@ using response_promise = caf::typed_response_promise<pb<v1::Response>>;
 using lease_promise = caf::typed_response_promise<uint64_t, int64_t, uint64_t>;
 using then_fn = std::function<void(std::optional<failure>)>;
 using build_fn = std::function<std::variant<failure, std::vector<v1::Change>>(const catalog&)>;
-
-inline std::string quoted(const std::string& s) {
-  return "'" + s + "'";
-}
 
 inline void deliver(response_promise& rp, const failure& f) {
   rp.deliver(wrap(error_response(f)));

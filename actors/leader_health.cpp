@@ -7,6 +7,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/clock.hpp"
+#include "messages/failure.hpp"
 #include "actors/leader_flows.hpp"
 #include "control/entries.hpp"
 #include "control/health.hpp"
@@ -114,7 +115,7 @@ void volume_stats_report(const self_ptr& self, v1::VolumeStatsReport r, response
           return;
         }
         v1::Response out;
-        out.set_message("volume stats of node " + quoted(node) + " taken");
+        out.set_message("volume stats of node " + quote_name(node) + " taken");
         deliver(rp, std::move(out));
       });
 }

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "actors/clock.hpp"
+#include "messages/failure.hpp"
 #include "actors/leader_flows.hpp"
 #include "actors/node_call.hpp"
 #include "log/log.hpp"
@@ -30,7 +31,7 @@ void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp) {
   if (fingerprint_withheld(self->state.cat, f)) {
     // A drained node's instances stay withdrawn until it is enabled.
     v1::Response r;
-    r.set_message("node " + quoted(f.node_id()) +
+    r.set_message("node " + quote_name(f.node_id()) +
                   " is drained and its plugin instances withdrawn; not applied until: berth "
                   "node eligibility " +
                   f.node_id() + " --enable");
@@ -38,7 +39,7 @@ void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp) {
     return;
   }
   if (f.remove() && !self->state.plugin_actors.count(f.plugin_id())) {
-    deliver(rp, failure{errc::not_found, "plugin " + quoted(f.plugin_id()) + " is not registered"});
+    deliver(rp, failure{errc::not_found, "plugin " + quote_name(f.plugin_id()) + " is not registered"});
     return;
   }
   self->request(ensure_plugin_actor(self, f.plugin_id()), caf::infinite, fingerprint_atom::value,
@@ -47,9 +48,9 @@ void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp) {
           [self, f, rp](pb<v1::Plugin>& p) mutable {
             v1::Response r;
             *r.add_plugins() = p.msg;
-            r.set_message("plugin " + quoted(p.msg.id()) +
+            r.set_message("plugin " + quote_name(p.msg.id()) +
                           (f.remove() ? " instance removed from" : " instance reported on") +
-                          " node " + quoted(f.node_id()));
+                          " node " + quote_name(f.node_id()));
             write(
                 self,
                 [f, p = std::move(p.msg)](
@@ -319,7 +320,7 @@ void commit_node_request(const self_ptr& self, const std::string& node_id,
 // Stops one running alloc of a draining node through its client, then
 // commits it complete; the watcher releases its claims through the node.
 void stop_for_drain(const self_ptr& self, const std::string& node_id, const std::string& alloc) {
-  stop_alloc(self, node_id, alloc, "stopped by the drain of node " + quoted(node_id));
+  stop_alloc(self, node_id, alloc, "stopped by the drain of node " + quote_name(node_id));
 }
 
 // Withdraws a drained node's plugin instances through the plugin actors.

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "actors/leader_flows.hpp"
+#include "messages/failure.hpp"
 #include "control/placement.hpp"
 #include "control/snapshots.hpp"
 #include "control/views.hpp"
@@ -32,7 +33,7 @@ failure no_controller(const std::string& plugin_id, controller_capability cap,
   return failure{errc::unavailable, what +
                                         ": no node with a connected berth client runs a "
                                         "healthy controller of plugin " +
-                                        quoted(plugin_id) + " that advertises " +
+                                        quote_name(plugin_id) + " that advertises " +
                                         capability_name(cap) + "; retry once one is back"};
 }
 
@@ -57,7 +58,7 @@ void list_plugins(const self_ptr& self, v1::SnapshotRequest r, std::vector<std::
   auto controller = pick_capable_controller(self, plugin, controller_capability::list_snapshots);
   if (!controller) {
     deliver(rp, no_controller(plugin, controller_capability::list_snapshots,
-                              "snapshots of plugin " + quoted(plugin) + " cannot be listed"));
+                              "snapshots of plugin " + quote_name(plugin) + " cannot be listed"));
     return;
   }
   auto q = r;
@@ -94,7 +95,7 @@ void group_snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response
   }
   auto& plan = std::get<group_snapshot_plan>(planned);
   auto cap = controller_capability::group_snapshot;
-  auto what = "group snapshot " + quoted(r.name()) + " cannot be taken";
+  auto what = "group snapshot " + quote_name(r.name()) + " cannot be taken";
   if (auto f = capability_refusal(find_plugin(st.cat, plan.plugin_id), plan.plugin_id, cap, what)) {
     deliver(rp, *f);
     return;
@@ -119,7 +120,7 @@ void group_snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response
                              : members.msg.snapshots(0).group_snapshot_id();
             for (auto& m : *members.msg.mutable_snapshots()) *resp.add_snapshots() = std::move(m);
             add_sources(self->state.cat, *resp.mutable_snapshots());
-            resp.set_message("group snapshot " + quoted(group) + " (" + quoted(name) + ") of " +
+            resp.set_message("group snapshot " + quote_name(group) + " (" + quote_name(name) + ") of " +
                              std::to_string(count) + " volume(s) created " +
                              "(CreateVolumeGroupSnapshot): " +
                              std::to_string(resp.snapshots_size()) + " member snapshot(s)");
@@ -133,7 +134,7 @@ void group_snapshot_delete(const self_ptr& self, v1::SnapshotRequest r, response
   auto& st = self->state;
   auto cap = controller_capability::group_snapshot;
   const auto* plugin = find_plugin(st.cat, r.plugin_id());
-  auto what = "group snapshot " + quoted(r.group_snapshot_id()) + " cannot be deleted";
+  auto what = "group snapshot " + quote_name(r.group_snapshot_id()) + " cannot be deleted";
   if (auto f = capability_refusal(plugin, r.plugin_id(), cap, what)) {
     deliver(rp, *f);
     return;
@@ -150,7 +151,7 @@ void group_snapshot_delete(const self_ptr& self, v1::SnapshotRequest r, response
       .then(
           [rp, id, plugin_id](bool found) mutable {
             v1::Response resp;
-            auto object = "group snapshot " + quoted(id) + " of plugin " + quoted(plugin_id);
+            auto object = "group snapshot " + quote_name(id) + " of plugin " + quote_name(plugin_id);
             resp.set_message(
                 found ? object + " deleted with its members (DeleteVolumeGroupSnapshot)"
                       : object + " is already deleted (or never existed); nothing to do");
@@ -163,8 +164,8 @@ void group_snapshot_delete(const self_ptr& self, v1::SnapshotRequest r, response
 
 void snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response_promise rp) {
   auto& st = self->state;
-  auto object = r.volume_ids().empty() ? "snapshot of volume " + quoted(r.volume_id())
-                                       : "group snapshot " + quoted(r.name());
+  auto object = r.volume_ids().empty() ? "snapshot of volume " + quote_name(r.volume_id())
+                                       : "group snapshot " + quote_name(r.name());
   if (auto f = request_problems(r, v1::Request::kSnapshotCreate, object)) {
     deliver(rp, *f);
     return;
@@ -180,7 +181,7 @@ void snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response_promi
   }
   const auto& vol = volume_at(st.cat, found.key);
   auto cap = controller_capability::create_delete_snapshot;
-  auto what = "volume " + quoted(vol.id()) + " cannot be snapshotted";
+  auto what = "volume " + quote_name(vol.id()) + " cannot be snapshotted";
   if (auto f =
           capability_refusal(find_plugin(st.cat, vol.plugin_id()), vol.plugin_id(), cap, what)) {
     deliver(rp, *f);
@@ -196,7 +197,7 @@ void snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response_promi
       self, found.key,
       [rp, id](pb<v1::Snapshot>& s) mutable {
         v1::Response resp;
-        resp.set_message("snapshot " + quoted(s.msg.id()) + " of volume " + quoted(id) +
+        resp.set_message("snapshot " + quote_name(s.msg.id()) + " of volume " + quote_name(id) +
                          " created (CreateSnapshot)");
         *resp.add_snapshots() = std::move(s.msg);
         deliver(rp, std::move(resp));
@@ -207,9 +208,9 @@ void snapshot_create(const self_ptr& self, v1::SnapshotRequest r, response_promi
 
 void snapshot_delete(const self_ptr& self, v1::SnapshotRequest r, response_promise rp) {
   auto& st = self->state;
-  auto object = !r.group_snapshot_id().empty() ? "group snapshot " + quoted(r.group_snapshot_id())
+  auto object = !r.group_snapshot_id().empty() ? "group snapshot " + quote_name(r.group_snapshot_id())
                 : r.snapshot_id().empty()      ? std::string("snapshot delete")
-                                               : "snapshot " + quoted(r.snapshot_id());
+                                               : "snapshot " + quote_name(r.snapshot_id());
   if (auto f = request_problems(r, v1::Request::kSnapshotDelete, object)) {
     deliver(rp, *f);
     return;
@@ -220,7 +221,7 @@ void snapshot_delete(const self_ptr& self, v1::SnapshotRequest r, response_promi
   }
   auto cap = controller_capability::create_delete_snapshot;
   const auto* plugin = find_plugin(st.cat, r.plugin_id());
-  auto what = "snapshot " + quoted(r.snapshot_id()) + " cannot be deleted";
+  auto what = "snapshot " + quote_name(r.snapshot_id()) + " cannot be deleted";
   if (auto f = capability_refusal(plugin, r.plugin_id(), cap, what)) {
     deliver(rp, *f);
     return;
@@ -237,9 +238,9 @@ void snapshot_delete(const self_ptr& self, v1::SnapshotRequest r, response_promi
       .then(
           [rp, id, plugin_id](bool found) mutable {
             v1::Response resp;
-            resp.set_message(found ? "snapshot " + quoted(id) + " of plugin " + quoted(plugin_id) +
+            resp.set_message(found ? "snapshot " + quote_name(id) + " of plugin " + quote_name(plugin_id) +
                                          " deleted (DeleteSnapshot)"
-                                   : "snapshot " + quoted(id) + " of plugin " + quoted(plugin_id) +
+                                   : "snapshot " + quote_name(id) + " of plugin " + quote_name(plugin_id) +
                                          " is already deleted (or never existed); nothing to do");
             deliver(rp, std::move(resp));
           },
@@ -265,7 +266,7 @@ void volume_modify(const self_ptr& self, v1::VolumeModifyRequest r, response_pro
   auto problems = modify_problems(r);
   if (!problems.empty()) {
     deliver(rp,
-            failure{errc::invalid, describe("volume modify " + quoted(r.volume_id()), problems)});
+            failure{errc::invalid, describe("volume modify " + quote_name(r.volume_id()), problems)});
     return;
   }
   auto found = lookup_volume(st.cat, r.namespace_(), r.volume_id());
@@ -275,7 +276,7 @@ void volume_modify(const self_ptr& self, v1::VolumeModifyRequest r, response_pro
   }
   const auto& vol = volume_at(st.cat, found.key);
   auto cap = controller_capability::modify_volume;
-  auto what = "volume " + quoted(vol.id()) + " cannot be modified";
+  auto what = "volume " + quote_name(vol.id()) + " cannot be modified";
   if (auto f =
           capability_refusal(find_plugin(st.cat, vol.plugin_id()), vol.plugin_id(), cap, what)) {
     deliver(rp, *f);
@@ -287,7 +288,7 @@ void volume_modify(const self_ptr& self, v1::VolumeModifyRequest r, response_pro
     return;
   }
   ask_volume(self, found.key, rp,
-             "volume " + quoted(vol.id()) + " modified (ControllerModifyVolume)",
+             "volume " + quote_name(vol.id()) + " modified (ControllerModifyVolume)",
              modify_atom::value, wrap(std::move(r)), controller);
 }
 
@@ -295,12 +296,12 @@ std::optional<failure> prepare_content_source(const self_ptr& self, v1::Volume& 
   auto& st = self->state;
   auto problems = content_source_problems(spec, true);
   if (!problems.empty())
-    return failure{errc::invalid, describe("volume " + quoted(spec.id()), problems)};
+    return failure{errc::invalid, describe("volume " + quote_name(spec.id()), problems)};
   auto cap = content_source_capability(spec);
   if (!cap) return std::nullopt;
-  auto what = "volume " + quoted(spec.id()) + " cannot be created from " +
-              (spec.snapshot_id().empty() ? "volume " + quoted(spec.clone_id())
-                                          : "snapshot " + quoted(spec.snapshot_id()));
+  auto what = "volume " + quote_name(spec.id()) + " cannot be created from " +
+              (spec.snapshot_id().empty() ? "volume " + quote_name(spec.clone_id())
+                                          : "snapshot " + quote_name(spec.snapshot_id()));
   if (auto f =
           capability_refusal(find_plugin(st.cat, spec.plugin_id()), spec.plugin_id(), *cap, what))
     return f;

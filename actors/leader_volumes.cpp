@@ -5,6 +5,7 @@
 #include <random>
 
 #include "actors/clock.hpp"
+#include "messages/failure.hpp"
 #include "actors/leader_flows.hpp"
 #include "control/allocs.hpp"
 #include "control/entries.hpp"
@@ -34,8 +35,8 @@ void answer_missing_volume(const failure& f, const std::string& ns, const std::s
     return;
   }
   v1::Response r;
-  r.set_message("volume " + quoted(id) + " is not registered in namespace " +
-                quoted(ns.empty() ? "default" : ns) +
+  r.set_message("volume " + quote_name(id) + " is not registered in namespace " +
+                quote_name(ns.empty() ? "default" : ns) +
                 " (deregistered already, or never registered); nothing to do");
   deliver(rp, std::move(r));
 }
@@ -52,13 +53,13 @@ void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, respo
   auto plan = plan_detach(st.cat, volume_at(st.cat, found.key), d.node_id());
   if (plan.release.empty() && plan.kept.empty()) {
     deliver(rp, volume_response(st.cat, volume_at(st.cat, found.key),
-                                "volume " + quoted(d.volume_id()) + " has no claims on node " +
-                                    quoted(d.node_id()) + "; nothing to detach"));
+                                "volume " + quote_name(d.volume_id()) + " has no claims on node " +
+                                    quote_name(d.node_id()) + "; nothing to detach"));
     return;
   }
   if (plan.release.empty()) {
-    std::string text = "volume " + quoted(d.volume_id()) + " is still used on node " +
-                       quoted(d.node_id()) + " by running alloc(s):";
+    std::string text = "volume " + quote_name(d.volume_id()) + " is still used on node " +
+                       quote_name(d.node_id()) + " by running alloc(s):";
     for (const auto& k : plan.kept) text += " " + k;
     text += "; stop them first (berth alloc stop ID), or wait until the node is marked down";
     deliver(rp, failure{errc::refused, text});
@@ -74,10 +75,10 @@ void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, respo
   *step = [self, key, d, results, remaining, kept, rp, weak]() mutable {
     if (remaining->empty()) {
       std::string text =
-          "volume " + quoted(d.volume_id()) + " detached from node " + quoted(d.node_id()) + ":";
+          "volume " + quote_name(d.volume_id()) + " detached from node " + quote_name(d.node_id()) + ":";
       for (const auto& r : *results) text += "\n  " + r;
       for (const auto& k : kept)
-        text += "\n  claim of alloc " + quoted(k) + " kept: the alloc is running";
+        text += "\n  claim of alloc " + quote_name(k) + " kept: the alloc is running";
       auto v = find_volume(self->state.cat, key);
       deliver(rp, volume_response(self->state.cat, v ? *v : v1::Volume{}, text));
       return;
@@ -93,9 +94,9 @@ void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, respo
     auto again = weak.lock();
     release_claim(
         self, std::move(r), [results, alloc, again](std::optional<failure> f, v1::Volume) {
-          results->push_back(f ? "claim of alloc " + quoted(alloc) + " not released yet: " +
+          results->push_back(f ? "claim of alloc " + quote_name(alloc) + " not released yet: " +
                                      f->message + " (the volume watcher retries)"
-                               : "claim of alloc " + quoted(alloc) + " released");
+                               : "claim of alloc " + quote_name(alloc) + " released");
           (*again)();
         });
   };
@@ -117,10 +118,10 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
   }
   auto controller = pick_controller(self, vol.plugin_id());
   if (!controller) {
-    deliver(rp, failure{errc::unavailable, "plugin " + quoted(vol.plugin_id()) +
+    deliver(rp, failure{errc::unavailable, "plugin " + quote_name(vol.plugin_id()) +
                                                " has no healthy controller on a node with a berth "
                                                "client; volume " +
-                                               quoted(vol.id()) + " cannot be deleted now"});
+                                               quote_name(vol.id()) + " cannot be deleted now"});
     return;
   }
   auto key = found.key;
@@ -129,11 +130,11 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
       .then(
           [self, key, rp](bool) mutable {
             if (!has_volume(self->state.cat, key)) {
-              deliver(rp, failure{errc::not_found, "volume " + quoted(key.second) + " vanished"});
+              deliver(rp, failure{errc::not_found, "volume " + quote_name(key.second) + " vanished"});
               return;
             }
             ask_volume(self, key, rp,
-                       "volume " + quoted(key.second) + " deleted (DeleteVolume) and deregistered",
+                       "volume " + quote_name(key.second) + " deleted (DeleteVolume) and deregistered",
                        deregister_atom::value, false);
           },
           [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
@@ -144,12 +145,12 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
 void force_deregister(const self_ptr& self, volume_key key, std::vector<std::string> allocs,
                       response_promise rp) {
   if (!has_volume(self->state.cat, key)) {
-    deliver(rp, failure{errc::not_found, "volume " + quoted(key.second) + " vanished"});
+    deliver(rp, failure{errc::not_found, "volume " + quote_name(key.second) + " vanished"});
     return;
   }
   if (allocs.empty()) {
     ask_volume(self, key, rp,
-               "volume " + quoted(key.second) + " deregistered after releasing its claims",
+               "volume " + quote_name(key.second) + " deregistered after releasing its claims",
                deregister_atom::value, true);
     return;
   }
@@ -183,10 +184,10 @@ void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp) {
                         "for an existing volume"});
   if (!spec.plugin_id().empty() && !find_plugin(st.cat, spec.plugin_id()))
     problems.push_back(
-        {"plugin_id", "plugin " + quoted(spec.plugin_id()) +
+        {"plugin_id", "plugin " + quote_name(spec.plugin_id()) +
                           " is not registered by any node (see berth plugin status)"});
   if (!problems.empty()) {
-    deliver(rp, failure{errc::invalid, describe("volume " + quoted(spec.id()), problems)});
+    deliver(rp, failure{errc::invalid, describe("volume " + quote_name(spec.id()), problems)});
     return;
   }
   if (auto existing = find_volume(st.cat, {spec.namespace_(), spec.id()})) {
@@ -203,9 +204,9 @@ void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp) {
       volume_expand(self, r, rp);
       return;
     }
-    deliver(rp, failure{errc::refused, "volume " + quoted(spec.id()) +
+    deliver(rp, failure{errc::refused, "volume " + quote_name(spec.id()) +
                                            " is already registered in namespace " +
-                                           quoted(spec.namespace_())});
+                                           quote_name(spec.namespace_())});
     return;
   }
   if (auto f = prepare_content_source(self, spec)) {
@@ -218,7 +219,7 @@ void create_volume(const self_ptr& self, v1::Volume spec, response_promise rp) {
           : pick_controller(self, spec.plugin_id(), &spec.topology_request());
   if (!controller) {
     deliver(rp, failure{errc::unavailable,
-                        "plugin " + quoted(spec.plugin_id()) +
+                        "plugin " + quote_name(spec.plugin_id()) +
                             " has no healthy controller on a node with a berth client" +
                             (spec.topology_request().required().empty()
                                  ? std::string()
@@ -244,10 +245,10 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
   auto problems = validate_volume(v);
   if (!v.plugin_id().empty() && !find_plugin(st.cat, v.plugin_id()))
     problems.push_back(
-        {"plugin_id", "plugin " + quoted(v.plugin_id()) +
+        {"plugin_id", "plugin " + quote_name(v.plugin_id()) +
                           " is not registered by any node (see berth plugin status)"});
   if (!problems.empty()) {
-    deliver(rp, failure{errc::invalid, describe("volume " + quoted(v.id()), problems)});
+    deliver(rp, failure{errc::invalid, describe("volume " + quote_name(v.id()), problems)});
     return;
   }
   volume_key key{v.namespace_(), v.id()};
@@ -262,19 +263,19 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
           .then(
               [self, v, rp, id, plugin, ext](std::string& why) mutable {
                 if (!why.empty()) {
-                  deliver(rp, failure{errc::invalid, "volume " + quoted(id) + ": plugin " +
-                                                         quoted(plugin) +
+                  deliver(rp, failure{errc::invalid, "volume " + quote_name(id) + ": plugin " +
+                                                         quote_name(plugin) +
                                                          " does not confirm its capabilities for "
                                                          "external_id " +
-                                                         quoted(ext) + ": " + why});
+                                                         quote_name(ext) + ": " + why});
                   return;
                 }
                 register_volume(self, std::move(v), rp, "registered (validated by the plugin)");
               },
               [rp, id, plugin, ext](caf::error& e) mutable {
                 auto f = to_failure(e);
-                f.message = "volume " + quoted(id) + ": plugin " + quoted(plugin) +
-                            " could not validate external_id " + quoted(ext) + ": " + f.message;
+                f.message = "volume " + quote_name(id) + ": plugin " + quote_name(plugin) +
+                            " could not validate external_id " + quote_name(ext) + ": " + f.message;
                 deliver(rp, f);
               });
       return;
@@ -290,7 +291,7 @@ void register_volume(const self_ptr& self, v1::Volume v, response_promise rp, st
         auto index = stored.msg.modify_index();  // read before the lambda moves it
         when_applied(self, index,
                      [self, rp, verb, key, was_expanding, v = std::move(stored.msg)]() mutable {
-                       auto text = "volume " + quoted(v.id()) + " " + verb;
+                       auto text = "volume " + quote_name(v.id()) + " " + verb;
                        // A larger capacity_min asked for an expansion: its
                        // steps run now (and on the tick, until done).
                        if (expanding(v)) {
@@ -325,9 +326,9 @@ void volume_claim(const self_ptr& self, v1::ClaimRequest c, response_promise rp)
     return;
   }
   if (alloc.upsert) *c.mutable_alloc() = *alloc.upsert;
-  std::string msg = "volume " + quoted(c.volume_id()) + " claimed for " +
-                    (c.read_only() ? "reading" : "writing") + " by alloc " + quoted(c.alloc_id()) +
-                    " on node " + quoted(c.node_id());
+  std::string msg = "volume " + quote_name(c.volume_id()) + " claimed for " +
+                    (c.read_only() ? "reading" : "writing") + " by alloc " + quote_name(c.alloc_id()) +
+                    " on node " + quote_name(c.node_id());
   bool client = static_cast<bool>(node_of(self, c.node_id()));
   claim_volume(self, c,
                [self, msg, rp, client](std::optional<failure> f, v1::ClaimResult r) mutable {
@@ -359,12 +360,12 @@ void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise
   if (!find_claim(volume_at(st.cat, found.key), r.alloc_id())) {
     // Sent again after its answer was lost, or the watcher freed it first.
     deliver(rp, volume_response(st.cat, volume_at(st.cat, found.key),
-                                "volume " + quoted(r.volume_id()) + " has no claim of alloc " +
-                                    quoted(r.alloc_id()) +
+                                "volume " + quote_name(r.volume_id()) + " has no claim of alloc " +
+                                    quote_name(r.alloc_id()) +
                                     " (released already, or never claimed); nothing to do"));
     return;
   }
-  auto text = "claim of alloc " + quoted(r.alloc_id()) + " on volume " + quoted(r.volume_id()) +
+  auto text = "claim of alloc " + quote_name(r.alloc_id()) + " on volume " + quote_name(r.volume_id()) +
               " released";
   release_claim(self, r,
                 [self, text, rp](std::optional<failure> f, v1::Volume v) mutable {
@@ -386,7 +387,7 @@ void deregister_volume(const self_ptr& self, const v1::DeregisterRequest& d, res
     return;
   }
   if (!d.force()) {
-    ask_volume(self, found.key, rp, "volume " + quoted(d.volume_id()) + " deregistered",
+    ask_volume(self, found.key, rp, "volume " + quote_name(d.volume_id()) + " deregistered",
                deregister_atom::value, false);
     return;
   }
@@ -434,7 +435,7 @@ std::optional<volume_key> claimed_volume(const self_ptr& self, const v1::ClaimRe
   auto found = lookup_volume(self->state.cat, c.namespace_(), c.volume_id());
   if (!found.error) return found.key;
   done(found.error.value_or(
-           failure{errc::not_found, "volume " + quoted(c.volume_id()) + " vanished"}),
+           failure{errc::not_found, "volume " + quote_name(c.volume_id()) + " vanished"}),
        {});
   return std::nullopt;
 }
@@ -484,7 +485,7 @@ std::optional<v1::Volume> released_volume(const self_ptr& self, const v1::Releas
                                           const release_done_fn& done) {
   auto vol = find_volume(self->state.cat, {ns_or_default(r.namespace_()), r.volume_id()});
   if (!vol)
-    done(failure{errc::not_found, "volume " + quoted(r.volume_id()) + " is not registered"}, {});
+    done(failure{errc::not_found, "volume " + quote_name(r.volume_id()) + " is not registered"}, {});
   return vol;
 }
 

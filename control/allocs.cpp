@@ -1,4 +1,5 @@
 #include "control/allocs.hpp"
+#include "messages/failure.hpp"
 
 #include <algorithm>
 #include <map>
@@ -8,12 +9,6 @@
 #include "control/views.hpp"
 
 namespace berth {
-
-namespace {
-
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
-
-}  // namespace
 
 std::vector<std::string> claimed_volumes(const catalog& c, const v1::Alloc& a) {
   std::vector<std::string> out;
@@ -49,7 +44,7 @@ bool is_group_run(const v1::AllocRunRequest& req) {
 }
 
 std::optional<failure> admit_group_run(const catalog& c, const v1::AllocRunRequest& req) {
-  const std::string what = "alloc group " + quoted(req.group());
+  const std::string what = "alloc group " + quote_name(req.group());
   if (req.group().empty())
     return failure{errc::invalid, "alloc run --count and --per-alloc need --group NAME (the "
                                   "allocs are NAME[0], NAME[1], ...)"};
@@ -70,7 +65,7 @@ std::optional<failure> admit_group_run(const catalog& c, const v1::AllocRunReque
   for (int i = 0; i < static_cast<int>(req.count()); ++i)
     for (const auto& v : req.volumes()) {
       auto id = member_id(v.volume_id(), i);
-      if (!has_volume(c, {ns_or_default(req.namespace_()), id})) missing.push_back(quoted(id));
+      if (!has_volume(c, {ns_or_default(req.namespace_()), id})) missing.push_back(quote_name(id));
     }
   if (missing.empty()) return std::nullopt;
   std::string list;
@@ -78,7 +73,7 @@ std::optional<failure> admit_group_run(const catalog& c, const v1::AllocRunReque
   return failure{errc::not_found,
                  what + ": --per-alloc needs one volume per alloc, and " +
                      std::to_string(missing.size()) + " are not registered in namespace " +
-                     quoted(ns_or_default(req.namespace_())) + ": " + list +
+                     quote_name(ns_or_default(req.namespace_())) + ": " + list +
                      " (create them with: berth volume create SPEC --count " +
                      std::to_string(req.count()) + "); nothing was run"};
 }
@@ -113,7 +108,7 @@ v1::Response group_outcome(const v1::AllocRunRequest& req,
   std::string counts = std::to_string(running) + " of " + std::to_string(count) + " allocs running";
   for (const auto& [state, n] : states)
     if (state != "running") counts += ", " + std::to_string(n) + " " + state;
-  const std::string what = "alloc group " + quoted(req.group());
+  const std::string what = "alloc group " + quote_name(req.group());
   if (failed.empty()) {
     out.set_message(what + ": " + counts +
                     (running < count ? " (members that ended are not run again: give the group "
@@ -153,17 +148,17 @@ std::optional<failure> admit_alloc_request(const catalog& c, const v1::Alloc& a)
                                   [](const problem& p) { return p.field == "node"; }),
                    problems.end());
   if (!problems.empty())
-    return failure{errc::invalid, describe("alloc " + quoted(a.id()), problems)};
+    return failure{errc::invalid, describe("alloc " + quote_name(a.id()), problems)};
   if (find_alloc(c, a.id()) != nullptr)
-    return failure{errc::refused, "alloc " + quoted(a.id()) +
+    return failure{errc::refused, "alloc " + quote_name(a.id()) +
                                       " exists already with another node, volumes or command; "
                                       "run with another id (see berth alloc status " +
                                       a.id() + ")"};
   for (const auto& v : a.volumes())
     if (!has_volume(c, {a.namespace_(), v.volume_id()}))
-      return failure{errc::not_found, "volume " + quoted(v.volume_id()) +
+      return failure{errc::not_found, "volume " + quote_name(v.volume_id()) +
                                           " is not registered in namespace " +
-                                          quoted(a.namespace_()) +
+                                          quote_name(a.namespace_()) +
                                           " (list volumes with: berth volume status)"};
   return std::nullopt;
 }
@@ -172,16 +167,16 @@ std::optional<failure> refuse_alloc_node(const catalog& c, const std::string& no
                                          bool connected) {
   const auto* n = find_node(c, node_id);
   if (n == nullptr || !n->has_client())
-    return failure{errc::not_found, "node " + quoted(node_id) +
+    return failure{errc::not_found, "node " + quote_name(node_id) +
                                         " has no berth client (list nodes with: berth node status)"};
   if (n->status() == v1::NODE_DOWN)
-    return failure{errc::refused, "node " + quoted(node_id) +
+    return failure{errc::refused, "node " + quote_name(node_id) +
                                       " is down (its client stopped heartbeating); run the alloc "
                                       "on another node"};
   if (auto refused = refuse_ineligible(c, node_id)) return refused;
   if (!connected)
     return failure{errc::unavailable,
-                   "the berth client of node " + quoted(node_id) +
+                   "the berth client of node " + quote_name(node_id) +
                        " is not connected to this leader yet; retry",
                    true};
   return std::nullopt;
@@ -190,7 +185,7 @@ std::optional<failure> refuse_alloc_node(const catalog& c, const std::string& no
 std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, bool connected) {
   if (a.node_id().empty() || !valid_id(a.node_id())) {
     auto problems = validate_alloc(a);
-    return failure{errc::invalid, describe("alloc " + quoted(a.id()), problems)};
+    return failure{errc::invalid, describe("alloc " + quote_name(a.id()), problems)};
   }
   if (auto f = admit_alloc_request(c, a)) return f;
   return refuse_alloc_node(c, a.node_id(), connected);
@@ -198,7 +193,7 @@ std::optional<failure> admit_alloc_run(const catalog& c, const v1::Alloc& a, boo
 
 std::optional<failure> repeated_run_failure(const v1::Alloc& settled) {
   if (settled.state() != v1::ALLOC_FAILED) return std::nullopt;
-  return failure{errc::refused, "alloc " + quoted(settled.id()) + " failed: " +
+  return failure{errc::refused, "alloc " + quote_name(settled.id()) + " failed: " +
                                     settled.message() +
                                     " (this request was applied before and is not run "
                                     "again: to run it, give a new --id; see berth alloc "
@@ -211,13 +206,13 @@ alloc_for_claim alloc_of_claim(const catalog& c, const v1::ClaimRequest& req, in
   if (const auto* known = find_alloc(c, req.alloc_id())) {
     a = *known;
     if (alloc_terminal(a.state()))
-      return {failure{errc::refused, "alloc " + quoted(a.id()) + " is " +
+      return {failure{errc::refused, "alloc " + quote_name(a.id()) + " is " +
                                          std::string(name_of(a.state())) +
                                          "; a terminal alloc claims nothing (use a new alloc id)"},
               std::nullopt};
     if (a.node_id() != req.node_id())
-      return {failure{errc::refused, "alloc " + quoted(a.id()) + " runs on node " +
-                                         quoted(a.node_id()) + ", not " + quoted(req.node_id())},
+      return {failure{errc::refused, "alloc " + quote_name(a.id()) + " runs on node " +
+                                         quote_name(a.node_id()) + ", not " + quote_name(req.node_id())},
               std::nullopt};
     for (const auto& v : a.volumes())
       if (v.volume_id() == req.volume_id()) return {std::nullopt, std::move(a)};
@@ -263,7 +258,7 @@ v1::Alloc alloc_in_state(v1::Alloc a, v1::AllocState state, std::string why, int
 alloc_update_result alloc_after_update(const catalog& c, const v1::AllocUpdate& u,
                                        int64_t now_ms) {
   const auto* a = find_alloc(c, u.id());
-  if (a == nullptr) return {failure{errc::not_found, "alloc " + quoted(u.id()) + " does not exist"}, {}};
+  if (a == nullptr) return {failure{errc::not_found, "alloc " + quote_name(u.id()) + " does not exist"}, {}};
   if (!alloc_may_become(a->state(), u.state()) || a->node_id() != u.node_id()) return {};
   return {std::nullopt, alloc_in_state(*a, u.state(), u.message(), now_ms, u.exit_code())};
 }
@@ -275,14 +270,14 @@ replacement replace_lost_member(const catalog& c, const std::string& id) {
     return out;  // drop: gone, not lost, not a group's, or stopped by the operator
   auto next = replacement_id(id);
   if (next.size() > 128 || !valid_alloc_id(next)) {
-    out.why = "its replacement's id " + quoted(next) + " is not a valid alloc id";
+    out.why = "its replacement's id " + quote_name(next) + " is not a valid alloc id";
     return out;  // drop: replaced 99,999 times (or an id at the length limit)
   }
   if (c.allocs.count(next)) return out;  // drop: replaced already
   if (auto held = claimed_volumes(c, *a); !held.empty()) {
     out.what = replacement::wait;
     out.why = "the release of its claims on";
-    for (const auto& v : held) out.why += " " + quoted(v);
+    for (const auto& v : held) out.why += " " + quote_name(v);
     return out;
   }
   out.what = replacement::run;

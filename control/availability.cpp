@@ -1,10 +1,9 @@
 #include "control/availability.hpp"
+#include "messages/failure.hpp"
 
 namespace berth {
 
 namespace {
-
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 std::string meaning(v1::VolumeAvailability a) {
   switch (a) {
@@ -24,7 +23,7 @@ bool availability_changes(const v1::Volume& v, v1::VolumeAvailability to) {
 }
 
 std::string availability_message(const v1::Volume& before, v1::VolumeAvailability to) {
-  auto name = "volume " + quoted(before.id());
+  auto name = "volume " + quote_name(before.id());
   if (!availability_changes(before, to))
     return name + " is already " + std::string(name_of(to)) + " (" + meaning(to) +
            "); nothing to do";

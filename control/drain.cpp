@@ -1,4 +1,5 @@
 #include "control/drain.hpp"
+#include "messages/failure.hpp"
 
 #include "control/allocs.hpp"
 #include "control/entries.hpp"
@@ -8,11 +9,9 @@ namespace berth {
 
 namespace {
 
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
-
 failure unknown_node(const std::string& id) {
   return failure{errc::not_found,
-                 "node " + quoted(id) + " is not known (list nodes with: berth node status)"};
+                 "node " + quote_name(id) + " is not known (list nodes with: berth node status)"};
 }
 
 std::string seconds(int64_t ms) { return std::to_string((ms + 999) / 1000) + " s"; }
@@ -26,12 +25,12 @@ node_update drain_request(const catalog& c, const v1::NodeDrainRequest& r, int64
   if (r.disable()) {
     if (!n->has_drain())
       return {std::nullopt, std::nullopt,
-              "node " + quoted(id) + " is not draining; nothing to cancel"};
+              "node " + quote_name(id) + " is not draining; nothing to cancel"};
     auto next = *n;
     next.clear_drain();
     next.set_ineligible(r.keep_ineligible());
     return {std::nullopt, std::move(next),
-            "drain of node " + quoted(id) + " cancelled; " +
+            "drain of node " + quote_name(id) + " cancelled; " +
                 (r.keep_ineligible() ? "it stays ineligible (enable it with: berth node "
                                        "eligibility " +
                                            id + " --enable)"
@@ -41,7 +40,7 @@ node_update drain_request(const catalog& c, const v1::NodeDrainRequest& r, int64
     return {failure{errc::invalid, "--keep-ineligible goes with --disable (cancelling a drain)"},
             std::nullopt, ""};
   if (r.deadline_ms() < 0)
-    return {failure{errc::invalid, "the drain deadline of node " + quoted(id) +
+    return {failure{errc::invalid, "the drain deadline of node " + quote_name(id) +
                                        " is negative; give a duration such as 30m or 1h"},
             std::nullopt, ""};
   auto next = *n;
@@ -54,7 +53,7 @@ node_update drain_request(const catalog& c, const v1::NodeDrainRequest& r, int64
   next.set_ineligible(true);
   next.set_drained_at_ms(0);
   auto progress = drain_progress(c, id);
-  std::string msg = "node " + quoted(id) + (started ? " drain updated" : " is draining") + ": " +
+  std::string msg = "node " + quote_name(id) + (started ? " drain updated" : " is draining") + ": " +
                     std::to_string(progress.allocs_left()) + " alloc(s) to stop, " +
                     std::to_string(progress.claims_left()) + " claim(s) to release; ";
   if (r.no_deadline())
@@ -65,7 +64,7 @@ node_update drain_request(const catalog& c, const v1::NodeDrainRequest& r, int64
     msg += "deadline in " + seconds(r.deadline_ms());
   msg += " (follow with: berth node status " + id + ")";
   if (!started && progress.allocs_left() == 0 && progress.claims_left() == 0)
-    msg = "node " + quoted(id) + " is draining: nothing runs on it, so it is drained at once";
+    msg = "node " + quote_name(id) + " is draining: nothing runs on it, so it is drained at once";
   return {std::nullopt, std::move(next), std::move(msg)};
 }
 
@@ -75,27 +74,27 @@ node_update eligibility_request(const catalog& c, const v1::NodeEligibilityReque
   const auto& id = r.node_id();
   if (r.eligible()) {
     if (n->has_drain())
-      return {failure{errc::refused, "node " + quoted(id) +
+      return {failure{errc::refused, "node " + quote_name(id) +
                                          " is draining; cancel the drain first with: berth node "
                                          "drain " +
                                          id + " --disable"},
               std::nullopt, ""};
     if (!n->ineligible() && !n->plugins_withdrawn())
-      return {std::nullopt, std::nullopt, "node " + quoted(id) + " is eligible already"};
+      return {std::nullopt, std::nullopt, "node " + quote_name(id) + " is eligible already"};
     auto next = *n;
     next.set_ineligible(false);
     next.set_plugins_withdrawn(false);
     next.set_drained_at_ms(0);
     return {std::nullopt, std::move(next),
-            "node " + quoted(id) + " is eligible: it takes new allocs and claims" +
+            "node " + quote_name(id) + " is eligible: it takes new allocs and claims" +
                 (n->plugins_withdrawn() ? "; its plugin instances are reported again" : "")};
   }
   if (n->ineligible())
-    return {std::nullopt, std::nullopt, "node " + quoted(id) + " is ineligible already"};
+    return {std::nullopt, std::nullopt, "node " + quote_name(id) + " is ineligible already"};
   auto next = *n;
   next.set_ineligible(true);
   return {std::nullopt, std::move(next),
-          "node " + quoted(id) +
+          "node " + quote_name(id) +
               " is ineligible: it takes no new allocs or claims; what runs there keeps running "
               "(stop it with: berth node drain " +
               id + ")"};
@@ -105,11 +104,11 @@ std::optional<failure> refuse_ineligible(const catalog& c, const std::string& no
   const auto* n = find_node(c, node_id);
   if (n == nullptr || !n->ineligible()) return std::nullopt;
   if (n->has_drain())
-    return failure{errc::refused, "node " + quoted(node_id) +
+    return failure{errc::refused, "node " + quote_name(node_id) +
                                       " is draining and takes no new allocs or claims; use "
                                       "another node (or cancel the drain: berth node drain " +
                                       node_id + " --disable)"};
-  return failure{errc::refused, "node " + quoted(node_id) +
+  return failure{errc::refused, "node " + quote_name(node_id) +
                                     " is ineligible and takes no new allocs or claims; use "
                                     "another node (or enable it: berth node eligibility " +
                                     node_id + " --enable)"};
@@ -164,7 +163,7 @@ std::vector<v1::Change> force_drain(const catalog& c, const std::string& node_id
   auto next = *n;
   next.mutable_drain()->set_forced(true);
   out.push_back(upsert_change(std::move(next)));
-  auto why = "stopped by the drain of node " + quoted(node_id) + " at its deadline";
+  auto why = "stopped by the drain of node " + quote_name(node_id) + " at its deadline";
   for (const auto& [id, a] : c.allocs) {
     if (a.node_id() != node_id || alloc_terminal(a.state())) continue;
     auto to = alloc_may_become(a.state(), v1::ALLOC_COMPLETE) ? v1::ALLOC_COMPLETE

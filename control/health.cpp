@@ -1,18 +1,11 @@
 #include "control/health.hpp"
+#include "messages/failure.hpp"
 
 #include <algorithm>
 #include <map>
 #include <set>
 
 namespace berth {
-
-namespace {
-
-std::string quoted(const std::string& s) {
-  return "'" + s + "'";
-}
-
-}  // namespace
 
 health_call health_call_of(const v1::PluginInstance& controller) {
   if (!controller.volume_condition()) return health_call::none;
@@ -106,7 +99,7 @@ std::variant<failure, std::optional<v1::Node>> node_after_report(const catalog& 
                                                                  const v1::VolumeStatsReport& r) {
   const auto* node = find_node(c, r.node_id());
   if (node == nullptr)
-    return failure{errc::not_found, "volume stats report from node " + quoted(r.node_id()) +
+    return failure{errc::not_found, "volume stats report from node " + quote_name(r.node_id()) +
                                         ", which is not registered; its client registers it "
                                         "on its next fingerprint"};
   if (report_stale(*node, r.measured_at_ms())) return std::optional<v1::Node>{};

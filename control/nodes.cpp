@@ -1,4 +1,5 @@
 #include "control/nodes.hpp"
+#include "messages/failure.hpp"
 
 #include <algorithm>
 #include <set>
@@ -7,12 +8,6 @@
 #include "control/entries.hpp"
 
 namespace berth {
-
-namespace {
-
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
-
-}  // namespace
 
 std::optional<v1::Node> node_after_heartbeat(const catalog& c, const std::string& node_id,
                                              int64_t now_ms) {
@@ -51,7 +46,7 @@ std::vector<v1::Change> mark_down(const catalog& c, const std::string& node_id,
   down.set_status(v1::NODE_DOWN);
   down.set_down_at_ms(now_ms);
   out.push_back(upsert_change(std::move(down)));
-  auto why = "node " + quoted(node_id) + " is down (no heartbeat for " +
+  auto why = "node " + quote_name(node_id) + " is down (no heartbeat for " +
              std::to_string(silent_ms / 1000) + " s)";
   for (const auto& [id, a] : c.allocs)
     if (a.node_id() == node_id && !alloc_terminal(a.state()))
@@ -105,7 +100,7 @@ std::optional<failure> refuse_client_away(const catalog& c, const std::string& n
                                           bool connected, bool marking_down) {
   const auto* n = find_node(c, node_id);
   if (n != nullptr && n->has_client() && marking_down) {
-    failure f{errc::unavailable, "node " + quoted(node_id) +
+    failure f{errc::unavailable, "node " + quote_name(node_id) +
                                      " is being marked down (its client was silent for the "
                                      "node-down timeout), so the volume cannot be published "
                                      "there; retry once it is back"};
@@ -113,7 +108,7 @@ std::optional<failure> refuse_client_away(const catalog& c, const std::string& n
     return f;
   }
   if (connected || n == nullptr || !n->has_client()) return std::nullopt;
-  failure f{errc::unavailable, "the berth client of node " + quoted(node_id) +
+  failure f{errc::unavailable, "the berth client of node " + quote_name(node_id) +
                                    " is not connected" +
                                    (n->status() == v1::NODE_DOWN ? " (the node is down)" : "") +
                                    ", so the volume cannot be published there; retry once it is"};

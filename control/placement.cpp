@@ -1,4 +1,5 @@
 #include "control/placement.hpp"
+#include "messages/failure.hpp"
 
 #include <algorithm>
 
@@ -7,12 +8,6 @@
 #include "messages/model.hpp"
 
 namespace berth {
-
-namespace {
-
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
-
-}  // namespace
 
 bool in_required_topology(const v1::Plugin& p, const std::string& node_id,
                           const v1::TopologyRequest* topology) {
@@ -112,8 +107,8 @@ std::string node_reason(const catalog& c, const v1::Alloc& a, const std::string&
   for (int i = 0; i < a.volumes_size(); ++i) {
     const auto& av = a.volumes(i);
     if (!volumes[i])
-      return "volume " + quoted(av.volume_id()) + " is not registered in namespace " +
-             quoted(a.namespace_());
+      return "volume " + quote_name(av.volume_id()) + " is not registered in namespace " +
+             quote_name(a.namespace_());
     auto v = *volumes[i];
     const volume_key key{v.namespace_(), v.id()};
     const auto* plugin = find_plugin(c, v.plugin_id());
@@ -132,7 +127,7 @@ std::string node_reason(const catalog& c, const v1::Alloc& a, const std::string&
   }
   for (const auto& g : grouped)
     if (auto f = refuse_inaccessible(g.volume, find_plugin(c, g.volume.plugin_id()), node))
-      return "volume " + quoted(g.with) + " is in volume group " + quoted(g.group) + ", and " +
+      return "volume " + quote_name(g.with) + " is in volume group " + quote_name(g.group) + ", and " +
              f->message;
   return "";
 }
@@ -175,10 +170,10 @@ placement place_alloc(const catalog& c, const v1::Alloc& a, const placement_fact
 
 failure no_node_fits(const v1::Alloc& a, const placement& p) {
   if (p.nodes.empty())
-    return failure{errc::refused, "no node can run alloc " + quoted(a.id()) +
+    return failure{errc::refused, "no node can run alloc " + quote_name(a.id()) +
                                       ": no node is known (start berthd --client on a host, "
                                       "then see berth node status)"};
-  std::string text = "no node can run alloc " + quoted(a.id()) + " now (" +
+  std::string text = "no node can run alloc " + quote_name(a.id()) + " now (" +
                      std::to_string(p.nodes.size()) + " node" +
                      (p.nodes.size() == 1 ? "" : "s") + " considered):";
   for (const auto& fit : p.nodes) text += "\n  " + fit.node_id + ": " + fit.reason;

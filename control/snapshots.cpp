@@ -1,18 +1,11 @@
 #include "control/snapshots.hpp"
+#include "messages/failure.hpp"
 
 #include <cctype>
 #include <map>
 #include <set>
 
 namespace berth {
-
-namespace {
-
-std::string quoted(const std::string& s) {
-  return "'" + s + "'";
-}
-
-}  // namespace
 
 std::string capability_name(controller_capability c) {
   switch (c) {
@@ -72,7 +65,7 @@ std::vector<std::string> capable_controllers(const v1::Plugin& p,
 std::optional<failure> capability_refusal(const v1::Plugin* p, const std::string& plugin_id,
                                           controller_capability c, const std::string& what) {
   if (p == nullptr)
-    return failure{errc::not_found, what + ": plugin " + quoted(plugin_id) +
+    return failure{errc::not_found, what + ": plugin " + quote_name(plugin_id) +
                                         " is not registered by any node (see berth plugin status)"};
   if (plugin_can(*p, c)) return std::nullopt;
   bool any = false, healthy = false;
@@ -82,12 +75,12 @@ std::optional<failure> capability_refusal(const v1::Plugin* p, const std::string
   }
   if (any)  // advertised, but only by unhealthy controllers
     return failure{errc::unavailable, what + ": no healthy controller of plugin " +
-                                          quoted(plugin_id) + " advertises " + capability_name(c) +
+                                          quote_name(plugin_id) + " advertises " + capability_name(c) +
                                           " right now; retry once one is "
                                           "healthy (see berth plugin status " +
                                           plugin_id + ")"};
   return failure{errc::refused,
-                 what + ": plugin " + quoted(plugin_id) + " does not support it (its " +
+                 what + ": plugin " + quote_name(plugin_id) + " does not support it (its " +
                      (p->controllers().empty()
                           ? std::string("plugin has no controller service")
                           : std::string("controllers do not advertise ") + capability_name(c)) +
@@ -123,17 +116,17 @@ std::variant<failure, std::string> clone_source(const catalog& c, const v1::Volu
   auto ns = ns_or_default(spec.namespace_());
   auto src = find_volume(c, {ns, spec.clone_id()});
   if (!src)
-    return failure{errc::not_found, "volume " + quoted(spec.id()) + ": clone_id " +
-                                        quoted(spec.clone_id()) + " is not a volume of namespace " +
-                                        quoted(ns) + " (see berth volume status)"};
+    return failure{errc::not_found, "volume " + quote_name(spec.id()) + ": clone_id " +
+                                        quote_name(spec.clone_id()) + " is not a volume of namespace " +
+                                        quote_name(ns) + " (see berth volume status)"};
   if (src->plugin_id() != spec.plugin_id())
     return failure{errc::invalid,
-                   "volume " + quoted(spec.id()) + ": clone_id " + quoted(spec.clone_id()) +
-                       " is a volume of plugin " + quoted(src->plugin_id()) + ", not of " +
-                       quoted(spec.plugin_id()) + "; a plugin clones only its own volumes"};
+                   "volume " + quote_name(spec.id()) + ": clone_id " + quote_name(spec.clone_id()) +
+                       " is a volume of plugin " + quote_name(src->plugin_id()) + ", not of " +
+                       quote_name(spec.plugin_id()) + "; a plugin clones only its own volumes"};
   if (src->external_id().empty())
-    return failure{errc::refused, "volume " + quoted(spec.id()) + ": clone_id " +
-                                      quoted(spec.clone_id()) + " has no external id to clone"};
+    return failure{errc::refused, "volume " + quote_name(spec.id()) + ": clone_id " +
+                                      quote_name(spec.clone_id()) + " has no external id to clone"};
   return src->external_id();
 }
 
@@ -169,7 +162,7 @@ std::vector<problem> snapshot_request_problems(const v1::SnapshotRequest& r,
         if (v.empty())
           out.push_back({"VOLUME", "a volume id must not be empty"});
         else if (!seen.insert(v).second)
-          out.push_back({"VOLUME", quoted(v) + " is named twice; name each volume once"});
+          out.push_back({"VOLUME", quote_name(v) + " is named twice; name each volume once"});
       }
       if (!r.source_external_ids().empty())
         out.push_back({"source_external_ids", "are set by the server"});
@@ -208,18 +201,18 @@ std::vector<problem> snapshot_request_problems(const v1::SnapshotRequest& r,
 std::variant<failure, group_snapshot_plan> plan_group_snapshot(const catalog& c,
                                                                const v1::SnapshotRequest& r) {
   auto ns = ns_or_default(r.namespace_());
-  auto object = "group snapshot " + quoted(r.name());
+  auto object = "group snapshot " + quote_name(r.name());
   std::vector<std::string> missing, no_external;
   std::map<std::string, std::vector<std::string>> by_plugin;  // plugin: its volumes
   std::vector<v1::Volume> members;
   for (const auto& id : r.volume_ids()) {
     auto v = find_volume(c, {ns, id});
     if (!v) {
-      missing.push_back(quoted(id));
+      missing.push_back(quote_name(id));
       continue;
     }
-    by_plugin[v->plugin_id()].push_back(quoted(id));
-    if (v->external_id().empty()) no_external.push_back(quoted(id));
+    by_plugin[v->plugin_id()].push_back(quote_name(id));
+    if (v->external_id().empty()) no_external.push_back(quote_name(id));
     members.push_back(std::move(*v));
   }
   auto join = [](const std::vector<std::string>& xs) {
@@ -231,12 +224,12 @@ std::variant<failure, group_snapshot_plan> plan_group_snapshot(const catalog& c,
     return failure{errc::not_found,
                    object + ": " + join(missing) +
                        (missing.size() == 1 ? " is not a volume" : " are not volumes") +
-                       " of namespace " + quoted(ns) +
+                       " of namespace " + quote_name(ns) +
                        " (see berth volume status); nothing was taken"};
   if (by_plugin.size() > 1) {
     std::vector<std::string> parts;
     for (const auto& [plugin, vols] : by_plugin)
-      parts.push_back(join(vols) + " of plugin " + quoted(plugin));
+      parts.push_back(join(vols) + " of plugin " + quote_name(plugin));
     return failure{errc::invalid, object + ": the volumes are of more than one plugin (" +
                                       join(parts) +
                                       "); a group snapshot is taken by one plugin, so name "
@@ -256,8 +249,8 @@ std::variant<failure, group_snapshot_plan> plan_group_snapshot(const catalog& c,
     } else if (std::map<std::string, std::string>(secrets.begin(), secrets.end()) !=
                std::map<std::string, std::string>(plan.secrets.begin(), plan.secrets.end())) {
       return failure{errc::invalid,
-                     object + ": volumes " + quoted(members[0].id()) + " and " +
-                         quoted(members[i].id()) +
+                     object + ": volumes " + quote_name(members[0].id()) + " and " +
+                         quote_name(members[i].id()) +
                          " have different secrets, and CreateVolumeGroupSnapshot carries one "
                          "set; give the keys that differ with --secret K=V (a value given is "
                          "sent for every volume)"};

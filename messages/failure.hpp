@@ -6,9 +6,17 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace berth {
+
+// An object's name as messages quote it: 'name'.  (Not `quoted`: with a
+// std::string argument, argument-dependent lookup would pick std::quoted
+// wherever <iomanip> is visible.)
+inline std::string quote_name(std::string_view name) {
+  return "'" + std::string(name) + "'";
+}
 
 enum class errc : uint8_t {
   invalid = 1,      // bad input: fix the request

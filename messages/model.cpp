@@ -1,4 +1,5 @@
 #include "messages/model.hpp"
+#include "messages/failure.hpp"
 
 #include <algorithm>
 
@@ -68,8 +69,6 @@ std::string all_names(const named<Enum> (&table)[N]) {
   }
   return out;
 }
-
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 }  // namespace
 
@@ -210,7 +209,7 @@ std::vector<problem> validate_volume(const v1::Volume& v) {
     if (value.empty())
       add(field, "is required");
     else if (!valid_id(value))
-      add(field, quoted(value) +
+      add(field, quote_name(value) +
                      " is not a valid id (1-128 of A-Z a-z 0-9 _ . -, not starting with . or -)");
   };
   if (!valid_member_id(v.id()))  // a member of volume create --count: db[0]
@@ -218,7 +217,7 @@ std::vector<problem> validate_volume(const v1::Volume& v) {
   check_id("namespace", v.namespace_());
   check_id("plugin_id", v.plugin_id());
   if (!v.group().empty() && !valid_id(v.group()))
-    add("group", quoted(v.group()) +
+    add("group", quote_name(v.group()) +
                      " is not a valid volume group name (1-128 of A-Z a-z 0-9 _ . -, not "
                      "starting with . or -)");
   if (v.external_id().empty())
@@ -365,10 +364,10 @@ const v1::PluginInstance* node_instance(const v1::Plugin& p, const std::string& 
 std::optional<std::string> plugin_unschedulable(const v1::Plugin& p) {
   auto h = health_of(p);
   if (h.nodes_healthy == 0)
-    return "plugin " + quoted(p.id()) + " has no healthy node instance (" +
+    return "plugin " + quote_name(p.id()) + " has no healthy node instance (" +
            std::to_string(h.nodes_healthy) + "/" + std::to_string(h.nodes_expected) + " healthy)";
   if (p.controller_required() && h.controllers_healthy == 0)
-    return "plugin " + quoted(p.id()) + " requires a controller and has no healthy one (" +
+    return "plugin " + quote_name(p.id()) + " requires a controller and has no healthy one (" +
            std::to_string(h.controllers_healthy) + "/" + std::to_string(h.controllers_expected) +
            " healthy)";
   return std::nullopt;
@@ -376,7 +375,7 @@ std::optional<std::string> plugin_unschedulable(const v1::Plugin& p) {
 
 std::optional<std::string> volume_unhealthy(const v1::Volume& v, const v1::Plugin* plugin) {
   if (plugin == nullptr)
-    return "plugin " + quoted(v.plugin_id()) + " is not registered by any node";
+    return "plugin " + quote_name(v.plugin_id()) + " is not registered by any node";
   return plugin_unschedulable(*plugin);
 }
 
@@ -413,10 +412,10 @@ v1::Claim* find_claim_mut(v1::Volume& v, const std::string& alloc_id) {
   return nullptr;
 }
 
-std::string volume_name(const v1::Volume& v) { return "volume " + quoted(v.id()); }
+std::string volume_name(const v1::Volume& v) { return "volume " + quote_name(v.id()); }
 
 std::string holder(const v1::Claim& c) {
-  std::string s = "alloc " + quoted(c.alloc_id()) + " on node " + quoted(c.node_id());
+  std::string s = "alloc " + quote_name(c.alloc_id()) + " on node " + quote_name(c.node_id());
   if (c.state() != v1::CLAIM_TAKEN)
     s += " (release in progress: " + std::string(name_of(c.state())) + ")";
   return s;
@@ -495,7 +494,7 @@ std::optional<failure> refuse_unavailable(const v1::Volume& v) {
 std::optional<failure> refuse_abnormal(const v1::Volume& v, bool allow_abnormal) {
   if (!v.condition().abnormal() || allow_abnormal) return std::nullopt;
   return refused(
-      volume_name(v) + " is abnormal (plugin " + quoted(v.plugin_id()) + ": " +
+      volume_name(v) + " is abnormal (plugin " + quote_name(v.plugin_id()) + ": " +
       (v.condition().message().empty() ? std::string("no message") : v.condition().message()) +
       "): it takes no new claim, its existing claims are kept; claim it anyway with "
       "--allow-abnormal");
@@ -506,12 +505,12 @@ std::optional<failure> refuse_inaccessible(const v1::Volume& v, const v1::Plugin
   if (auto why = volume_unhealthy(v, plugin)) return refused(volume_name(v) + ": " + *why);
   const auto* inst = node_instance(*plugin, node_id);
   if (inst == nullptr)
-    return refused(volume_name(v) + ": plugin " + quoted(v.plugin_id()) +
-                   " has no node instance on node " + quoted(node_id) +
+    return refused(volume_name(v) + ": plugin " + quote_name(v.plugin_id()) +
+                   " has no node instance on node " + quote_name(node_id) +
                    "; run the plugin on that node or claim on another");
   if (!inst->healthy())
-    return refused(volume_name(v) + ": plugin " + quoted(v.plugin_id()) + " on node " +
-                   quoted(node_id) + " is unhealthy" +
+    return refused(volume_name(v) + ": plugin " + quote_name(v.plugin_id()) + " on node " +
+                   quote_name(node_id) + " is unhealthy" +
                    (inst->health_description().empty() ? "" : " (" + inst->health_description() + ")"));
   if (!v.accessible_topology().empty()) {
     bool ok = std::any_of(v.accessible_topology().begin(), v.accessible_topology().end(),
@@ -519,7 +518,7 @@ std::optional<failure> refuse_inaccessible(const v1::Volume& v, const v1::Plugin
                             return topology_matches(inst->accessible_topology(), t);
                           });
     if (!ok)
-      return refused(volume_name(v) + " is not accessible from node " + quoted(node_id) +
+      return refused(volume_name(v) + " is not accessible from node " + quote_name(node_id) +
                      " (outside the volume's accessible topology)");
   }
   return std::nullopt;
@@ -531,26 +530,26 @@ std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::
   auto want = req.write ? v1::CLAIM_WRITE : v1::CLAIM_READ;
   if (auto* existing = find_claim(v, req.alloc_id)) {
     if (existing->state() != v1::CLAIM_TAKEN)
-      return refused(volume_name(v) + ": the claim of alloc " + quoted(req.alloc_id) +
+      return refused(volume_name(v) + ": the claim of alloc " + quote_name(req.alloc_id) +
                      " is being released (" + std::string(name_of(existing->state())) +
                      "); claim again with a new alloc once it is freed");
     if (existing->node_id() != req.node_id)
-      return refused(volume_name(v) + " is already claimed by alloc " + quoted(req.alloc_id) +
-                     " on node " + quoted(existing->node_id()));
+      return refused(volume_name(v) + " is already claimed by alloc " + quote_name(req.alloc_id) +
+                     " on node " + quote_name(existing->node_id()));
     if (existing->mode() == want) {
       // Idempotent, but a repeat publishes again, which needs the plugin
       // (issue 27: an empty plugin here crashed the leader's volume actor).
       if (plugin == nullptr)
         return failure{errc::unavailable,
-                       volume_name(v) + ": plugin " + quoted(v.plugin_id()) +
+                       volume_name(v) + ": plugin " + quote_name(v.plugin_id()) +
                            " is not known to the leader right now; the claim of alloc " +
-                           quoted(req.alloc_id) + " is held; retry",
+                           quote_name(req.alloc_id) + " is held; retry",
                        true};
       return std::nullopt;
     }
     return refused(volume_name(v) + " is already claimed for " +
                    std::string(name_of(existing->mode())) + " by alloc " +
-                   quoted(req.alloc_id) + "; release it before claiming for " +
+                   quote_name(req.alloc_id) + "; release it before claiming for " +
                    std::string(name_of(want)));
   }
   if (auto f = refuse_unavailable(v)) return f;
@@ -564,9 +563,9 @@ std::optional<failure> claim(v1::Volume& v, const claim_request& req, const v1::
   bool on_node_already = std::any_of(v.claims().begin(), v.claims().end(),
                                      [&](const v1::Claim& c) { return c.node_id() == req.node_id; });
   if (inst->max_volumes() > 0 && req.node_volume_count >= inst->max_volumes() && !on_node_already)
-    return refused(volume_name(v) + ": node " + quoted(req.node_id) + " already has " +
+    return refused(volume_name(v) + ": node " + quote_name(req.node_id) + " already has " +
                    std::to_string(req.node_volume_count) + " volumes of plugin " +
-                   quoted(v.plugin_id()) + " published, its limit (max_volumes_per_node " +
+                   quote_name(v.plugin_id()) + " published, its limit (max_volumes_per_node " +
                    std::to_string(inst->max_volumes()) +
                    " from NodeGetInfo); release one there or claim on another node");
   std::string why;
@@ -606,7 +605,7 @@ std::optional<failure> release(v1::Volume& v, const std::string& alloc_id,
   auto* c = find_claim_mut(v, alloc_id);
   if (c == nullptr)
     return failure{errc::not_found,
-                   volume_name(v) + " has no claim of alloc " + quoted(alloc_id)};
+                   volume_name(v) + " has no claim of alloc " + quote_name(alloc_id)};
   if (c->state() != v1::CLAIM_TAKEN) return std::nullopt;  // already in release
   c->set_state(v1::CLAIM_UNPUBLISHING);
   c->set_released_at_ms(now_ms);
@@ -619,12 +618,12 @@ std::optional<failure> advance_claim(v1::Volume& v, const std::string& alloc_id,
   auto* c = find_claim_mut(v, alloc_id);
   if (c == nullptr)
     return failure{errc::not_found,
-                   volume_name(v) + " has no claim of alloc " + quoted(alloc_id)};
+                   volume_name(v) + " has no claim of alloc " + quote_name(alloc_id)};
   if (c->state() == v1::CLAIM_TAKEN)
-    return refused(volume_name(v) + ": the claim of alloc " + quoted(alloc_id) +
+    return refused(volume_name(v) + ": the claim of alloc " + quote_name(alloc_id) +
                    " is not being released");
   if (to < c->state() || to == v1::CLAIM_TAKEN)
-    return refused(volume_name(v) + ": the claim of alloc " + quoted(alloc_id) + " is " +
+    return refused(volume_name(v) + ": the claim of alloc " + quote_name(alloc_id) + " is " +
                    std::string(name_of(c->state())) + " and cannot go back to " +
                    std::string(name_of(to)));
   c->set_state(to);
@@ -637,7 +636,7 @@ std::optional<failure> free_claim(v1::Volume& v, const std::string& alloc_id) {
     const auto& c = claims->Get(i);
     if (c.alloc_id() != alloc_id) continue;
     if (c.state() != v1::CLAIM_READY_TO_FREE)
-      return refused(volume_name(v) + ": the claim of alloc " + quoted(alloc_id) + " is " +
+      return refused(volume_name(v) + ": the claim of alloc " + quote_name(alloc_id) + " is " +
                      std::string(name_of(c.state())) + ", not ready-to-free");
     claims->DeleteSubrange(i, 1);
     return std::nullopt;
@@ -683,7 +682,7 @@ std::optional<failure> reregister(v1::Volume& current, const v1::Volume& incomin
   }
   if (!problems.empty())
     return failure{errc::refused,
-                   describe("volume " + quoted(current.id()) + " re-registration", problems) +
+                   describe("volume " + quote_name(current.id()) + " re-registration", problems) +
                        " (deregister and register it again to change them)"};
   v1::Volume next = incoming;
   *next.mutable_claims() = current.claims();
@@ -744,34 +743,34 @@ bool alloc_terminal(v1::AllocState s) {
 std::vector<problem> validate_alloc(const v1::Alloc& a) {
   std::vector<problem> out;
   if (!a.id().empty() && !valid_alloc_id(a.id()))
-    out.push_back({"id", quoted(a.id()) + " is not a valid id ([A-Za-z0-9_.-], at most 128, "
+    out.push_back({"id", quote_name(a.id()) + " is not a valid id ([A-Za-z0-9_.-], at most 128, "
                                          "or a group member such as web[0])"});
   if (!a.group().empty() && !valid_id(a.group()))
-    out.push_back({"group", quoted(a.group()) + " is not a valid group name ([A-Za-z0-9_.-])"});
+    out.push_back({"group", quote_name(a.group()) + " is not a valid group name ([A-Za-z0-9_.-])"});
   if (!valid_id(a.namespace_())) out.push_back({"namespace", "is missing or not a valid id"});
   if (a.node_id().empty())
     out.push_back({"node", "is required (--node NODE)"});
   else if (!valid_id(a.node_id()))
-    out.push_back({"node", quoted(a.node_id()) + " is not a valid node id"});
+    out.push_back({"node", quote_name(a.node_id()) + " is not a valid node id"});
   std::vector<std::string> names, envs;
   for (int i = 0; i < a.volumes_size(); ++i) {
     const auto& v = a.volumes(i);
     auto field = "volumes[" + std::to_string(i) + "]";
     if (!valid_id(v.name()))
-      out.push_back({field + ".name", quoted(v.name()) + " is not a valid name"});
+      out.push_back({field + ".name", quote_name(v.name()) + " is not a valid name"});
     if (!valid_member_id(v.volume_id()))
-      out.push_back({field + ".volume", quoted(v.volume_id()) + " is not a valid volume id"});
+      out.push_back({field + ".volume", quote_name(v.volume_id()) + " is not a valid volume id"});
     auto env = volume_env_name(v.name());
     if (std::find(envs.begin(), envs.end(), env) != envs.end())
-      out.push_back({field + ".name", quoted(v.name()) + " is used twice (both would be " + env + ")"});
+      out.push_back({field + ".name", quote_name(v.name()) + " is used twice (both would be " + env + ")"});
     envs.push_back(env);
     if (std::find(names.begin(), names.end(), v.volume_id()) != names.end())
-      out.push_back({field + ".volume", "volume " + quoted(v.volume_id()) +
+      out.push_back({field + ".volume", "volume " + quote_name(v.volume_id()) +
                                             " is named twice; an alloc claims a volume once"});
     names.push_back(v.volume_id());
     for (const auto& f : v.mount_flags())
       if (f.empty() || f.find_first_of(",\n") != std::string::npos)
-        out.push_back({field + ".mount_flag", quoted(f) + " is not a mount flag"});
+        out.push_back({field + ".mount_flag", quote_name(f) + " is not a mount flag"});
   }
   if (a.volumes().empty() && a.command().empty())
     out.push_back({"volumes", "an alloc needs a volume (--volume NAME=VOLUME) or a command"});
@@ -791,7 +790,7 @@ std::string volume_env_name(std::string_view name) {
 
 std::variant<v1::AllocVolume, std::string> parse_alloc_volume(std::string_view arg) {
   auto bad = [&](const std::string& why) {
-    return "--volume " + quoted(std::string(arg)) + ": " + why +
+    return "--volume " + quote_name(std::string(arg)) + ": " + why +
            " (expected NAME=VOLUME[:ro][,mount_flag=FLAG]...)";
   };
   std::vector<std::string_view> parts;
@@ -820,7 +819,7 @@ std::variant<v1::AllocVolume, std::string> parse_alloc_volume(std::string_view a
   for (size_t i = 1; i < parts.size(); ++i) {
     auto opt = parts[i];
     if (opt.substr(0, key.size()) != key || opt.size() == key.size())
-      return bad("unknown option " + quoted(std::string(opt)));
+      return bad("unknown option " + quote_name(std::string(opt)));
     v.add_mount_flags(std::string(opt.substr(key.size())));
   }
   return v;

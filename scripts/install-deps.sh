@@ -6,6 +6,9 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config git
+  # a compiler cache every build and clone on the machine shares, and a
+  # faster linker (cmake/fast_build.cmake, docs/building.md)
+  ccache mold
   libcaf-dev
   # berth tls and TLS between berth processes (CAF's TLS module, caf::openssl, is
   # built from third_party/caf_openssl against libcaf-dev's core and io)

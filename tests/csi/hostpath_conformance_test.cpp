@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "csi/csi.grpc.pb.h"
+#include "tests/test_bins.hpp"
 #include "hostpath_client.hpp"
 #include "hostpath_disk.hpp"
 #include "plugin_process.hpp"
@@ -884,7 +885,7 @@ namespace {
 // Runs berth-hostpath with `args` until it exits by itself (it must, within
 // 10 s); returns the waitpid status and its stderr.
 int run_to_exit(const plugin_process& p, std::vector<std::string> args, std::string& err) {
-  std::vector<std::string> all = {BERTH_HOSTPATH_BIN, "--endpoint", p.endpoint, "--root",
+  std::vector<std::string> all = {berth::test_bins::hostpath, "--endpoint", p.endpoint, "--root",
                                   p.root.string(),    "--node-id",  "n1"};
   all.insert(all.end(), args.begin(), args.end());
   auto err_file = p.dir / "refused.stderr";

@@ -1,4 +1,5 @@
 #include "plugin_process.hpp"
+#include "tests/test_bins.hpp"
 
 #include <cstdlib>
 #include <fcntl.h>
@@ -82,7 +83,7 @@ plugin_process::~plugin_process() {
 }
 
 void plugin_process::start() {
-  std::vector<std::string> args = {BERTH_HOSTPATH_BIN,     "--endpoint", endpoint,
+  std::vector<std::string> args = {berth::test_bins::hostpath,     "--endpoint", endpoint,
                                    "--root",               root.string(),
                                    "--node-id",            node_id,
                                    "--call-log",           call_log.string()};

@@ -1,6 +1,7 @@
 // Alloc supervision on a client (actors/node_allocs): the stop and report
 // decisions, and real commands recorded in a real client.db.
 #include "actors/node_allocs.hpp"
+#include "tests/test_bins.hpp"
 
 #include <doctest/doctest.h>
 
@@ -45,7 +46,7 @@ v1::Alloc alloc_with(const std::string& id, std::vector<std::string> command) {
 // The supervisor built beside the tests; with a lease file, it fences.
 alloc_supervision supervised(const std::string& lease_file = {}, int64_t kill_timeout_ms = 5000) {
   alloc_supervision s;
-  s.binary = BERTH_ALLOC_BIN;
+  s.binary = berth::test_bins::alloc;
   s.lease_file = lease_file;
   s.kill_timeout_ms = kill_timeout_ms;
   return s;

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "../csi/plugin_process.hpp"
+#include "tests/test_bins.hpp"
 #include "actors/node.hpp"
 #include "actors/node_call.hpp"
 #include "actors/node_csi.hpp"
@@ -76,7 +77,7 @@ struct fixture {
     c.node_id = "n1";
     c.csi_root = (dir.path / "csi").string();
     c.alloc_dir = (dir.path / "allocs").string();
-    c.alloc_supervisor = BERTH_ALLOC_BIN;
+    c.alloc_supervisor = berth::test_bins::alloc;
     c.plugins.push_back({"hp", v1::PLUGIN_MONOLITH, plugin.endpoint});
     c.fingerprint_interval = std::chrono::milliseconds(50);
     c.csi_timeout = csi_timeout;

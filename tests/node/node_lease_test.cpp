@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "../csi/plugin_process.hpp"
+#include "tests/test_bins.hpp"
 #include "actors/clock.hpp"
 #include "actors/node.hpp"
 #include "actors/node_mounts.hpp"
@@ -121,7 +122,7 @@ struct fixture {
     c.node_id = "n1";
     c.csi_root = (dir.path / "csi").string();
     c.alloc_dir = (dir.path / "allocs").string();
-    c.alloc_supervisor = BERTH_ALLOC_BIN;
+    c.alloc_supervisor = berth::test_bins::alloc;
     c.lease_file = lease_file;
     c.plugins.push_back({"hp", v1::PLUGIN_MONOLITH, plugin.endpoint});
     c.fingerprint_interval = std::chrono::milliseconds(50);

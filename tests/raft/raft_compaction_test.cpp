@@ -1,6 +1,5 @@
 // snapshot_due: every threshold entries while the state is small, and only
 // after the log grew by half the state once it is large.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <random>

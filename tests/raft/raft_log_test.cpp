@@ -1,5 +1,4 @@
 // raft_log and unstable: the log as the core sees it.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include "persistence/raft/log.hpp"

@@ -1,5 +1,4 @@
 // progress: how fast the leader may send to one follower.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include "persistence/raft/progress.hpp"

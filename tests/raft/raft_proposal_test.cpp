@@ -1,6 +1,5 @@
 // proposal_refusal: the replicated log takes a proposal only while it leads,
 // and only from a proposer of its current leader term.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include "persistence/raft/proposal.hpp"

@@ -5,7 +5,6 @@
 // safety properties are checked after every step; liveness after healing.
 //
 // BERTH_RAFT_SEEDS=N runs N seeds; BERTH_RAFT_SEED=S replays seed S.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <csignal>

@@ -1,5 +1,4 @@
 // memory_storage: what the core may read back from the shell's durable state.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include "persistence/raft/storage.hpp"

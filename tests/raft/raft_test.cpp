@@ -1,6 +1,5 @@
 // node: the Raft behaviours, one scenario each, on a synchronous in-memory
 // network that delivers everything unless a member is cut off.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "persistence/raft/raft.hpp"
 
 #include <doctest/doctest.h>

@@ -59,7 +59,6 @@
 //
 // BERTH_SIM_SEEDS=N runs N seeds (from BERTH_SIM_FIRST, default 1);
 // BERTH_SIM_SEED=S replays seed S (with BERTH_SIM_VERBOSE=1: every event).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>

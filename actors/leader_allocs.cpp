@@ -116,16 +116,29 @@ void start_alloc(const self_ptr& self, std::shared_ptr<v1::Alloc> a, reply_fn rp
           deliver(rp, *f);
           return;
         }
+        // Every lookup after a hop finds the alloc again, or learns that it
+        // is gone: entries applied meanwhile may have ended or deleted it
+        // (a command-less alloc whose last claim was released is deleted).
         auto id = a->id();
-        auto running = self->state.cat.allocs.at(id);
+        const auto* committed = find_alloc(self->state.cat, id);
+        if (committed == nullptr) {
+          deliver(rp, failure{errc::refused, "alloc " + quote_name(id) +
+                                                 " was removed while starting (its claims were "
+                                                 "released meanwhile); run it again"});
+          return;
+        }
+        auto running = *committed;
         self->request(node, std::chrono::seconds(60), run_atom::value, wrap(running))
             .then(
-                [self, id, rp](bool) mutable {
-                  const auto& a = self->state.cat.allocs.at(id);
+                [self, id, running, rp](bool) mutable {
+                  const auto* now = find_alloc(self->state.cat, id);
+                  const auto& a = now != nullptr ? *now : running;
                   std::string text =
                       "alloc " + quote_name(id) + " running on node " + quote_name(a.node_id());
                   for (const auto& v : a.volumes())
                     text += "\n  " + volume_env_name(v.name()) + "=" + v.published_path();
+                  if (now == nullptr)
+                    text += "\n(it was removed since: its last claim was released meanwhile)";
                   deliver(rp, alloc_response(a, text));
                 },
                 [self, running, rp](caf::error& e) mutable {
@@ -506,13 +519,20 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
             deliver(rp, *f);
             return;
           }
-          deliver(rp, alloc_response(self->state.cat.allocs.at(id),
-                                     "alloc " + quote_name(id) + " stopped; the client of node " +
-                                         quote_name(node_id) +
-                                         " is not connected, so its claims are released once it "
-                                         "reconnects, once the node is marked down, or now with: "
-                                         "berth volume detach VOLUME " +
-                                         node_id));
+          std::string text = "alloc " + quote_name(id) + " stopped; the client of node " +
+                             quote_name(node_id) +
+                             " is not connected, so its claims are released once it "
+                             "reconnects, once the node is marked down, or now with: "
+                             "berth volume detach VOLUME " +
+                             node_id;
+          const auto* a = find_alloc(self->state.cat, id);
+          if (a == nullptr) {  // removed meanwhile (its last claim released)
+            v1::Response r;
+            r.set_message("alloc " + quote_name(id) + " stopped and since removed");
+            deliver(rp, std::move(r));
+            return;
+          }
+          deliver(rp, alloc_response(*a, text));
         });
     return;
   }
@@ -544,7 +564,7 @@ void alloc_update(const self_ptr& self, const v1::AllocUpdate& u, response_promi
         auto next = alloc_after_update(c, u, wall_ms());
         if (next.error) return *next.error;
         if (!next.upsert) {
-          *result = alloc_response(c.allocs.at(u.id()), "unchanged");
+          if (const auto* a = find_alloc(c, u.id())) *result = alloc_response(*a, "unchanged");
           return std::vector<v1::Change>{};
         }
         return std::vector<v1::Change>{upsert_change(*next.upsert)};
@@ -558,9 +578,15 @@ void alloc_update(const self_ptr& self, const v1::AllocUpdate& u, response_promi
           deliver(rp, std::move(*result));
           return;
         }
-        const auto& a = self->state.cat.allocs.at(u.id());
+        const auto* a = find_alloc(self->state.cat, u.id());
+        if (a == nullptr) {  // removed by an entry applied meanwhile
+          v1::Response r;
+          r.set_message("alloc " + quote_name(u.id()) + " is gone (removed meanwhile)");
+          deliver(rp, std::move(r));
+          return;
+        }
         deliver(rp, alloc_response(
-                        a, "alloc " + quote_name(a.id()) + " is " + std::string(name_of(a.state()))));
+                        *a, "alloc " + quote_name(a->id()) + " is " + std::string(name_of(a->state()))));
       });
 }
 

@@ -107,6 +107,12 @@ struct leader_state {
       lease_waiting;
   bool lease_reading = false;
   std::set<std::string> unmounting;  // nodes back from down asked to unmount, not yet confirmed
+  // Per node, the stops of complete allocs that still hold claims
+  // (control/nodes: stops_due): confirmed by its client since it connected,
+  // and on their way.  A failed one is in neither: the next heartbeat sends
+  // it again.
+  std::map<std::string, std::set<std::string>> stops_confirmed;
+  std::map<std::string, std::set<std::string>> stops_in_flight;
   // Nodes whose mark-down is being written (how many writes of it are in flight).
   std::map<std::string, int> marking_down;
   std::map<std::string, int> claims_in_flight;  // alloc -> claims routed, not yet answered

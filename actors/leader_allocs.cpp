@@ -497,6 +497,30 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
           });
       return;
     }
+    // Complete while claims are still held (stopped here while its client
+    // was away, or its stop at the reconnect failed): the release waits for
+    // the client to confirm the stop, so ask it now rather than answer
+    // "already complete" without reaching the node (issue 59).
+    if (known->state() == v1::ALLOC_COMPLETE && !claimed_volumes(self->state.cat, *known).empty()) {
+      if (auto node = node_of(self, known->node_id())) {
+        auto node_id = known->node_id();
+        self->request(node, std::chrono::seconds(60), stop_atom::value, id, false)
+            .then(
+                [self, node_id, id, already, answer](int32_t) mutable {
+                  self->state.stops_confirmed[node_id].insert(id);
+                  answer(already + "; its client confirmed the stop");
+                },
+                [rp, id, node_id](caf::error& e) mutable {
+                  deliver(rp, failure{errc::unavailable,
+                                      "alloc " + quote_name(id) +
+                                          " is complete but the client of node " +
+                                          quote_name(node_id) + " did not confirm its stop (" +
+                                          to_failure(e).message +
+                                          "); its claims stay held until it does; retry"});
+                });
+        return;
+      }
+    }
     if (known->state() == v1::ALLOC_LOST && !known->group().empty() &&
         self->state.cat.allocs.count(replacement_id(id)))
       already += "; it was replaced by " + quote_name(replacement_id(id)) +

@@ -127,6 +127,41 @@ bool check_way_back(const self_ptr& self, const std::string& node_id, const node
 
 }  // namespace
 
+// A client that (re)connects stops what the servers stopped while it was
+// away, before the watcher unpublishes its volumes; a stop that failed goes
+// again with the next heartbeat (control/nodes: stops_due).
+static void send_due_stops(const self_ptr& self, const std::string& node_id, const node_actor& node) {
+  auto& st = self->state;
+  auto& confirmed = st.stops_confirmed[node_id];
+  auto& in_flight = st.stops_in_flight[node_id];
+  // Forget confirmations of allocs that no longer need a stop.
+  auto needed = allocs_to_stop_on_reconnect(st.cat, node_id);
+  std::set<std::string> still(needed.begin(), needed.end());
+  for (auto it = confirmed.begin(); it != confirmed.end();)
+    it = still.count(*it) ? std::next(it) : confirmed.erase(it);
+  for (const auto& id : stops_due(st.cat, node_id, confirmed, in_flight)) {
+    in_flight.insert(id);
+    self->request(node, std::chrono::seconds(60), stop_atom::value, id, false)
+        .then(
+            [self, node_id, id, addr = node.address()](int32_t) {
+              auto& st = self->state;
+              auto known = st.node_actors.find(node_id);
+              if (known == st.node_actors.end() || known->second.address() != addr) return;
+              st.stops_in_flight[node_id].erase(id);
+              st.stops_confirmed[node_id].insert(id);
+            },
+            [self, node_id, id, addr = node.address()](caf::error& e) {
+              auto& st = self->state;
+              logging::info("leader", "a client did not confirm an alloc's stop; asked again "
+                                      "with its next heartbeat",
+                            {{"node", node_id}, {"alloc", id}, {"error", to_failure(e).message}});
+              auto known = st.node_actors.find(node_id);
+              if (known == st.node_actors.end() || known->second.address() != addr) return;
+              st.stops_in_flight[node_id].erase(id);
+            });
+  }
+}
+
 // A client's heartbeat (its node actor registering again).
 bool heartbeat(const self_ptr& self, const std::string& node_id, node_actor node,
                std::function<void()> registered) {
@@ -137,12 +172,11 @@ bool heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
   if (fresh) {
     logging::info("leader", "node's client connected", {{"node", node_id}});
     self->monitor(node);
-    // A client that (re)connects stops what the servers stopped while it
-    // was away, before the watcher unpublishes its volumes.
-    for (const auto& id : allocs_to_stop_on_reconnect(st.cat, node_id))
-      self->request(node, std::chrono::seconds(60), stop_atom::value, id, false)
-          .then([](int32_t) {}, [](caf::error&) {});
+    // A new connection: every stop is asked of it again.
+    st.stops_confirmed.erase(node_id);
+    st.stops_in_flight.erase(node_id);
   }
+  send_due_stops(self, node_id, node);
   st.node_actors[node_id] = node;
   st.last_seen[node_id] = steady_ms();
   st.stats->actors("node", st.node_actors.size());

@@ -63,6 +63,15 @@ std::vector<std::string> allocs_to_stop_on_reconnect(const catalog& c, const std
   return out;
 }
 
+std::vector<std::string> stops_due(const catalog& c, const std::string& node_id,
+                                   const std::set<std::string>& confirmed,
+                                   const std::set<std::string>& in_flight) {
+  std::vector<std::string> out;
+  for (auto& id : allocs_to_stop_on_reconnect(c, node_id))
+    if (!confirmed.count(id) && !in_flight.count(id)) out.push_back(std::move(id));
+  return out;
+}
+
 std::vector<std::string> lost_allocs_of(const catalog& c, const std::string& node_id) {
   std::vector<std::string> out;
   for (const auto& [id, a] : c.allocs)

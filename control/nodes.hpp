@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,16 @@ std::vector<v1::Change> mark_down(const catalog& c, const std::string& node_id,
 // are still held (the client must stop their commands before the watcher
 // unpublishes).
 std::vector<std::string> allocs_to_stop_on_reconnect(const catalog& c, const std::string& node_id);
+
+// The stops a heartbeat of a connected client carries: those of
+// allocs_to_stop_on_reconnect that the client has not confirmed to this
+// leader and that are not on their way.  A stop that failed is neither, so
+// every heartbeat sends it again until the client confirms it (a stop sent
+// once at the reconnect and dropped on error left the claims held, and the
+// release refused, until the next reconnect: issue 59).
+std::vector<std::string> stops_due(const catalog& c, const std::string& node_id,
+                                   const std::set<std::string>& confirmed,
+                                   const std::set<std::string>& in_flight);
 std::vector<std::string> lost_allocs_of(const catalog& c, const std::string& node_id);
 
 // A node marked down keeps `down_at_ms` when it comes back, until its

@@ -523,6 +523,39 @@ TEST_CASE("reconnect_stops_complete_allocs_that_still_hold_claims") {
   CHECK(allocs_to_stop_on_reconnect(c, "n2").empty());
 }
 
+// Issue 59: a stop that failed is sent again with the next heartbeat, never
+// while one is on its way, never once confirmed; and none is due for an
+// alloc whose claims were freed meanwhile.
+TEST_CASE("a_failed_stop_is_due_again_until_the_client_confirms_it") {
+  catalog c;
+  auto db = make_volume("db");
+  add_claim(db, "a", "n1", v1::CLAIM_TAKEN);
+  add_claim(db, "b", "n1", v1::CLAIM_TAKEN);
+  add_claim(db, "other", "n2", v1::CLAIM_TAKEN);
+  commit(c, {upsert_change(db), upsert_change(make_alloc("a", "n1", v1::ALLOC_COMPLETE, {"db"})),
+             upsert_change(make_alloc("b", "n1", v1::ALLOC_COMPLETE, {"db"})),
+             upsert_change(make_alloc("run", "n1", v1::ALLOC_RUNNING, {"db"})),
+             upsert_change(make_alloc("other", "n2", v1::ALLOC_COMPLETE, {"db"}))});
+  using ids = std::vector<std::string>;
+  // At the reconnect: both of n1's, none of n2's, not the running one.
+  CHECK(stops_due(c, "n1", {}, {}) == ids{"a", "b"});
+  // On their way: nothing more on the next heartbeat.
+  CHECK(stops_due(c, "n1", {}, {"a", "b"}).empty());
+  // a confirmed, b failed (in neither set): b again, and only b.
+  CHECK(stops_due(c, "n1", {"a"}, {}) == ids{"b"});
+  // Every heartbeat until it is confirmed.
+  CHECK(stops_due(c, "n1", {"a"}, {}) == ids{"b"});
+  CHECK(stops_due(c, "n1", {"a", "b"}, {}).empty());
+  // Another node's stops are its own.
+  CHECK(stops_due(c, "n2", {"a", "b"}, {}) == ids{"other"});
+  CHECK(stops_due(c, "n3", {}, {}).empty());
+  // Claims freed meanwhile: no stop is due any more.
+  auto freed = make_volume("db");
+  add_claim(freed, "other", "n2", v1::CLAIM_TAKEN);
+  commit(c, {upsert_change(freed)});
+  CHECK(stops_due(c, "n1", {}, {}).empty());
+}
+
 TEST_CASE("a_node_back_from_down_unmounts_every_ended_alloc_until_it_confirms") {
   catalog c;
   commit(c, {upsert_change(make_node("n1")),

@@ -501,7 +501,7 @@ void alloc_stop(const self_ptr& self, const std::string& id, response_promise rp
     // was away, or its stop at the reconnect failed): the release waits for
     // the client to confirm the stop, so ask it now rather than answer
     // "already complete" without reaching the node (issue 59).
-    if (known->state() == v1::ALLOC_COMPLETE && !claimed_volumes(self->state.cat, *known).empty()) {
+    if (stop_awaits_client(self->state.cat, *known)) {
       if (auto node = node_of(self, known->node_id())) {
         auto node_id = known->node_id();
         self->request(node, std::chrono::seconds(60), stop_atom::value, id, false)

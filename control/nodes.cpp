@@ -57,10 +57,12 @@ std::vector<v1::Change> mark_down(const catalog& c, const std::string& node_id,
 std::vector<std::string> allocs_to_stop_on_reconnect(const catalog& c, const std::string& node_id) {
   std::vector<std::string> out;
   for (const auto& [id, a] : c.allocs)
-    if (a.node_id() == node_id && a.state() == v1::ALLOC_COMPLETE &&
-        !claimed_volumes(c, a).empty())
-      out.push_back(id);
+    if (a.node_id() == node_id && stop_awaits_client(c, a)) out.push_back(id);
   return out;
+}
+
+bool stop_awaits_client(const catalog& c, const v1::Alloc& a) {
+  return a.state() == v1::ALLOC_COMPLETE && !claimed_volumes(c, a).empty();
 }
 
 std::vector<std::string> stops_due(const catalog& c, const std::string& node_id,

@@ -44,6 +44,8 @@ std::vector<v1::Change> mark_down(const catalog& c, const std::string& node_id,
 // are still held (the client must stop their commands before the watcher
 // unpublishes).
 std::vector<std::string> allocs_to_stop_on_reconnect(const catalog& c, const std::string& node_id);
+// One alloc of that list: complete while claims of it are still held.
+bool stop_awaits_client(const catalog& c, const v1::Alloc& a);
 
 // The stops a heartbeat of a connected client carries: those of
 // allocs_to_stop_on_reconnect that the client has not confirmed to this

@@ -5,10 +5,8 @@
 #include <random>
 
 #include "actors/clock.hpp"
-#include "messages/failure.hpp"
 #include "actors/leader_flows.hpp"
 #include "actors/node_call.hpp"
-#include "log/log.hpp"
 #include "control/allocs.hpp"
 #include "control/drain.hpp"
 #include "control/entries.hpp"
@@ -17,6 +15,8 @@
 #include "control/placement.hpp"
 #include "control/release.hpp"
 #include "control/views.hpp"
+#include "log/log.hpp"
+#include "messages/failure.hpp"
 
 namespace berth::leader_flows {
 
@@ -39,7 +39,8 @@ void fingerprint(const self_ptr& self, v1::Fingerprint f, response_promise rp) {
     return;
   }
   if (f.remove() && !self->state.plugin_actors.count(f.plugin_id())) {
-    deliver(rp, failure{errc::not_found, "plugin " + quote_name(f.plugin_id()) + " is not registered"});
+    deliver(rp,
+            failure{errc::not_found, "plugin " + quote_name(f.plugin_id()) + " is not registered"});
     return;
   }
   self->request(ensure_plugin_actor(self, f.plugin_id()), caf::infinite, fingerprint_atom::value,
@@ -94,7 +95,8 @@ void reach_answered(const self_ptr& self, const std::string& node_id, const caf:
                     " s; it is sent nothing and granted no lease until it answers (it "
                     "reconnects through another server)",
                 {{"node", node_id}});
-  if (auto n = st.node_actors.find(node_id); n != st.node_actors.end() && n->second.address() == addr) {
+  if (auto n = st.node_actors.find(node_id);
+      n != st.node_actors.end() && n->second.address() == addr) {
     st.node_actors.erase(n);
     st.stats->actors("node", st.node_actors.size());
   }
@@ -111,9 +113,9 @@ bool check_way_back(const self_ptr& self, const std::string& node_id, const node
   auto& path = self->state.paths[node_id];
   if (path.addr != node.address()) path = {node.address(), node_reach{}};
   auto now = steady_ms();
-  if (reach_ping_due(path.reach, now,
-                     std::chrono::duration_cast<std::chrono::milliseconds>(node_ping_interval)
-                         .count())) {
+  if (reach_ping_due(
+          path.reach, now,
+          std::chrono::duration_cast<std::chrono::milliseconds>(node_ping_interval).count())) {
     path.reach.asked_ms = now;
     self->request(node, node_ping_timeout, ping_atom::value)
         .then([self, node_id, addr = node.address(),
@@ -130,7 +132,8 @@ bool check_way_back(const self_ptr& self, const std::string& node_id, const node
 // A client that (re)connects stops what the servers stopped while it was
 // away, before the watcher unpublishes its volumes; a stop that failed goes
 // again with the next heartbeat (control/nodes: stops_due).
-static void send_due_stops(const self_ptr& self, const std::string& node_id, const node_actor& node) {
+static void send_due_stops(const self_ptr& self, const std::string& node_id,
+                           const node_actor& node) {
   auto& st = self->state;
   auto& confirmed = st.stops_confirmed[node_id];
   auto& in_flight = st.stops_in_flight[node_id];
@@ -152,8 +155,9 @@ static void send_due_stops(const self_ptr& self, const std::string& node_id, con
             },
             [self, node_id, id, addr = node.address()](caf::error& e) {
               auto& st = self->state;
-              logging::info("leader", "a client did not confirm an alloc's stop; asked again "
-                                      "with its next heartbeat",
+              logging::info("leader",
+                            "a client did not confirm an alloc's stop; asked again "
+                            "with its next heartbeat",
                             {{"node", node_id}, {"alloc", id}, {"error", to_failure(e).message}});
               auto known = st.node_actors.find(node_id);
               if (known == st.node_actors.end() || known->second.address() != addr) return;
@@ -287,8 +291,10 @@ void collect_plugins(const self_ptr& self) {
 
 // --- drain and eligibility ----------------------------------------------------------
 
-// Stops one running alloc through its node's client (a drain's), then commits
-// it complete; the watcher releases its claims through the node.
+// Stops one alloc through its node's client (a drain's), then commits it
+// complete (failed if it never started: stopped_state); the watcher then
+// releases its claims through the node.  Never before the client confirmed
+// the stop, unless the node has no client (nothing runs there).
 void stop_alloc(const self_ptr& self, const std::string& node_id, const std::string& alloc,
                 std::string why) {
   auto& st = self->state;
@@ -299,7 +305,9 @@ void stop_alloc(const self_ptr& self, const std::string& node_id, const std::str
     const auto* n = find_node(st.cat, node_id);
     if (n != nullptr && !n->has_client()) {
       // Nothing runs there: no client ever ran a command on it.
-      set_alloc_state(self, alloc, v1::ALLOC_COMPLETE, why, 0, done);
+      const auto* a = find_alloc(st.cat, alloc);
+      if (a == nullptr || alloc_terminal(a->state())) return done(std::nullopt);
+      set_alloc_state(self, alloc, stopped_state(a->state()), why, 0, done);
       return;
     }
     // Its client is away: the drain waits for it (or for the node to be
@@ -310,13 +318,18 @@ void stop_alloc(const self_ptr& self, const std::string& node_id, const std::str
   logging::info("leader", "drain stops alloc",
                 {{"node", node_id}, {"alloc", alloc}, {"reason", why}});
   self->request(node, std::chrono::seconds(60), stop_atom::value, alloc, false)
-      .then([self, alloc, why, done](
-                int32_t code) { set_alloc_state(self, alloc, v1::ALLOC_COMPLETE, why, code, done); },
-            [self, node_id, alloc](caf::error& e) {
-              self->state.drain_stops.erase(alloc);
-              logging::warn("leader", "drain could not stop alloc; retrying",
-                            {{"node", node_id}, {"alloc", alloc}, {"error", to_failure(e).message}});
-            });
+      .then(
+          [self, alloc, why, done](int32_t code) {
+            // Looked up again: it may have ended or gone meanwhile.
+            const auto* a = find_alloc(self->state.cat, alloc);
+            if (a == nullptr || alloc_terminal(a->state())) return done(std::nullopt);
+            set_alloc_state(self, alloc, stopped_state(a->state()), why, code, done);
+          },
+          [self, node_id, alloc](caf::error& e) {
+            self->state.drain_stops.erase(alloc);
+            logging::warn("leader", "drain could not stop alloc; retrying",
+                          {{"node", node_id}, {"alloc", alloc}, {"error", to_failure(e).message}});
+          });
 }
 
 namespace {
@@ -324,8 +337,8 @@ namespace {
 // Commits what `decide` returns for a node request and answers with the
 // node (and its drain progress) as committed.
 void commit_node_request(const self_ptr& self, const std::string& node_id,
-                  std::function<node_update(const catalog&)> decide, response_promise rp,
-                  std::function<void()> after = {}) {
+                         std::function<node_update(const catalog&)> decide, response_promise rp,
+                         std::function<void()> after = {}) {
   auto message = std::make_shared<std::string>();
   write(
       self,
@@ -349,12 +362,6 @@ void commit_node_request(const self_ptr& self, const std::string& node_id,
         deliver(rp, std::move(*r));
         if (after) after();
       });
-}
-
-// Stops one running alloc of a draining node through its client, then
-// commits it complete; the watcher releases its claims through the node.
-void stop_for_drain(const self_ptr& self, const std::string& node_id, const std::string& alloc) {
-  stop_alloc(self, node_id, alloc, "stopped by the drain of node " + quote_name(node_id));
 }
 
 // Withdraws a drained node's plugin instances through the plugin actors.
@@ -391,17 +398,13 @@ void drive_drains(const self_ptr& self) {
             self->state.drain_writes.erase(id);
             if (f) return;
             if (force) {
+              // Its claims are still freed only after their writers stopped:
+              // through the client, or fenced by its lease (issue 59).
               logging::warn("leader",
-                            "drain deadline passed: remaining allocs stopped, claims released "
-                            "without the node",
+                            "drain deadline passed: every alloc left is stopped through the "
+                            "client; claims are freed once their allocs stopped",
                             {{"node", id}});
-              // Best effort: the client stops their commands too.
-              if (auto node = node_of(self, id))
-                for (const auto& [alloc_id, a] : self->state.cat.allocs)
-                  if (a.node_id() == id && a.state() == v1::ALLOC_COMPLETE)
-                    self->request(node, std::chrono::seconds(60), stop_atom::value, alloc_id,
-                                  false)
-                        .then([](int32_t) {}, [](caf::error&) {});
+              drive_drains(self);
               return;
             }
             const auto* n = find_node(self->state.cat, id);
@@ -412,7 +415,12 @@ void drive_drains(const self_ptr& self) {
           force);  // a forced drain is built from every alloc on the node
       continue;
     }
-    for (const auto& alloc : plan.stop) stop_for_drain(self, id, alloc);
+    const auto* n = find_node(st.cat, id);
+    bool forced = n != nullptr && n->has_drain() && n->drain().forced();
+    for (const auto& alloc : plan.stop)
+      stop_alloc(
+          self, id, alloc,
+          "stopped by the drain of node " + quote_name(id) + (forced ? " at its deadline" : ""));
   }
 }
 
@@ -428,7 +436,8 @@ void node_eligibility(const self_ptr& self, const v1::NodeEligibilityRequest& r,
                       response_promise rp) {
   auto id = r.node_id();
   commit_node_request(
-      self, id, [r](const catalog& c) { return eligibility_request(c, r); }, rp, [self, id] {
+      self, id, [r](const catalog& c) { return eligibility_request(c, r); }, rp,
+      [self, id] {
         // Enabled again: its client reports the instances the drain withdrew.
         const auto* n = find_node(self->state.cat, id);
         if (n != nullptr && !n->ineligible())
@@ -471,8 +480,7 @@ void system_gc(const self_ptr& self, response_promise rp) {
                       deliver(rp, *f);
                       return;
                     }
-                    logging::info("leader", "garbage collected on request",
-                                  {{"summary", summary}});
+                    logging::info("leader", "garbage collected on request", {{"summary", summary}});
                     v1::Response r;
                     r.set_message(summary);
                     deliver(rp, std::move(r));
@@ -507,7 +515,7 @@ void leader_tick(const self_ptr& self) {
   for (auto it = st.starting_allocs.begin(); it != st.starting_allocs.end();) {
     const auto* a = find_alloc(st.cat, it->first);
     it = a != nullptr && a->state() != v1::ALLOC_PENDING ? st.starting_allocs.erase(it)
-                                                          : std::next(it);
+                                                         : std::next(it);
   }
 }
 

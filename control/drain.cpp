@@ -1,9 +1,9 @@
 #include "control/drain.hpp"
-#include "messages/failure.hpp"
 
 #include "control/allocs.hpp"
 #include "control/entries.hpp"
 #include "control/nodes.hpp"
+#include "messages/failure.hpp"
 
 namespace berth {
 
@@ -14,7 +14,9 @@ failure unknown_node(const std::string& id) {
                  "node " + quote_name(id) + " is not known (list nodes with: berth node status)"};
 }
 
-std::string seconds(int64_t ms) { return std::to_string((ms + 999) / 1000) + " s"; }
+std::string seconds(int64_t ms) {
+  return std::to_string((ms + 999) / 1000) + " s";
+}
 
 }  // namespace
 
@@ -53,8 +55,8 @@ node_update drain_request(const catalog& c, const v1::NodeDrainRequest& r, int64
   next.set_ineligible(true);
   next.set_drained_at_ms(0);
   auto progress = drain_progress(c, id);
-  std::string msg = "node " + quote_name(id) + (started ? " drain updated" : " is draining") + ": " +
-                    std::to_string(progress.allocs_left()) + " alloc(s) to stop, " +
+  std::string msg = "node " + quote_name(id) + (started ? " drain updated" : " is draining") +
+                    ": " + std::to_string(progress.allocs_left()) + " alloc(s) to stop, " +
                     std::to_string(progress.claims_left()) + " claim(s) to release; ";
   if (r.no_deadline())
     msg += "no deadline";
@@ -151,8 +153,11 @@ drain_plan plan_drain(const catalog& c, const std::string& node_id, int64_t now_
     plan.force = true;
     return plan;
   }
-  for (const auto& [id, a] : c.allocs)
-    if (a.node_id() == node_id && a.state() == v1::ALLOC_RUNNING) plan.stop.push_back(id);
+  for (const auto& [id, a] : c.allocs) {
+    if (a.node_id() != node_id) continue;
+    if (a.state() == v1::ALLOC_RUNNING || (d.forced() && !alloc_terminal(a.state())))
+      plan.stop.push_back(id);
+  }
   return plan;
 }
 
@@ -163,18 +168,21 @@ std::vector<v1::Change> force_drain(const catalog& c, const std::string& node_id
   auto next = *n;
   next.mutable_drain()->set_forced(true);
   out.push_back(upsert_change(std::move(next)));
+  // A client may run their commands: they end when it confirms the stop.
+  if (n->has_client()) return out;
   auto why = "stopped by the drain of node " + quote_name(node_id) + " at its deadline";
   for (const auto& [id, a] : c.allocs) {
     if (a.node_id() != node_id || alloc_terminal(a.state())) continue;
-    auto to = alloc_may_become(a.state(), v1::ALLOC_COMPLETE) ? v1::ALLOC_COMPLETE
-                                                               : v1::ALLOC_FAILED;
-    out.push_back(upsert_change(alloc_in_state(a, to, why, now_ms)));
+    out.push_back(upsert_change(alloc_in_state(a, stopped_state(a.state()), why, now_ms)));
   }
   return out;
 }
 
-std::vector<v1::Change> finish_drain(const catalog& c, const std::string& node_id,
-                                     int64_t now_ms) {
+v1::AllocState stopped_state(v1::AllocState from) {
+  return alloc_may_become(from, v1::ALLOC_COMPLETE) ? v1::ALLOC_COMPLETE : v1::ALLOC_FAILED;
+}
+
+std::vector<v1::Change> finish_drain(const catalog& c, const std::string& node_id, int64_t now_ms) {
   const auto* n = find_node(c, node_id);
   if (n == nullptr || !n->has_drain()) return {};
   if (!plan_drain(c, node_id, now_ms).done) return {};

@@ -4,8 +4,10 @@
 // through its client so that the watcher releases their claims through the
 // node's own plugins in the spec's order, and withdraws the node's plugin
 // instances last, once no claim is left on the node (unless the operator
-// keeps them).  After the deadline the remaining allocs are stopped anyway
-// and their claims released without the node.  Pure functions of the
+// keeps them).  After the deadline every alloc still on the node, pending
+// ones too, is stopped through its client; a claim is freed only after its
+// writer stopped (the client confirmed it) or was fenced (the node is down
+// past its lease), never by the deadline alone (issue 59).  Pure functions of the
 // committed catalog and the leader's wall clock, which the leader passes in.
 #pragma once
 
@@ -50,17 +52,26 @@ std::vector<std::string> draining_nodes(const catalog& c);
 
 // What the leader does next for a draining node at `now_ms`.
 struct drain_plan {
-  std::vector<std::string> stop;  // running allocs to stop through the node's client
-  bool force = false;             // the deadline passed: commit force_drain
-  bool done = false;              // nothing left on the node: commit finish_drain
+  // Allocs to stop through the node's client: the running ones; once forced,
+  // every alloc on the node that has not ended.
+  std::vector<std::string> stop;
+  bool force = false;  // the deadline passed: commit force_drain
+  bool done = false;   // nothing left on the node: commit finish_drain
 };
 drain_plan plan_drain(const catalog& c, const std::string& node_id, int64_t now_ms);
 
-// The deadline passed, as one entry: the drain marked forced (its claims
-// are released without the node from now on: `release_without_node`), its
-// running allocs complete and its pending ones failed.  Empty when the
-// node is not draining or is forced already.
+// The deadline passed, as one entry: the drain marked forced (plan_drain
+// stops every alloc left from now on, through the client).  On a node
+// without a berth client nothing runs, so its allocs end in the same entry
+// (running ones complete, pending ones failed); on a node with a client
+// they end when the client confirms their stop (`stopped_state`), so that
+// their claims are released after their writers stopped, through the node.
+// Empty when the node is not draining or is forced already.
 std::vector<v1::Change> force_drain(const catalog& c, const std::string& node_id, int64_t now_ms);
+
+// The state an alloc the servers stopped ends in: complete, or failed when
+// it never started (a pending alloc cannot complete).
+v1::AllocState stopped_state(v1::AllocState from);
 
 // The drain is done: the drain cleared, the node ineligible and drained at
 // `now_ms`, its plugin instances withdrawn unless it keeps them.  Empty

@@ -47,10 +47,10 @@ bool commit_before_next_step(v1::ClaimState to) {
 
 bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
                           bool operator_detach, bool keep_down_writers) {
-  const auto* n = find_node(c, claim.node_id());
-  // A drain past its deadline releases what is left without the node.
-  if (n != nullptr && n->has_drain() && n->drain().forced()) return true;
+  // Not a drain past its deadline either (issue 59): its writers may still
+  // run; the drain stops them through the client first.
   if (connected) return false;
+  const auto* n = find_node(c, claim.node_id());
   if (operator_detach) return true;
   if (n == nullptr || !n->has_client()) return true;
   if (n->status() != v1::NODE_DOWN) return false;

@@ -18,10 +18,10 @@ namespace berth {
 
 // What the volume actor knows when it asks for the next step.
 struct release_facts {
-  bool node_connected = false;   // the claim's node has a connected berth client
-  bool node_detached = false;    // the claim's node is down or has no client: nothing to unpublish
-  bool controller_required = false;  // the plugin needs ControllerUnpublishVolume
-  bool controller_available = false; // a healthy controller on a connected node
+  bool node_connected = false;  // the claim's node has a connected berth client
+  bool node_detached = false;   // the claim's node is down or has no client: nothing to unpublish
+  bool controller_required = false;   // the plugin needs ControllerUnpublishVolume
+  bool controller_available = false;  // a healthy controller on a connected node
   // The node came back from down and has not confirmed its unmounts yet: its
   // client may keep the volume staged for a record of an ended alloc (it
   // unstages only when no record of its own uses the staging), whatever the
@@ -70,10 +70,11 @@ release_step next_release_step(const v1::Volume& v, const std::string& alloc_id,
 //    slot is free for new claims only once every call above succeeded.
 bool commit_before_next_step(v1::ClaimState to);
 
-// Whether a claim's release goes on without its node: the node's drain
-// passed its deadline; or, unless its client is connected, the node is
-// down, unknown or has no berth client (nothing was published there), or
-// the operator detaches it.  With `keep_down_writers` (berthd
+// Whether a claim's release goes on without its node: unless its client is
+// connected, the node is down (its lease ran out, so its client fenced its
+// writers), unknown or has no berth client (nothing was published there),
+// or the operator detaches it.  A drain past its deadline is no reason:
+// its writers may still run (issue 59).  With `keep_down_writers` (berthd
 // --keep-down-writers), a down node's claim that writes a single-writer
 // volume waits for the node or the operator's detach instead: its client
 // may be frozen and unable to fence itself (control/lease.hpp).

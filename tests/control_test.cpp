@@ -11,6 +11,7 @@
 #include "control/drain.hpp"
 #include "control/entries.hpp"
 #include "control/filter.hpp"
+#include "control/lease.hpp"
 #include "control/nodes.hpp"
 #include "control/placement.hpp"
 #include "control/release.hpp"
@@ -1774,6 +1775,11 @@ TEST_CASE("keep_plugins_keeps_the_instances_and_a_node_without_plugins_withdraws
   r.set_keep_plugins(true);
   commit_update(c, drain_request(c, r, 1));
   commit(c, force_drain(c, "n1", 2));
+  // The client stops what is left (plan_drain), then the claims go.
+  for (const auto& id : plan_drain(c, "n1", 2).stop) {
+    const auto& a = c.allocs.at(id);
+    commit(c, {upsert_change(alloc_in_state(a, stopped_state(a.state()), "", 2))});
+  }
   release_terminal_claims(c, "n1");
   auto done = finish_drain(c, "n1", 3);
   REQUIRE(done.size() == 1);
@@ -1783,31 +1789,52 @@ TEST_CASE("keep_plugins_keeps_the_instances_and_a_node_without_plugins_withdraws
   CHECK(bare.empty());
 }
 
-TEST_CASE("the_deadline_forces_the_rest_and_releases_without_the_node") {
+// Issue 59, item 1: the deadline stops what is left through the client;
+// no claim on the node is freed before its writer stopped (the client
+// confirmed the stop) or the node went down (its lease ran out).
+TEST_CASE("the_deadline_stops_the_rest_through_the_client_and_frees_no_claim_before") {
   auto c = drain_catalog();
   commit_update(c, drain_request(c, drain_of("n1", 60'000), 1000));
   CHECK_FALSE(plan_drain(c, "n1", 60'999).force);
+  CHECK(plan_drain(c, "n1", 60'999).stop == std::vector<std::string>{"db", "web"});
   CHECK(plan_drain(c, "n1", 61'000).force);
   auto a = volume_at(c, {"default", "a"});
   const auto* claim = find_claim(a, "web");
   REQUIRE(claim != nullptr);
   CHECK_FALSE(release_without_node(c, *claim, true, false));
   auto forced = force_drain(c, "n1", 61'000);
-  REQUIRE(forced.size() == 4);  // the node, web, db and the pending one
+  // Only the drain is marked forced: n1 has a client, which may run the
+  // allocs' commands; they end when it confirms their stops.
+  REQUIRE(forced.size() == 1);
   CHECK(forced[0].node_upsert().drain().forced());
-  std::map<std::string, v1::AllocState> states;
-  for (size_t i = 1; i < forced.size(); ++i)
-    states[forced[i].alloc_upsert().id()] = forced[i].alloc_upsert().state();
-  CHECK(states.at("web") == v1::ALLOC_COMPLETE);
-  CHECK(states.at("db") == v1::ALLOC_COMPLETE);
-  CHECK(states.at("starting") == v1::ALLOC_FAILED);
-  CHECK(forced[1].alloc_upsert().message().find("deadline") != std::string::npos);
   commit(c, forced);
   CHECK(force_drain(c, "n1", 62'000).empty());  // once
   CHECK_FALSE(plan_drain(c, "n1", 62'000).force);
+  CHECK(c.allocs.at("web").state() == v1::ALLOC_RUNNING);
+  CHECK(c.allocs.at("starting").state() == v1::ALLOC_PENDING);
+  // From now on every alloc left is stopped, the pending one too.
+  CHECK(plan_drain(c, "n1", 62'000).stop == std::vector<std::string>{"db", "starting", "web"});
+  CHECK(stopped_state(v1::ALLOC_RUNNING) == v1::ALLOC_COMPLETE);
+  CHECK(stopped_state(v1::ALLOC_PENDING) == v1::ALLOC_FAILED);
+  // Its claims wait for the node, connected or not (the writer may still
+  // run: a client that is away is fenced only when its lease runs out).
   a = volume_at(c, {"default", "a"});
   claim = find_claim(a, "web");
-  CHECK(release_without_node(c, *claim, true, false));  // even with its client connected
+  CHECK_FALSE(release_without_node(c, *claim, true, false));
+  CHECK_FALSE(release_without_node(c, *claim, false, false));
+  // The node went down (lease out, writers fenced): released without it,
+  // unless it writes a single-writer volume and --keep-down-writers holds.
+  auto down = c.nodes.at("n1");
+  down.set_status(v1::NODE_DOWN);
+  commit(c, {upsert_change(down)});
+  CHECK(release_without_node(c, *claim, false, false));
+  CHECK(release_without_node(c, *claim, false, false, true) ==
+        !(claim->mode() == v1::CLAIM_WRITE &&
+          fenced_publication(claim->access_mode(), false)));
+  // The operator's detach still releases without the node.
+  down.set_status(v1::NODE_READY);
+  commit(c, {upsert_change(down)});
+  CHECK(release_without_node(c, *claim, false, true));
   auto b = volume_at(c, {"default", "b"});
   const auto* other = find_claim(b, "other");
   CHECK_FALSE(release_without_node(c, *other, true, false));  // n2's claim is not touched
@@ -1817,6 +1844,27 @@ TEST_CASE("the_deadline_forces_the_rest_and_releases_without_the_node") {
   none.set_no_deadline(true);
   commit_update(c2, drain_request(c2, none, 1000));
   CHECK_FALSE(plan_drain(c2, "n1", int64_t{1} << 50).force);
+}
+
+// A node without a berth client runs nothing: the forced drain ends its
+// allocs in the same entry (running ones complete, pending ones failed).
+TEST_CASE("a_forced_drain_of_a_node_without_a_client_ends_its_allocs_at_once") {
+  catalog c;
+  auto bare = make_node("n1", v1::NODE_READY, false);
+  commit(c, {upsert_change(bare),
+             upsert_change(make_alloc("web", "n1", v1::ALLOC_RUNNING)),
+             upsert_change(make_alloc("starting", "n1", v1::ALLOC_PENDING)),
+             upsert_change(make_alloc("old", "n1", v1::ALLOC_COMPLETE))});
+  commit_update(c, drain_request(c, drain_of("n1", 10), 0));
+  auto forced = force_drain(c, "n1", 20);
+  REQUIRE(forced.size() == 3);  // the node, web and the pending one
+  CHECK(forced[0].node_upsert().drain().forced());
+  std::map<std::string, v1::AllocState> states;
+  for (size_t i = 1; i < forced.size(); ++i)
+    states[forced[i].alloc_upsert().id()] = forced[i].alloc_upsert().state();
+  CHECK(states.at("web") == v1::ALLOC_COMPLETE);
+  CHECK(states.at("starting") == v1::ALLOC_FAILED);
+  CHECK(forced[1].alloc_upsert().message().find("at its deadline") != std::string::npos);
 }
 
 TEST_CASE("node_views_show_eligibility_and_drain_progress") {
@@ -1879,9 +1927,13 @@ TEST_CASE("random_drains_end_and_withdraw_the_plugins_last") {
       for (const auto& id : plan.stop) {
         const auto& a = c.allocs.at(id);
         CHECK(a.node_id() == "n1");
-        CHECK(a.state() == v1::ALLOC_RUNNING);
+        // Running ones; once forced, pending ones too (issue 59).
+        if (c.nodes.at("n1").drain().forced())
+          CHECK_FALSE(alloc_terminal(a.state()));
+        else
+          CHECK(a.state() == v1::ALLOC_RUNNING);
         if (pick(3) != 0)  // some stops are slow or fail: asked again later
-          commit(c, {upsert_change(alloc_in_state(a, v1::ALLOC_COMPLETE, "", now))});
+          commit(c, {upsert_change(alloc_in_state(a, stopped_state(a.state()), "", now))});
       }
       // A pending alloc settles sometimes.
       for (const auto& [id, a] : c.allocs)
@@ -1889,7 +1941,12 @@ TEST_CASE("random_drains_end_and_withdraw_the_plugins_last") {
           commit(c, {upsert_change(alloc_in_state(a, v1::ALLOC_RUNNING, "", now))});
           break;
         }
-      if (plan.force) commit(c, force_drain(c, "n1", now));
+      if (plan.force) {
+        // Nothing ends by the deadline alone: n1 has a client.
+        auto forced = force_drain(c, "n1", now);
+        CHECK(forced.size() == 1);
+        commit(c, forced);
+      }
       if (pick(2) == 0) release_terminal_claims(c, "n1");
       if (plan.done) {
         auto p = drain_progress(c, "n1");

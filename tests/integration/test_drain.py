@@ -159,7 +159,7 @@ class DrainTest(ClusterTestCase):
         # Sent again, the same: retry-safe.
         self.assertIn("eligible already", self.b("node", "eligibility", "c1", "--enable").out)
 
-    def test_forced_drain_releases_without_the_node_and_cancel_restores_eligibility(self):
+    def test_forced_drain_stops_through_the_client_and_cancel_restores_eligibility(self):
         self.start_work()
         r = self.b("node", "drain", "c1", "--force", "--keep-plugins")
         self.assertIn("deadline now", r.out)
@@ -171,9 +171,10 @@ class DrainTest(ClusterTestCase):
         for vid in ("v1", "v2"):
             ext = self.external_id(vid)
             self.assertEqual(self.b("--json", "volume", "status", vid).json()["claims"], [])
-            # Released without the node: c1's plugin was not asked to unpublish.
-            self.assertFalse([c for c in self.calls(self.plugin1) if c.get("volume_id") == ext
-                              and c["method"].startswith("NodeUn")])
+            # Released through the node once its client stopped the alloc
+            # (issue 59): c1's own plugin unpublished it.
+            self.assertTrue([c for c in self.calls(self.plugin1) if c.get("volume_id") == ext
+                             and c["method"] == "NodeUnpublishVolume" and c["code"] == 0])
             self.assertTrue([c for c in self.calls(self.plugin1) + self.calls(self.plugin2)
                              if c.get("volume_id") == ext and
                              c["method"] == "ControllerUnpublishVolume"])
@@ -209,6 +210,54 @@ class DrainTest(ClusterTestCase):
         # The stale lists filter on the server asked.
         stale = self.b("--json", "node", "status", "--stale", "--filter", "eligible == false").json()
         self.assertEqual([n["id"] for n in stale], ["c1"])
+
+
+    def test_a_forced_drain_frees_a_writers_claim_only_after_the_writer_stopped(self):
+        """Issue 59, item 1: an alloc that ignores SIGTERM writes a
+        single-writer volume; `node drain --force` must not free its claim
+        while the writer still runs (until the client's kill timeout ends
+        it), so the volume cannot be published elsewhere meanwhile."""
+        self.b("volume", "create", "-", stdin=volume_spec("w"))
+        pidfile = os.path.join(self.tmp, "writer.pid")
+        script = ('trap "" TERM; echo $$ > %s.tmp; mv %s.tmp %s; '
+                  'while true; do echo x >> "$BERTH_VOLUME_DATA/log"; sleep 0.05; done'
+                  % (pidfile, pidfile, pidfile))
+        self.b("alloc", "run", "--node", "c1", "--id", "writer", "--volume", "data=w", "--",
+               "sh", "-c", script)
+        self.wait(lambda: os.path.exists(pidfile), "the writer runs")
+        with open(pidfile) as f:
+            pid = int(f.read())
+        self.assertTrue(running(pid))
+        self.b("node", "drain", "c1", "--force", "--keep-plugins")
+        seen_with_claim = 0
+        deadline = time.monotonic() + 60 * max(TIME_SCALE, 1)
+        while True:
+            self.assertLess(time.monotonic(), deadline, "the writer's claim is never freed")
+            claims = self.b("--json", "volume", "status", "w").json()["claims"]
+            alive = running(pid)  # after the read: alive now means alive then
+            if not claims:
+                self.assertFalse(alive, "the claim of 'w' was freed while its writer ran")
+                break
+            if alive:
+                seen_with_claim += 1
+            time.sleep(0.1)  # a poll's pace, not a condition
+        # The writer ignored SIGTERM: it ran on, claimed, until the kill.
+        self.assertGreater(seen_with_claim, 3)
+        a = self.b("--json", "alloc", "status", "writer").json()
+        self.assertEqual(a["state"], "complete", a)
+        self.assertIn("at its deadline", a["message"])
+        ext = self.external_id("w")
+        self.assertTrue([c for c in self.calls(self.plugin1) if c.get("volume_id") == ext
+                         and c["method"] == "NodeUnpublishVolume" and c["code"] == 0])
+
+
+def running(pid):
+    """Whether a process runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 if __name__ == "__main__":

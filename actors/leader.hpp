@@ -41,6 +41,9 @@ struct leader_options {
   // How long alloc stop and a failed alloc run wait for the alloc's claims
   // to be released before answering (the watcher goes on after that).
   std::chrono::milliseconds release_wait{30000};
+  // How long a claim refused only by ended allocs' claims waits for their
+  // releases before it is judged anyway (control/release: releases_awaited).
+  std::chrono::milliseconds claim_release_wait{10000};
   // The Raft term this leader serves (set when it starts): every CSI
   // request it sends carries it, and nodes refuse older terms.
   uint64_t term = 0;

@@ -261,7 +261,7 @@ void run_on_node(const self_ptr& self, v1::Alloc a, bool allow_abnormal, reply_f
 // two runs placed at once never both take the last writer slot: the
 // second's claim is refused and its alloc fails with why.
 void place_and_run(const self_ptr& self, v1::Alloc a, const v1::AllocRunRequest& req,
-                   reply_fn rp) {
+                   reply_fn rp, bool waited = false) {
   auto& st = self->state;
   if (auto f = admit_alloc_request(st.cat, a)) {
     deliver(rp, *f);
@@ -287,6 +287,25 @@ void place_and_run(const self_ptr& self, v1::Alloc a, const v1::AllocRunRequest&
                                  " now; nothing was run");
     deliver(rp, std::move(r));
     return;
+  }
+  if (!p.chosen && !waited) {
+    // Its volumes' holders that ended are being released: placed again
+    // once they are freed (bounded), not refused meanwhile (issue 59).
+    auto releasing = releases_in_placements_way(st.cat, a);
+    if (!releasing.empty()) {
+      logging::info("leader", "a placement waits for the releases of ended allocs' claims",
+                    {{"alloc", a.id()}, {"waits_for", releasing[0].second}});
+      when(
+          self,
+          [self, releasing] {
+            for (const auto& [key, id] : releasing)
+              if (auto v = find_volume(self->state.cat, key); v && find_claim(*v, id)) return false;
+            return true;
+          },
+          [self, a, req, rp](bool) { place_and_run(self, a, req, rp, true); },
+          steady_ms() + st.options.claim_release_wait.count());
+      return;
+    }
   }
   if (!p.chosen) {
     st.stats->placement("none");

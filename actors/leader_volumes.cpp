@@ -5,7 +5,6 @@
 #include <random>
 
 #include "actors/clock.hpp"
-#include "messages/failure.hpp"
 #include "actors/leader_flows.hpp"
 #include "control/allocs.hpp"
 #include "control/entries.hpp"
@@ -15,6 +14,7 @@
 #include "control/release.hpp"
 #include "control/views.hpp"
 #include "log/log.hpp"
+#include "messages/failure.hpp"
 
 namespace berth::leader_flows {
 
@@ -74,8 +74,8 @@ void volume_detach(const self_ptr& self, const v1::VolumeDetachRequest& d, respo
   std::weak_ptr<std::function<void()>> weak = step;
   *step = [self, key, d, results, remaining, kept, rp, weak]() mutable {
     if (remaining->empty()) {
-      std::string text =
-          "volume " + quote_name(d.volume_id()) + " detached from node " + quote_name(d.node_id()) + ":";
+      std::string text = "volume " + quote_name(d.volume_id()) + " detached from node " +
+                         quote_name(d.node_id()) + ":";
       for (const auto& r : *results) text += "\n  " + r;
       for (const auto& k : kept)
         text += "\n  claim of alloc " + quote_name(k) + " kept: the alloc is running";
@@ -130,12 +130,14 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
       .then(
           [self, key, rp](bool) mutable {
             if (!has_volume(self->state.cat, key)) {
-              deliver(rp, failure{errc::not_found, "volume " + quote_name(key.second) + " vanished"});
+              deliver(rp,
+                      failure{errc::not_found, "volume " + quote_name(key.second) + " vanished"});
               return;
             }
-            ask_volume(self, key, rp,
-                       "volume " + quote_name(key.second) + " deleted (DeleteVolume) and deregistered",
-                       deregister_atom::value, false);
+            ask_volume(
+                self, key, rp,
+                "volume " + quote_name(key.second) + " deleted (DeleteVolume) and deregistered",
+                deregister_atom::value, false);
           },
           [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
 }
@@ -327,8 +329,8 @@ void volume_claim(const self_ptr& self, v1::ClaimRequest c, response_promise rp)
   }
   if (alloc.upsert) *c.mutable_alloc() = *alloc.upsert;
   std::string msg = "volume " + quote_name(c.volume_id()) + " claimed for " +
-                    (c.read_only() ? "reading" : "writing") + " by alloc " + quote_name(c.alloc_id()) +
-                    " on node " + quote_name(c.node_id());
+                    (c.read_only() ? "reading" : "writing") + " by alloc " +
+                    quote_name(c.alloc_id()) + " on node " + quote_name(c.node_id());
   bool client = static_cast<bool>(node_of(self, c.node_id()));
   claim_volume(self, c,
                [self, msg, rp, client](std::optional<failure> f, v1::ClaimResult r) mutable {
@@ -365,16 +367,15 @@ void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise
                                     " (released already, or never claimed); nothing to do"));
     return;
   }
-  auto text = "claim of alloc " + quote_name(r.alloc_id()) + " on volume " + quote_name(r.volume_id()) +
-              " released";
-  release_claim(self, r,
-                [self, text, rp](std::optional<failure> f, v1::Volume v) mutable {
-                  if (f) {
-                    deliver(rp, *f);
-                    return;
-                  }
-                  deliver(rp, volume_response(self->state.cat, v, text));
-                });
+  auto text = "claim of alloc " + quote_name(r.alloc_id()) + " on volume " +
+              quote_name(r.volume_id()) + " released";
+  release_claim(self, r, [self, text, rp](std::optional<failure> f, v1::Volume v) mutable {
+    if (f) {
+      deliver(rp, *f);
+      return;
+    }
+    deliver(rp, volume_response(self->state.cat, v, text));
+  });
 }
 
 // volume deregister: refused while claimed; with --force, every claim is
@@ -446,8 +447,9 @@ void route_claim(const self_ptr& self, v1::ClaimRequest c, claim_done_fn done) {
   auto& st = self->state;
   auto found_key = claimed_volume(self, c, done);
   if (!found_key) return;
-  if (auto f = refuse_client_away(st.cat, c.node_id(), static_cast<bool>(node_of(self, c.node_id())),
-                                  st.marking_down.count(c.node_id()) > 0)) {
+  if (auto f =
+          refuse_client_away(st.cat, c.node_id(), static_cast<bool>(node_of(self, c.node_id())),
+                             st.marking_down.count(c.node_id()) > 0)) {
     done(*f, {});
     return;
   }
@@ -475,8 +477,7 @@ void route_claim(const self_ptr& self, v1::ClaimRequest c, claim_done_fn done) {
         done(to_failure(e), {});
       },
       claim_atom::value, wrap(c), committed_plugin(self, plugin_id), plugin_of(self, plugin_id),
-      node_of(self, c.node_id()),
-      pick_controller(self, plugin_id));
+      node_of(self, c.node_id()), pick_controller(self, plugin_id));
 }
 
 // The volume a release names, as the catalog has it now; none (and the
@@ -485,7 +486,8 @@ std::optional<v1::Volume> released_volume(const self_ptr& self, const v1::Releas
                                           const release_done_fn& done) {
   auto vol = find_volume(self->state.cat, {ns_or_default(r.namespace_()), r.volume_id()});
   if (!vol)
-    done(failure{errc::not_found, "volume " + quote_name(r.volume_id()) + " is not registered"}, {});
+    done(failure{errc::not_found, "volume " + quote_name(r.volume_id()) + " is not registered"},
+         {});
   return vol;
 }
 
@@ -499,9 +501,8 @@ void route_release(const self_ptr& self, v1::ReleaseRequest r, release_done_fn d
   if (const auto* c = find_claim(*vol, r.alloc_id())) {
     target = node_of(self, c->node_id());
     const bool connected = static_cast<bool>(target);
-    r.set_node_detached(
-        release_without_node(st.cat, *c, static_cast<bool>(target), r.operator_detach(),
-                             st.options.keep_down_writers));
+    r.set_node_detached(release_without_node(st.cat, *c, static_cast<bool>(target),
+                                             r.operator_detach(), st.options.keep_down_writers));
     if (r.node_detached()) {
       target = node_actor{};  // a forced drain: not through the node
       r.set_detached_at_ms(steady_ms());
@@ -517,7 +518,8 @@ void route_release(const self_ptr& self, v1::ReleaseRequest r, release_done_fn d
         when_applied(self, index, [done, v = std::move(v.msg)] { done(std::nullopt, v); });
       },
       [done](caf::error& e) { done(to_failure(e), {}); }, release_atom::value, wrap(std::move(r)),
-      committed_plugin(self, plugin_id), plugin_of(self, plugin_id), target, pick_controller(self, plugin_id));
+      committed_plugin(self, plugin_id), plugin_of(self, plugin_id), target,
+      pick_controller(self, plugin_id));
 }
 
 }  // namespace
@@ -537,14 +539,34 @@ void claim_volume(const self_ptr& self, v1::ClaimRequest c, claim_done_fn done) 
     if (auto it = open.find(alloc); it != open.end() && --it->second <= 0) open.erase(it);
     done(std::move(f), std::move(r));
   };
-  admit(self, "claim", plugin_id,
-        [self, c = std::move(c), done = std::move(done)](std::function<void()> end) mutable {
-          route_claim(self, std::move(c),
-                      [done, end](std::optional<failure> f, v1::ClaimResult r) {
-                        done(std::move(f), std::move(r));
-                        end();
-                      });
-        });
+  auto go = [self, plugin_id, c, done](bool) mutable {
+    admit(self, "claim", plugin_id,
+          [self, c = std::move(c), done = std::move(done)](std::function<void()> end) mutable {
+            route_claim(self, std::move(c),
+                        [done, end](std::optional<failure> f, v1::ClaimResult r) {
+                          done(std::move(f), std::move(r));
+                          end();
+                        });
+          });
+  };
+  // Refused only by the claims of allocs that ended, which the watcher is
+  // releasing: it waits for those releases (bounded), then is judged
+  // (issue 59, item 7: a claim right after its holder completed).
+  auto awaited = releases_awaited(st.cat, volume_at(st.cat, *key), claim_request_of(c, wall_ms()),
+                                  find_plugin(st.cat, plugin_id));
+  if (awaited.empty()) return go(true);
+  logging::info("leader", "a claim waits for the releases of ended allocs' claims",
+                {{"volume", c.volume_id()}, {"alloc", c.alloc_id()}, {"waits_for", awaited[0]}});
+  when(
+      self,
+      [self, key = *key, awaited] {
+        auto v = find_volume(self->state.cat, key);
+        if (!v) return true;
+        for (const auto& id : awaited)
+          if (find_claim(*v, id) != nullptr) return false;
+        return true;
+      },
+      std::move(go), steady_ms() + st.options.claim_release_wait.count());
 }
 
 // Releases one claim through its volume actor (the watcher, detach, volume

@@ -527,15 +527,7 @@ volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::
         if (!self->state.registered) return not_registered(self);
         auto p = known_plugin(committed);
         const auto& q = req.msg;
-        claim_request r;
-        r.alloc_id = q.alloc_id();
-        r.node_id = q.node_id();
-        r.write = !q.read_only();
-        r.access_mode = q.access_mode();
-        r.attachment_mode = q.attachment_mode();
-        r.now_ms = wall_ms();
-        r.node_volume_count = q.node_volume_count();
-        r.allow_abnormal = q.allow_abnormal();
+        auto r = claim_request_of(q, wall_ms());
         auto next = self->state.volume;
         if (auto f = claim(next, r, p ? &*p : nullptr)) return to_error(*f);
         if (!p)  // (claim() refuses without a plugin; never published without one)

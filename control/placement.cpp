@@ -182,4 +182,21 @@ failure no_node_fits(const v1::Alloc& a, const placement& p) {
   return failure{errc::refused, std::move(text)};
 }
 
+std::vector<std::pair<volume_key, std::string>> releases_in_placements_way(const catalog& c,
+                                                                           const v1::Alloc& a) {
+  std::vector<std::pair<volume_key, std::string>> out;
+  for (const auto& av : a.volumes()) {
+    volume_key key{ns_or_default(a.namespace_()), av.volume_id()};
+    auto v = find_volume(c, key);
+    if (!v) continue;
+    auto ids = claims_to_release(*v, [&](const std::string& id) -> std::optional<v1::AllocState> {
+      if (const auto* other = find_alloc(c, id)) return other->state();
+      return std::nullopt;
+    });
+    for (auto& id : ids)
+      if (id != a.id()) out.emplace_back(key, std::move(id));
+  }
+  return out;
+}
+
 }  // namespace berth

@@ -93,6 +93,14 @@ struct placement {
 // by name.  Pure.
 placement place_alloc(const catalog& c, const v1::Alloc& a, const placement_facts& facts);
 
+// The claims on an alloc's volumes that the watcher is releasing (their
+// allocs ended or vanished, or a release runs: `claims_to_release`), by
+// volume and alloc.  A placement that finds no node waits for them once,
+// bounded, and places again: a volume whose holder just completed is
+// free a moment later (issue 59, item 7).
+std::vector<std::pair<volume_key, std::string>> releases_in_placements_way(const catalog& c,
+                                                                           const v1::Alloc& a);
+
 // The refusal when no node fits: each node with its reason, one per line.
 failure no_node_fits(const v1::Alloc& a, const placement& p);
 

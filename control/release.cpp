@@ -1,5 +1,7 @@
 #include "control/release.hpp"
 
+#include <algorithm>
+
 #include "control/lease.hpp"
 #include "messages/model.hpp"
 
@@ -56,6 +58,38 @@ bool release_without_node(const catalog& c, const v1::Claim& claim, bool connect
   if (n->status() != v1::NODE_DOWN) return false;
   return !(keep_down_writers && claim.mode() == v1::CLAIM_WRITE &&
            fenced_publication(claim.access_mode(), false));
+}
+
+claim_request claim_request_of(const v1::ClaimRequest& q, int64_t now_ms) {
+  claim_request r;
+  r.alloc_id = q.alloc_id();
+  r.node_id = q.node_id();
+  r.write = !q.read_only();
+  r.access_mode = q.access_mode();
+  r.attachment_mode = q.attachment_mode();
+  r.now_ms = now_ms;
+  r.node_volume_count = q.node_volume_count();
+  r.allow_abnormal = q.allow_abnormal();
+  return r;
+}
+
+std::vector<std::string> releases_awaited(const catalog& c, const v1::Volume& v,
+                                          const claim_request& req, const v1::Plugin* plugin) {
+  auto ended = claims_to_release(v, [&](const std::string& id) -> std::optional<v1::AllocState> {
+    if (const auto* a = find_alloc(c, id)) return a->state();
+    return std::nullopt;
+  });
+  ended.erase(std::remove(ended.begin(), ended.end(), req.alloc_id), ended.end());
+  if (ended.empty()) return {};
+  auto now = v;
+  if (!claim(now, req, plugin)) return {};  // taken as it is
+  auto without = v;
+  auto* claims = without.mutable_claims();
+  for (auto it = claims->begin(); it != claims->end();)
+    it = std::find(ended.begin(), ended.end(), it->alloc_id()) != ended.end() ? claims->erase(it)
+                                                                              : std::next(it);
+  if (claim(without, req, plugin)) return {};  // refused for another reason too
+  return ended;
 }
 
 bool still_detached(bool node_detached, int64_t detached_at_ms, int64_t last_publish_ms) {

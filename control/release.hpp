@@ -13,6 +13,7 @@
 
 #include "control/catalog.hpp"
 #include "messages/api.pb.h"
+#include "messages/model.hpp"
 
 namespace berth {
 
@@ -80,6 +81,20 @@ bool commit_before_next_step(v1::ClaimState to);
 // may be frozen and unable to fence itself (control/lease.hpp).
 bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
                           bool operator_detach, bool keep_down_writers = false);
+
+// The claim a ClaimRequest asks for, at `now_ms`.
+claim_request claim_request_of(const v1::ClaimRequest& q, int64_t now_ms);
+
+// The claims a claim waits for instead of being refused (issue 59, item 7):
+// those of allocs that ended (or are already being released, as the
+// watcher's `claims_to_release` picks them) when the claim is refused with
+// them on the volume and taken without them.  Empty when the claim need not
+// wait: it is taken now, or refused for another reason as well.  An alloc's
+// end is committed before its claims are freed (the watcher then releases
+// them through the node); a script that waits for `complete` and claims the
+// volume next waits this short while, bounded, instead of being refused.
+std::vector<std::string> releases_awaited(const catalog& c, const v1::Volume& v,
+                                          const claim_request& req, const v1::Plugin* plugin);
 
 // Whether a release the leader decided to run without the claim's node
 // (`node_detached`, at `detached_at_ms`) still runs without it when the

@@ -1968,3 +1968,154 @@ TEST_CASE("random_drains_end_and_withdraw_the_plugins_last") {
       if (a.node_id() == "n2") CHECK(c.allocs.at(id).state() == a.state());
   }
 }
+
+// --- a claim right after its holder ended (issue 59, item 7) ------------------
+
+namespace {
+
+v1::Plugin node_plugin(std::vector<std::string> nodes) {
+  v1::Plugin p;
+  p.set_id("p");
+  for (const auto& n : nodes) {
+    auto* i = p.add_nodes();
+    i->set_node_id(n);
+    i->set_healthy(true);
+  }
+  return p;
+}
+
+v1::Volume volume_with_mode(const std::string& id, v1::AccessMode mode) {
+  auto v = make_volume(id);
+  v.mutable_capabilities(0)->set_access_mode(mode);
+  return v;
+}
+
+claim_request claim_of(const std::string& alloc, const std::string& node, bool write = true) {
+  claim_request r;
+  r.alloc_id = alloc;
+  r.node_id = node;
+  r.write = write;
+  r.now_ms = 1;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a_claim_waits_only_for_the_releases_of_ended_allocs_that_stand_in_its_way") {
+  catalog c;
+  commit(c, {upsert_change(make_node("n1")), upsert_change(make_node("n2")),
+             upsert_change(make_alloc("done", "n1", v1::ALLOC_COMPLETE)),
+             upsert_change(make_alloc("failed", "n1", v1::ALLOC_FAILED)),
+             upsert_change(make_alloc("lost", "n2", v1::ALLOC_LOST)),
+             upsert_change(make_alloc("live", "n1", v1::ALLOC_RUNNING))});
+  auto plugin = node_plugin({"n1", "n2"});
+  using ids = std::vector<std::string>;
+  // The holder completed: its claim is still taken (the watcher frees it
+  // next), so the claim waits for it.
+  auto v = make_volume("v");
+  add_claim(v, "done", "n1");
+  CHECK(releases_awaited(c, v, claim_of("new", "n1"), &plugin) == ids{"done"});
+  CHECK(releases_awaited(c, v, claim_of("new", "n2"), &plugin) == ids{"done"});
+  CHECK(releases_awaited(c, v, claim_of("new", "n1", false), &plugin) == ids{"done"});
+  // Failed, lost, vanished, or a release already running: the same.
+  for (auto holder : {"failed", "lost", "vanished"}) {
+    CAPTURE(holder);
+    auto w = make_volume("w");
+    add_claim(w, holder, "n1");
+    CHECK(releases_awaited(c, w, claim_of("new", "n1"), &plugin) == ids{holder});
+  }
+  auto releasing = make_volume("w");
+  add_claim(releasing, "live", "n1", v1::CLAIM_UNPUBLISHING);
+  CHECK(releases_awaited(c, releasing, claim_of("new", "n1"), &plugin) == ids{"live"});
+  // A live holder refuses at once: nothing to wait for.
+  auto held = make_volume("w");
+  add_claim(held, "live", "n1");
+  CHECK(releases_awaited(c, held, claim_of("new", "n1"), &plugin).empty());
+  // A live holder and an ended one: still refused without the ended one.
+  auto both = volume_with_mode("m", v1::MULTI_NODE_SINGLE_WRITER);
+  add_claim(both, "live", "n1")->set_access_mode(v1::MULTI_NODE_SINGLE_WRITER);
+  add_claim(both, "done", "n2")->set_access_mode(v1::MULTI_NODE_SINGLE_WRITER);
+  CHECK(releases_awaited(c, both, claim_of("new", "n2"), &plugin).empty());
+  // A reader fits next to the live writer now: nothing to wait for.
+  CHECK(releases_awaited(c, both, claim_of("new", "n2", false), &plugin).empty());
+  // A multi-node single-writer volume whose ended holder wrote: a new
+  // writer waits for it, a reader does not (taken now).
+  auto readers = volume_with_mode("r", v1::MULTI_NODE_SINGLE_WRITER);
+  add_claim(readers, "done", "n1")->set_access_mode(v1::MULTI_NODE_SINGLE_WRITER);
+  CHECK(releases_awaited(c, readers, claim_of("new", "n2"), &plugin) == ids{"done"});
+  CHECK(releases_awaited(c, readers, claim_of("new", "n2", false), &plugin).empty());
+  // Refused for another reason too (no plugin instance on n3, no plugin):
+  // judged now.
+  CHECK(releases_awaited(c, v, claim_of("new", "n3"), &plugin).empty());
+  CHECK(releases_awaited(c, v, claim_of("new", "n1"), nullptr).empty());
+  // The ended holder claiming again is not waiting for itself.
+  CHECK(releases_awaited(c, v, claim_of("done", "n1"), &plugin).empty());
+  // A free volume: taken now.
+  CHECK(releases_awaited(c, make_volume("free"), claim_of("new", "n1"), &plugin).empty());
+}
+
+// Random volumes, holders and claims: whenever a claim waits, it is refused
+// now, taken once the awaited claims are gone, and every awaited claim is
+// one the watcher releases (its alloc ended or vanished, or it is in release).
+TEST_CASE("random_claims_wait_exactly_when_only_ended_holders_refuse_them") {
+  const std::vector<v1::AccessMode> modes{v1::SINGLE_NODE_WRITER, v1::SINGLE_NODE_READER_ONLY,
+                                          v1::MULTI_NODE_READER_ONLY,
+                                          v1::MULTI_NODE_SINGLE_WRITER,
+                                          v1::MULTI_NODE_MULTI_WRITER};
+  const std::vector<v1::AllocState> states{v1::ALLOC_PENDING, v1::ALLOC_RUNNING,
+                                           v1::ALLOC_COMPLETE, v1::ALLOC_FAILED,
+                                           v1::ALLOC_LOST};
+  int waited = 0;
+  int judged = 0;
+  for (uint32_t seed = 1; seed <= 2000; ++seed) {
+    CAPTURE(seed);
+    std::mt19937 rng{seed};
+    auto pick = [&](size_t n) { return rng() % n; };
+    catalog c;
+    std::vector<v1::Change> setup{upsert_change(make_node("n1")),
+                                  upsert_change(make_node("n2"))};
+    auto mode = modes[pick(modes.size())];
+    auto v = volume_with_mode("v", mode);
+    int holders = static_cast<int>(pick(4));
+    for (int i = 0; i < holders; ++i) {
+      auto id = "h" + std::to_string(i);
+      auto node = pick(2) ? "n1" : "n2";
+      auto* claim = add_claim(v, id, node, pick(4) == 0 ? v1::CLAIM_UNPUBLISHING : v1::CLAIM_TAKEN);
+      claim->set_access_mode(mode);
+      claim->set_mode(pick(2) ? v1::CLAIM_WRITE : v1::CLAIM_READ);
+      if (pick(6) != 0)
+        setup.push_back(upsert_change(make_alloc(id, node, states[pick(states.size())])));
+    }
+    commit(c, setup);
+    auto plugin = node_plugin(pick(5) == 0 ? std::vector<std::string>{"n1"}
+                                           : std::vector<std::string>{"n1", "n2"});
+    auto req = claim_of(pick(5) == 0 && holders > 0 ? "h0" : "new", pick(2) ? "n1" : "n2",
+                        pick(2) == 0);
+    auto awaited = releases_awaited(c, v, req, &plugin);
+    auto now = v;
+    bool taken_now = !claim(now, req, &plugin);
+    if (awaited.empty()) {
+      ++judged;
+      continue;
+    }
+    ++waited;
+    CHECK_FALSE(taken_now);
+    auto without = v;
+    auto* claims = without.mutable_claims();
+    for (auto it = claims->begin(); it != claims->end();)
+      it = std::count(awaited.begin(), awaited.end(), it->alloc_id()) ? claims->erase(it)
+                                                                       : std::next(it);
+    CHECK_FALSE(claim(without, req, &plugin));
+    for (const auto& id : awaited) {
+      CHECK(id != req.alloc_id);
+      const auto* claim_of_id = find_claim(v, id);
+      REQUIRE(claim_of_id != nullptr);
+      const auto* a = find_alloc(c, id);
+      CHECK((claim_of_id->state() != v1::CLAIM_TAKEN || a == nullptr ||
+             alloc_terminal(a->state())));
+    }
+  }
+  // Both outcomes came up often.
+  CHECK(waited > 100);
+  CHECK(judged > 100);
+}

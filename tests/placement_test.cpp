@@ -699,3 +699,45 @@ TEST_CASE("groups: the answer of a group run counts its members by state and nam
         "  web[1]: no node can run alloc 'web[1]'");
   CHECK(failed.allocs_size() == 3);
 }
+
+// Issue 59, item 7: a placement that finds no node waits for the claims on
+// its volumes that the watcher is releasing (their allocs ended, vanished,
+// or a release runs), and for nothing else.
+TEST_CASE("placement: the claims in its way that are being released are the ones it waits for") {
+  catalog c;
+  auto db = volume("db");
+  claimed_by(db, "done", "n1");
+  auto logs = volume("logs", "p", v1::MULTI_NODE_MULTI_WRITER);
+  claimed_by(logs, "live", "n1");
+  claimed_by(logs, "vanished", "n2");
+  claimed_by(logs, "releasing", "n2");
+  logs.mutable_claims(2)->set_state(v1::CLAIM_UNPUBLISHING);
+  auto held = volume("held");
+  claimed_by(held, "live", "n1");
+  commit(c, {upsert_change(node("n1")), upsert_change(node("n2")),
+             upsert_change(plugin("p", {"n1", "n2"})), upsert_change(db), upsert_change(logs),
+             upsert_change(held), upsert_change(alloc_on("done", "n1", v1::ALLOC_COMPLETE)),
+             upsert_change(alloc_on("live", "n1", v1::ALLOC_RUNNING)),
+             upsert_change(alloc_on("releasing", "n2", v1::ALLOC_RUNNING))});
+  using found = std::vector<std::pair<volume_key, std::string>>;
+  // The completed holder is in the way of a placement of db, until freed.
+  auto p = place_alloc(c, to_place({"db"}), everyone_connected());
+  CHECK_FALSE(p.chosen);
+  CHECK(releases_in_placements_way(c, to_place({"db"})) ==
+        found{{{"default", "db"}, "done"}});
+  CHECK(releases_in_placements_way(c, to_place({"logs"})) ==
+        found{{{"default", "logs"}, "vanished"}, {{"default", "logs"}, "releasing"}});
+  // A live holder's claim is not being released: nothing to wait for.
+  CHECK(releases_in_placements_way(c, to_place({"held"})).empty());
+  CHECK(releases_in_placements_way(c, to_place({"nope"})).empty());
+  // Once freed, it places.
+  auto freed = volume("db");
+  commit(c, {upsert_change(freed)});
+  CHECK(releases_in_placements_way(c, to_place({"db"})).empty());
+  CHECK(place_alloc(c, to_place({"db"}), everyone_connected()).chosen);
+  // The alloc's own claim is never one it waits for.
+  auto mine = volume("mine");
+  claimed_by(mine, "new", "n1");
+  commit(c, {upsert_change(mine)});
+  CHECK(releases_in_placements_way(c, to_place({"mine"})).empty());
+}

@@ -308,14 +308,16 @@ int main(int argc, char** argv) {
   cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
   cfg.set("logger.file-verbosity", caf::atom("quiet"));
   cfg.set("logger.console-verbosity", caf::atom("quiet"));
-  // A node actor's handle reaches the leader through whichever server the
-  // client talks to; connect directly so that it does not die with that
-  // server.
-  cfg.set("middleman.enable-automatic-connections", true);
-  // TLS: no automatic connections (CAF would open a plain-text port for
-  // them); a node's handle then reaches the leader through the server its
-  // client talks to, and the client registers again through another server
-  // when that one goes.
+  // No automatic connections, with or without TLS: CAF 0.17 would open a
+  // port of its own for them (basp_broker: a doorman on port 0 of every
+  // interface, whatever --bind says; plain text even under TLS), and gives
+  // no option for its address (issue 59).  berthd listens only where it is
+  // told.  A node actor's handle then reaches the leader through the server
+  // its client talks to (CAF relays through it), and the client registers
+  // again through another server when that one goes; every connection is
+  // one berthd opened to an address it was given (--servers, --join, the
+  // members' raft and shell addresses).
+  cfg.set("middleman.enable-automatic-connections", false);
   berth::tls::configure(cfg, opts.tls);
   berth::add_message_types(cfg);
   caf::actor_system sys{cfg};

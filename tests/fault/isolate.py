@@ -10,8 +10,8 @@ to 127.0.0.1:PORT inside the namespace goes on to the unix socket SOCKET, a
 file the suite's UnixCutProxy listens on outside, which takes it to a
 server), then execs COMMAND (berthd --client) once the forwards listen. The
 forwarder exits when COMMAND does. Nothing else reaches the command, nor does
-the command reach anything else: a server cannot open a connection to it (the
-servers' CAF automatic connections find only its loopback), so cutting the
+the command reach anything else: a server cannot open a connection to it (nor
+does it try: berthd runs without CAF's automatic connections), so cutting the
 proxies cuts every connection between the client and the servers, both ways.
 The unix sockets of its plugin are files and still work."""
 

@@ -195,8 +195,9 @@ class Nemesis:
         # network: the client's veth goes down. proxies: the only way
         # between the client and the servers is through its proxies. Both
         # cut every connection, both ways. tcp: the client's connections to
-        # the servers are cut; a leader that connected to the client itself
-        # (CAF's automatic connections) still reaches it.
+        # the servers are cut, and with them every way to it (berthd opens
+        # no automatic connections, issue 59: the leader reaches the client
+        # only through the server it talks to).
         mode = self.client_cut
         self.history.note("partition-client", process=victim.name, alloc=alloc, volume=vid,
                           mode=mode)

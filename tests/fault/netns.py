@@ -11,8 +11,9 @@ network namespace of its own (unshare, in a user namespace; isolate.py), it
 reaches the servers only through unix sockets where proxies outside
 (UnixCutProxy) take it on; cutting them cuts the client off, both ways.
 (BridgeCutProxy and plain TCP proxies serve --partition-client-mode tcp: the
-client's own connections are cut, but a leader that connected to the client
-itself, CAF's automatic connections, still reaches it.)"""
+client's own connections are cut, and with them every way to it, since
+berthd opens no automatic connections (issue 59); before, a leader that
+connected to the client itself still reached it.)"""
 
 import os
 import shutil

@@ -501,8 +501,9 @@ def main(argv=None):
                    "client alone in a namespace of its own, unshare, reaching the servers only "
                    "through unix-socket proxies that are cut; no root needed where user "
                    "namespaces are allowed), tcp (TCP proxies between the client and the "
-                   "servers are cut: one way only, the leader's own connection to the client "
-                   "stays, so the cut does nothing while the client talks to the leader), auto "
+                   "servers are cut: every connection of the client, both ways, now that berthd "
+                   "opens no automatic connections (issue 59); before, the leader's own "
+                   "connection to the client stayed), auto "
                    "(default: network as root, else proxies, else tcp)")
     p.add_argument("--node-lease", type=float,
                    help="the servers' --node-lease (seconds; default theirs: a third of "
@@ -538,9 +539,9 @@ def main(argv=None):
     a.client_cut = "tcp"
     if (every_kind and a.partition_client_mode == "auto" and not a.netns
             and "partition-client" in a.kinds):
-        # Without root, only the proxies mode cuts both ways, and it has an
-        # open finding (docs/testing.md: the leader stalls after a heal);
-        # asked for by name, it still runs.
+        # Without root, the proxies mode (and tcp since issue 59) cuts both
+        # ways; proxies has an open finding (docs/testing.md: the leader
+        # stalls after a heal); asked for by name, it still runs.
         log("partition-client skipped: it needs network namespaces (root) unless asked for "
             "by name (--kinds partition-client --partition-client-mode proxies)")
         a.kinds = tuple(k for k in a.kinds if k != "partition-client")
@@ -559,8 +560,8 @@ def main(argv=None):
             "network": "setting its veth down (every connection, both ways)",
             "proxies": "cutting the unix-socket proxies it alone in its namespace reaches the "
                        "servers through (every connection, both ways)",
-            "tcp": "cutting the TCP proxies to the servers (one way: the leader's own "
-                   "connection to the client stays; %s)" % (isolation or "asked for")}[mode])
+            "tcp": "cutting the TCP proxies to the servers (every connection of the client, "
+                   "both ways: no automatic connections; %s)" % (isolation or "asked for")}[mode])
     if why_not:
         if set(a.kinds) & set(Nemesis.PARTITION_KINDS):
             log("server partitions skipped: network namespaces %s" % why_not)

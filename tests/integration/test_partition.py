@@ -4,10 +4,10 @@ clients' plugins sharing one root, so a volume can be published on either
 client. Client c1 reaches the servers only through TCP proxies that the test
 can cut (every connection closed, new ones refused at once) while c1's
 process, its plugin and its alloc go on. What the proxies cut is c1's own
-connections: its heartbeats, so it gets no lease. Over plain text, CAF may
-also open a connection from a server to c1 (automatic connections) that the
-proxies do not see; the fault suite's partition-client cuts both ways
-(network namespaces), this test checks the client's side of the lease.
+connections: its heartbeats, so it gets no lease. The servers reach c1 only
+through those connections (berthd opens no automatic connections, issue 59),
+so the cut is one both ways; the fault suite's partition-client also cuts in
+network namespaces. This test checks the client's side of the lease.
 
 c1 runs an alloc that writes a single-node-writer volume. Once c1 is cut
 off, c2 asks for the same volume again and again. When c2's claim is

@@ -549,7 +549,7 @@ class ProxyRecordingTest(TlsShell, unittest.TestCase):
         follower = next(s for s in cluster.servers if s is not leader)
         # The leader's first: a client talks to the first of its --servers
         # that answers, and the leader sends the CSI requests over that
-        # connection (a plain cluster would otherwise open a direct one,
+        # connection (before issue 59 a plain cluster opened a direct one,
         # CAF's automatic connection, past the proxies).
         to_servers = [RecordingProxy(s.port) for s in
                       [leader] + [s for s in cluster.servers if s is not leader]]

@@ -157,38 +157,37 @@ int64_t least_node_down_ms(int64_t lease_ms, const fence_times& fence) {
   return hi;
 }
 
-std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms,
-                                   const fence_times& fence, bool lease_given) {
+std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms, const fence_times& fence,
+                                   bool lease_given) {
   if (lease_ms <= 0)
     return failure{errc::invalid, "--node-lease must be more than 0 s; give it in seconds, e.g. "
                                   "--node-lease 15"};
   if (fence.kill_timeout_ms < 0 || fence.unmount_ms < 0)
-    return failure{errc::invalid,
-                   "--kill-timeout and --fence-unmount-time must be 0 s or more"};
+    return failure{errc::invalid, "--kill-timeout and --fence-unmount-time must be 0 s or more"};
   if (margin_covers_fence(lease_ms, node_down_ms, fence)) return std::nullopt;
   auto period = heartbeat_period_ms(lease_ms, 0);
   auto least = least_node_down_ms(lease_given ? lease_ms : 0, fence);
   std::string lease_text = "--node-lease " + seconds(lease_ms);
   if (!lease_given) lease_text += " (a third of --node-down-timeout)";
   std::string fix = "raise --node-down-timeout to at least " + seconds(least);
-  fix += lease_given ? " (with --node-lease " + seconds(lease_ms) + ")"
-                     : " (the lease a third of it)";
+  fix +=
+      lease_given ? " (with --node-lease " + seconds(lease_ms) + ")" : " (the lease a third of it)";
   return failure{
       errc::invalid,
       "the lease margin does not cover a client's fence: --node-down-timeout - --node-lease "
       "must be at least max(--kill-timeout, --node-lease/4) + --fence-unmount-time + " +
-          seconds(fence_poll_ms) + " + --node-down-timeout/1000, but " +
-          seconds(node_down_ms) + " - " + seconds(lease_ms) + " = " +
-          seconds(node_down_ms - lease_ms) + " < max(" + seconds(fence.kill_timeout_ms) + ", " +
-          seconds(period) + ") + " + seconds(fence.unmount_ms) + " + " +
-          seconds(fence_poll_ms) + " + " + seconds((std::max<int64_t>(node_down_ms, 0) + 999) / 1000) +
-          " = " + seconds(fence_margin_ms(lease_ms, node_down_ms, fence)) + " (--node-down-timeout " +
+          seconds(fence_poll_ms) + " + --node-down-timeout/1000, but " + seconds(node_down_ms) +
+          " - " + seconds(lease_ms) + " = " + seconds(node_down_ms - lease_ms) + " < max(" +
+          seconds(fence.kill_timeout_ms) + ", " + seconds(period) + ") + " +
+          seconds(fence.unmount_ms) + " + " + seconds(fence_poll_ms) + " + " +
+          seconds((std::max<int64_t>(node_down_ms, 0) + 999) / 1000) + " = " +
+          seconds(fence_margin_ms(lease_ms, node_down_ms, fence)) + " (--node-down-timeout " +
           seconds(node_down_ms) + ", " + lease_text + ", --kill-timeout " +
-          seconds(fence.kill_timeout_ms) + ", --fence-unmount-time " +
-          seconds(fence.unmount_ms) +
+          seconds(fence.kill_timeout_ms) + ", --fence-unmount-time " + seconds(fence.unmount_ms) +
           "): the servers could release a silent client's claims before its fence has stopped "
           "its writers (SIGTERM, SIGKILL after --kill-timeout) and unmounted their volumes; " +
-          fix + ", or lower --node-lease, --kill-timeout or --fence-unmount-time "
+          fix +
+          ", or lower --node-lease, --kill-timeout or --fence-unmount-time "
           "(docs/user-guide.md, Leases and self-fencing)"};
 }
 

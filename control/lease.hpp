@@ -256,8 +256,8 @@ int64_t least_node_down_ms(int64_t lease_ms, const fence_times& fence);
 // (margin_covers_fence); a failure naming the inequality, the values and
 // the fix.  `lease_given`: --node-lease was given (else `lease_ms` is the
 // default, a third of D, and the fix says so).
-std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms,
-                                   const fence_times& fence, bool lease_given = true);
+std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms, const fence_times& fence,
+                                   bool lease_given = true);
 
 // --- the way back: the leader's calls to a client --------------------------------
 //

@@ -3,6 +3,8 @@
 // allows; the fence takes exactly the writers of single-writer volumes;
 // the options leave a margin.  Property checks over random schedules: the
 // client's lease always ends before the servers would release its claims.
+#include "control/lease.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,8 +13,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include "control/lease.hpp"
 
 using namespace berth;
 
@@ -346,8 +346,8 @@ TEST_CASE("least_node_down_timeout_with_the_default_lease") {
   CHECK(least < 17000);
   // The least D for a given lease is the lease plus what the margin needs.
   for (int64_t lease_ms : {100, 1000, 2000, 15000, 60000}) {
-    for (fence_times f : {fence_times{}, fence_times{0, 0}, fence_times{1000, 500},
-                          fence_times{30000, 10000}}) {
+    for (fence_times f :
+         {fence_times{}, fence_times{0, 0}, fence_times{1000, 500}, fence_times{30000, 10000}}) {
       auto d = least_node_down_ms(lease_ms, f);
       CAPTURE(lease_ms);
       CAPTURE(d);
@@ -391,15 +391,15 @@ TEST_CASE("check_lease_names_the_inequality_the_values_and_the_fix") {
   CHECK(m.find("--fence-unmount-time 5 s") != std::string::npos);
   CHECK(m.find("a third of --node-down-timeout") != std::string::npos);
   auto least = least_node_down_ms(0, {});
-  CHECK(m.find("raise --node-down-timeout to at least " +
-               std::to_string(least / 1000)) != std::string::npos);
-  CHECK(m.find("lower --node-lease, --kill-timeout or --fence-unmount-time") !=
+  CHECK(m.find("raise --node-down-timeout to at least " + std::to_string(least / 1000)) !=
         std::string::npos);
+  CHECK(m.find("lower --node-lease, --kill-timeout or --fence-unmount-time") != std::string::npos);
   // A lease given: the fix keeps it.
   auto g = check_lease(14000, 20000, {}, true);
   REQUIRE(g);
-  CHECK(g->message.find("raise --node-down-timeout to at least 24.275 s (with --node-lease 14 s)") !=
-        std::string::npos);
+  CHECK(
+      g->message.find("raise --node-down-timeout to at least 24.275 s (with --node-lease 14 s)") !=
+      std::string::npos);
   CHECK(g->message.find("a third of") == std::string::npos);
   // Nothing to say when it holds.
   CHECK_FALSE(check_lease(14000, 24275, {}, true));

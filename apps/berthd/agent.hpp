@@ -50,7 +50,7 @@ struct agent_options {
   int64_t node_lease_ms = 15000;          // as resolved
   // Every berthd: the SIGTERM grace of a client's allocs (its fence and
   // stops); the servers' lease check assumes clients use at most theirs.
-  double kill_timeout = 5;  // seconds
+  double kill_timeout = 5;        // seconds
   double fence_unmount_time = 5;  // servers: seconds a fence's unmount may take
   bool keep_down_writers = false;
   std::string alloc_gc_threshold = "5m";  // servers: as given; parsed into alloc_gc_ms

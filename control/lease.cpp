@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 namespace berth {
 
@@ -127,20 +128,67 @@ bool publish_allowed(uint64_t claim_index, uint64_t floor) { return claim_index 
 
 int64_t default_lease_ms(int64_t node_down_ms) { return node_down_ms / 3; }
 
-std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms) {
+int64_t fence_margin_ms(int64_t lease_ms, int64_t node_down_ms, const fence_times& fence) {
+  int64_t rates = (std::max<int64_t>(node_down_ms, 0) + 999) / 1000;
+  return std::max(fence.kill_timeout_ms, heartbeat_period_ms(lease_ms, 0)) + fence.unmount_ms +
+         fence_poll_ms + rates;
+}
+
+bool margin_covers_fence(int64_t lease_ms, int64_t node_down_ms, const fence_times& fence) {
+  return lease_ms > 0 && node_down_ms - lease_ms >= fence_margin_ms(lease_ms, node_down_ms, fence);
+}
+
+int64_t least_node_down_ms(int64_t lease_ms, const fence_times& fence) {
+  auto covers = [&](int64_t down) {
+    return margin_covers_fence(lease_ms > 0 ? lease_ms : default_lease_ms(down), down, fence);
+  };
+  // Both sides grow with D (the margin by D/1000 and, with the default
+  // lease, by D/12 at most, against 2D/3): the least D by bisection.
+  int64_t lo = 0, hi = 1;
+  while (!covers(hi)) {
+    lo = hi;
+    if (hi > std::numeric_limits<int64_t>::max() / 4) return std::numeric_limits<int64_t>::max();
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    (covers(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms, const fence_times& fence,
+                                   bool lease_given) {
   if (lease_ms <= 0)
     return failure{errc::invalid, "--node-lease must be more than 0 s; give it in seconds, e.g. "
                                   "--node-lease 15"};
-  // The margin: at least 1 s (half the timeout when that is shorter, for
-  // the short timeouts of tests).
-  if (node_down_ms - lease_ms < std::min<int64_t>(1000, node_down_ms / 2))
-    return failure{errc::invalid,
-                   "--node-lease (" + seconds(lease_ms) +
-                       ") must be at least 1 s shorter than --node-down-timeout (" +
-                       seconds(node_down_ms) +
-                       "): a client must fence itself before the servers release its claims; "
-                       "lower --node-lease or raise --node-down-timeout"};
-  return std::nullopt;
+  if (fence.kill_timeout_ms < 0 || fence.unmount_ms < 0)
+    return failure{errc::invalid, "--kill-timeout and --fence-unmount-time must be 0 s or more"};
+  if (margin_covers_fence(lease_ms, node_down_ms, fence)) return std::nullopt;
+  auto period = heartbeat_period_ms(lease_ms, 0);
+  auto least = least_node_down_ms(lease_given ? lease_ms : 0, fence);
+  std::string lease_text = "--node-lease " + seconds(lease_ms);
+  if (!lease_given) lease_text += " (a third of --node-down-timeout)";
+  std::string fix = "raise --node-down-timeout to at least " + seconds(least);
+  fix +=
+      lease_given ? " (with --node-lease " + seconds(lease_ms) + ")" : " (the lease a third of it)";
+  return failure{
+      errc::invalid,
+      "the lease margin does not cover a client's fence: --node-down-timeout - --node-lease "
+      "must be at least max(--kill-timeout, --node-lease/4) + --fence-unmount-time + " +
+          seconds(fence_poll_ms) + " + --node-down-timeout/1000, but " + seconds(node_down_ms) +
+          " - " + seconds(lease_ms) + " = " + seconds(node_down_ms - lease_ms) + " < max(" +
+          seconds(fence.kill_timeout_ms) + ", " + seconds(period) + ") + " +
+          seconds(fence.unmount_ms) + " + " + seconds(fence_poll_ms) + " + " +
+          seconds((std::max<int64_t>(node_down_ms, 0) + 999) / 1000) + " = " +
+          seconds(fence_margin_ms(lease_ms, node_down_ms, fence)) + " (--node-down-timeout " +
+          seconds(node_down_ms) + ", " + lease_text + ", --kill-timeout " +
+          seconds(fence.kill_timeout_ms) + ", --fence-unmount-time " + seconds(fence.unmount_ms) +
+          "): the servers could release a silent client's claims before its fence has stopped "
+          "its writers (SIGTERM, SIGKILL after --kill-timeout) and unmounted their volumes; " +
+          fix +
+          ", or lower --node-lease, --kill-timeout or --fence-unmount-time "
+          "(docs/user-guide.md, Leases and self-fencing)"};
 }
 
 bool lease_grantable(const v1::Node* committed, bool marking_down) {

@@ -16,10 +16,12 @@
 // confirmation and of the election share a server).  So the client's lease
 // ends at least D - L (the margin) before any server releases its claims.
 // When the lease ends the client fences itself: SIGTERM (SIGKILL after
-// the kill timeout, 5 s) to every alloc that writes a single-writer volume here,
-// then NodeUnpublish and NodeUnstage of its publications.  The margin must
-// cover that fence and the rate difference of two steady clocks (NTP slews
-// a clock by at most 500 ppm: 45 ms in 45 s); the default margin is 30 s.
+// the kill timeout K, berthd --kill-timeout, 5 s) to every alloc that
+// writes a single-writer volume here, then NodeUnpublish and NodeUnstage of
+// its publications.  The margin must cover that fence and the rate
+// difference of two steady clocks (NTP slews a clock by at most 500 ppm:
+// 45 ms in 45 s); the default margin is 30 s, and berthd refuses one that
+// does not cover the fence (fence_margin_ms, check_lease).
 #pragma once
 
 #include <cstdint>
@@ -210,10 +212,52 @@ bool lease_grantable(const v1::Node* committed, bool marking_down);
 // timeout (15 s of the default 45 s, a 30 s margin).
 int64_t default_lease_ms(int64_t node_down_ms);
 
-// The options' check: a lease shorter than the node-down timeout, leaving a
-// margin of at least 1 s (or half a node-down timeout shorter than 2 s); a
-// failure naming both options and the fix.
-std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms);
+// The fence the margin D - L must cover, as the servers assume it
+// (berthd --kill-timeout and --fence-unmount-time; a client's own
+// --kill-timeout is the grace its allocs get, so give clients the servers'
+// value or less: a client learns L in its grants but never D or the
+// servers' values, so it cannot check this itself).
+struct fence_times {
+  int64_t kill_timeout_ms = 5000;  // K: SIGTERM, then SIGKILL this much later
+  int64_t unmount_ms = 5000;       // U: the fence's NodeUnpublish + NodeUnstage
+};
+
+// The polls between the lease's end and the unmount's start: the lease
+// guard's and the supervisors' checks (50 ms) and the node actor's poll
+// that finds the stopped command gone (200 ms).
+constexpr int64_t fence_poll_ms = 250;
+
+// The least margin D - L that covers a client's fence.  From the lease's
+// end (the client's clock): the lease guard and each alloc's supervisor
+// send SIGTERM at once and SIGKILL K later, so the writers are gone by
+// K + the polls; the node actor starts the fence's unmounts once the
+// command is gone and its own lease tick (every heartbeat period, L/4, at
+// least 100 ms) found the lease out, so they start by max(K, L/4) + the
+// polls and end U later.  The servers count D on their own clock: the
+// rates of two steady clocks differ by at most 1000 ppm (500 each), D/1000
+// (rounded up).  So D - L >= max(K, L/4) + U + 250 ms + D/1000.  What it
+// cannot cover: a writer in an uninterruptible sleep (SIGKILL waits for
+// it), an unmount that fails or outlasts U (retried; the servers release
+// without it), a node actor held longer than a poll (the guard still
+// stops the writers, the unmount comes late), a client whose agent is
+// dead (nothing unmounts: --keep-down-writers).
+int64_t fence_margin_ms(int64_t lease_ms, int64_t node_down_ms, const fence_times& fence);
+
+// Whether D and L leave that margin.
+bool margin_covers_fence(int64_t lease_ms, int64_t node_down_ms, const fence_times& fence);
+
+// The least node-down timeout whose margin covers the fence: with the
+// lease `lease_ms`, or, when `lease_ms` is 0 (--node-lease not given), with
+// the default lease of that timeout (a third of it).
+int64_t least_node_down_ms(int64_t lease_ms, const fence_times& fence);
+
+// The options' check (berthd, where D and L are known: servers and --dev):
+// a lease of more than 0, and a margin that covers the fence
+// (margin_covers_fence); a failure naming the inequality, the values and
+// the fix.  `lease_given`: --node-lease was given (else `lease_ms` is the
+// default, a third of D, and the fix says so).
+std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms, const fence_times& fence,
+                                   bool lease_given = true);
 
 // --- the way back: the leader's calls to a client --------------------------------
 //

@@ -3,15 +3,16 @@
 // allows; the fence takes exactly the writers of single-writer volumes;
 // the options leave a margin.  Property checks over random schedules: the
 // client's lease always ends before the servers would release its claims.
+#include "control/lease.hpp"
+
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
-
-#include "control/lease.hpp"
 
 using namespace berth;
 
@@ -277,17 +278,135 @@ TEST_CASE("a_publish_waits_for_a_first_lease_ten_seconds_at_most") {
 }
 
 TEST_CASE("lease_options_leave_a_margin") {
+  fence_times fast{1000, 500};
   CHECK(default_lease_ms(45000) == 15000);
-  CHECK_FALSE(check_lease(15000, 45000));
-  CHECK_FALSE(check_lease(default_lease_ms(2000), 2000));
-  CHECK_FALSE(check_lease(default_lease_ms(500), 500));
-  auto f = check_lease(45000, 45000);
+  CHECK_FALSE(check_lease(15000, 45000, {}));
+  CHECK_FALSE(check_lease(default_lease_ms(6000), 6000, fast));
+  auto f = check_lease(45000, 45000, {});
   REQUIRE(f);
   CHECK(f->code == errc::invalid);
   CHECK(f->message.find("--node-lease") != std::string::npos);
   CHECK(f->message.find("--node-down-timeout") != std::string::npos);
-  CHECK(check_lease(50000, 45000));
-  CHECK(check_lease(0, 45000));
+  CHECK(check_lease(50000, 45000, {}));
+  CHECK(check_lease(0, 45000, {}));
+  CHECK(check_lease(-1, 45000, {}));
+}
+
+TEST_CASE("fence_margin_is_the_kill_timeout_the_unmount_the_polls_and_the_clock_rates") {
+  // The defaults: max(5 s, 15 s / 4) + 5 s + 250 ms + 45 s / 1000.
+  CHECK(fence_margin_ms(15000, 45000, {}) == 5000 + 5000 + 250 + 45);
+  // The node actor's lease tick (a quarter of the lease) when it is longer
+  // than the kill timeout: the unmount starts only after it.
+  CHECK(fence_margin_ms(40000, 120000, {1000, 2000}) == 10000 + 2000 + 250 + 120);
+  // At least 100 ms between ticks.
+  CHECK(fence_margin_ms(200, 1000, {0, 0}) == 100 + 0 + 250 + 1);
+  // The clock rates: D/1000 rounded up.
+  CHECK(fence_margin_ms(2000, 6001, {1000, 500}) == 1000 + 500 + 250 + 7);
+  CHECK(fence_margin_ms(2000, 6000, {1000, 500}) == 1000 + 500 + 250 + 6);
+  // A longer kill timeout or unmount needs as much more margin.
+  CHECK(fence_margin_ms(15000, 45000, {6000, 5000}) == fence_margin_ms(15000, 45000, {}) + 1000);
+  CHECK(fence_margin_ms(15000, 45000, {5000, 7000}) == fence_margin_ms(15000, 45000, {}) + 2000);
+}
+
+TEST_CASE("margin_covers_the_fence_exactly_at_the_inequality") {
+  fence_times f{1000, 500};
+  // D - L >= max(1 s, 0.5 s) + 0.5 s + 0.25 s + D/1000: with L 2 s, D 3.754 s
+  // (margin 1.754 s = 1.75 s + 4 ms) is the least.
+  CHECK(fence_margin_ms(2000, 3754, f) == 1754);
+  CHECK(margin_covers_fence(2000, 3754, f));
+  CHECK_FALSE(margin_covers_fence(2000, 3753, f));
+  CHECK(least_node_down_ms(2000, f) == 3754);
+  // No lease never covers anything (check_lease refuses it by itself).
+  CHECK_FALSE(margin_covers_fence(0, 1'000'000, f));
+  // The defaults hold with a margin to spare: they stand up to a kill
+  // timeout of almost 25 s (30 s - 5 s - 0.25 s - 45 ms).
+  CHECK(margin_covers_fence(15000, 45000, {}));
+  CHECK(margin_covers_fence(15000, 45000, {24705, 5000}));
+  CHECK_FALSE(margin_covers_fence(15000, 45000, {24706, 5000}));
+}
+
+TEST_CASE("the_short_timeouts_of_the_tests_hold_with_a_one_second_kill_timeout") {
+  fence_times tests{1000, 500};  // --kill-timeout 1 --fence-unmount-time 0.5
+  // integration.partition, gc, placement, fault.short: D 6 s, L 2 s.
+  CHECK(margin_covers_fence(default_lease_ms(6000), 6000, tests));
+  // integration.lifecycle: D 3 s, L 1 s.
+  CHECK(margin_covers_fence(default_lease_ms(3000), 3000, tests));
+  // With the defaults (5 s, 5 s) both are refused: the 1 s margin.
+  CHECK_FALSE(margin_covers_fence(default_lease_ms(6000), 6000, {}));
+  CHECK_FALSE(margin_covers_fence(default_lease_ms(3000), 3000, {}));
+  CHECK_FALSE(margin_covers_fence(1000, 2000, {}));
+}
+
+TEST_CASE("least_node_down_timeout_with_the_default_lease") {
+  // L = D/3: 2D/3 >= max(5 s, D/12) + 5 s + 0.25 s + D/1000: D of about 15.4 s.
+  auto least = least_node_down_ms(0, {});
+  CHECK(margin_covers_fence(default_lease_ms(least), least, {}));
+  CHECK_FALSE(margin_covers_fence(default_lease_ms(least - 1), least - 1, {}));
+  CHECK(least > 15000);
+  CHECK(least < 17000);
+  // The least D for a given lease is the lease plus what the margin needs.
+  for (int64_t lease_ms : {100, 1000, 2000, 15000, 60000}) {
+    for (fence_times f :
+         {fence_times{}, fence_times{0, 0}, fence_times{1000, 500}, fence_times{30000, 10000}}) {
+      auto d = least_node_down_ms(lease_ms, f);
+      CAPTURE(lease_ms);
+      CAPTURE(d);
+      CHECK(margin_covers_fence(lease_ms, d, f));
+      CHECK_FALSE(margin_covers_fence(lease_ms, d - 1, f));
+      CHECK(d - lease_ms >= std::max(f.kill_timeout_ms, heartbeat_period_ms(lease_ms, 0)) +
+                                f.unmount_ms + fence_poll_ms);
+    }
+  }
+}
+
+TEST_CASE("margin_grows_with_the_node_down_timeout_so_a_larger_one_never_breaks_it") {
+  // Property: a D that covers the fence stays covering when raised, for a
+  // fixed lease and for the default lease.
+  std::mt19937_64 rng(59);
+  for (int run = 0; run < 2000; ++run) {
+    fence_times f{static_cast<int64_t>(rng() % 30'000), static_cast<int64_t>(rng() % 30'000)};
+    int64_t lease_ms = 100 + static_cast<int64_t>(rng() % 60'000);
+    int64_t down = least_node_down_ms(lease_ms, f);
+    int64_t more = down + static_cast<int64_t>(rng() % 1'000'000);
+    CAPTURE(run);
+    CHECK(margin_covers_fence(lease_ms, more, f));
+    int64_t down_default = least_node_down_ms(0, f);
+    CHECK(margin_covers_fence(default_lease_ms(more + down_default), more + down_default, f));
+  }
+}
+
+TEST_CASE("check_lease_names_the_inequality_the_values_and_the_fix") {
+  // The case: D 6 s, L 2 s and the default 5 s kill timeout.
+  auto f = check_lease(2000, 6000, {}, false);
+  REQUIRE(f);
+  CHECK(f->code == errc::invalid);
+  const auto& m = f->message;
+  CAPTURE(m);
+  CHECK(m.find("--node-down-timeout - --node-lease must be at least max(--kill-timeout, "
+               "--node-lease/4) + --fence-unmount-time + 0.25 s + --node-down-timeout/1000") !=
+        std::string::npos);
+  CHECK(m.find("6 s - 2 s = 4 s < max(5 s, 0.5 s) + 5 s + 0.25 s + 0.006 s = 10.256 s") !=
+        std::string::npos);
+  CHECK(m.find("--kill-timeout 5 s") != std::string::npos);
+  CHECK(m.find("--fence-unmount-time 5 s") != std::string::npos);
+  CHECK(m.find("a third of --node-down-timeout") != std::string::npos);
+  auto least = least_node_down_ms(0, {});
+  CHECK(m.find("raise --node-down-timeout to at least " + std::to_string(least / 1000)) !=
+        std::string::npos);
+  CHECK(m.find("lower --node-lease, --kill-timeout or --fence-unmount-time") != std::string::npos);
+  // A lease given: the fix keeps it.
+  auto g = check_lease(14000, 20000, {}, true);
+  REQUIRE(g);
+  CHECK(
+      g->message.find("raise --node-down-timeout to at least 24.275 s (with --node-lease 14 s)") !=
+      std::string::npos);
+  CHECK(g->message.find("a third of") == std::string::npos);
+  // Nothing to say when it holds.
+  CHECK_FALSE(check_lease(14000, 24275, {}, true));
+  CHECK(check_lease(14000, 24274, {}, true));
+  // Negative times are refused (berthd's ranges already keep them out).
+  CHECK(check_lease(15000, 45000, {-1, 0}));
+  CHECK(check_lease(15000, 45000, {0, -1}));
 }
 
 // The safety argument of control/lease.hpp on random schedules: a client's
@@ -299,9 +418,12 @@ TEST_CASE("lease_options_leave_a_margin") {
 TEST_CASE("lease_always_ends_a_margin_before_the_release") {
   std::mt19937_64 rng(20261127);
   for (int run = 0; run < 2000; ++run) {
-    int64_t down = 3000 + static_cast<int64_t>(rng() % 60000);
+    // The fence's times, and a node-down timeout from the least the rule
+    // allows with them (the default lease) to a minute more.
+    fence_times fence{static_cast<int64_t>(rng() % 6000), static_cast<int64_t>(rng() % 6000)};
+    int64_t down = least_node_down_ms(0, fence) + static_cast<int64_t>(rng() % 60000);
     int64_t len = default_lease_ms(down);
-    REQUIRE_FALSE(check_lease(len, down));
+    REQUIRE_FALSE(check_lease(len, down, fence, false));
     double drift = 1.0 - static_cast<double>(rng() % 501) / 1e6;  // the client's clock is slow
     lease l;
     int64_t last_receipt = 0;  // servers' clock (= real time)
@@ -319,8 +441,12 @@ TEST_CASE("lease_always_ends_a_margin_before_the_release") {
       // the margin to spare (less the drift over one lease).
       int64_t release_at = last_receipt + down;
       auto client_at_release = static_cast<int64_t>(static_cast<double>(release_at) * drift);
-      if (l.length_ms > 0)
+      if (l.length_ms > 0) {
         CHECK(client_at_release - l.until_ms >= down - len - down / 1000 - 1);
+        // ... which leaves the whole fence before the release.
+        CHECK(client_at_release - l.until_ms >=
+              fence_margin_ms(len, down, fence) - (down + 999) / 1000 - 1);
+      }
     }
   }
 }

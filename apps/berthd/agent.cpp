@@ -89,6 +89,7 @@ node_config client_config(const agent_options& opts, const std::string& name) {
   cfg.fingerprint_interval =
       std::chrono::milliseconds(static_cast<int64_t>(opts.fingerprint_interval * 1000));
   cfg.csi_timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.csi_timeout * 1000));
+  cfg.kill_timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.kill_timeout * 1000));
   // < 0: never; else at least 100 ms (0 would measure without a pause).
   cfg.volume_stats_interval = std::chrono::milliseconds(
       opts.volume_stats_ms < 0 ? -1 : std::max<int64_t>(opts.volume_stats_ms, 100));

@@ -48,6 +48,10 @@ struct agent_options {
   double node_down_timeout = 45;          // servers: seconds without heartbeat
   double node_lease = 0;                  // servers: seconds; 0: a third of the above
   int64_t node_lease_ms = 15000;          // as resolved
+  // Every berthd: the SIGTERM grace of a client's allocs (its fence and
+  // stops); the servers' lease check assumes clients use at most theirs.
+  double kill_timeout = 5;        // seconds
+  double fence_unmount_time = 5;  // servers: seconds a fence's unmount may take
   bool keep_down_writers = false;
   std::string alloc_gc_threshold = "5m";  // servers: as given; parsed into alloc_gc_ms
   std::string node_gc_threshold = "24h";

@@ -115,6 +115,18 @@ int main(int argc, char** argv) {
                      "heartbeat a leader confirmed; past it the client stops those allocs and "
                      "unmounts the volumes (default: a third of --node-down-timeout)")
       ->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--kill-timeout", opts.kill_timeout,
+                 "Seconds an alloc's command has after SIGTERM before SIGKILL, when it is "
+                 "stopped or its client fences itself (clients); the longest grace the "
+                 "servers' lease margin covers (servers: give clients this value or less)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
+  server->add_option("--fence-unmount-time", opts.fence_unmount_time,
+                     "Seconds a fencing client's NodeUnpublishVolume and NodeUnstageVolume may "
+                     "take; the lease margin (--node-down-timeout - --node-lease) must cover "
+                     "--kill-timeout, this and a little more (docs/user-guide.md, Leases)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   server->add_flag("--keep-down-writers", opts.keep_down_writers,
                    "Never release a down node's claims that write a single-writer volume "
                    "without the node: they wait until it comes back or `berth volume detach` "
@@ -278,12 +290,18 @@ int main(int argc, char** argv) {
       return 2;
     }
   {
+    // Checked where D and L are known (a server, --dev); a client learns L
+    // in its grants and never D (control/lease.hpp, fence_times).
     auto down_ms = static_cast<int64_t>(opts.node_down_timeout * 1000);
     opts.node_lease_ms = opts.node_lease > 0 ? static_cast<int64_t>(opts.node_lease * 1000)
                                              : berth::default_lease_ms(down_ms);
-    if (auto f = berth::check_lease(opts.node_lease_ms, down_ms)) {
-      std::cerr << "berthd: " << f->message << "\n";
-      return 2;
+    berth::fence_times fence{static_cast<int64_t>(opts.kill_timeout * 1000),
+                             static_cast<int64_t>(opts.fence_unmount_time * 1000)};
+    if (opts.server || opts.dev) {
+      if (auto f = berth::check_lease(opts.node_lease_ms, down_ms, fence, opts.node_lease > 0)) {
+        std::cerr << "berthd: " << f->message << "\n";
+        return 2;
+      }
     }
   }
   if (opts.data_dir.empty()) opts.data_dir = opts.dev ? "/tmp/berth-dev" : "/var/lib/berth";

@@ -138,8 +138,8 @@ class NetnsClient(Client):
     private here) would not reach the client's allocs. nsenter --net
     changes only the network namespace."""
 
-    def __init__(self, tmp, name, servers, plugin_socket, ns, address):
-        super().__init__(tmp, name, servers, plugin_socket)
+    def __init__(self, tmp, name, servers, plugin_socket, ns, address, extra_args=()):
+        super().__init__(tmp, name, servers, plugin_socket, extra_args)
         self.ns = ns
         self.host = address
         self.argv = ["nsenter", "--net=/run/netns/" + ns, "--"] + self.argv
@@ -217,9 +217,9 @@ class IsolatedClient(Client):
     it reaches server i at 127.0.0.1:4701+i inside, through proxies[i] (a
     UnixCutProxy) outside, and nothing reaches it but through them."""
 
-    def __init__(self, tmp, name, proxies, plugin_socket):
+    def __init__(self, tmp, name, proxies, plugin_socket, extra_args=()):
         inside = ["127.0.0.1:%d" % (4701 + i) for i in range(len(proxies))]
-        super().__init__(tmp, name, inside, plugin_socket)
+        super().__init__(tmp, name, inside, plugin_socket, extra_args)
         forwards = []
         for address, p in zip(inside, proxies):
             forwards += ["--forward", "%s=%s" % (address, p.address)]

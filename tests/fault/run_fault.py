@@ -70,7 +70,11 @@ class Run:
 
     def setup(self):
         self.network = None
-        server_args = ["--node-down-timeout", str(self.args.node_down_timeout)]
+        # The fence the servers' lease margin must cover (berthd refuses a
+        # margin that does not), and the grace the clients' allocs get.
+        fence_args = ["--kill-timeout", str(self.args.kill_timeout)]
+        server_args = ["--node-down-timeout", str(self.args.node_down_timeout),
+                       "--fence-unmount-time", str(self.args.fence_unmount_time)] + fence_args
         if self.args.node_lease:
             server_args += ["--node-lease", str(self.args.node_lease)]
         if self.args.netns:
@@ -102,25 +106,25 @@ class Run:
                 self.proxies[name] = []
                 ns, addr = self.network.add(name, 20 + i)
                 self.clients.append(netns.NetnsClient(self.tmp, name, servers, socket_path, ns,
-                                                      addr))
+                                                      addr, fence_args))
             elif self.args.client_cut == "proxies":
                 self.proxies[name] = [
                     netns.UnixCutProxy(a, os.path.join(self.tmp, "%s-s%d.sock" % (name, j + 1)))
                     for j, a in enumerate(servers)]
                 self.clients.append(netns.IsolatedClient(self.tmp, name, self.proxies[name],
-                                                         socket_path))
+                                                         socket_path, fence_args))
             elif self.network:
                 bridge = self.network.subnet + ".1"
                 self.proxies[name] = [netns.BridgeCutProxy(a, bridge) for a in servers]
                 ns, addr = self.network.add(name, 20 + i)
                 self.clients.append(netns.NetnsClient(
                     self.tmp, name, [p.address for p in self.proxies[name]], socket_path, ns,
-                    addr))
+                    addr, fence_args))
             else:
                 self.proxies[name] = [CutProxy(a) for a in servers]
                 self.clients.append(Client(self.tmp, name,
                                            [p.address for p in self.proxies[name]],
-                                           socket_path))
+                                           socket_path, fence_args))
         self.cluster.processes += self.clients + self.plugins
         for p in self.plugins:
             p.start()
@@ -508,6 +512,12 @@ def main(argv=None):
     p.add_argument("--node-lease", type=float,
                    help="the servers' --node-lease (seconds; default theirs: a third of "
                    "--node-down-timeout)")
+    p.add_argument("--kill-timeout", type=float, default=1,
+                   help="the servers' and clients' --kill-timeout (seconds: the SIGTERM grace of "
+                   "a fenced or stopped alloc; 1, so that the short default node-down timeout's "
+                   "margin covers the fence)")
+    p.add_argument("--fence-unmount-time", type=float, default=0.5,
+                   help="the servers' --fence-unmount-time (seconds)")
     p.add_argument("--release-bound", type=float, default=45,
                    help="seconds after the faults stop by which every release must be done")
     p.add_argument("--tail", type=float, default=2,

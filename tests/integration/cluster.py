@@ -218,13 +218,15 @@ class Client(Process):
 
 
 class Cluster:
-    def __init__(self, tmp, tick=None, snapshot_threshold=30, server_args=()):
-        """server_args: more berthd flags for every server; tick: their
+    def __init__(self, tmp, tick=None, snapshot_threshold=30, server_args=(), client_args=()):
+        """server_args: more berthd flags for every server; client_args: for
+        every client add_client starts (before its own); tick: their
         --raft-tick (0.05 s, times BERTH_TEST_TIME_SCALE: under a sanitizer's
         slowness a short tick makes elections that never settle)."""
         if tick is None:
             tick = "%g" % (0.05 * max(float(os.environ.get("BERTH_TEST_TIME_SCALE", "1")), 1))
         self.tmp = tmp
+        self.client_args = tuple(client_args)
         ports = [(free_port(), free_port()) for _ in range(3)]
         raft = ["127.0.0.1:%d" % r for _, r in ports]
         self.servers = [Server(tmp, "s%d" % (i + 1), p, r, [a for a in raft if a != raft[i]], tick,
@@ -247,7 +249,7 @@ class Cluster:
         plugin = Plugin(self.tmp, "plugin-" + name, "csi-" + name, shared_root=shared_root,
                         extra_args=plugin_args)
         client = Client(self.tmp, name, [s.address for s in self.servers], plugin.socket,
-                        client_args)
+                        self.client_args + tuple(client_args))
         self.processes += [client, plugin]
         plugin.start()
         client.start()
@@ -318,15 +320,17 @@ def fold_repeats(lines):
 class ClusterTestCase(unittest.TestCase):
     """A test on a fresh 3-server cluster in its own temporary directory,
     stopped (and its mounts undone) after the test. SERVER_ARGS: more berthd
-    flags for the servers; SNAPSHOT_THRESHOLD: their --snapshot-threshold."""
+    flags for the servers; CLIENT_ARGS: for the clients of add_client;
+    SNAPSHOT_THRESHOLD: their --snapshot-threshold."""
     PREFIX = "berth-test-"
     SERVER_ARGS = ()
+    CLIENT_ARGS = ()
     SNAPSHOT_THRESHOLD = 100000
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix=self.PREFIX)
         self.cluster = Cluster(self.tmp, snapshot_threshold=self.SNAPSHOT_THRESHOLD,
-                               server_args=self.SERVER_ARGS)
+                               server_args=self.SERVER_ARGS, client_args=self.CLIENT_ARGS)
         self.addCleanup(self.cleanup)
         self.cluster.start()
         self.via = self.cluster.any_address()

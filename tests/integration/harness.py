@@ -132,6 +132,15 @@ def undo_mounts(tmp):
 # BERTH_TEST_TIME_SCALE (the sanitizer runs set 4): everything runs that many
 # times slower, so the shell's own deadline stretches with it.
 TIME_SCALE = float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
+# A fence short enough for the short node-down timeouts of the tests (6 s:
+# a 2 s lease and a 4 s margin; 3 s: 1 s and 2 s). berthd refuses a margin
+# (--node-down-timeout - --node-lease) below max(--kill-timeout,
+# --node-lease/4) + --fence-unmount-time + 0.25 s + --node-down-timeout/1000
+# (control/lease.hpp, fence_margin_ms): 10.26 s with the defaults (5 s, 5 s),
+# 1.76 s with these. For the servers (the fence they assume) and the clients
+# (the grace their allocs get: --fence-unmount-time is a servers' option,
+# which a client ignores).
+SHORT_FENCE = ("--kill-timeout", "1", "--fence-unmount-time", "0.5")
 # The shell's --timeout for tests that pass their own: 30 s, scaled.
 SHELL_TIMEOUT = str(int(30 * max(TIME_SCALE, 1)))
 

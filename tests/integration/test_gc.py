@@ -12,7 +12,7 @@ import tempfile
 import unittest
 
 from cluster import ClusterTestCase
-from harness import BERTHD, TIME_SCALE, berth
+from harness import BERTHD, SHORT_FENCE, TIME_SCALE, berth
 
 
 def volume_spec(vid):
@@ -45,7 +45,8 @@ class SystemGcTest(GcBase):
     # beside two busy loops, and its fence ended alloc busy under the test)
     SERVER_ARGS = ("--node-down-timeout", "%g" % (6 * max(TIME_SCALE, 1)),
                    "--alloc-gc-threshold", "never",
-                   "--node-gc-threshold", "never")
+                   "--node-gc-threshold", "never") + SHORT_FENCE
+    CLIENT_ARGS = SHORT_FENCE
 
     def test_system_gc_collects_only_what_nothing_needs(self):
         shared = os.path.join(self.tmp, "shared-root")

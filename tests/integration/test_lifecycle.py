@@ -18,7 +18,7 @@ import time
 import unittest
 
 from cluster import Process, free_port
-from harness import BERTHD, TIME_SCALE, berth
+from harness import BERTHD, SHORT_FENCE, TIME_SCALE, berth
 
 HOSTPATH = os.environ.get("BERTH_HOSTPATH_BIN", "berth-hostpath")
 SECRET = "hunter2-lifecycle"
@@ -113,7 +113,8 @@ class Base(unittest.TestCase):
             BERTHD, "--server", "--name", "s1", "--data-dir", os.path.join(self.tmp, "s1"),
             "--port", str(port), "--raft-port", str(raft), "--metrics-port", "0",
             "--bootstrap-expect", "1", "--raft-tick", "0.05",
-            "--node-down-timeout", self.node_down_timeout], os.path.join(self.tmp, "s1.log"))
+            "--node-down-timeout", self.node_down_timeout] + list(SHORT_FENCE),
+            os.path.join(self.tmp, "s1.log"))
         self.processes.append(self.server)
         self.server.start()
         self.clients = {}
@@ -128,8 +129,8 @@ class Base(unittest.TestCase):
             BERTHD, "--client", "--name", name, "--data-dir", os.path.join(self.tmp, name),
             "--servers", self.address, "--metrics-port", "0",
             "--plugin", "hostpath=monolith:" + self.plugins[name].socket,
-            "--fingerprint-interval", "0.2", "--csi-root", os.path.join(self.tmp, name + "-csi")],
-            os.path.join(self.tmp, name + ".log"))
+            "--fingerprint-interval", "0.2", "--csi-root", os.path.join(self.tmp, name + "-csi")] +
+            list(SHORT_FENCE), os.path.join(self.tmp, name + ".log"))
         self.processes.append(p)
         return p
 

@@ -33,9 +33,12 @@ release finishes once the client runs again."""
 import glob
 import json
 import os
+import shutil
 import signal
 import sqlite3
+import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -43,10 +46,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from checker import check_single_writer_plugin  # noqa: E402
 from cluster import ClusterTestCase, Client, Plugin  # noqa: E402
-from harness import SHELL_TIMEOUT, berth  # noqa: E402
+from harness import BERTHD, SHELL_TIMEOUT, SHORT_FENCE, berth  # noqa: E402
 from cut_proxy import CutProxy  # noqa: E402
 
-# Short timeouts keep the test quick: a lease of 2 s, a margin of 4 s.
+# Short timeouts keep the test quick: a lease of 2 s, a margin of 4 s, which
+# covers a fence with a 1 s kill timeout (harness.SHORT_FENCE).
 DOWN_TIMEOUT = "6"
 WRITER = ('while true; do echo "%s $(date +%%s%%N)" >> "$BERTH_VOLUME_DATA/log"; '
           'sleep 0.05; done')
@@ -54,7 +58,7 @@ WRITER = ('while true; do echo "%s $(date +%%s%%N)" >> "$BERTH_VOLUME_DATA/log";
 
 class PartitionBase(ClusterTestCase):
     PREFIX = "berth-partition-"
-    SERVER_ARGS = ("--node-down-timeout", DOWN_TIMEOUT)
+    SERVER_ARGS = ("--node-down-timeout", DOWN_TIMEOUT) + SHORT_FENCE
 
     def setUp(self):
         super().setUp()
@@ -67,7 +71,8 @@ class PartitionBase(ClusterTestCase):
             servers = ([p.address for p in self.proxies] if name == "c1"
                        else [s.address for s in self.cluster.servers])
             client = Client(self.tmp, name, servers, plugin.socket,
-                            ["--csi-root", os.path.join(self.tmp, name + "-csi")])
+                            ["--csi-root", os.path.join(self.tmp, name + "-csi")] +
+                            list(SHORT_FENCE))
             self.cluster.processes += [client, plugin]
             plugin.start()
             client.start()
@@ -265,7 +270,7 @@ class DeadAgentTest(PartitionBase):
 
 
 class FrozenAgentTest(PartitionBase):
-    SERVER_ARGS = ("--node-down-timeout", DOWN_TIMEOUT, "--keep-down-writers")
+    SERVER_ARGS = ("--node-down-timeout", DOWN_TIMEOUT, "--keep-down-writers") + SHORT_FENCE
 
     def test_keep_down_writers_waits_for_the_node_or_a_detach(self):
         self.assertEqual(self.run_writer("c1", "w1").code, 0)
@@ -324,6 +329,39 @@ class SilentClientTest(ClusterTestCase):
             r = berth(self.via, "--json", "--timeout", "5", "volume", "status", "sw")
             return r.code == 0 and not r.json().get("claims")
         self.wait(released, "the release finished once c1 runs again")
+
+
+class LeaseMarginTest(unittest.TestCase):
+    """berthd refuses a lease margin that does not cover a client's fence
+    (control/lease.hpp, fence_margin_ms), naming the inequality, the values
+    and the fix, before it touches its data directory."""
+
+    def berthd(self, *args):
+        tmp = tempfile.mkdtemp(prefix="berth-margin-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        data = os.path.join(tmp, "d")
+        r = subprocess.run([BERTHD, "--data-dir", data, "--port", "0", "--metrics-port", "0"] +
+                           list(args), capture_output=True, text=True, timeout=30)
+        return r, os.path.exists(data)
+
+    def test_a_margin_shorter_than_the_fence_is_refused(self):
+        # The issue's case: a 2 s lease and a 6 s node-down timeout leave 4 s,
+        # and the fence needs the 5 s kill timeout and the unmount (5 s).
+        for mode in (["--dev"], ["--server", "--name", "s1", "--raft-port", "4999"]):
+            r, made = self.berthd(*(mode + ["--node-down-timeout", DOWN_TIMEOUT]))
+            self.assertEqual(r.returncode, 2, r)
+            self.assertFalse(made)
+            self.assertIn("--node-down-timeout - --node-lease must be at least "
+                          "max(--kill-timeout, --node-lease/4) + --fence-unmount-time", r.stderr)
+            self.assertIn("6 s - 2 s = 4 s < max(5 s, 0.5 s) + 5 s + 0.25 s + 0.006 s = 10.256 s",
+                          r.stderr)
+            self.assertIn("raise --node-down-timeout to at least 15.", r.stderr)
+        # A given lease, a longer kill timeout: the same, with the values given.
+        r, _ = self.berthd("--dev", "--node-down-timeout", "20", "--node-lease", "5",
+                           "--kill-timeout", "12")
+        self.assertEqual(r.returncode, 2, r)
+        self.assertIn("20 s - 5 s = 15 s < max(12 s, 1.25 s) + 5 s", r.stderr)
+        self.assertIn("(with --node-lease 5 s)", r.stderr)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

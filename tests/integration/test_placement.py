@@ -15,7 +15,7 @@ import unittest
 import urllib.request
 
 from cluster import ClusterTestCase
-from harness import TIME_SCALE, berth
+from harness import SHORT_FENCE, TIME_SCALE, berth
 
 
 class PlacementTest(ClusterTestCase):
@@ -274,7 +274,8 @@ class ReplaceTest(ClusterTestCase):
     a member pinned with --node is run again on its node once that is back."""
     PREFIX = "berth-replace-"
     # (a short node-down timeout, scaled, as test_gc's)
-    SERVER_ARGS = ("--node-down-timeout", "%g" % (6 * max(TIME_SCALE, 1)))
+    SERVER_ARGS = ("--node-down-timeout", "%g" % (6 * max(TIME_SCALE, 1))) + SHORT_FENCE
+    CLIENT_ARGS = SHORT_FENCE
 
     def setUp(self):
         super().setUp()

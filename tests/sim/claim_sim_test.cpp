@@ -57,6 +57,16 @@
 // a late step that undid what was done since would attach a volume for
 // nobody or take a published claim's attachment or publication.
 //
+// Node drains (issue 59): `berth node drain` at once (--force) or with a
+// deadline that passes during the faults, cancelled and the node enabled
+// again at random and once the faults stop; and client agents restarted at
+// once (the agent dies and starts again, its commands' supervisors run on,
+// as with systemd's KillMode=process).  Drawn from a stream of their own.
+// A drain frees a claim only through the node after its alloc stopped
+// there, or once the node is down: the forced drain that released claims
+// without the node while their writers ran breaks 1 and 3 at once (seeds 1,
+// 3, 10, 16, 30).
+//
 // BERTH_SIM_SEEDS=N runs N seeds (from BERTH_SIM_FIRST, default 1);
 // BERTH_SIM_SEED=S replays seed S (with BERTH_SIM_VERBOSE=1: every event).
 #include <doctest/doctest.h>
@@ -167,13 +177,13 @@ struct coverage {
            partitions = 0, deafened = 0, fences = 0, fence_unmounts = 0, lapsed_publishes = 0,
            nodes_marked_down = 0, csi_calls = 0, csi_failed = 0, csi_failed_after = 0, csi_lost = 0,
            plugin_restarts = 0, proposals_failed = 0, stale_unmounts = 0, commits = 0,
-           volume_actor_stops = 0, volume_actor_waits = 0,
-           availability_set = 0, drains = 0, paused_refusals = 0, csi_expired = 0, expands = 0,
-           expands_refused = 0, controller_expands = 0, node_expands = 0, stage_expands = 0,
-           expansions_finished = 0, claims_queued = 0, releases_queued = 0, steps_held = 0,
-           late_confirmed = 0, late_refused = 0, late_refused_seeds = 0, placed_runs = 0,
-           placed_acked = 0, group_runs = 0, replacements = 0, held_runs = 0,
-           held_runs_removed = 0;
+           volume_actor_stops = 0, volume_actor_waits = 0, availability_set = 0, drains = 0,
+           paused_refusals = 0, csi_expired = 0, expands = 0, expands_refused = 0,
+           controller_expands = 0, node_expands = 0, stage_expands = 0, expansions_finished = 0,
+           claims_queued = 0, releases_queued = 0, steps_held = 0, late_confirmed = 0,
+           late_refused = 0, late_refused_seeds = 0, placed_runs = 0, placed_acked = 0,
+           group_runs = 0, replacements = 0, held_runs = 0, held_runs_removed = 0, node_drains = 0,
+           node_drains_forced = 0, agent_restarts = 0;
 } totals;
 
 // --- the simulated world ----------------------------------------------------
@@ -261,8 +271,8 @@ struct sim_node {
   uint64_t publish_floor = floor_lapsed;
   // Publishes that came before the node's first lease: asked again once it
   // is granted (as actors/node's awaiting_lease).
-  std::vector<std::pair<caf::typed_response_promise<pb<v1::NodeVolumeResult>>,
-                        v1::NodeVolumeRequest>>
+  std::vector<
+      std::pair<caf::typed_response_promise<pb<v1::NodeVolumeResult>>, v1::NodeVolumeRequest>>
       unleased;
   std::set<std::string> fenced_allocs;
   std::set<std::string> commands;  // allocs whose command the leader started here
@@ -310,7 +320,7 @@ struct plugin_model {
 struct acked_claim {
   std::string node;
   bool write = false;
-  bool released = false;  // a release of it began (or its alloc ended)
+  bool released = false;   // a release of it began (or its alloc ended)
   bool published = false;  // acknowledged published at the plugin
   uint64_t epoch = 0;      // its node's down epoch then
 };
@@ -326,7 +336,8 @@ world* current = nullptr;               // the clock hooks read it
 std::map<std::string, int> live_debug;  // the test's own actors alive (BERTH_SIM_DEBUG=1)
 
 struct world {
-  explicit world(uint64_t seed) : seed(seed), rng(seed) {}
+  explicit world(uint64_t seed)
+      : seed(seed), rng(seed), node_faults_rng(seed * 0x9E3779B97F4A7C15ULL + 59) {}
 
   uint64_t seed;
   std::mt19937_64 rng;
@@ -381,8 +392,15 @@ struct world {
   // Volumes a drain was asked for (berth volume availability VOLUME drain):
   // any claim on them may be released by the drain from then on.
   std::set<std::string> drained;
+  // Nodes a drain was asked for (berth node drain NODE): made eligible
+  // again (drain --disable, eligibility --enable) once the faults stop.
+  std::set<std::string> drained_nodes;
+  std::set<std::string> ever_drained;  // a drain asked: cancelled again at the faults' stop
+  // The stream the node drains and agent restarts are drawn from, apart
+  // from `rng`'s, so that the other faults of a seed keep their draws.
+  std::mt19937_64 node_faults_rng;
   std::map<std::string, int> claims_open;  // alloc -> claim or alloc run requests unanswered
-  std::map<uint64_t, int> open_requests;  // per leader term, unanswered
+  std::map<uint64_t, int> open_requests;   // per leader term, unanswered
   uint64_t next_alloc = 0;
   std::pair<std::string, std::string> last_claim_alloc;  // alloc, node of the last claim
   std::map<std::string, uint64_t> claims_sent;           // alloc -> `volume claim` requests sent
@@ -452,17 +470,20 @@ struct world {
   void check_unmount(const std::string& vol, const std::string& node, const std::string* alloc) {
     if (alloc == nullptr && !controller_required) return;
     for (const auto& [key, a] : acked) {
-      if (key.first != vol || a.node != node || (alloc != nullptr && key.second != *alloc)) continue;
+      if (key.first != vol || a.node != node || (alloc != nullptr && key.second != *alloc))
+        continue;
       if (!a.published || a.released || drained.count(vol)) continue;
       if (releases.count({vol, key.second}) || releases.count({"", key.second})) continue;
       const auto& n = cluster.at(node);
       if (n.down_epoch != a.epoch || n.fenced_records.count(key)) continue;
-      if (auto al = allocs.find(key.second); al != allocs.end() && alloc_terminal(al->second.state()))
+      if (auto al = allocs.find(key.second);
+          al != allocs.end() && alloc_terminal(al->second.state()))
         continue;
       fail("published claim: " +
            std::string(alloc == nullptr ? "ControllerUnpublishVolume" : "NodeUnpublishVolume") +
-           " of volume '" + vol + "' on node '" + node + "' while the acknowledged claim of alloc '" +
-           key.second + "' is taken there and nobody released it");
+           " of volume '" + vol + "' on node '" + node +
+           "' while the acknowledged claim of alloc '" + key.second +
+           "' is taken there and nobody released it");
     }
   }
 
@@ -508,7 +529,7 @@ struct world {
       fail("CSI order: NodePublishVolume of volume '" + vol + "' on node '" + node +
            "' before ControllerPublishVolume there");
     plugin.published[{vol, node, alloc}] = {write, cluster.at(node).down_epoch,
-                                             cluster.at(node).fences};
+                                            cluster.at(node).fences};
   }
 
   void node_unpublish(const std::string& vol, const std::string& node, const std::string& alloc) {
@@ -1005,11 +1026,12 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
   n.queue.pop_front();
   if (c.start_by_ms > 0 && c.start_by_ms < w->now_ms()) {
     ++totals.csi_expired;
-    w->trace("node " + id + " drops a call that waited too long: " + volume_of(c.req) +
-             " alloc " + c.req.alloc_id());
+    w->trace("node " + id + " drops a call that waited too long: " + volume_of(c.req) + " alloc " +
+             c.req.alloc_id());
     if (c.answers)
-      c.rp.deliver(make_error(errc::unavailable, "node '" + id + "': the call waited too long "
-                                                 "for its turn and was not sent (simulated)"));
+      c.rp.deliver(make_error(errc::unavailable, "node '" + id +
+                                                     "': the call waited too long "
+                                                     "for its turn and was not sent (simulated)"));
     if (!n.queue.empty()) self->send(self, flush_atom::value);
     return;
   }
@@ -1020,7 +1042,8 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
     w->trace("node " + id + " refuses a waiting call of term " +
              std::to_string(c.req.leader_term()));
     if (c.answers)
-      c.rp.deliver(make_error(errc::refused, "node '" + id + "' refuses a deposed leader (simulated)"));
+      c.rp.deliver(
+          make_error(errc::refused, "node '" + id + "' refuses a deposed leader (simulated)"));
     if (!n.queue.empty()) self->send(self, flush_atom::value);
     return;
   }
@@ -1029,10 +1052,11 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
     // As the client's plugin connection: the publish floor is checked again
     // when a call starts (control/lease).
     ++totals.lapsed_publishes;
-    w->trace("node " + id + " drops a publish below its floor: " + volume_of(c.req) +
-             " alloc " + c.req.alloc_id());
-    c.rp.deliver(make_error(errc::unavailable, "node '" + id + "': its lease ran out while the "
-                                               "publish waited; not sent (simulated)"));
+    w->trace("node " + id + " drops a publish below its floor: " + volume_of(c.req) + " alloc " +
+             c.req.alloc_id());
+    c.rp.deliver(make_error(errc::unavailable, "node '" + id +
+                                                   "': its lease ran out while the "
+                                                   "publish waited; not sent (simulated)"));
     if (!n.queue.empty()) self->send(self, flush_atom::value);
     return;
   }
@@ -1061,11 +1085,12 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
         n.queue.pop_front();
         ++totals.late_refused;
         w->trace("node " + id + " does not send a late step: " + kind_name(c.kind) + " " +
-                 volume_of(c.req) + " alloc " +
-                 c.req.alloc_id() + " (" + why + ")");
-        c.rp.deliver(make_error(errc::unavailable,
-                                "node '" + id + "': the step reached this node after the server "
-                                "gave up on it (" + why + "); not sent (simulated)"));
+                 volume_of(c.req) + " alloc " + c.req.alloc_id() + " (" + why + ")");
+        c.rp.deliver(
+            make_error(errc::unavailable, "node '" + id +
+                                              "': the step reached this node after the server "
+                                              "gave up on it (" +
+                                              why + "); not sent (simulated)"));
       } else {
         ++totals.late_confirmed;
       }
@@ -1080,8 +1105,8 @@ void process_call(sim_node_actor::pointer self, world* w, const std::string& id)
   }
   ++totals.csi_calls;
   if (w->verbose) {
-    w->trace("node " + id + " runs " + kind_name(c.kind) + " " + volume_of(c.req) +
-             " alloc " + c.req.alloc_id() + " for " + c.req.csi_node_id() + " term " +
+    w->trace("node " + id + " runs " + kind_name(c.kind) + " " + volume_of(c.req) + " alloc " +
+             c.req.alloc_id() + " for " + c.req.csi_node_id() + " term " +
              std::to_string(c.req.leader_term()) + (c.req.unstage() ? " unstage" : ""));
   }
   auto fault_free = !w->faults;
@@ -1154,15 +1179,18 @@ void admit(sim_node_actor::pointer self, world* w, const std::string& id, call_k
     n.unleased.emplace_back(rp, std::move(req));
     return;
   }
-  if (kind == call_kind::publish && !publish_allowed(req.volume().modify_index(), n.publish_floor)) {
-    rp.deliver(make_error(errc::unavailable, "node '" + id + "' is below its publish floor (simulated)"));
+  if (kind == call_kind::publish &&
+      !publish_allowed(req.volume().modify_index(), n.publish_floor)) {
+    rp.deliver(
+        make_error(errc::unavailable, "node '" + id + "' is below its publish floor (simulated)"));
     return;
   }
   switch (fence(n.term_seen, req.leader_term())) {
     case fence_verdict::refuse:
       ++totals.zombie_calls_refused;
       w->trace("node " + id + " refuses a call of term " + std::to_string(req.leader_term()));
-      rp.deliver(make_error(errc::refused, "node '" + id + "' refuses a deposed leader (simulated)"));
+      rp.deliver(
+          make_error(errc::refused, "node '" + id + "' refuses a deposed leader (simulated)"));
       return;
     case fence_verdict::accept_newer:
       n.term_seen = req.leader_term();
@@ -1173,8 +1201,8 @@ void admit(sim_node_actor::pointer self, world* w, const std::string& id, call_k
   // The client records a publication before its NodeStage/NodePublish.
   if (kind == call_kind::publish) n.records.insert({volume_of(req), req.alloc_id()});
   // The client's default --csi-timeout bounds how long a call waits for its turn.
-  n.queue.push_back(call{kind, std::move(req), rp, true, w->now_ms() + 30000, {},
-                         std::move(confirm_with)});
+  n.queue.push_back(
+      call{kind, std::move(req), rp, true, w->now_ms() + 30000, {}, std::move(confirm_with)});
   self->send(self, flush_atom::value);
 }
 
@@ -1195,8 +1223,7 @@ caf::result<pb<v1::NodeVolumeResult>> enqueue(sim_node_actor::pointer self, worl
     auto sender = caf::actor_cast<caf::actor>(static_cast<caf::response_promise&>(rp).source());
     if (n.partitioned) ++totals.steps_held;
     w->trace("node " + id + " holds a step until the heal: " + kind_name(kind) + " " +
-             volume_of(req) + " alloc " +
-             req.alloc_id());
+             volume_of(req) + " alloc " + req.alloc_id());
     n.held.push_back(held_step{kind, std::move(req), rp, std::move(sender)});
     return rp;
   }
@@ -1214,8 +1241,9 @@ void take_up_held(sim_node_actor::pointer self, world* w, const std::string& id)
       confirm_with = std::move(h.sender);
       if (!confirm_with) {
         ++totals.late_refused;
-        h.rp.deliver(make_error(errc::unavailable, "node '" + id + "': the step's sender is "
-                                                   "gone; not sent (simulated)"));
+        h.rp.deliver(make_error(errc::unavailable, "node '" + id +
+                                                       "': the step's sender is "
+                                                       "gone; not sent (simulated)"));
         continue;
       }
     }
@@ -1513,6 +1541,33 @@ class simulation {
     }
     settle(400, 1000);
     if (!ok()) return;
+    // The drains the faults left are cancelled and their nodes enabled
+    // (each until it holds: a cancel races the drain's last steps, and a
+    // drain asked before a cancel may commit after it).
+    w.drained_nodes = w.ever_drained;
+    for (int round = 0; round < 5 && !w.drained_nodes.empty(); ++round) {
+      for (auto node : std::set<std::string>(w.drained_nodes)) {
+        v1::Request req;
+        req.mutable_node_drain()->set_node_id(node);
+        req.mutable_node_drain()->set_disable(true);
+        send_request(std::move(req), [](const std::optional<v1::Response>&) {});
+      }
+      settle(40, 1000);
+      for (auto node : std::set<std::string>(w.drained_nodes)) {
+        v1::Request enable;
+        enable.mutable_node_eligibility()->set_node_id(node);
+        enable.mutable_node_eligibility()->set_eligible(true);
+        send_request(std::move(enable), [this, node](const std::optional<v1::Response>& r) {
+          if (r && !r->has_error()) w_.drained_nodes.erase(node);
+        });
+      }
+      settle(40, 1000);
+    }
+    if (!w.drained_nodes.empty()) {
+      w.fail("liveness: node '" + *w.drained_nodes.begin() +
+             "' could not be enabled again after its drain");
+      return;
+    }
     // The operator releases what the answers and the user guide told them to.
     bool asked = false;
     for (const auto& [vol, alloc] : w.operator_releases) {
@@ -1530,9 +1585,8 @@ class simulation {
     // the replacements committed meanwhile; then nothing may be left.
     for (int round = 0; round < 2; ++round) {
       for (const auto& [id, a] : std::map<std::string, v1::Alloc>(w.allocs))
-        if (!alloc_terminal(a.state()) ||
-            (a.state() == v1::ALLOC_LOST && !a.group().empty() && !a.no_replace() &&
-             !w.allocs.count(replacement_id(id))))
+        if (!alloc_terminal(a.state()) || (a.state() == v1::ALLOC_LOST && !a.group().empty() &&
+                                           !a.no_replace() && !w.allocs.count(replacement_id(id))))
           stop_alloc(id);
       settle(400, 1000);
       if (!ok()) return;
@@ -1545,8 +1599,8 @@ class simulation {
                std::string(name_of(c.state())) + ")");
     for (const auto& [k, p] : w.plugin.published)
       w.fail("liveness: after stopping every alloc, volume '" + std::get<0>(k) +
-             "' is still published on node '" + std::get<1>(k) + "' for alloc '" +
-             std::get<2>(k) + "'");
+             "' is still published on node '" + std::get<1>(k) + "' for alloc '" + std::get<2>(k) +
+             "'");
     for (const auto& [k, e] : w.plugin.staged)
       w.fail("liveness: after stopping every alloc, volume '" + k.first +
              "' is still staged on node '" + k.second + "'");
@@ -1705,6 +1759,22 @@ class simulation {
 
   void event(int e) {
     auto& w = w_;
+    // Issue 59: forced (or short-deadline) node drains, their cancels, and
+    // client agents restarted at once (the supervisors and their commands
+    // run on), from a stream of their own.
+    switch (w.node_faults_rng() % 25) {
+      case 0:
+        drain_node();
+        break;
+      case 1:
+        undrain_node();
+        break;
+      case 2:
+        restart_agent();
+        break;
+      default:
+        break;
+    }
     int roll = static_cast<int>(w.pick(100));
     if (roll < 25) return claim();
     if (roll < 37) return alloc_run();
@@ -1813,8 +1883,8 @@ class simulation {
   void set_availability() {
     auto& w = w_;
     auto vol = random_volume();
-    auto a = w.chance(0.4) ? v1::VOLUME_ACTIVE
-                           : (w.chance(0.5) ? v1::VOLUME_PAUSE : v1::VOLUME_DRAIN);
+    auto a =
+        w.chance(0.4) ? v1::VOLUME_ACTIVE : (w.chance(0.5) ? v1::VOLUME_PAUSE : v1::VOLUME_DRAIN);
     ++totals.availability_set;
     if (a == v1::VOLUME_DRAIN) {
       ++totals.drains;
@@ -1871,28 +1941,29 @@ class simulation {
       w.trace("alloc run " + alloc + (placed ? " placed" : " on " + node));
       if (placed) ++totals.placed_runs;
       ++w.claims_open[alloc];
-      send_request(std::move(req), [this, alloc, node, writes](const std::optional<v1::Response>& r) {
-        --w_.claims_open[alloc];
-        if (!r || r->has_error() || r->allocs_size() == 0) {
-          w_.trace("alloc run " + alloc + ": " + (r ? r->error().message() : "no answer"));
-          return;
-        }
-        const auto& a = r->allocs(0);
-        if (!node.empty() && a.node_id() != node)
-          w_.fail("alloc run: alloc '" + alloc + "' pinned to node '" + node +
-                  "' was acknowledged on node '" + a.node_id() + "'");
-        if (node.empty()) {
-          if (!w_.cluster.count(a.node_id()))
-            w_.fail("alloc run: alloc '" + alloc + "' was placed on unknown node '" +
-                    a.node_id() + "'");
-          ++totals.placed_acked;
-        }
-        ++totals.allocs_run;
-        w_.trace("alloc run " + alloc + " acknowledged on " + a.node_id());
-        for (const auto& av : a.volumes())
-          w_.claim_acked(av.volume_id(), alloc, a.node_id(), writes.at(av.volume_id()),
-                         av.published_path());
-      });
+      send_request(
+          std::move(req), [this, alloc, node, writes](const std::optional<v1::Response>& r) {
+            --w_.claims_open[alloc];
+            if (!r || r->has_error() || r->allocs_size() == 0) {
+              w_.trace("alloc run " + alloc + ": " + (r ? r->error().message() : "no answer"));
+              return;
+            }
+            const auto& a = r->allocs(0);
+            if (!node.empty() && a.node_id() != node)
+              w_.fail("alloc run: alloc '" + alloc + "' pinned to node '" + node +
+                      "' was acknowledged on node '" + a.node_id() + "'");
+            if (node.empty()) {
+              if (!w_.cluster.count(a.node_id()))
+                w_.fail("alloc run: alloc '" + alloc + "' was placed on unknown node '" +
+                        a.node_id() + "'");
+              ++totals.placed_acked;
+            }
+            ++totals.allocs_run;
+            w_.trace("alloc run " + alloc + " acknowledged on " + a.node_id());
+            for (const auto& av : a.volumes())
+              w_.claim_acked(av.volume_id(), alloc, a.node_id(), writes.at(av.volume_id()),
+                             av.published_path());
+          });
     }
   }
 
@@ -1927,24 +1998,23 @@ class simulation {
     r->set_alloc_id(alloc);
     auto sent = w.claims_sent[alloc];
     bool open = w.claims_open[alloc] > 0;
-    send_request(
-        std::move(req),
-        [this, vol = vol, alloc = alloc, sent, open](const std::optional<v1::Response>& r) {
-          if (!r || r->has_error()) {
-            w_.trace("release " + vol + " of " + alloc + ": " +
-                     (r ? r->error().message() : "no answer"));
-            return;
-          }
-          ++totals.releases_acked;
-          auto v = w_.volumes.find(vol);
-          // A claim of the alloc unanswered when the release was sent, or
-          // sent while it ran, may commit after it, before its answer
-          // arrives (concurrent: either order is right).
-          if (v != w_.volumes.end() && find_claim(v->second, alloc) && !open &&
-              w_.claims_sent[alloc] == sent)
-            w_.fail("acknowledged release: the claim of alloc '" + alloc + "' on volume '" + vol +
-                    "' is still committed after its release was acknowledged");
-        });
+    send_request(std::move(req), [this, vol = vol, alloc = alloc, sent,
+                                  open](const std::optional<v1::Response>& r) {
+      if (!r || r->has_error()) {
+        w_.trace("release " + vol + " of " + alloc + ": " +
+                 (r ? r->error().message() : "no answer"));
+        return;
+      }
+      ++totals.releases_acked;
+      auto v = w_.volumes.find(vol);
+      // A claim of the alloc unanswered when the release was sent, or
+      // sent while it ran, may commit after it, before its answer
+      // arrives (concurrent: either order is right).
+      if (v != w_.volumes.end() && find_claim(v->second, alloc) && !open &&
+          w_.claims_sent[alloc] == sent)
+        w_.fail("acknowledged release: the claim of alloc '" + alloc + "' on volume '" + vol +
+                "' is still committed after its release was acknowledged");
+    });
   }
 
   void stop_alloc(const std::string& alloc) {
@@ -2004,6 +2074,69 @@ class simulation {
     send_request(std::move(req), [](const std::optional<v1::Response>&) {});
   }
 
+  // berth node drain NODE: at once (--force), or with a deadline of up to
+  // 3 s that passes while the faults go on.  No claim on the node may be
+  // freed before its alloc stopped there (its writer counts in 1 until the
+  // node unpublishes it, or is marked down).
+  void drain_node() {
+    auto& w = w_;
+    auto node = random_node();
+    bool forced = w.node_faults_rng() % 2 == 0;
+    ++totals.node_drains;
+    if (forced) ++totals.node_drains_forced;
+    w.drained_nodes.insert(node);
+    w.ever_drained.insert(node);
+    v1::Request req;
+    auto* r = req.mutable_node_drain();
+    r->set_node_id(node);
+    if (!forced) r->set_deadline_ms(1 + static_cast<int64_t>(w.node_faults_rng() % 3000));
+    r->set_keep_plugins(w.node_faults_rng() % 2 == 0);
+    w.trace("node drain " + node +
+            (forced ? " --force" : " --deadline " + std::to_string(r->deadline_ms()) + "ms"));
+    send_request(std::move(req), [this, node](const std::optional<v1::Response>& r) {
+      w_.trace("node drain " + node + ": " +
+               (r ? (r->has_error() ? r->error().message() : r->message()) : "no answer"));
+    });
+  }
+
+  // berth node drain NODE --disable, then berth node eligibility NODE
+  // --enable: the node takes work again.
+  void undrain_node() {
+    auto& w = w_;
+    if (w.drained_nodes.empty()) return;
+    auto it = w.drained_nodes.begin();
+    std::advance(it, w.node_faults_rng() % w.drained_nodes.size());
+    auto node = *it;
+    w.trace("node drain " + node + " --disable; node eligibility " + node + " --enable");
+    v1::Request req;
+    auto* r = req.mutable_node_drain();
+    r->set_node_id(node);
+    r->set_disable(true);
+    send_request(std::move(req), [this, node](const std::optional<v1::Response>&) {
+      v1::Request enable;
+      enable.mutable_node_eligibility()->set_node_id(node);
+      enable.mutable_node_eligibility()->set_eligible(true);
+      send_request(std::move(enable), [this, node](const std::optional<v1::Response>& r) {
+        if (r && !r->has_error()) w_.drained_nodes.erase(node);
+      });
+    });
+  }
+
+  // A client agent restarted (systemctl restart with KillMode=process): the
+  // agent dies and starts again at once; its commands' supervisors run on.
+  void restart_agent() {
+    auto& w = w_;
+    std::vector<std::string> alive;
+    for (const auto& [id, n] : w.cluster)
+      if (n.alive) alive.push_back(id);
+    if (alive.empty()) return;
+    auto id = alive[w.node_faults_rng() % alive.size()];
+    ++totals.agent_restarts;
+    w.trace("node " + id + "'s agent restarts");
+    stop_agent(w.cluster.at(id));
+    start_node(id);
+  }
+
   void kill_node() {
     std::vector<std::string> alive;
     for (const auto& [id, n] : w_.cluster)
@@ -2012,6 +2145,11 @@ class simulation {
     auto& n = w_.cluster.at(alive[w_.pick(alive.size())]);
     w_.trace("node " + n.id + " dies");
     ++totals.node_kills;
+    stop_agent(n);
+  }
+
+  // The client agent dies (its commands' supervisors run on).
+  void stop_agent(sim_node& n) {
     caf::anon_send_exit(n.actor, caf::exit_reason::kill);
     n.actor = sim_node_actor{};
     n.alive = false;
@@ -2078,8 +2216,8 @@ class simulation {
       if (!n.commands.count(alloc)) w_.operator_releases.insert({vol, alloc});
       bool already = false;
       for (const auto& c : n.queue)
-        already |= c.kind == call_kind::unmount && c.req.alloc_id() == alloc &&
-                   c.req.volume().id() == vol;
+        already |=
+            c.kind == call_kind::unmount && c.req.alloc_id() == alloc && c.req.volume().id() == vol;
       if (already) continue;
       v1::NodeVolumeRequest r;
       r.set_plugin_id(plugin_id);
@@ -2337,8 +2475,8 @@ TEST_CASE("claim_sim_seeds_that_found_bugs_stay_safe") {
     simulation sim(seed);
     auto why = sim.run(false);
     CHECK_MESSAGE(why.empty(), "claim simulation failed at seed "
-                                   << seed << ": " << why << " (replay with BERTH_SIM_SEED="
-                                   << seed << ")");
+                                   << seed << ": " << why << " (replay with BERTH_SIM_SEED=" << seed
+                                   << ")");
   }
 }
 
@@ -2374,18 +2512,23 @@ TEST_CASE("claim_sim_random_schedules_keep_claims_safe_and_live") {
       << " allocs run, " << totals.releases_acked << " releases acknowledged, " << totals.stops
       << " stops, " << totals.leader_changes << " leader changes (" << totals.zombie_calls_refused
       << " calls of deposed leaders refused, " << totals.proposals_failed << " proposals failed), "
-      << totals.node_kills << " node deaths, " << totals.partitions << " client partitions, " << totals.deafened << " clients deaf to the servers, " << totals.fences << " fences (" << totals.fence_unmounts << " unmounts, " << totals.lapsed_publishes << " publishes not sent across one), " << totals.nodes_marked_down << " nodes marked down, "
-      << totals.csi_calls << " CSI calls (" << totals.csi_failed << " failed, "
-      << totals.csi_failed_after << " failed after their effect, " << totals.csi_lost << " lost, "
-      << totals.plugin_restarts << " plugin restarts, " << totals.csi_expired
-      << " not sent after waiting too long), " << totals.stale_unmounts << " stale unmounts, "
-      << totals.volume_actor_stops << " idle volume actors stopped (" << totals.volume_actor_waits
-      << " requests waited for a stop); "
-      << totals.availability_set << " volume availability changes (" << totals.drains << " drains, "
-      << totals.paused_refusals << " claims refused by a paused or draining volume); "
-      << totals.expands << " volume expands (" << totals.expands_refused
-      << " refused or unanswered, " << totals.controller_expands << " ControllerExpandVolume, "
-      << totals.node_expands << " NodeExpandVolume, " << totals.stage_expands << " at a stage, "
+      << totals.node_kills << " node deaths, " << totals.agent_restarts << " agent restarts, "
+      << totals.node_drains << " node drains (" << totals.node_drains_forced << " forced at once), "
+      << totals.partitions << " client partitions, " << totals.deafened
+      << " clients deaf to the servers, " << totals.fences << " fences (" << totals.fence_unmounts
+      << " unmounts, " << totals.lapsed_publishes << " publishes not sent across one), "
+      << totals.nodes_marked_down << " nodes marked down, " << totals.csi_calls << " CSI calls ("
+      << totals.csi_failed << " failed, " << totals.csi_failed_after
+      << " failed after their effect, " << totals.csi_lost << " lost, " << totals.plugin_restarts
+      << " plugin restarts, " << totals.csi_expired << " not sent after waiting too long), "
+      << totals.stale_unmounts << " stale unmounts, " << totals.volume_actor_stops
+      << " idle volume actors stopped (" << totals.volume_actor_waits
+      << " requests waited for a stop); " << totals.availability_set
+      << " volume availability changes (" << totals.drains << " drains, " << totals.paused_refusals
+      << " claims refused by a paused or draining volume); " << totals.expands
+      << " volume expands (" << totals.expands_refused << " refused or unanswered, "
+      << totals.controller_expands << " ControllerExpandVolume, " << totals.node_expands
+      << " NodeExpandVolume, " << totals.stage_expands << " at a stage, "
       << totals.expansions_finished << " expansions finished); " << totals.claims_queued
       << " claims and " << totals.releases_queued
       << " releases seen waiting for their plugin's window; " << totals.steps_held

@@ -30,8 +30,9 @@ An observation is a dict:
   survivors   optional: [[NODE, ALLOC]...], alloc commands still running once
               every alloc was stopped (or had ended) in the servers' view
   ended_allocs  optional: {ALLOC: {"state", "message"}}, allocs the servers
-              saw end without a stop: lost (their node marked down) or failed by
-              their node's fence (their claims are released without a stop)
+              saw end without a stop: lost (their node marked down), failed by
+              their node's fence, or stopped by a drain of their node (their
+              claims are released without a stop of the workload's)
 
 The history's nemesis notes `partition-client` / `rejoin-client` (value
 {"process": CLIENT, "alloc", "volume"}; `wall`: epoch seconds) mark a client
@@ -217,9 +218,16 @@ def check_acks(obs):
 
 
 def ended_by_node(obs, alloc):
+    """Ended by its node or the nemesis, not by a stop of the workload's:
+    lost, failed by its node's fence, or stopped by a drain of its node
+    (drain-client; its claims are released once its client stopped it)."""
     e = obs.get("ended_allocs", {}).get(alloc)
-    return bool(e) and (e.get("state") == "lost" or
-                        (e.get("state") == "failed" and "fence" in e.get("message", "")))
+    if not e:
+        return False
+    message = e.get("message", "")
+    return (e.get("state") == "lost" or
+            (e.get("state") == "failed" and "fence" in message) or
+            (e.get("state") in ("complete", "failed") and "by the drain of node" in message))
 
 
 # --- partitions of a client --------------------------------------------------

@@ -7,7 +7,11 @@ a plugin (berth-hostpath); partition-client cuts a client off every server
 them through: netns.py, isolate.py; or, one way only, TCP proxies) for longer
 than the node-down timeout while its alloc writes a single-writer volume and
 that volume is claimed on the other client; as root, partition-leader and
-partition-follower cut a server off the network (netns.py). Each fault is injected, held for a random while, then healed
+partition-follower cut a server off the network (netns.py); restart-client
+stops a client agent with SIGTERM and starts it again at once (systemctl
+restart with KillMode=process: its allocs' supervisors and commands run on);
+drain-client drains a client (`berth node drain --force`, or a deadline of
+1 s), then cancels the drain and enables the node again (issue 59). Each fault is injected, held for a random while, then healed
 (restart / SIGCONT / proxies let through again) before the next one, and
 recorded in the history ("nemesis" events)."""
 
@@ -25,7 +29,7 @@ SINGLE_WRITER = ("single-node-writer", "multi-node-single-writer")
 class Nemesis:
     KINDS = ("kill-leader", "kill-follower", "kill-client", "kill-plugin",
              "pause-leader", "pause-follower", "pause-client", "pause-plugin",
-             "partition-client")
+             "partition-client", "restart-client", "drain-client")
     # Need root and network namespaces (netns.py): the servers then run in
     # namespaces of their own.
     PARTITION_KINDS = ("partition-leader", "partition-follower")
@@ -66,6 +70,7 @@ class Nemesis:
         self.down_timeout = down_timeout
         self.client_cut = client_cut
         self.cut = []
+        self.drained = []  # clients drained and not enabled again yet
         # One entry per partition-client fault (the run's summary).
         self.client_partitions = []
 
@@ -103,6 +108,15 @@ class Nemesis:
             victim = self.rng.choice(self.plugins)
         if kind == "partition-client":
             self.partition_client(victim)
+        elif kind == "drain-client":
+            self.drain_client(victim)
+        elif kind == "restart-client":
+            # As systemd's restart with KillMode=process: SIGTERM to the
+            # agent alone, then a new agent at once.
+            self.history.note(kind, process=victim.name)
+            victim.kill(signal.SIGTERM)
+            self.restart(victim)
+            self.history.note("restart", process=victim.name)
         elif action == "partition":
             self.history.note("partition", process=victim.name)
             self.isolated.append(victim)
@@ -128,6 +142,42 @@ class Nemesis:
         self.injected += 1
         self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
         self.log("nemesis: %s %s (fault %d)" % (kind, victim.name, self.injected))
+
+    # --- drain-client ---------------------------------------------------------
+
+    def shell(self, args, timeout=10):
+        return run_shell(self.rng.choice(self.operator.workload.addresses()), args, timeout)
+
+    def drain_client(self, victim):
+        """`berth node drain` of a client, at once or with a 1 s deadline,
+        held, then cancelled and the node enabled again: its allocs are
+        stopped through it, and no claim of theirs may be freed before
+        their writers stopped (checks 2, 4 and 6)."""
+        forced = self.rng.random() < 0.5
+        args = ["node", "drain", victim.name] + (["--force"] if forced else ["--deadline", "1s"])
+        self.history.note("drain-client", process=victim.name)
+        code, err, _ = self.shell(args)
+        if code != 0:
+            self.log("nemesis: drain-client %s: exit %s: %s" % (victim.name, code, err.strip()))
+        self.drained.append(victim)
+        self.wait(self.hold)
+        self.undrain(victim)
+        self.history.note("undrain-client", process=victim.name)
+
+    def undrain(self, victim):
+        """Cancels a client's drain and enables it, until it holds (a
+        server may be down meanwhile: retried for up to 60 s)."""
+        deadline = time.time() + 60
+        while True:
+            self.shell(["node", "drain", victim.name, "--disable"])
+            code, err, _ = self.shell(["node", "eligibility", victim.name, "--enable"])
+            if code == 0:
+                break
+            if time.time() > deadline:
+                raise RuntimeError("cannot enable %s after its drain: %s" % (victim.name, err))
+            time.sleep(0.5)
+        if victim in self.drained:
+            self.drained.remove(victim)
 
     # --- partition-client -----------------------------------------------------
 
@@ -281,6 +331,11 @@ class Nemesis:
                     self.restart(p)
                 except Exception as e:
                     self.error = self.error or e
+        for c in list(self.drained):
+            try:
+                self.undrain(c)
+            except Exception as e:
+                self.error = self.error or e
 
     def start(self):
         self.thread = threading.Thread(target=self.run, daemon=True)

@@ -240,12 +240,14 @@ class Run:
 
     def read_ended(self):
         """Allocs ended by their node rather than by a stop: lost (the node
-        was marked down) or failed by the node's fence. Read every few
-        seconds, since the servers collect terminal allocs after 5 min."""
+        was marked down), failed by the node's fence, or stopped by a drain of
+        the node (drain-client). Read every few seconds, since the servers
+        collect terminal allocs after 5 min."""
         code, err, out = run_shell(
             self.rng.choice(self.live_addresses()),
             ["--json", "alloc", "status", "--filter",
-             'state == "lost" or message contains "fence"'], 5)
+             'state == "lost" or message contains "fence" or '
+             'message contains "by the drain of node"'], 5)
         if code != 0:
             return
         try:
@@ -253,7 +255,8 @@ class Run:
         except ValueError:
             return
         for a in allocs:
-            if a.get("state") in ("lost", "failed"):
+            if a.get("state") in ("lost", "failed") or \
+                    "by the drain of node" in a.get("message", ""):
                 self.ended.setdefault(a["id"], {"state": a["state"],
                                                 "message": a.get("message", ""),
                                                 "time": self.history.now()})

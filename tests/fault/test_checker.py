@@ -454,6 +454,20 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual(len(vs), 1, vs)
         self.assertIn("acknowledged claim lost: alloc w on volume sw", vs[0])
 
+    def test_an_alloc_stopped_by_a_drain_of_its_node_may_lose_its_claim(self):
+        # drain-client (issue 59): the drain stops the alloc through its
+        # client, and its claim is then released without a stop of ours.
+        obs = partition()
+        obs["ended_allocs"] = {"w": {"state": "complete",
+                                     "message": "stopped by the drain of node 'c1' at its "
+                                                "deadline"}}
+        self.assertEqual(self.violations(obs, 1), [])
+        # Completed otherwise (its command exited): not the node's doing.
+        obs["ended_allocs"] = {"w": {"state": "complete", "message": "exited with 0"}}
+        vs = [str(v) for v in self.violations(obs, 1)]
+        self.assertEqual(len(vs), 1, vs)
+        self.assertIn("acknowledged claim lost: alloc w on volume sw", vs[0])
+
     def test_a_stop_before_a_late_run_is_no_wedged_release(self):
         # The run's outcome is unknown, the stop finds no such alloc, then
         # the run takes effect: the claim is in the final state, not wedged.

@@ -1539,8 +1539,6 @@ class simulation {
       n.deaf = false;
       if (!n.alive) start_node(id);
     }
-    settle(400, 1000);
-    if (!ok()) return;
     // The drains the faults left are cancelled and their nodes enabled
     // (each until it holds: a cancel races the drain's last steps, and a
     // drain asked before a cancel may commit after it).
@@ -1568,6 +1566,8 @@ class simulation {
              "' could not be enabled again after its drain");
       return;
     }
+    settle(400, 1000);
+    if (!ok()) return;
     // The operator releases what the answers and the user guide told them to.
     bool asked = false;
     for (const auto& [vol, alloc] : w.operator_releases) {

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include "actors/clock.hpp"
@@ -746,7 +748,11 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       loaded = store_failure(*st.store, what, !length ? length.error() : renewed.error());
     } else {
       st.fenced = std::move(*fenced);
-      hold_lease(st, lease_at_start(*length, *renewed, wall_ms(), steady_ms()));
+      std::ifstream file(st.config.lease_file, std::ios::binary);
+      std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+      hold_lease(st, lease_at_start_in_boot(
+                         lease_at_start(*length, *renewed, wall_ms(), steady_ms()), text,
+                         st.boot_id));
       st.publish_floor->store(floor_at_start(st.lease, steady_ms()));
       guard_writers(st);
     }

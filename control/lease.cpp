@@ -26,6 +26,15 @@ lease lease_at_start(int64_t length_ms, int64_t renewed_wall_ms, int64_t wall_no
   return {length_ms, steady_now_ms + left};
 }
 
+lease lease_at_start_in_boot(lease at_start, const std::string& file_text,
+                             const std::string& boot_id) {
+  if (at_start.length_ms <= 0 || boot_id.empty() ||
+      file_text.compare(0, boot_id.size() + 1, boot_id + " ") != 0)
+    return at_start;
+  at_start.until_ms = std::min(at_start.until_ms, lease_until_in_file(file_text, boot_id));
+  return at_start;
+}
+
 bool lease_record_due(int64_t recorded_wall_ms, int64_t renewed_wall_ms, int64_t length_ms) {
   int64_t every = std::min<int64_t>(1000, std::max<int64_t>(length_ms / 4, 1));
   return renewed_wall_ms - recorded_wall_ms >= every;

@@ -60,6 +60,19 @@ bool expired(const lease& l, int64_t now_ms);
 lease lease_at_start(int64_t length_ms, int64_t renewed_wall_ms, int64_t wall_now_ms,
                      int64_t steady_now_ms);
 
+// The lease a restarted client holds when the lease file it wrote before
+// (`file_text`, lease_file_text) names this boot (`boot_id`): `at_start`
+// (lease_at_start) cut to the end in that file, which is on the host's
+// steady clock.  The wall clock may have been set back while the agent was
+// away (NTP, an operator): lease_at_start would then give it up to a whole
+// lease more than the servers count, and through the file it writes again,
+// every alloc's supervisor too (they outlive the agent's restart, issue 59
+// item 5).  A file of another boot, or none, leaves `at_start`; a torn one
+// of this boot, or one with no lease, makes it run out (the supervisors
+// fence on such a file already).
+lease lease_at_start_in_boot(lease at_start, const std::string& file_text,
+                             const std::string& boot_id);
+
 // Whether a renewal at wall time `renewed_wall_ms` is recorded in client.db
 // for a restart (lease_at_start), the last one recorded at
 // `recorded_wall_ms`: at most once a second, and at least every quarter of

@@ -49,6 +49,31 @@ TEST_CASE("lease_at_start_keeps_only_what_the_wall_clock_leaves") {
   CHECK(l.until_ms == 15'100);
 }
 
+TEST_CASE("a_restart_within_the_boot_never_holds_more_than_its_lease_file_says") {
+  const std::string boot = "3f0c2a6e-1d7b-4c55-9a7e-5b0d8e1f2a3c";
+  // The wall clock set back 40 s while the agent was away: the record
+  // alone gives a whole lease from now; the file, on the steady clock,
+  // says the lease ends at 2'000.
+  auto at_start = lease_at_start(15000, 90'000, 50'000, 100);
+  REQUIRE(at_start.until_ms == 15'100);
+  auto l = lease_at_start_in_boot(at_start, lease_file_text(boot, 2'000), boot);
+  CHECK(l.length_ms == 15000);
+  CHECK(l.until_ms == 2'000);
+  // A file further than the record (renewals are recorded at most every
+  // second): the record's end stays.
+  CHECK(lease_at_start_in_boot(at_start, lease_file_text(boot, 20'000), boot).until_ms == 15'100);
+  // Another boot's file, or none: the steady clock restarted, the record
+  // alone tells.
+  CHECK(lease_at_start_in_boot(at_start, lease_file_text("another-boot", 2'000), boot).until_ms ==
+        15'100);
+  CHECK(lease_at_start_in_boot(at_start, "", boot).until_ms == 15'100);
+  // This boot's file, torn or without a lease: ran out.
+  CHECK(expired(lease_at_start_in_boot(at_start, boot + " 20", boot), 100));
+  CHECK(expired(lease_at_start_in_boot(at_start, lease_file_text(boot, 0), boot), 100));
+  // No record: no lease, whatever the file says.
+  CHECK(lease_at_start_in_boot(lease{}, lease_file_text(boot, 20'000), boot).length_ms == 0);
+}
+
 TEST_CASE("the_publish_floor_holds_nothing_before_the_first_lease_and_after_a_lapse") {
   // At the start: 0 only while a lease recorded before a restart holds.
   CHECK(floor_at_start(lease{}, 1000) == floor_lapsed);

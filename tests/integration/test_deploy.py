@@ -338,6 +338,12 @@ class ToolChecksTest(unittest.TestCase):
             self.assertIn("Restart=on-failure", text)
             self.assertIn("NoNewPrivileges=yes", text)
             self.assertIn("RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", text)
+            # A client's restart leaves its allocs' supervisors and commands
+            # running (issue 59, item 5: test_agent_restart.py); the others
+            # stop whole.
+            kill_modes = [l for l in text.splitlines() if l.startswith("KillMode=")]
+            self.assertEqual(kill_modes,
+                             ["KillMode=process"] if unit == "berth-client.service" else [], unit)
             with open(os.path.join(tmp, unit), "w") as f:
                 f.write(text)
             units.append(os.path.join(tmp, unit))

@@ -635,6 +635,23 @@ void start_polling(self_ptr self) {
   self->delayed_send(self, std::chrono::milliseconds(200), run_atom::value);
 }
 
+// The refusal of a publish or an attach below the publish floor
+// (control/lease): `nothing` what the node does without a lease, `it` what
+// it does not do for this claim.
+caf::error below_floor(const std::string& node_id, uint64_t floor, const std::string& nothing,
+                       const std::string& it) {
+  return make_error(errc::unavailable,
+                    "node '" + node_id + "'" +
+                        (floor == floor_lapsed
+                             ? " has no lease from a leader (its heartbeats are not confirmed) "
+                               "and " +
+                                   nothing +
+                                   " until it has one; retry once the node reaches the servers"
+                             : " lost its lease after this claim was made (the servers may have "
+                               "released it meanwhile) and does not " +
+                                   it + "; claim again"));
+}
+
 // Runs a controller call (no paths, nothing recorded) once fenced.
 // `volume`: the CSI volume id (or, before CreateVolume, berth's key of it).
 template <class T, class Call, class OnOk>
@@ -797,15 +814,7 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
           return rp;
         }
         if (!publish_allowed(r.volume().modify_index(), floor))
-          return make_error(
-              errc::unavailable,
-              "node '" + st.config.node_id + "'" +
-                  (floor == floor_lapsed
-                       ? " has no lease from a leader (its heartbeats are not confirmed) and "
-                         "publishes nothing until it has one; retry once the node reaches the "
-                         "servers"
-                       : " lost its lease after this claim was made (the servers may have "
-                         "released it meanwhile) and does not publish it; claim again"));
+          return below_floor(st.config.node_id, floor, "publishes nothing", "publish it");
         // Recorded before the call (published_at_ms 0: not confirmed), with
         // the staging path: a NodeStage done before a failed NodePublish, or
         // before the client died, is then unstaged when the claim is undone.
@@ -904,6 +913,12 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
       [self](ctrl_publish_atom,
              pb<v1::NodeVolumeRequest>& req) -> caf::result<pb<v1::NodeVolumeResult>> {
         log_request("controller_publish", req.msg);
+        // control/lease: an attach is judged against the publish floor too.
+        auto& st = self->state;
+        auto floor = st.publish_floor->load();
+        if (!controller_publish_allowed(st.lease, floor, req.msg.volume().modify_index()))
+          return below_floor(st.config.node_id, floor, "attaches nothing as the controller",
+                             "attach its volume");
         auto call = [r = req.msg](csi::client& c, const std::string& at) {
           return controller_publish(c, r, at);
         };

@@ -135,6 +135,10 @@ bool publish_waits_for_lease(const lease& l, uint64_t floor) {
 
 bool publish_allowed(uint64_t claim_index, uint64_t floor) { return claim_index >= floor; }
 
+bool controller_publish_allowed(const lease& l, uint64_t floor, uint64_t claim_index) {
+  return publish_waits_for_lease(l, floor) || publish_allowed(claim_index, floor);
+}
+
 int64_t default_lease_ms(int64_t node_down_ms) { return node_down_ms / 3; }
 
 int64_t fence_margin_ms(int64_t lease_ms, int64_t node_down_ms, const fence_times& fence) {

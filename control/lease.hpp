@@ -198,6 +198,15 @@ bool publish_allowed(uint64_t claim_index, uint64_t floor);
 // Whether a publish waits for the client's first lease instead of being
 // judged against the floor: none held since the start.
 bool publish_waits_for_lease(const lease& l, uint64_t floor);
+// Whether a ControllerPublishVolume this node runs as its plugin's
+// controller may go: judged against the floor like a publish once the node
+// held a lease.  A controller step held in a partition while the node's
+// lease ran out, from a leader deposed meanwhile (the node never heard of
+// the new term), reached the node after the heal and attached a volume
+// whose claim the new leader had released (claim simulation seed 9007).
+// Before its first lease it runs: a new process was sent nothing before it
+// connected, and its term fence (client.db) refuses a deposed leader.
+bool controller_publish_allowed(const lease& l, uint64_t floor, uint64_t claim_index);
 // How long a publish waits for the client's first lease before it is
 // refused (as long as the answer to a heartbeat without a lease may take),
 // and whether one that waited since `since_ms` is refused at `now_ms`.

@@ -95,6 +95,26 @@ TEST_CASE("the_publish_floor_holds_nothing_before_the_first_lease_and_after_a_la
   }
 }
 
+// Claim simulation seed 9007: a ControllerPublishVolume held in a partition
+// while the controller's node lost its lease, from a leader deposed
+// meanwhile, attached a volume whose claim the new leader had released.
+TEST_CASE("an_attach_is_judged_against_the_floor_once_the_node_held_a_lease") {
+  // Lapsed (a lease was held): nothing is attached until a renewal, and
+  // then only claims committed at or after the renewal's applied index.
+  for (uint64_t claim : {0, 41, 42, 43, 1000}) {
+    CAPTURE(claim);
+    CHECK_FALSE(controller_publish_allowed(lease{15000, 5000}, floor_lapsed, claim));
+    auto floor = floor_after_renewal(floor_lapsed, 42);
+    CHECK(controller_publish_allowed(lease{15000, 50000}, floor, claim) == (claim >= 42));
+    // A lease that held throughout: floor 0, everything.
+    CHECK(controller_publish_allowed(lease{15000, 50000}, 0, claim));
+  }
+  // No lease held since the start: runs (the term fence guards it), as a
+  // publish would wait for the first lease instead.
+  CHECK(controller_publish_allowed(lease{}, floor_at_start(lease{}, 0), 0));
+  CHECK(controller_publish_allowed(lease{}, floor_at_start(lease{}, 0), 7));
+}
+
 TEST_CASE("a_renewal_is_recorded_at_most_each_second_and_at_least_each_quarter_lease") {
   // A 15 s lease (renewed every 3.75 s): every renewal is recorded; two
   // within a second, only the first.

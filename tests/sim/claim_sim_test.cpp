@@ -1179,8 +1179,11 @@ void admit(sim_node_actor::pointer self, world* w, const std::string& id, call_k
     n.unleased.emplace_back(rp, std::move(req));
     return;
   }
-  if (kind == call_kind::publish &&
-      !publish_allowed(req.volume().modify_index(), n.publish_floor)) {
+  if ((kind == call_kind::publish &&
+       !publish_allowed(req.volume().modify_index(), n.publish_floor)) ||
+      (kind == call_kind::ctrl_publish &&
+       !controller_publish_allowed(w->lease_of(n), n.publish_floor,
+                                   req.volume().modify_index()))) {
     rp.deliver(
         make_error(errc::unavailable, "node '" + id + "' is below its publish floor (simulated)"));
     return;

@@ -470,7 +470,23 @@ void route_claim(const self_ptr& self, v1::ClaimRequest c, claim_done_fn done) {
         std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
         self->state.stats->claim_done(took.count());
         auto index = r.msg.volume().modify_index();
-        when_applied(self, index, [done, r = std::move(r.msg)] { done(std::nullopt, r); });
+        if (!r.msg.repeated()) {
+          when_applied(self, index, [done, r = std::move(r.msg)] { done(std::nullopt, r); });
+          return;
+        }
+        // A repeat committed nothing: acknowledged only by a leader that a
+        // quorum still follows (ReadIndex), on the catalog as committed then.
+        self->request(self->state.log, std::chrono::seconds(5), read_atom::value)
+            .then(
+                [self, done, index, r = std::move(r.msg)](uint64_t) {
+                  when_applied(self, index, [done, r] { done(std::nullopt, r); });
+                },
+                [done](caf::error& e) {
+                  auto f = to_failure(e);
+                  f.message = "this server may no longer lead (" + f.message +
+                              "); the claim was not confirmed: send it again";
+                  done(f, {});
+                });
       },
       [self, done, slot, key](caf::error& e) {
         self->state.claiming[slot].erase(key);

@@ -243,10 +243,11 @@ struct claim_ctx {
 // whatever was done and frees the claim: no claim is left behind.
 void publish_steps(self_ptr self, claim_ctx ctx, claim_promise rp) {
   const auto* c = find_claim(self->state.volume, ctx.alloc);
-  auto reply = [self, rp](std::string path) mutable {
+  auto reply = [self, rp, repeated = ctx.repeat](std::string path) mutable {
     v1::ClaimResult r;
     *r.mutable_volume() = self->state.volume;
     r.set_published_path(std::move(path));
+    r.set_repeated(repeated);
     rp.deliver(wrap(std::move(r)));
   };
   if (c == nullptr || !ctx.target) {

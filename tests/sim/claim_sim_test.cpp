@@ -2474,7 +2474,7 @@ uint64_t env_u64(const char* name, uint64_t fallback) {
 // alloc run answered by its node after the alloc's last claim was released
 // and the alloc deleted (the leader's lookup threw: issue 59).
 TEST_CASE("claim_sim_seeds_that_found_bugs_stay_safe") {
-  for (uint64_t seed : {49999, 507047, 102}) {
+  for (uint64_t seed : {49999, 507047, 102, 9007, 32530}) {
     simulation sim(seed);
     auto why = sim.run(false);
     CHECK_MESSAGE(why.empty(), "claim simulation failed at seed "

@@ -1230,7 +1230,15 @@ caf::result<pb<v1::NodeVolumeResult>> enqueue(sim_node_actor::pointer self, worl
     n.held.push_back(held_step{kind, std::move(req), rp, std::move(sender)});
     return rp;
   }
-  admit(self, w, id, kind, std::move(req), rp);
+  // The real node asks every step's sender right before the call is sent
+  // (confirm_start: actors/csi_plugin's run_ready), so a step that waited
+  // behind a hung plugin after its helper gave up is not sent (seed 52415:
+  // a ControllerPublish ran after the claim's unwind had detached the
+  // volume through another controller).
+  caf::actor confirm_with;
+  if (req.confirm_start())
+    confirm_with = caf::actor_cast<caf::actor>(static_cast<caf::response_promise&>(rp).source());
+  admit(self, w, id, kind, std::move(req), rp, std::move(confirm_with));
   return rp;
 }
 

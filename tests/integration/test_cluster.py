@@ -200,7 +200,22 @@ class ClusterTest(unittest.TestCase):
             time.sleep(0.1)
         victim.kill()
         shutil.rmtree(victim.data_dir)
-        self.shell("volume", "claim", "v1", "--alloc", "a1", "--node", "c1", via=leader.address)
+        # c1 may have registered through the victim: until it registers
+        # again through another server, the leader cannot reach its node
+        # actor (no automatic connections, issue 59 item 6: the messages go
+        # through the server it registered with) and a claim there fails
+        # with exit 5, its claim left in release. As the answer says, claim
+        # again with a new alloc.
+        deadline = time.time() + 30 * float(os.environ.get("BERTH_TEST_TIME_SCALE", "1"))
+        for attempt in range(1000):
+            r = berth(leader.address, "--timeout", "20", "volume", "claim", "v1", "--alloc",
+                      "a%d" % (attempt + 1), "--node", "c1")
+            if r.code == 0 or time.time() > deadline:
+                break
+            self.assertIn(r.code, (4, 5), r)
+            time.sleep(0.2)
+        self.assertEqual(r.code, 0, r)
+        taken = "a%d" % (attempt + 1)
         # Enough changes that the leader compacts its log past what the
         # returning server has (nothing): it must catch up by snapshot.
         for i in range(40):
@@ -218,7 +233,8 @@ class ClusterTest(unittest.TestCase):
             self.assertLess(time.time(), deadline, peers)
             time.sleep(0.2)
         stale = self.shell("--json", "volume", "status", "v1", "--stale", via=victim.address).json()
-        self.assertEqual([c["alloc_id"] for c in stale["claims"]], ["a1"])
+        self.assertIn({"alloc_id": taken, "state": "taken"},
+                      [{"alloc_id": c["alloc_id"], "state": c["state"]} for c in stale["claims"]])
         self.assertEqual(len(self.shell("--json", "volume", "status", "--stale",
                                         via=victim.address).json()), 41)
         # And it forwards to the leader: it heard from the leader before it

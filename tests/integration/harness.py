@@ -1,6 +1,7 @@
 """Helpers for berth's integration tests: real berthd processes on
 127.0.0.1, driven through the real `berth` shell, as an operator would."""
 
+import ipaddress
 import json
 import os
 import re
@@ -164,3 +165,41 @@ class TempDir:
 
     def __exit__(self, *exc):
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+# --- listening sockets (/proc) -----------------------------------------------
+
+TCP_LISTEN = "0A"
+
+
+def _proc_address(hex_addr):
+    """An address of /proc/net/tcp{,6}: 32-bit words in host order (little
+    endian here), the port big endian."""
+    host, port = hex_addr.split(":")
+    raw = bytes.fromhex(host)
+    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return ipaddress.ip_address(raw), int(port, 16)
+
+
+def listening(pid):
+    """Every listening TCP socket of process `pid`: [(address, port)]."""
+    inodes = set()
+    fd_dir = "/proc/%d/fd" % pid
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(os.path.join(fd_dir, fd))
+        except OSError:
+            continue  # closed meanwhile
+        m = re.fullmatch(r"socket:\[(\d+)\]", target)
+        if m:
+            inodes.add(m.group(1))
+    out = []
+    for table in ("tcp", "tcp6"):
+        with open("/proc/%d/net/%s" % (pid, table)) as f:
+            next(f)  # the header
+            for line in f:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == TCP_LISTEN and inode in inodes:
+                    out.append(_proc_address(local))
+    return out

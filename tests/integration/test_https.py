@@ -25,7 +25,7 @@ import urllib.parse
 import urllib.request
 
 from cluster import Process, free_port
-from harness import BERTH, BERTHD, Agent
+from harness import BERTH, BERTHD, Agent, listening
 from test_tls import cli_env, make_certificates, run, tls_args
 
 PROMETHEUS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
@@ -57,23 +57,7 @@ def get(port, path, ctx, timeout=10):
 
 def listening_ports(pid):
     """The TCP ports process PID listens on (from /proc)."""
-    inodes = set()
-    fd_dir = "/proc/%d/fd" % pid
-    for fd in os.listdir(fd_dir):
-        try:
-            link = os.readlink(os.path.join(fd_dir, fd))
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    ports = set()
-    for table in ("/proc/%d/net/tcp" % pid, "/proc/%d/net/tcp6" % pid):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+    return {port for _, port in listening(pid)}
 
 
 def wait_until(condition, what, timeout=30):

@@ -5,6 +5,7 @@
 
 #include "control/allocs.hpp"
 #include "control/nodes.hpp"
+#include "control/release.hpp"
 #include "messages/model.hpp"
 
 namespace berth {
@@ -189,11 +190,7 @@ std::vector<std::pair<volume_key, std::string>> releases_in_placements_way(const
     volume_key key{ns_or_default(a.namespace_()), av.volume_id()};
     auto v = find_volume(c, key);
     if (!v) continue;
-    auto ids = claims_to_release(*v, [&](const std::string& id) -> std::optional<v1::AllocState> {
-      if (const auto* other = find_alloc(c, id)) return other->state();
-      return std::nullopt;
-    });
-    for (auto& id : ids)
+    for (auto& id : claims_being_released(c, *v))
       if (id != a.id()) out.emplace_back(key, std::move(id));
   }
   return out;

@@ -73,12 +73,16 @@ claim_request claim_request_of(const v1::ClaimRequest& q, int64_t now_ms) {
   return r;
 }
 
-std::vector<std::string> releases_awaited(const catalog& c, const v1::Volume& v,
-                                          const claim_request& req, const v1::Plugin* plugin) {
-  auto ended = claims_to_release(v, [&](const std::string& id) -> std::optional<v1::AllocState> {
+std::vector<std::string> claims_being_released(const catalog& c, const v1::Volume& v) {
+  return claims_to_release(v, [&](const std::string& id) -> std::optional<v1::AllocState> {
     if (const auto* a = find_alloc(c, id)) return a->state();
     return std::nullopt;
   });
+}
+
+std::vector<std::string> releases_awaited(const catalog& c, const v1::Volume& v,
+                                          const claim_request& req, const v1::Plugin* plugin) {
+  auto ended = claims_being_released(c, v);
   ended.erase(std::remove(ended.begin(), ended.end(), req.alloc_id), ended.end());
   if (ended.empty()) return {};
   auto now = v;

@@ -82,6 +82,11 @@ bool commit_before_next_step(v1::ClaimState to);
 bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
                           bool operator_detach, bool keep_down_writers = false);
 
+// The claims of `v` the watcher releases, judged on the catalog
+// (`claims_to_release` with each alloc's committed state: in release, or
+// of an alloc that ended or vanished).
+std::vector<std::string> claims_being_released(const catalog& c, const v1::Volume& v);
+
 // The claim a ClaimRequest asks for, at `now_ms`.
 claim_request claim_request_of(const v1::ClaimRequest& q, int64_t now_ms);
 

@@ -367,6 +367,10 @@ void volume_release(const self_ptr& self, v1::ReleaseRequest r, response_promise
                                     " (released already, or never claimed); nothing to do"));
     return;
   }
+  if (auto f = refuse_release_under_writer(st.cat, volume_at(st.cat, found.key), r.alloc_id())) {
+    deliver(rp, *f);
+    return;
+  }
   auto text = "claim of alloc " + quote_name(r.alloc_id()) + " on volume " +
               quote_name(r.volume_id()) + " released";
   release_claim(self, r, [self, text, rp](std::optional<failure> f, v1::Volume v) mutable {
@@ -394,7 +398,15 @@ void deregister_volume(const self_ptr& self, const v1::DeregisterRequest& d, res
   }
   std::vector<std::string> allocs;
   const auto vol = volume_at(st.cat, found.key);
-  for (const auto& c : vol.claims()) allocs.push_back(c.alloc_id());
+  for (const auto& c : vol.claims()) {
+    // Nothing is released when one claim's writer still runs (issue 59).
+    if (auto f = refuse_release_under_writer(st.cat, vol, c.alloc_id())) {
+      f->message = "volume " + quote_name(vol.id()) + " is not deregistered: " + f->message;
+      deliver(rp, *f);
+      return;
+    }
+    allocs.push_back(c.alloc_id());
+  }
   force_deregister(self, found.key, std::move(allocs), rp);
 }
 

@@ -73,6 +73,19 @@ claim_request claim_request_of(const v1::ClaimRequest& q, int64_t now_ms) {
   return r;
 }
 
+std::optional<failure> refuse_release_under_writer(const catalog& c, const v1::Volume& v,
+                                                   const std::string& alloc_id) {
+  const auto* claim = find_claim(v, alloc_id);
+  const auto* a = find_alloc(c, alloc_id);
+  if (claim == nullptr || a == nullptr || alloc_terminal(a->state()) || a->command().empty())
+    return std::nullopt;
+  return failure{errc::refused,
+                 "alloc " + quote_name(alloc_id) + " still runs its command on node " +
+                     quote_name(claim->node_id()) + ", which writes through its claim of " +
+                     "volume " + quote_name(v.id()) + "; stop it first (berth alloc stop " +
+                     alloc_id + "): its claim is released once the command stopped"};
+}
+
 std::vector<std::string> claims_being_released(const catalog& c, const v1::Volume& v) {
   return claims_to_release(v, [&](const std::string& id) -> std::optional<v1::AllocState> {
     if (const auto* a = find_alloc(c, id)) return a->state();

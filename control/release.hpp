@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,20 @@ bool commit_before_next_step(v1::ClaimState to);
 // may be frozen and unable to fence itself (control/lease.hpp).
 bool release_without_node(const catalog& c, const v1::Claim& claim, bool connected,
                           bool operator_detach, bool keep_down_writers = false);
+
+// Whether an operator's release of alloc `alloc_id`'s claim on `v` (volume
+// release, or deregister --force for each claim) is refused: while that
+// alloc is known, not terminal and has a command, berth runs its writer,
+// and the node refuses the NodeUnpublish from under it
+// (refuse_unpublish_under_command).  Put in release anyway, the claim stayed
+// there, and deregister --force then dropped it while the writer ran
+// (issue 59).  `alloc stop` releases the claim once the writer stopped; a
+// down node's allocs are lost (terminal), and volume detach is the
+// operator's way for a node that is gone.  A command-less alloc (volume
+// claim, or Nomad's claim endpoint) runs nothing of berth's: its claim is
+// released at once.
+std::optional<failure> refuse_release_under_writer(const catalog& c, const v1::Volume& v,
+                                                   const std::string& alloc_id);
 
 // The claims of `v` the watcher releases, judged on the catalog
 // (`claims_to_release` with each alloc's committed state: in release, or

@@ -1292,6 +1292,47 @@ TEST_CASE("detach_releases_claims_of_ended_allocs_and_keeps_running_ones") {
   CHECK(down.release.size() == 4);
 }
 
+TEST_CASE("an_operators_release_of_a_claim_whose_alloc_still_runs_its_command_is_refused") {
+  // Issue 59: `volume release` of such a claim put it in release, the node
+  // refused its NodeUnpublish while the command ran, and deregister --force
+  // then dropped the claim while the writer still ran.
+  catalog c;
+  auto v = make_volume("db");
+  for (const char* id :
+       {"runs", "pending", "claim-only", "complete", "failed", "lost", "vanished", "in-release"})
+    add_claim(v, id, "n1",
+              std::string(id) == "in-release" ? v1::CLAIM_UNPUBLISHING : v1::CLAIM_TAKEN);
+  auto with_command = [](v1::Alloc a) {
+    a.add_command("/bin/sh");
+    return a;
+  };
+  commit(c, {upsert_change(make_node("n1")), upsert_change(v),
+             upsert_change(with_command(make_alloc("runs", "n1", v1::ALLOC_RUNNING))),
+             upsert_change(with_command(make_alloc("pending", "n1", v1::ALLOC_PENDING))),
+             upsert_change(make_alloc("claim-only", "n1", v1::ALLOC_RUNNING)),
+             upsert_change(with_command(make_alloc("complete", "n1", v1::ALLOC_COMPLETE))),
+             upsert_change(with_command(make_alloc("failed", "n1", v1::ALLOC_FAILED))),
+             upsert_change(with_command(make_alloc("lost", "n1", v1::ALLOC_LOST))),
+             upsert_change(with_command(make_alloc("in-release", "n1", v1::ALLOC_RUNNING)))});
+  const auto& db = volume_at(c, {"default", "db"});
+  for (const char* id : {"runs", "pending", "in-release"}) {
+    CAPTURE(id);
+    auto f = refuse_release_under_writer(c, db, id);
+    REQUIRE(f);
+    CHECK(f->code == errc::refused);
+    CHECK(f->message.find("alloc '" + std::string(id) + "' still runs its command on node 'n1'") ==
+          0);
+    CHECK(f->message.find("volume 'db'") != std::string::npos);
+    CHECK(f->message.find("berth alloc stop " + std::string(id)) != std::string::npos);
+  }
+  // Nothing of berth's runs (no command), it ended, it is unknown, or the
+  // volume has no claim of it: the release goes on.
+  for (const char* id : {"claim-only", "complete", "failed", "lost", "vanished", "never"}) {
+    CAPTURE(id);
+    CHECK_FALSE(refuse_release_under_writer(c, db, id));
+  }
+}
+
 // --- views ---------------------------------------------------------------------------------
 
 TEST_CASE("views_redact_secrets_and_name_the_fix_for_unknown_objects") {

@@ -356,8 +356,11 @@ using leader_actor = caf::typed_actor<
     // its id is bound to (or binds it, the first time).  Replies with this
     // leader's term, the node's lease in ms (control/lease.hpp) and the
     // catalog's applied index once a ReadIndex round confirmed that it
-    // still leads; an error otherwise.
-    caf::replies_to<node_atom, std::string, std::string, node_actor>::with<uint64_t, int64_t, uint64_t>>;
+    // still leads; an error otherwise.  The int64 is the client's
+    // --kill-timeout in ms: one the lease margin does not cover is refused
+    // (errc::invalid, control/lease check_client_fence).
+    caf::replies_to<node_atom, std::string, std::string, int64_t,
+                    node_actor>::with<uint64_t, int64_t, uint64_t>>;
 
 // The volume watcher (actors/watcher.hpp), spawned by the leader: releases
 // the claims of terminal, lost and vanished allocs, retrying failed steps
@@ -400,8 +403,11 @@ using api_actor = caf::typed_actor<
     // leader's applied index with it (a node back from a lapse publishes no
     // claim committed before it: publish_floor).
     // The second string is the client's node secret (ACLs: checked by the
-    // leader against the one the node id is bound to).
-    caf::replies_to<node_atom, std::string, std::string, node_actor>::with<uint64_t, int64_t, uint64_t>>;
+    // leader against the one the node id is bound to), the int64 its
+    // --kill-timeout in ms (checked by the leader: a refusal, errc::invalid,
+    // is passed on to the client, which exits with it).
+    caf::replies_to<node_atom, std::string, std::string, int64_t,
+                    node_actor>::with<uint64_t, int64_t, uint64_t>>;
 
 // The replicated log: Raft across the servers (one member in --dev),
 // durable in SQLite.  Runs detached: it fsyncs.  Published on the raft port

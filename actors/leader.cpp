@@ -764,8 +764,16 @@ leader_actor::behavior_type leader(self_ptr self, replicated_log_actor log, cata
         leader_tick(self);
         self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
       },
-      [self](node_atom, const std::string& node_id, const std::string& secret,
+      [self](node_atom, const std::string& node_id, const std::string& secret, int64_t kill_ms,
              node_actor node) -> caf::result<uint64_t, int64_t, uint64_t> {
+        const auto& o = self->state.options;
+        if (auto f = check_client_fence(node_id, kill_ms, o.node_lease.count(),
+                                        o.node_down_timeout.count(), o.fence)) {
+          // Not heard: no lease, and the node is marked down as if silent.
+          logging::warn("leader", "a client's --kill-timeout is refused",
+                        {{"node", node_id}, {"kill_timeout_ms", std::to_string(kill_ms)}});
+          return to_error(*f);
+        }
         auto rp = self->make_response_promise<uint64_t, int64_t, uint64_t>();
         if (!self->state.options.acl) {
           if (!heartbeat(self, node_id, std::move(node),

@@ -38,6 +38,11 @@ struct leader_options {
   // single-writer volume are never released without the node (only when
   // it comes back, or by berth volume detach).
   bool keep_down_writers = false;
+  // The fence the lease margin covers, as these servers assume it (berthd
+  // --kill-timeout, --fence-unmount-time): a client whose own
+  // --kill-timeout the margin does not cover gets no lease
+  // (control/lease check_client_fence).
+  fence_times fence;
   // How long alloc stop and a failed alloc run wait for the alloc's claims
   // to be released before answering (the watcher goes on after that).
   std::chrono::milliseconds release_wait{30000};

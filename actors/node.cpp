@@ -18,6 +18,7 @@
 #include "actors/log_monitor.hpp"
 #include "actors/node_plugins.hpp"
 #include "log/log.hpp"
+#include "persistence/crashpoint.hpp"
 #include "tls/caf_tls.hpp"
 
 namespace berth {
@@ -266,7 +267,8 @@ void heartbeat(self_ptr self) {
     st.missed_heartbeats = 0;
   };
   self->request(st.api, std::chrono::milliseconds(timeout), node_atom::value, st.config.node_id,
-                st.config.node_secret, caf::actor_cast<node_actor>(self))
+                st.config.node_secret, static_cast<int64_t>(st.config.kill_timeout.count()),
+                caf::actor_cast<node_actor>(self))
       .then(
           [self, sent, missed](uint64_t term, int64_t lease_ms, uint64_t index) {
             auto& st = self->state;
@@ -295,7 +297,17 @@ void heartbeat(self_ptr self) {
             else
               st.lease_recorded_wall_ms = renewed_wall;
           },
-          [missed](caf::error&) { missed(); });
+          [self, missed](caf::error& e) {
+            // The servers refuse this client's configuration (its
+            // --kill-timeout, control/lease check_client_fence): it exits
+            // with their message instead of running on without a lease.
+            if (auto f = to_failure(e); f.code == errc::invalid) {
+              report_problem(self->state, f);
+              self->quit(std::move(e));
+              return;
+            }
+            missed();
+          });
 }
 
 // Publishes that waited for the first lease longer than a heartbeat's
@@ -623,10 +635,20 @@ void poll(self_ptr self) {
   for (auto& [id, a] : st.allocs)
     if (a.exited) report_exit(self, id);
   expire_waiting(self, now);
+  auto& held = st.held_run_answers;
+  for (auto it = held.begin(); it != held.end();) {
+    if (it->first > now) {
+      ++it;
+      continue;
+    }
+    it->second.deliver(true);
+    it = held.erase(it);
+  }
 }
 
 bool polling_needed(const node_state& st) {
-  return needs_polling(st.allocs, !st.stops.empty() || !st.fenced.empty(), !st.waiting.empty());
+  return needs_polling(st.allocs, !st.stops.empty() || !st.fenced.empty(), !st.waiting.empty()) ||
+         !st.held_run_answers.empty();
 }
 
 void start_polling(self_ptr self) {
@@ -1109,6 +1131,13 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
           return to_error(*f);
         guard_writers(st);
         start_polling(self);
+        // A test stages the leader's race with this answer (issue 59, item
+        // 2: the alloc removed while its run's answer was on the way).
+        if (auto hold = hold_ms("node.run-answer"); hold > 0) {
+          auto rp = self->make_response_promise<bool>();
+          st.held_run_answers.emplace_back(steady_ms() + hold, rp);
+          return rp;
+        }
         return true;
       },
       [self](stop_atom, const std::string& id, bool unmount) -> caf::result<int32_t> {

@@ -104,6 +104,10 @@ struct node_state {
   std::set<caf::actor_addr> step_senders;
   std::deque<caf::actor_addr> step_sender_order;
   bool polling = false;
+  // Answers to alloc runs held back by a test's hold point
+  // (BERTH_HOLD=node.run-answer=MS, persistence/crashpoint.hpp): each is
+  // delivered by the first poll at or after its steady time.
+  std::vector<std::pair<int64_t, caf::typed_response_promise<bool>>> held_run_answers;
   bool measuring = false;  // a volume stats measure is under way
   // The newest leader term CSI requests or heartbeat answers came from
   // (also in client.db): requests of an older leader are refused.

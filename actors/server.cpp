@@ -103,7 +103,8 @@ void connect_leader(self_ptr self) {
       self->monitor(st.remote);
       // (anon: the reply, a term, is for the client, not for this server.)
       for (const auto& [id, node] : st.nodes)
-        caf::anon_send(st.remote, node_atom::value, id, st.node_secrets[id], node);
+        caf::anon_send(st.remote, node_atom::value, id, st.node_secrets[id], st.node_kill_ms[id],
+                       node);
       flush_waiting(self);
       return;
     }
@@ -413,7 +414,7 @@ void start_leader(self_ptr self, catalog contents) {
   st.remote = nullptr;
   // (anon: the reply, a lease, is for the client, not for this server.)
   for (const auto& [id, node] : st.nodes)
-    caf::anon_send(st.leader, node_atom::value, id, st.node_secrets[id], node);
+    caf::anon_send(st.leader, node_atom::value, id, st.node_secrets[id], st.node_kill_ms[id], node);
 }
 
 // operator snapshot save: a consistent copy of the state, as of a
@@ -532,11 +533,12 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
         execute(self, std::move(req.msg), rp);
         return rp;
       },
-      [self](node_atom, const std::string& id, const std::string& secret,
+      [self](node_atom, const std::string& id, const std::string& secret, int64_t kill_ms,
              node_actor node) -> caf::result<uint64_t, int64_t, uint64_t> {
         auto& st = self->state;
         st.nodes[id] = node;
         st.node_secrets[id] = secret;
+        st.node_kill_ms[id] = kill_ms;
         if (!st.leader && !st.remote) {
           // After a leader change nothing may be forwarded through this
           // server for a while: connect now (it tells the new leader every
@@ -555,14 +557,22 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
           auto known = self->state.leader_term;
           rp.deliver(std::max(term, known), term >= known ? lease_ms : int64_t{0}, index);
         };
-        auto none = [self, rp](caf::error&) mutable {
+        // A configuration the leader refuses (the client's --kill-timeout)
+        // reaches the client; any other error is no lease.
+        auto none = [self, rp](caf::error& e) mutable {
+          if (to_failure(e).code == errc::invalid) {
+            rp.deliver(std::move(e));
+            return;
+          }
           rp.deliver(self->state.leader_term, int64_t{0}, uint64_t{0});
         };
         if (st.leader)
-          self->request(st.leader, std::chrono::seconds(10), node_atom::value, id, secret, node)
+          self->request(st.leader, std::chrono::seconds(10), node_atom::value, id, secret, kill_ms,
+                        node)
               .then(relay, none);
         else
-          self->request(st.remote, std::chrono::seconds(10), node_atom::value, id, secret, node)
+          self->request(st.remote, std::chrono::seconds(10), node_atom::value, id, secret, kill_ms,
+                        node)
               .then(relay, none);
         return rp;
       },

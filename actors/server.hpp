@@ -33,6 +33,7 @@ struct server_state {
   uint64_t next_inflight = 0;
   std::map<std::string, node_actor> nodes;  // registrations, replayed to a new leader
   std::map<std::string, std::string> node_secrets;  // with them: each node's secret
+  std::map<std::string, int64_t> node_kill_ms;  // and its --kill-timeout (ms)
   leader_options options;
   uint64_t term = 0;  // the Raft term this server last became leader in
   // operator snapshot restore: answered once the leader actor started again

@@ -204,6 +204,40 @@ std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms, const
           "(docs/user-guide.md, Leases and self-fencing)"};
 }
 
+int64_t most_client_kill_ms(int64_t lease_ms, int64_t node_down_ms, const fence_times& servers) {
+  // D - L >= max(K, L/4) + U + polls + D/1000: the K side alone.
+  fence_times none{0, servers.unmount_ms};
+  int64_t room = node_down_ms - lease_ms -
+                 (fence_margin_ms(lease_ms, node_down_ms, none) - heartbeat_period_ms(lease_ms, 0));
+  return margin_covers_fence(lease_ms, node_down_ms,
+                             {std::max<int64_t>(room, 0), servers.unmount_ms})
+             ? std::max<int64_t>(room, 0)
+             : 0;
+}
+
+std::optional<failure> check_client_fence(const std::string& node_id, int64_t client_kill_ms,
+                                          int64_t lease_ms, int64_t node_down_ms,
+                                          const fence_times& servers) {
+  fence_times client{client_kill_ms, servers.unmount_ms};
+  if (client_kill_ms >= 0 && margin_covers_fence(lease_ms, node_down_ms, client))
+    return std::nullopt;
+  auto most = most_client_kill_ms(lease_ms, node_down_ms, servers);
+  return failure{
+      errc::invalid,
+      "node " + quote_name(node_id) + ": its client's --kill-timeout " + seconds(client_kill_ms) +
+          " is longer than the servers' lease margin covers (at most " + seconds(most) +
+          " with --node-down-timeout " + seconds(node_down_ms) + ", --node-lease " +
+          seconds(lease_ms) + " and --fence-unmount-time " + seconds(servers.unmount_ms) +
+          "; the servers' own --kill-timeout is " + seconds(servers.kill_timeout_ms) +
+          "): D - L >= max(K, L/4) + U + " + seconds(fence_poll_ms) +
+          " + D/1000 must hold with the client's K, or the servers could release its claims "
+          "while its writers still run their SIGTERM grace; the servers grant this client no "
+          "lease. Start it with --kill-timeout " +
+          seconds(most) +
+          " or less (the servers' value is safe), or raise the servers' --node-down-timeout "
+          "(docs/user-guide.md, Leases and self-fencing)"};
+}
+
 bool lease_grantable(const v1::Node* committed, bool marking_down) {
   return committed != nullptr && committed->has_client() &&
          committed->status() == v1::NODE_READY && !marking_down;

@@ -281,6 +281,24 @@ int64_t least_node_down_ms(int64_t lease_ms, const fence_times& fence);
 std::optional<failure> check_lease(int64_t lease_ms, int64_t node_down_ms, const fence_times& fence,
                                    bool lease_given = true);
 
+// The leader's check of a client's own --kill-timeout (`client_kill_ms`,
+// sent with each heartbeat) against the margin its lease leaves: the
+// servers' check (check_lease) assumes their own --kill-timeout, and a
+// client given a longer one would still be running its writers' SIGTERM
+// grace when the servers release its claims.  Accepted when the margin
+// D - L covers the fence with the client's K and the servers'
+// --fence-unmount-time; otherwise a failure (invalid: a configuration to
+// fix, not to retry) naming the node, both values, the most the client may
+// take and the fixes.  The leader grants such a client no lease, and the
+// client exits with the message.
+std::optional<failure> check_client_fence(const std::string& node_id, int64_t client_kill_ms,
+                                          int64_t lease_ms, int64_t node_down_ms,
+                                          const fence_times& servers);
+
+// The longest --kill-timeout a client may have under that lease and
+// timeout (check_client_fence), 0 when none fits.
+int64_t most_client_kill_ms(int64_t lease_ms, int64_t node_down_ms, const fence_times& servers);
+
 // --- the way back: the leader's calls to a client --------------------------------
 //
 // A heartbeat proves the way from a client to the leader, not the way back.

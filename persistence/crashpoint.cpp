@@ -60,3 +60,17 @@ void crashpoint_reached(armed_crashpoint& armed, std::string_view prefix,
 }
 
 }  // namespace berth::detail
+
+namespace berth {
+
+int64_t hold_ms(std::string_view name) noexcept {
+  static const std::string spec = [] {
+    const char* value = std::getenv("BERTH_HOLD");
+    return std::string(value == nullptr ? "" : value);
+  }();
+  auto eq = spec.rfind('=');
+  if (eq == std::string::npos || std::string_view(spec).substr(0, eq) != name) return 0;
+  return std::strtoll(spec.c_str() + eq + 1, nullptr, 10);
+}
+
+}  // namespace berth

@@ -5,6 +5,7 @@
 // The names and the tests that use them: docs/testing.md#crash-points.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 namespace berth {
@@ -35,5 +36,12 @@ inline void crashpoint(std::string_view prefix, std::string_view step) noexcept 
   if (prefix.empty()) return;
   if (auto* armed = detail::crashpoint_armed()) detail::crashpoint_reached(*armed, prefix, step);
 }
+
+// Hold points, for the tests that stage a race between real processes:
+// BERTH_HOLD=NAME=MS makes the hold point NAME wait MS milliseconds (how,
+// its caller says: an actor delays an answer, never blocks its thread).
+// Read once; 0 when unset or another point is named.  The names and the
+// tests that use them: docs/testing.md#crash-points.
+int64_t hold_ms(std::string_view name) noexcept;
 
 }  // namespace berth

@@ -629,3 +629,58 @@ TEST_CASE("a_step_is_lost_after_two_answers_in_a_row_saying_it_never_arrived") {
     }
   }
 }
+
+TEST_CASE("check_client_fence_takes_a_kill_timeout_the_margin_covers_and_refuses_a_longer_one") {
+  // The defaults (D 45 s, L 15 s, U 5 s): a client may take up to 24.705 s
+  // (30 s - 5 s - 0.25 s - 45 ms), the servers' own 5 s and anything less.
+  fence_times servers{};
+  CHECK(most_client_kill_ms(15000, 45000, servers) == 24705);
+  CHECK_FALSE(check_client_fence("c1", 5000, 15000, 45000, servers));
+  CHECK_FALSE(check_client_fence("c1", 0, 15000, 45000, servers));
+  CHECK_FALSE(check_client_fence("c1", 24705, 15000, 45000, servers));
+  auto f = check_client_fence("c1", 24706, 15000, 45000, servers);
+  REQUIRE(f);
+  CHECK(f->code == errc::invalid);
+  const auto& m = f->message;
+  CAPTURE(m);
+  CHECK(m.find("node 'c1'") == 0);
+  CHECK(m.find("--kill-timeout 24.706 s") != std::string::npos);
+  CHECK(m.find("at most 24.705 s") != std::string::npos);
+  CHECK(m.find("the servers' own --kill-timeout is 5 s") != std::string::npos);
+  CHECK(m.find("Start it with --kill-timeout 24.705 s or less") != std::string::npos);
+  CHECK(m.find("raise the servers' --node-down-timeout") != std::string::npos);
+  // The tests' short timeouts (D 6 s, L 2 s, U 0.5 s): the servers' 1 s
+  // passes, the default 5 s of a client started without the option not.
+  fence_times tests{1000, 500};
+  CHECK_FALSE(check_client_fence("c1", 1000, 2000, 6000, tests));
+  CHECK(check_client_fence("c1", 5000, 2000, 6000, tests));
+  CHECK(most_client_kill_ms(2000, 6000, tests) == 4000 - 500 - 250 - 6);
+  // A negative value is never taken.
+  CHECK(check_client_fence("c1", -1, 15000, 45000, servers));
+  // No room at all: nothing is taken, and the most is 0.
+  CHECK(most_client_kill_ms(1000, 1500, servers) == 0);
+  CHECK(check_client_fence("c1", 0, 1000, 1500, servers));
+}
+
+TEST_CASE("check_client_fence_agrees_with_the_servers_inequality_for_random_values") {
+  // Property: a client's K is taken exactly when the servers' own check
+  // would pass with that K, and the most it may take is the largest such K.
+  std::mt19937_64 rng(5959);
+  for (int run = 0; run < 3000; ++run) {
+    fence_times servers{static_cast<int64_t>(rng() % 20'000), static_cast<int64_t>(rng() % 20'000)};
+    int64_t lease_ms = 100 + static_cast<int64_t>(rng() % 60'000);
+    int64_t down = lease_ms + static_cast<int64_t>(rng() % 80'000);
+    int64_t k = static_cast<int64_t>(rng() % 40'000);
+    CAPTURE(run);
+    bool taken = !check_client_fence("n", k, lease_ms, down, servers);
+    CHECK(taken == margin_covers_fence(lease_ms, down, {k, servers.unmount_ms}));
+    auto most = most_client_kill_ms(lease_ms, down, servers);
+    if (most > 0) {
+      CHECK_FALSE(check_client_fence("n", most, lease_ms, down, servers));
+      CHECK(check_client_fence("n", most + 1, lease_ms, down, servers));
+    }
+    // The servers' own K passes whenever their own check passed.
+    if (margin_covers_fence(lease_ms, down, servers))
+      CHECK_FALSE(check_client_fence("n", servers.kill_timeout_ms, lease_ms, down, servers));
+  }
+}

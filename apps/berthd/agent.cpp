@@ -212,6 +212,8 @@ agent_started start_agent(caf::actor_system& sys, const agent_options& opts) {
         std::chrono::milliseconds(static_cast<int64_t>(opts.node_down_timeout * 1000));
     lo.node_lease = std::chrono::milliseconds(opts.node_lease_ms);
     lo.keep_down_writers = opts.keep_down_writers;
+    lo.fence = fence_times{static_cast<int64_t>(opts.kill_timeout * 1000),
+                           static_cast<int64_t>(opts.fence_unmount_time * 1000)};
     lo.gc = gc_thresholds{opts.alloc_gc_ms, opts.node_gc_ms};
     lo.volume_idle_ms = opts.volume_idle_ms;
     lo.volume_actors_max = opts.volume_actors_max;

@@ -47,7 +47,7 @@ api_actor::behavior_type fake_server(api_actor::stateful_pointer<fake_server_sta
   self->state.heartbeats = std::move(heartbeats);
   return {
       [](api_atom, pb<v1::Request>&) { return wrap(v1::Response{}); },
-      [self](node_atom, const std::string&, const std::string&,
+      [self](node_atom, const std::string&, const std::string&, int64_t,
              node_actor) -> caf::result<uint64_t, int64_t, uint64_t> {
         ++*self->state.heartbeats;
         return {*self->state.term, int64_t{0}, uint64_t{0}};  // no lease: these tests fence by term only

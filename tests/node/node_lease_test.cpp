@@ -73,7 +73,7 @@ api_actor::behavior_type lease_server(api_actor::stateful_pointer<lease_server_s
         }
         return wrap(v1::Response{});
       },
-      [self](node_atom, const std::string&, const std::string&,
+      [self](node_atom, const std::string&, const std::string&, int64_t,
              node_actor) -> caf::result<uint64_t, int64_t, uint64_t> {
         ++*self->state.heartbeats;
         return {uint64_t{1}, self->state.lease_ms->load(), self->state.index->load()};

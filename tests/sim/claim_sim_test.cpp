@@ -352,6 +352,7 @@ struct world {
   // Faults (probabilities per CSI call) while `faults` is on.
   bool faults = false;
   static constexpr int64_t node_lease_ms = 2000;  // the leader's --node-lease here
+  static constexpr int64_t client_kill_ms = 1000;  // each client's --kill-timeout
   double p_fail = 0, p_fail_after = 0, p_lost = 0, p_hang = 0, p_delay_commit = 0;
 
   // The replicated log: committed state, the current term and its leader.
@@ -1382,7 +1383,7 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
         if (!w->leader) return;
         auto sent = w->now_ms();
         self->request(w->leader, caf::infinite, node_atom::value, id, std::string(),
-                      caf::actor_cast<node_actor>(self))
+                      world::client_kill_ms, caf::actor_cast<node_actor>(self))
             .then(
                 [self, w, id, inc, sent](uint64_t, int64_t lease_ms, uint64_t index) {
                   auto& n = w->cluster.at(id);
@@ -2404,6 +2405,8 @@ class simulation {
     leader_options options;
     options.node_down_timeout = std::chrono::milliseconds(5000);
     options.node_lease = std::chrono::milliseconds(world::node_lease_ms);
+    // The margin here (3 s) covers a fence of 1 s grace and 1 s unmount.
+    options.fence = fence_times{world::client_kill_ms, 1000};
     options.release_wait = std::chrono::milliseconds(10000);
     // Volume actors come and go: stopped at the first tick they are idle
     // (requests often arrive while one stops), after 1 s idle, or never.

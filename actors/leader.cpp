@@ -354,7 +354,7 @@ void with_volume_actor(const self_ptr& self, const volume_key& key, volume_use u
     // the leader lost its leadership).  ~leader_state stops the ones left.
     bool registered = v.has_value();
     slot.actor = self->spawn(volume, st.log, v ? std::move(*v) : v1::Volume{}, registered,
-                             st.options.term);
+                             st.options.term, st.retired);
     ++st.running_volume_actors;
     slot.activity.idle_since_ms = steady_ms();
     st.stats->actors("volume", count_volume_actors(self));
@@ -470,7 +470,8 @@ void forget_volume_actor(const self_ptr& self, const volume_key& key) {
 size_t count_volume_actors(const self_ptr& self) { return self->state.running_volume_actors; }
 
 plugin_actor spawn_plugin(const self_ptr& self, v1::Plugin p) {
-  return self->spawn<caf::linked>(plugin, self->state.log, std::move(p), self->state.options.term);
+  return self->spawn<caf::linked>(plugin, self->state.log, std::move(p), self->state.options.term,
+                                  self->state.retired);
 }
 
 node_actor pick_controller(const self_ptr& self, const std::string& plugin_id,

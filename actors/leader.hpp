@@ -17,6 +17,7 @@
 
 #include "actors/actors.hpp"
 #include "actors/metrics.hpp"
+#include "actors/node_call.hpp"
 #include "control/activation.hpp"
 #include "control/admission.hpp"
 #include "control/catalog.hpp"
@@ -100,6 +101,9 @@ struct leader_state {
   size_t running_volume_actors = 0;
   std::map<std::string, plugin_actor> plugin_actors;
   std::map<std::string, node_actor> node_actors;  // nodes with a connected berth client
+  // The node actors replaced by a newer one of their node (a client
+  // restarted): shared with the volume and plugin actors' step helpers.
+  retired_nodes_ptr retired = std::make_shared<retired_nodes>();
   std::map<std::string, int64_t> last_seen;       // node -> steady ms of its last heartbeat
   // The way back to each client (control/lease.hpp, node_reach): its node
   // actor's address and the pings to it.  Kept across a mark-down; a new

@@ -175,6 +175,10 @@ bool heartbeat(const self_ptr& self, const std::string& node_id, node_actor node
   bool fresh = known == st.node_actors.end() || known->second.address() != node.address();
   if (fresh) {
     logging::info("leader", "node's client connected", {{"node", node_id}});
+    // Another process than the one known: the old node actor is gone, and
+    // the steps queued or in flight for it fail at once (node_call.hpp).
+    if (known != st.node_actors.end()) st.retired->retire(known->second.address());
+    st.retired->restore(node.address());
     self->monitor(node);
     // A new connection: every stop is asked of it again.
     st.stops_confirmed.erase(node_id);

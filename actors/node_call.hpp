@@ -42,8 +42,11 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -64,11 +67,60 @@ namespace berth {
 inline constexpr std::chrono::seconds node_ping_interval{5};
 inline constexpr std::chrono::seconds node_ping_timeout{10};
 
+// The node actors the leader knows were replaced: a client that restarted
+// (or reconnected as a new process) heartbeats with a new node actor, and
+// the old one is gone.  A step sent to the old one waits for an answer that
+// never comes: the leader reaches a client through the server it registered
+// with, and CAF tells no one but that server when the client's connection
+// closes, so the helper's monitor never fires and only its unanswered ping
+// fails the step, 15 s later.  A volume's or a plugin's queue holds each
+// request with the handles the leader chose when it routed it, so after a
+// client restart every queued request of the volume waited out those 15 s in
+// turn (fault suite, restart-client and drain-client, seed 13: the releases
+// of a volume wedged for minutes; issue 59).  The leader retires the old
+// handle when the new one heartbeats; a helper refuses a retired handle at
+// once, and fails a step in flight to one at its next tick.  Written by the
+// leader, read by the helpers on other threads.
+class retired_nodes {
+ public:
+  void retire(const caf::actor_addr& a) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!set_.insert(a).second) return;
+    order_.push_back(a);
+    if (order_.size() > 10'000) {  // bounded: the oldest are long answered
+      set_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  // A handle that heartbeats again serves its node after all (a server
+  // announced an older one to a new leader before it).
+  void restore(const caf::actor_addr& a) {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_.erase(a);
+  }
+  bool retired(const caf::actor_addr& a) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return set_.count(a) > 0;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::set<caf::actor_addr> set_;
+  std::deque<caf::actor_addr> order_;
+};
+using retired_nodes_ptr = std::shared_ptr<retired_nodes>;
+
 namespace detail {
+
+inline caf::error retired_error() {
+  return make_error(errc::unavailable,
+                    "the node's berth client was replaced by a newer process (it restarted) "
+                    "before it answered; the step is retried");
+}
 
 template <class Result, class Atom, class Request>
 caf::behavior node_call(caf::event_based_actor* self, node_actor node,
-                        std::chrono::milliseconds timeout) {
+                        std::chrono::milliseconds timeout, retired_nodes_ptr retired) {
   struct call {
     bool node_down = false;
     bool answered = false;
@@ -117,12 +169,16 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
         return true;
       },
       // The pings while the step runs; a failure held, once its hold ends.
-      [self, c, node, fail](tick_atom) {
+      [self, c, node, fail, retired](tick_atom) {
         if (c->answered) return;
         if (c->failure) {
           auto e = std::move(*c->failure);
           c->failure.reset();
           fail(std::move(e));
+          return;
+        }
+        if (retired && retired->retired(node.address())) {
+          fail(retired_error());
           return;
         }
         self->request(node, node_ping_timeout, ping_atom::value)
@@ -153,11 +209,11 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
                           "process: " + to_failure(e).message + "); the step is retried"));
                 });
       },
-      [self, c, node, timeout, down_error, fail](Atom atom, Request& req) {
+      [self, c, node, timeout, down_error, fail, retired](Atom atom, Request& req) {
         c->rp = self->make_response_promise();
-        if (c->node_down) {
-          c->answered = true;
-          c->rp.deliver(down_error());
+        if (c->node_down || (retired && retired->retired(node.address()))) {
+          c->answered = true;  // nothing sent: nothing can run
+          c->rp.deliver(c->node_down ? down_error() : retired_error());
           self->quit();
           return;
         }
@@ -192,11 +248,12 @@ caf::behavior node_call(caf::event_based_actor* self, node_actor node,
 }  // namespace detail
 
 // Requests `atom, req` from `node` (answered with a Result) through a
-// helper that fails the request when the node actor goes down.  Returns the
-// response handle of the request to the helper.
+// helper that fails the request when the node actor goes down or is
+// `retired` (may be null).  Returns the response handle of the request to
+// the helper.
 template <class Result, class Self, class Atom, class Request>
 auto call_node(Self* self, const node_actor& node, std::chrono::milliseconds timeout, Atom atom,
-               Request req) {
+               Request req, retired_nodes_ptr retired) {
   static_assert(std::is_same_v<Request, pb<v1::NodeVolumeRequest>>,
                 "a step to a node is a NodeVolumeRequest: its node confirms it with the helper");
   req.msg.set_confirm_start(true);
@@ -208,7 +265,7 @@ auto call_node(Self* self, const node_actor& node, std::chrono::milliseconds tim
   // released the claim through another node).  Its own end, normal, does
   // not stop the caller.
   auto helper = self->template spawn<caf::linked>(detail::node_call<Result, Atom, Request>, node,
-                                                  timeout);
+                                                  timeout, std::move(retired));
   return self->request(helper, caf::infinite, atom, std::move(req));
 }
 

@@ -51,7 +51,7 @@ result_promise queue_controller_call(self_ptr self, Atom atom, v1::NodeVolumeReq
           return;
         }
         call_node<pb<v1::NodeVolumeResult>>(self, controller, csi_step_timeout, atom,
-                                            wrap(std::move(req)))
+                                            wrap(std::move(req)), self->state.retired)
             .then(
                 [rp, done](pb<v1::NodeVolumeResult>& r) mutable {
                   rp.deliver(std::move(r));
@@ -84,8 +84,10 @@ void persist(self_ptr self, v1::Plugin next, bool remove, std::function<void(caf
 }  // namespace
 
 plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> self,
-                                   replicated_log_actor log, v1::Plugin initial, uint64_t term) {
+                                   replicated_log_actor log, v1::Plugin initial, uint64_t term,
+                                   retired_nodes_ptr retired) {
   self->state.log = std::move(log);
+  self->state.retired = std::move(retired);
   self->state.term = term;
   self->state.plugin = std::move(initial);
   self->attach_functor([open = self->state.open_calls,

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "actors/actors.hpp"
+#include "actors/node_call.hpp"
 
 namespace berth {
 
@@ -29,10 +30,14 @@ struct plugin_state {
       open_calls = std::make_shared<
           std::map<uint64_t, caf::typed_response_promise<pb<v1::NodeVolumeResult>>>>();
   uint64_t next_call = 0;
+  // The node actors the leader retired (actors/node_call.hpp): a queued
+  // controller call whose controller restarted meanwhile fails at once.
+  retired_nodes_ptr retired;
   static inline const char* name = "plugin";
 };
 
 plugin_actor::behavior_type plugin(plugin_actor::stateful_pointer<plugin_state> self,
-                                   replicated_log_actor log, v1::Plugin initial, uint64_t term);
+                                   replicated_log_actor log, v1::Plugin initial, uint64_t term,
+                                   retired_nodes_ptr retired);
 
 }  // namespace berth

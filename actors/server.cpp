@@ -519,6 +519,16 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
   self->state.stats = std::move(stats);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
+    // A client's node actor registered here is gone (its connection to
+    // this server closed): it is not announced to a new leader again,
+    // where it would stand for its node instead of the newer one.
+    for (auto it = st.nodes.begin(); it != st.nodes.end(); ++it)
+      if (it->second.address() == dm.source) {
+        st.node_secrets.erase(it->first);
+        st.node_kill_ms.erase(it->first);
+        st.nodes.erase(it);
+        return;
+      }
     if (!st.remote || st.remote.address() != dm.source) return;
     st.remote = nullptr;
     for (auto& [id, rp] : st.inflight)
@@ -536,6 +546,9 @@ server_actor::behavior_type server(self_ptr self, state_machine_actor machine,
       [self](node_atom, const std::string& id, const std::string& secret, int64_t kill_ms,
              node_actor node) -> caf::result<uint64_t, int64_t, uint64_t> {
         auto& st = self->state;
+        if (auto known = st.nodes.find(id);
+            node && (known == st.nodes.end() || known->second.address() != node.address()))
+          self->monitor(node);
         st.nodes[id] = node;
         st.node_secrets[id] = secret;
         st.node_kill_ms[id] = kill_ms;

@@ -70,7 +70,8 @@ template <class Atom>
 void csi_step(self_ptr self, const node_actor& node, Atom atom, v1::NodeVolumeRequest req,
               std::function<void(v1::NodeVolumeResult)> ok, then_fn fail) {
   req.set_leader_term(self->state.term);
-  call_node<pb<v1::NodeVolumeResult>>(self, node, csi_step_timeout, atom, wrap(std::move(req)))
+  call_node<pb<v1::NodeVolumeResult>>(self, node, csi_step_timeout, atom, wrap(std::move(req)),
+                                      self->state.retired)
       .await([ok](pb<v1::NodeVolumeResult>& r) mutable { ok(std::move(r.msg)); },
              [fail](caf::error& e) mutable { fail(std::move(e)); });
 }
@@ -495,8 +496,9 @@ void expansion_steps(self_ptr self, std::optional<v1::Plugin> p, plugin_actor pl
 }  // namespace
 
 volume_actor::behavior_type volume(self_ptr self, replicated_log_actor log, v1::Volume initial,
-                                   bool registered, uint64_t term) {
+                                   bool registered, uint64_t term, retired_nodes_ptr retired) {
   self->state.term = term;
+  self->state.retired = std::move(retired);
   self->state.log = std::move(log);
   self->state.volume = std::move(initial);
   self->state.registered = registered;

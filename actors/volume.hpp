@@ -11,6 +11,7 @@
 #include <string>
 
 #include "actors/actors.hpp"
+#include "actors/node_call.hpp"
 
 namespace berth {
 
@@ -23,6 +24,8 @@ struct volume_state {
   // (steady clock): a release decided without the node before then goes
   // through it after all (control/release still_detached).
   std::map<std::string, int64_t> published_ms;
+  // The node actors the leader retired (actors/node_call.hpp).
+  retired_nodes_ptr retired;
   static inline const char* name = "volume";
 };
 
@@ -30,6 +33,6 @@ struct volume_state {
 // false) for a volume about to be registered.
 volume_actor::behavior_type volume(volume_actor::stateful_pointer<volume_state> self,
                                    replicated_log_actor log, v1::Volume initial,
-                                   bool registered, uint64_t term);
+                                   bool registered, uint64_t term, retired_nodes_ptr retired);
 
 }  // namespace berth

@@ -107,7 +107,7 @@ struct fixture {
     add_message_types(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
     log = sys->spawn(fake_log, proposals);
-    vol = sys->spawn(volume, log, registered_volume(), true, uint64_t{1});
+    vol = sys->spawn(volume, log, registered_volume(), true, uint64_t{1}, retired_nodes_ptr{});
   }
   ~fixture() {
     caf::anon_send_exit(vol, caf::exit_reason::user_shutdown);

@@ -73,6 +73,8 @@ class Run:
         # The fence the servers' lease margin must cover (berthd refuses a
         # margin that does not), and the grace the clients' allocs get.
         fence_args = ["--kill-timeout", str(self.args.kill_timeout)]
+        if self.args.log_level:
+            fence_args += ["--log-level", self.args.log_level]  # servers' and clients'
         server_args = ["--node-down-timeout", str(self.args.node_down_timeout),
                        "--fence-unmount-time", str(self.args.fence_unmount_time)] + fence_args
         if self.args.node_lease:
@@ -515,6 +517,9 @@ def main(argv=None):
     p.add_argument("--node-lease", type=float,
                    help="the servers' --node-lease (seconds; default theirs: a third of "
                    "--node-down-timeout)")
+    p.add_argument("--log-level", default="",
+                   help="every berthd's --log-level (debug: what each node actor did, to "
+                        "diagnose a run kept with --out)")
     p.add_argument("--kill-timeout", type=float, default=1,
                    help="the servers' and clients' --kill-timeout (seconds: the SIGTERM grace of "
                    "a fenced or stopped alloc; 1, so that the short default node-down timeout's "

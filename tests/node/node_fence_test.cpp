@@ -568,7 +568,7 @@ TEST_CASE("node steps: a step that arrives after its helper gave up is never sen
   std::optional<failure> error;
   bool done = false;
   call_node<pb<v1::NodeVolumeResult>>(me.ptr(), n, std::chrono::seconds(30),
-                                      ctrl_unpublish_atom::value, wrap(r))
+                                      ctrl_unpublish_atom::value, wrap(r), nullptr)
       .receive([&](pb<v1::NodeVolumeResult>&) { done = true; },
                [&](caf::error& e) { error = to_failure(e); });
   auto calls = f.plugin_calls("ControllerUnpublishVolume");
@@ -593,7 +593,7 @@ TEST_CASE("node steps: a step whose caller stopped before its turn is not sent")
   auto caller = f.sys->spawn(
       [](caf::event_based_actor* self, node_actor n, v1::NodeVolumeRequest r) {
         call_node<pb<v1::NodeVolumeResult>>(self, n, std::chrono::seconds(30),
-                                            ctrl_unpublish_atom::value, wrap(r))
+                                            ctrl_unpublish_atom::value, wrap(r), nullptr)
             .then([](pb<v1::NodeVolumeResult>&) {}, [](caf::error&) {});
       },
       n, r);
@@ -624,7 +624,7 @@ TEST_CASE("node steps: a confirmed step the plugin fails is answered at once, no
   std::optional<failure> error;
   auto asked = std::chrono::steady_clock::now();
   call_node<pb<v1::NodeVolumeResult>>(me.ptr(), n, std::chrono::seconds(30),
-                                      ctrl_publish_atom::value, wrap(r))
+                                      ctrl_publish_atom::value, wrap(r), nullptr)
       .receive([&](pb<v1::NodeVolumeResult>&) {}, [&](caf::error& e) { error = to_failure(e); });
   auto took = std::chrono::steady_clock::now() - asked;
   auto calls = f.plugin_calls("ControllerPublishVolume");
@@ -633,6 +633,44 @@ TEST_CASE("node steps: a confirmed step the plugin fails is answered at once, no
   CHECK(error->message.find("NOT_FOUND") != std::string::npos);
   CHECK(calls == 1);  // confirmed and sent
   CHECK(took < std::chrono::seconds(10));  // not held (the hold is 11 s)
+}
+
+TEST_CASE("node steps: a step to a node actor the leader retired is refused at once, never sent") {
+  // Issue 59, fault suite seed 13: a client restarted; the old node actor,
+  // reached through another server, never answers and its proxy never goes
+  // down, so every queued step of a volume waited 15 s for its ping.  A
+  // retired handle (a newer node actor heartbeats for the node) is refused
+  // before anything is sent; restored (it heartbeats again), it is served.
+  fixture f;
+  auto n = f.spawn_node(api_actor{});
+  caf::scoped_actor me{*f.sys};
+  auto created = ask<pb<v1::Volume>>(me, n, create_atom::value, wrap(spec()), uint64_t{1});
+  REQUIRE(std::holds_alternative<pb<v1::Volume>>(created));
+  auto r = step_on(std::get<pb<v1::Volume>>(created).msg);
+  auto retired = std::make_shared<retired_nodes>();
+  retired->retire(n.address());
+  std::optional<failure> error;
+  auto asked = std::chrono::steady_clock::now();
+  call_node<pb<v1::NodeVolumeResult>>(me.ptr(), n, std::chrono::seconds(30),
+                                      ctrl_publish_atom::value, wrap(r), retired)
+      .receive([&](pb<v1::NodeVolumeResult>&) {}, [&](caf::error& e) { error = to_failure(e); });
+  auto took = std::chrono::steady_clock::now() - asked;
+  auto calls = f.plugin_calls("ControllerPublishVolume");
+  REQUIRE(error.has_value());
+  CHECK(error->code == errc::unavailable);
+  CHECK(error->message.find("replaced by a newer process") != std::string::npos);
+  CHECK(calls == 0);
+  CHECK(took < std::chrono::seconds(5));  // not the ping's 15 s
+  retired->restore(n.address());
+  bool done = false;
+  call_node<pb<v1::NodeVolumeResult>>(me.ptr(), n, std::chrono::seconds(30),
+                                      ctrl_publish_atom::value, wrap(r), retired)
+      .receive([&](pb<v1::NodeVolumeResult>&) { done = true; },
+               [&](caf::error& e) { MESSAGE(to_failure(e).message); });
+  auto after = f.plugin_calls("ControllerPublishVolume");
+  me->send_exit(n, caf::exit_reason::user_shutdown);
+  CHECK(done);
+  CHECK(after == 1);
 }
 
 TEST_CASE("node steps: a step of a sender that does not confirm it is not sent") {

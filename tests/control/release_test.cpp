@@ -1,21 +1,18 @@
-// The control plane's pure rules (control/): the catalog's apply, the one
-// entry builder, alloc lifecycle, node liveness, controller choice, the
-// release steps and detach selection.
+// control/release: the release steps in the spec's order, their intent and
+// end entries, what waits for a node or a controller, joining releases,
+// detach and --keep-down-writers, the refusals under a running writer and of
+// deregister --force; the publication plan and the node requests (their
+// volume fields and secrets); the claims that wait for ended holders.
+#include "control/release.hpp"
+
 #include <doctest/doctest.h>
 
-#include <nlohmann/json.hpp>
 #include <random>
+#include <string>
+#include <vector>
 
-#include "control/allocs.hpp"
 #include "control/catalog.hpp"
-#include "control/drain.hpp"
 #include "control/entries.hpp"
-#include "control/filter.hpp"
-#include "control/lease.hpp"
-#include "control/nodes.hpp"
-#include "control/placement.hpp"
-#include "control/release.hpp"
-#include "control/views.hpp"
 #include "fixtures.hpp"
 
 using namespace berth;
@@ -320,7 +317,7 @@ TEST_CASE("an_operators_release_of_a_claim_whose_alloc_still_runs_its_command_is
   }
 }
 
-// --- views ---------------------------------------------------------------------------------
+// --- deregister, the publication plan and the node requests -------------------
 
 TEST_CASE("force_deregister_drops_stuck_releases_never_a_taken_claim") {
   auto v = make_volume("db");

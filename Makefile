@@ -1,7 +1,7 @@
 # berth: `make dev` builds and starts a single-process dev agent,
 # `make test` builds and runs every test.  Both install missing Debian
 # packages first (scripts/install-deps.sh).  `make bench` builds and runs
-# the benchmarks (bench/run.py; numbers and bench/report.json, no pass/fail;
+# the benchmarks (bench/run.py; numbers and bench/results/report.json, no pass/fail;
 # installs Debian's etcd-server and etcd-client for the side-by-side run;
 # BENCH_ARGS are passed on, e.g. BENCH_ARGS="--scale 100000").
 # `make chaos` builds and runs the long fault-injection run (tests/fault/,

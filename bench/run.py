@@ -2,7 +2,8 @@
 """berth's benchmarks: a 3-server cluster on 127.0.0.1 (tests/integration/
 cluster.py), berth-bench against it for each workload and concurrency, the
 CPU seconds and peak RSS of every process, the leader's group-commit metrics,
-and leader failover under load.  Prints a table and writes bench/report.json.
+and leader failover under load.  Prints a table and writes bench/results/report.json
+(the results folder: reports and profiles, apart from the code).
 
 Numbers only: nothing here passes or fails on timing.
 
@@ -34,6 +35,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# Reports and profiles: bench/results/, never beside the code.
+RESULTS = os.path.join(HERE, "results")
 
 
 def parse_args():
@@ -71,11 +74,11 @@ def parse_args():
     p.add_argument("--tls", action="store_true",
                    help="after the log levels, run them again on a second cluster with mutual TLS "
                         "(certificates made with berth tls), for the cost of TLS")
-    p.add_argument("--report", default=os.path.join(HERE, "report.json"))
+    p.add_argument("--report", default=os.path.join(RESULTS, "report.json"))
     p.add_argument("--keep", action="store_true", help="keep the cluster's directory and logs")
     p.add_argument("--perf", action="store_true",
                    help="perf record the leader during the largest log run, and the leader and "
-                        "client c1 during an extra run of the largest claims level (bench/perf-*.txt)")
+                        "client c1 during an extra run of the largest claims level (bench/results/perf-*.txt)")
     p.add_argument("--storm", type=int, default=1000,
                    help="attach storm: claims submitted at once on a plugin of its own (0: none)")
     p.add_argument("--storm-delay-ms", type=int, default=200,
@@ -516,6 +519,7 @@ def perf_start(pid, path):
 def perf_stop(perf, data, out_path, title):
     perf.send_signal(signal.SIGINT)
     perf.wait()
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(out_path, "w") as f:
         f.write("# %s\n" % title)
         for sort in ("dso", "dso,sym"):
@@ -1185,7 +1189,8 @@ def main():
             if perf:
                 perf.send_signal(signal.SIGINT)
                 perf.wait()
-                with open(os.path.join(HERE, "perf-leader-log.txt"), "w") as f:
+                os.makedirs(RESULTS, exist_ok=True)
+                with open(os.path.join(RESULTS, "perf-leader-log.txt"), "w") as f:
                     for sort in ("dso", "dso,sym"):
                         f.flush()
                         subprocess.run(["perf", "report", "-i", os.path.join(tmp, "perf.data"),
@@ -1261,14 +1266,15 @@ def main():
                 r = run_bench(leader.address, "claims", n, ARGS.duration, c.processes, leader,
                               ["--volumes", str(ARGS.volumes)] + node_args)
                 for who, perf in perfs.items():
-                    perf_stop(perf, data[who], os.path.join(HERE, "perf-%s-claims.txt" % who),
+                    perf_stop(perf, data[who], os.path.join(RESULTS, "perf-%s-claims.txt" % who),
                               "perf record -g -F 499 of %s during claims %d in flight" % (who, n))
                 r["leader"] = leader.name
                 r["perf"] = True
                 report["perf_claims_run"] = r
                 print_row(r, leader.name)
-                print("(that run under perf: bench/perf-leader-claims.txt, bench/perf-c1-claims.txt, "
-                      "bench/perf-plugin-c1-claims.txt)", flush=True)
+                print("(that run under perf: bench/results/perf-leader-claims.txt, "
+                      "bench/results/perf-c1-claims.txt, bench/results/perf-plugin-c1-claims.txt)",
+                      flush=True)
             if storm:
                 storm_part(c, tmp, leader, report)
             for p in list(c.processes):  # clients and plugins are not needed any more
@@ -1326,6 +1332,7 @@ def main():
             print("summary failed: %r" % e)
         report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         report["loadavg_at_end"] = loadavg()
+        os.makedirs(os.path.dirname(os.path.abspath(ARGS.report)), exist_ok=True)
         with open(ARGS.report, "w") as f:
             json.dump(report, f, indent=2)
         print("report: %s" % ARGS.report)

@@ -3,7 +3,7 @@
 // request against the token that sent it.  Plain functions on the catalog:
 // the leader checks before it does anything, a server answering on its own
 // (stale reads, the event stream, status of the log) checks with its own
-// catalog.  Tests in tests/acl_test.cpp.
+// catalog.  Tests in tests/control/acl_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -166,7 +166,7 @@ detach_plan plan_detach(const catalog& c, const v1::Volume& v, const std::string
 // servers (issue 28: every node request carried, encoded, shipped and
 // decoded the whole volume, its every claim included).  A client's
 // client.db keeps what it was sent, so a node-side read of another field
-// must add it here first (tests/control_test.cpp pins the set).
+// must add it here first (tests/control/release_test.cpp pins the set).
 v1::Volume node_view(const v1::Volume& v);
 
 // What a node actor needs for one claim's CSI calls (the term is added by

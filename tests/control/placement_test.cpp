@@ -1,4 +1,6 @@
-// control/placement: where alloc run places an alloc that names no node.
+// control/placement: where alloc run places an alloc that names no node;
+// controller choice (healthy, connected, in turn, within a required
+// topology), the controllers' call limit, and a node's volume count.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -12,8 +14,14 @@
 #include "control/entries.hpp"
 #include "control/placement.hpp"
 #include "control/views.hpp"
+#include "fixtures.hpp"
 
 using namespace berth;
+// The shared fixtures the cases from control_test.cpp use; commit() is the
+// one below, the same.
+using berth::test::add_claim;
+using berth::test::controller_plugin;
+using berth::test::make_volume;
 
 namespace {
 
@@ -740,4 +748,100 @@ TEST_CASE("placement: the claims in its way that are being released are the ones
   claimed_by(mine, "new", "n1");
   commit(c, {upsert_change(mine)});
   CHECK(releases_in_placements_way(c, to_place({"mine"})).empty());
+}
+
+TEST_CASE("controller_choice_is_healthy_connected_and_round_robin") {
+  auto p = controller_plugin({{"n1", true}, {"n2", false}, {"n3", true}, {"n4", true}});
+  auto connected = [](const std::string& n) { return n != "n4"; };
+  auto cands = controller_candidates(p, connected);
+  CHECK(cands == std::vector<std::string>{"n1", "n3"});
+  size_t turn = 0;
+  CHECK(*next_in_turn(cands, turn) == "n1");
+  CHECK(*next_in_turn(cands, turn) == "n3");
+  CHECK(*next_in_turn(cands, turn) == "n1");
+  CHECK_FALSE(next_in_turn({}, turn));
+}
+
+TEST_CASE("controller_call_limit_sums_the_healthy_controllers_limits") {
+  CHECK(controller_call_limit(v1::Plugin{}) == 1);  // none: still one call may wait for one
+  auto p = controller_plugin({{"n1", true}, {"n2", false}, {"n3", true}});
+  CHECK(controller_call_limit(p) == 32);  // unreported: 16 each, the unhealthy one not counted
+  p.mutable_controllers(0)->set_max_calls(1);
+  CHECK(controller_call_limit(p) == 17);
+  p.mutable_controllers(2)->set_max_calls(4);
+  CHECK(controller_call_limit(p) == 5);
+  p.mutable_controllers(1)->set_max_calls(100);
+  CHECK(controller_call_limit(p) == 5);
+}
+
+TEST_CASE("controller_choice_respects_a_required_topology") {
+  auto p = controller_plugin({{"n1", true}, {"n2", true}});
+  for (auto [node, zone] : {std::pair{"n1", "a"}, std::pair{"n2", "b"}}) {
+    auto* inst = p.add_nodes();
+    inst->set_node_id(node);
+    (*inst->mutable_accessible_topology()->mutable_segments())["zone"] = zone;
+  }
+  v1::TopologyRequest t;
+  (*t.add_required()->mutable_segments())["zone"] = "b";
+  auto all = [](const std::string&) { return true; };
+  CHECK(controller_candidates(p, all, &t) == std::vector<std::string>{"n2"});
+  v1::TopologyRequest none;
+  CHECK(controller_candidates(p, all, &none).size() == 2);
+  CHECK(in_required_topology(p, "n1", nullptr));
+  CHECK_FALSE(in_required_topology(p, "n3", &t));
+}
+
+TEST_CASE("node_volume_count_counts_claimed_and_in_flight_once") {
+  catalog c;
+  auto a = make_volume("a");
+  add_claim(a, "x", "n1");
+  add_claim(a, "y", "n1", v1::CLAIM_NODE_DETACHED);
+  auto b = make_volume("b");
+  add_claim(b, "z", "n2");
+  auto other = make_volume("o", "q");
+  add_claim(other, "w", "n1");
+  commit(c, {upsert_change(a), upsert_change(b), upsert_change(other)});
+  CHECK(node_volume_count(c, "n1", "p", {"default", "new"}, {}) == 1);
+  CHECK(node_volume_count(c, "n1", "p", {"default", "a"}, {}) == 0);
+  CHECK(node_volume_count(c, "n1", "p", {"default", "new"}, {{"default", "c"}, {"default", "a"}}) ==
+        2);
+}
+
+TEST_CASE("node_volume_count_equals_the_union_it_counts_over_random_sets") {
+  // What it computed before by building the union (one set copy and k
+  // inserts per claim).
+  auto brute = [](const catalog& c, const std::string& node, const std::string& plugin,
+                  const volume_key& except, const std::set<volume_key>& in_flight) {
+    std::set<volume_key> seen;
+    auto it = c.claimed_on.find({node, plugin});
+    if (it != c.claimed_on.end()) seen = it->second;
+    seen.insert(in_flight.begin(), in_flight.end());
+    seen.erase(except);
+    return static_cast<int64_t>(seen.size());
+  };
+  for (uint32_t seed = 1; seed <= 300; ++seed) {
+    CAPTURE(seed);
+    std::mt19937 rng(seed);
+    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
+    catalog c;
+    int volumes = 1 + pick(40);
+    std::vector<v1::Change> changes;
+    for (int i = 0; i < volumes; ++i) {
+      auto v = make_volume("v" + std::to_string(i), pick(2) ? "p" : "q");
+      for (int k = pick(3); k > 0; --k)
+        add_claim(v, "a" + std::to_string(pick(9)), "n" + std::to_string(pick(3)));
+      changes.push_back(upsert_change(v));
+    }
+    commit(c, changes);
+    for (int q = 0; q < 20; ++q) {
+      std::set<volume_key> in_flight;
+      for (int k = pick(volumes + 1); k > 0; --k)
+        in_flight.insert({"default", "v" + std::to_string(pick(volumes + 5))});
+      volume_key except{"default", "v" + std::to_string(pick(volumes + 5))};
+      auto node = "n" + std::to_string(pick(4));
+      auto plugin = pick(2) ? "p" : "q";
+      CHECK(node_volume_count(c, node, plugin, except, in_flight) ==
+            brute(c, node, plugin, except, in_flight));
+    }
+  }
 }

@@ -419,7 +419,7 @@ using replicated_log_actor = caf::typed_actor<
     // machine in index order.  Fails when this server does not lead, or
     // leads another term than the one given (the proposer's leader term; 0:
     // any): an actor that outlived its leader never writes its old state
-    // (persistence/raft/proposal.hpp).
+    // (raft/proposal.hpp).
     caf::replies_to<propose_atom, pb<v1::LogEntry>, uint64_t>::with<uint64_t>,
     // ReadIndex: replies once this server has confirmed with a quorum that
     // it still leads and has applied everything committed before the

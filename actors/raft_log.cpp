@@ -2,7 +2,7 @@
 
 #include "actors/raft_log_internal.hpp"
 
-#include "persistence/raft/proposal.hpp"
+#include "raft/proposal.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

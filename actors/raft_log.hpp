@@ -1,5 +1,5 @@
 // The replicated log actor: the shell around the pure Raft core
-// (persistence/raft).  It owns the core, its durable log (log.db), the
+// (raft).  It owns the core, its durable log (log.db), the
 // timer, the connections to the other servers' replicated logs, and the
 // group commit: every input only marks the core dirty; one flush message
 // then persists (one fsync), sends and applies whatever the core made ready,
@@ -19,8 +19,8 @@
 
 #include "actors/actors.hpp"
 #include "actors/metrics.hpp"
-#include "persistence/raft/compaction.hpp"
-#include "persistence/raft/raft.hpp"
+#include "raft/compaction.hpp"
+#include "raft/raft.hpp"
 #include "persistence/recovery.hpp"
 #include "tls/proof.hpp"
 
@@ -78,7 +78,7 @@ struct raft_log_state {
   std::string snapshot_path;                       // DATA/raft-snapshot.bin
   // A leader's snapshot file coming in, in pieces, as
   // DATA/raft-snapshot.bin.incoming (actors/raft_log_snapshots.cpp; the
-  // rules in persistence/raft/compaction.hpp), with the running checksum of
+  // rules in raft/compaction.hpp), with the running checksum of
   // the bytes after the file's header and that header.
   raft::incoming_pieces incoming;
   uint32_t incoming_crc = 0;

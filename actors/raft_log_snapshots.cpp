@@ -17,7 +17,7 @@
 #include "persistence/crashpoint.hpp"
 #include "persistence/durable_file.hpp"
 #include "persistence/integrity.hpp"
-#include "persistence/raft/compaction.hpp"
+#include "raft/compaction.hpp"
 #include "persistence/snapshot_file.hpp"
 
 namespace berth::raft_log_detail {

@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "persistence/raft/compaction.hpp"
+#include "raft/compaction.hpp"
 
 using namespace berth::raft;
 

@@ -1,7 +1,7 @@
 // raft_log and unstable: the log as the core sees it.
 #include <doctest/doctest.h>
 
-#include "persistence/raft/log.hpp"
+#include "raft/log.hpp"
 
 using namespace berth::raft;
 

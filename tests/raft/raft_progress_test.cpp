@@ -1,7 +1,7 @@
 // progress: how fast the leader may send to one follower.
 #include <doctest/doctest.h>
 
-#include "persistence/raft/progress.hpp"
+#include "raft/progress.hpp"
 
 using namespace berth::raft;
 

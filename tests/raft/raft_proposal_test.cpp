@@ -2,7 +2,7 @@
 // and only from a proposer of its current leader term.
 #include <doctest/doctest.h>
 
-#include "persistence/raft/proposal.hpp"
+#include "raft/proposal.hpp"
 
 using berth::raft::proposal_refusal;
 

@@ -17,7 +17,7 @@
 #include <sstream>
 #include <string>
 
-#include "persistence/raft/raft.hpp"
+#include "raft/raft.hpp"
 
 namespace {
 

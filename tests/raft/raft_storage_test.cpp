@@ -1,7 +1,7 @@
 // memory_storage: what the core may read back from the shell's durable state.
 #include <doctest/doctest.h>
 
-#include "persistence/raft/storage.hpp"
+#include "raft/storage.hpp"
 
 using namespace berth::raft;
 

@@ -1,6 +1,6 @@
 // node: the Raft behaviours, one scenario each, on a synchronous in-memory
 // network that delivers everything unless a member is cut off.
-#include "persistence/raft/raft.hpp"
+#include "raft/raft.hpp"
 
 #include <doctest/doctest.h>
 

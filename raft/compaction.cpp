@@ -1,4 +1,4 @@
-#include "persistence/raft/compaction.hpp"
+#include "raft/compaction.hpp"
 
 namespace berth::raft {
 

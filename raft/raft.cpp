@@ -1,11 +1,11 @@
 // node: construction, the shell-facing API, Ready handling and membership.
 
-#include "persistence/raft/raft.hpp"
+#include "raft/raft.hpp"
 
 #include <algorithm>
 
-#include "persistence/raft/invariant.hpp"
-#include "persistence/raft/node_internal.hpp"
+#include "raft/invariant.hpp"
+#include "raft/node_internal.hpp"
 
 namespace berth::raft {
 

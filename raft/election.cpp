@@ -1,7 +1,7 @@
 // node: role changes and campaigning.
 
-#include "persistence/raft/node_internal.hpp"
-#include "persistence/raft/raft.hpp"
+#include "raft/node_internal.hpp"
+#include "raft/raft.hpp"
 
 namespace berth::raft {
 

@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "persistence/raft/storage.hpp"
+#include "raft/storage.hpp"
 
 namespace berth::raft {
 

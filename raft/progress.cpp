@@ -1,4 +1,4 @@
-#include "persistence/raft/progress.hpp"
+#include "raft/progress.hpp"
 
 #include <algorithm>
 

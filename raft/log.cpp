@@ -1,8 +1,8 @@
-#include "persistence/raft/log.hpp"
+#include "raft/log.hpp"
 
 #include <algorithm>
 
-#include "persistence/raft/invariant.hpp"
+#include "raft/invariant.hpp"
 
 namespace berth::raft {
 

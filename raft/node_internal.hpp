@@ -1,7 +1,7 @@
 // Helpers shared by the files implementing node; not part of its API.
 #pragma once
 
-#include "persistence/raft/raft.hpp"
+#include "raft/raft.hpp"
 
 namespace berth::raft {
 

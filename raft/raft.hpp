@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "persistence/raft/log.hpp"
-#include "persistence/raft/progress.hpp"
-#include "persistence/raft/storage.hpp"
+#include "raft/log.hpp"
+#include "raft/progress.hpp"
+#include "raft/storage.hpp"
 
 namespace berth::raft {
 

@@ -1,6 +1,6 @@
-#include "persistence/raft/storage.hpp"
+#include "raft/storage.hpp"
 
-#include "persistence/raft/invariant.hpp"
+#include "raft/invariant.hpp"
 
 namespace berth::raft {
 

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "persistence/raft/node_internal.hpp"
-#include "persistence/raft/raft.hpp"
+#include "raft/node_internal.hpp"
+#include "raft/raft.hpp"
 
 namespace berth::raft {
 

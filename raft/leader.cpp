@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <functional>
 
-#include "persistence/raft/invariant.hpp"
-#include "persistence/raft/node_internal.hpp"
-#include "persistence/raft/raft.hpp"
+#include "raft/invariant.hpp"
+#include "raft/node_internal.hpp"
+#include "raft/raft.hpp"
 
 namespace berth::raft {
 

@@ -566,6 +566,70 @@ std::variant<std::map<std::string, std::string>, std::string> parse_csi_secrets(
   return out;
 }
 
+std::string nomad_region_problem(const std::string& region) {
+  if (region.empty() || region == "global") return "";
+  return "region '" + region.substr(0, 64) +
+         "': berth is one region, global (Nomad's default); leave the region out "
+         "(NOMAD_REGION, -region) or give global";
+}
+
+bool is_nomad_write_field(const std::string& lower_name) {
+  return lower_name == "region" || lower_name == "namespace" || lower_name == "secretid" ||
+         lower_name == "idempotencytoken";
+}
+
+nomad_write_result parse_nomad_write(const std::map<std::string, std::string>& query,
+                                     const nlohmann::json& body) {
+  auto get = [&](const char* k) {
+    auto it = query.find(k);
+    return it == query.end() ? std::string() : it->second;
+  };
+  // The query's, then the body's: a value in both must be the same.
+  std::map<std::string, std::string> given{{"region", get("region")},
+                                           {"namespace", get("namespace")},
+                                           {"secretid", ""},
+                                           {"idempotencytoken", get("idempotency_token")}};
+  static const std::map<std::string, std::string> query_name{
+      {"region", "region"}, {"namespace", "namespace"}, {"idempotencytoken", "idempotency_token"}};
+  if (body.is_object())
+    for (const auto& [k, v] : body.items()) {
+      auto key = lower(k);
+      if (!is_nomad_write_field(key) || v.is_null()) continue;
+      if (!v.is_string()) return {std::nullopt, "field '" + k + "' must be a string"};
+      auto value = v.get<std::string>();
+      if (value.empty()) continue;
+      auto& slot = given[key];
+      if (!slot.empty() && slot != value) {
+        // The token is never repeated: it may be a secret.
+        return {std::nullopt, key == "idempotencytoken"
+                                  ? "field '" + k + "' differs from the query's idempotency_token"
+                                  : "field '" + k + "' ('" + value.substr(0, 64) +
+                                        "') differs from the query's " + query_name.at(key) +
+                                        " ('" + slot.substr(0, 64) + "'): give one"};
+      }
+      slot = value;
+    }
+  if (auto e = nomad_region_problem(given["region"]); !e.empty()) return {std::nullopt, e};
+  return {nomad_write{given["namespace"], given["secretid"], given["idempotencytoken"]}, ""};
+}
+
+std::string nomad_read_problem(const std::map<std::string, std::string>& query) {
+  if (auto it = query.find("region"); it != query.end())
+    if (auto e = nomad_region_problem(it->second); !e.empty()) return e;
+  if (auto it = query.find("stale"); it != query.end()) {
+    static const std::set<std::string> bools{"",  "1", "t", "T",     "TRUE",  "true", "True",
+                                             "0", "f", "F", "FALSE", "false", "False"};
+    if (bools.count(it->second) == 0)
+      return "Expect `true` or `false` for `stale` query string parameter (got '" +
+             it->second.substr(0, 20) + "')";
+  }
+  return "";
+}
+
+uint64_t nomad_index(uint64_t index) {
+  return index == 0 ? 1 : index;
+}
+
 }  // namespace berth
 
 namespace berth {

@@ -392,6 +392,61 @@ TEST_CASE("nomad snapshots and the CSI secrets header") {
   CHECK(std::holds_alternative<std::string>(parse_csi_secrets("=x")));
 }
 
+TEST_CASE(
+    "nomad writes: the WriteRequest from the query and the body, as Nomad's clients send it") {
+  using nlohmann::json;
+  // Go's api client: the embedded WriteRequest flattened, zero values.
+  auto go = json::parse(R"({"Volumes": [], "Region": "", "Namespace": "", "SecretID": ""})");
+  auto w = parse_nomad_write({}, go);
+  REQUIRE(w.write);
+  CHECK(w.write->namespace_.empty());
+  CHECK(w.write->secret_id.empty());
+  CHECK(w.write->idempotency_token.empty());
+  // WriteOptions in the query; the body's fields in any case.
+  w = parse_nomad_write({{"namespace", "prod"}, {"region", "global"}, {"idempotency_token", "k1"}},
+                        json::parse(R"({"namespace": "prod", "secretid": "s3", "REGION": null})"));
+  REQUIRE(w.write);
+  CHECK(w.write->namespace_ == "prod");
+  CHECK(w.write->secret_id == "s3");
+  CHECK(w.write->idempotency_token == "k1");
+  w = parse_nomad_write({}, json::parse(R"({"IdempotencyToken": "k2", "Namespace": "dev"})"));
+  REQUIRE(w.write);
+  CHECK(w.write->idempotency_token == "k2");
+  CHECK(w.write->namespace_ == "dev");
+  // No body (a DELETE).
+  CHECK(parse_nomad_write({{"namespace", "x"}}, json()).write->namespace_ == "x");
+  // Disagreements, another region and a non-string are named; a token never repeated.
+  auto bad = parse_nomad_write({{"namespace", "a"}}, json::parse(R"({"Namespace": "b"})"));
+  CHECK_FALSE(bad.write);
+  CHECK(bad.error.find("'Namespace' ('b') differs from the query's namespace ('a')") !=
+        std::string::npos);
+  bad = parse_nomad_write({{"idempotency_token", "k-secret"}},
+                          json::parse(R"({"IdempotencyToken": "other"})"));
+  CHECK_FALSE(bad.write);
+  CHECK(bad.error.find("k-secret") == std::string::npos);
+  CHECK(bad.error.find("other") == std::string::npos);
+  bad = parse_nomad_write({{"region", "eu"}}, json());
+  CHECK_FALSE(bad.write);
+  CHECK(bad.error.find("region 'eu'") != std::string::npos);
+  CHECK_FALSE(parse_nomad_write({}, json::parse(R"({"Region": "eu"})")).write);
+  CHECK_FALSE(parse_nomad_write({}, json::parse(R"({"SecretID": 7})")).write);
+  CHECK(is_nomad_write_field("secretid"));
+  CHECK(is_nomad_write_field("idempotencytoken"));
+  CHECK_FALSE(is_nomad_write_field("volumes"));
+}
+
+TEST_CASE("nomad reads: region and stale checked as Nomad parses them; an index is at least 1") {
+  CHECK(nomad_read_problem({}).empty());
+  CHECK(nomad_read_problem({{"region", "global"}, {"stale", ""}}).empty());
+  CHECK(nomad_read_problem({{"stale", "true"}}).empty());
+  CHECK(nomad_read_problem({{"stale", "false"}}).empty());
+  CHECK(nomad_read_problem({{"stale", "maybe"}}).find("`stale`") != std::string::npos);
+  CHECK(nomad_read_problem({{"region", "eu"}}).find("region 'eu'") != std::string::npos);
+  CHECK(nomad_index(0) == 1);
+  CHECK(nomad_index(1) == 1);
+  CHECK(nomad_index(42) == 42);
+}
+
 TEST_CASE("nomad event topics: Nomad's spellings, berth's topics asked, unknown ones named") {
   CHECK(nomad_event_topic_spelling("CSIVolume"));
   CHECK(nomad_event_topic_spelling("Node:n1"));

@@ -18,6 +18,7 @@
 #include "control/filter.hpp"
 #include "control/snapshots.hpp"
 #include "messages/codec.hpp"
+#include "messages/ids.hpp"
 #include "messages/nomad.hpp"
 
 namespace berth {
@@ -113,12 +114,13 @@ std::string list_namespace(const params& p) {
   return ns == "*" ? "" : ns;
 }
 
-// Nomad's headers of a read: the index of what was read (the highest
-// modify index among the objects; Nomad's is its table's), and that the
-// answer came from the leader (reads are answered by it once it confirmed
-// that it leads, so it has no last contact to report).
+// Nomad's headers of an answer: the index of what was read or written (at
+// least 1: nomad_index), and that the answer came from the leader (reads
+// are answered by it once it confirmed that it leads, so it has no last
+// contact to report).  Nomad's client reads X-Nomad-KnownLeader only after
+// X-Nomad-LastContact parsed as a number.
 std::map<std::string, std::string> nomad_headers(uint64_t index) {
-  return {{"X-Nomad-Index", std::to_string(index)},
+  return {{"X-Nomad-Index", std::to_string(nomad_index(index))},
           {"X-Nomad-KnownLeader", "true"},
           {"X-Nomad-LastContact", "0"}};
 }
@@ -143,9 +145,10 @@ const param_doc nomad_type_doc{"type", "query",
 
 json openapi_document();
 
-// The volumes of a Nomad register or create body ({"Volumes": [...]}), as
-// the requests berth's shell would send; the namespace is the volume's, or
-// the query's (default "default").
+// The volumes of a Nomad register or create body ({"Volumes": [...]}, with
+// the WriteRequest's fields beside it, read by answer_http), as the
+// requests berth's shell would send; the namespace is the volume's, or the
+// request's (default "default").
 std::variant<std::vector<v1::Request>, std::string> nomad_volume_requests(const params& p,
                                                                           const std::string& body,
                                                                           bool create) {
@@ -158,8 +161,10 @@ std::variant<std::vector<v1::Request>, std::string> nomad_volume_requests(const 
     for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (key == "volumes")
       volumes = v;
-    else if (key != "policyoverride")
-      return "field '" + k + "' is not one of the body's (Volumes, PolicyOverride)";
+    else if (key != "policyoverride" && !is_nomad_write_field(key))
+      return "field '" + k +
+             "' is not one of the body's (Volumes, PolicyOverride, and the WriteRequest's "
+             "Region, Namespace, SecretID, IdempotencyToken)";
   }
   if (!volumes.is_array() || volumes.empty())
     return std::string("the body names no volume: give {\"Volumes\": [{\"ID\": ...}, ...]}");
@@ -198,10 +203,21 @@ answer nomad_volumes_answer(const std::vector<v1::Response>& all) {
   return answer{out.dump(-1, ' ', false, json::error_handler_t::replace), nomad_headers(index)};
 }
 
+// The index of a Nomad answer: the latest of what it read or wrote.
+uint64_t index_of_answers(const std::vector<v1::Response>& all) {
+  uint64_t index = 0;
+  for (const auto& r : all)
+    for (const auto& v : r.volumes()) index = std::max(index, v.modify_index());
+  return index;
+}
+
+// A write Nomad answers without a body (deregister, detach, delete): Nomad's
+// client reads nothing of it but X-Nomad-Index; berth's message says what
+// was done.
 answer nomad_message_answer(const std::vector<v1::Response>& all) {
   std::string message;
   for (const auto& r : all) message += (message.empty() ? "" : "; ") + r.message();
-  return answer{dump(json{{"message", message}})};
+  return answer{dump(json{{"message", message}}), nomad_headers(index_of_answers(all))};
 }
 
 using requests = std::variant<std::vector<v1::Request>, std::string>;
@@ -224,8 +240,14 @@ answer nomad_snapshots_answer(const std::vector<v1::Response>& all) {
   }
   nlohmann::ordered_json out{{"Snapshots", snaps}};
   if (!next.empty()) out["NextToken"] = next;
-  return answer{out.dump(-1, ' ', false, json::error_handler_t::replace)};
+  return answer{out.dump(-1, ' ', false, json::error_handler_t::replace),
+                nomad_headers(index_of_answers(all))};
 }
+
+// The fields of Nomad's CSISnapshot a create ignores: the plugin sets them
+// (Nomad's client sends every field of the struct, zero or not).
+const std::set<std::string> ignored_snapshot_fields{
+    "id", "externalsourcevolumeid", "sizebytes", "createtime", "isready", "pluginid"};
 
 // Nomad's /v1/volumes/snapshot: list (GET), create (PUT or POST, a body of
 // {"Snapshots": [...]}), delete (DELETE ?plugin_id=&snapshot_id=).
@@ -271,9 +293,22 @@ void add_nomad_snapshots(std::vector<route>& v) {
     for (const auto& [k, val] : doc.items()) {
       std::string key = k;
       for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      if (key != "snapshots") return "field '" + k + "' is not one of the body's (Snapshots)";
-      snaps = val;
+      if (key == "snapshots")
+        snaps = val;
+      else if (!is_nomad_write_field(key))
+        return "field '" + k +
+               "' is not one of the body's (Snapshots, and the WriteRequest's Region, "
+               "Namespace, SecretID, IdempotencyToken)";
     }
+    // Nomad's client sends each snapshot's secrets in the body and in
+    // X-Nomad-CSI-Secrets; the body's win.
+    std::map<std::string, std::string> header_secrets;
+    {
+      auto parsed = parse_csi_secrets(h.csi_secrets);
+      if (auto* e = std::get_if<std::string>(&parsed)) return *e;
+      header_secrets = std::get<std::map<std::string, std::string>>(std::move(parsed));
+    }
+    auto token = param(p, "idempotency_token");
     if (!snaps.is_array() || snaps.empty())
       return std::string(
           "the body names no snapshot: give {\"Snapshots\": [{\"SourceVolumeID\": ...}]}");
@@ -305,14 +340,20 @@ void add_nomad_snapshots(std::vector<route>& v) {
         } else if (key == "parameters") {
           if (!strings(c->mutable_parameters()))
             return at + "." + k + " must map strings to strings";
-        } else if (key != "pluginid" && key != "id" && key != "externalsourcevolumeid")
+        } else if (!ignored_snapshot_fields.count(key))
           return at + "." + k + " is not a field of a snapshot create (SourceVolumeID, Name, " +
-                 "Secrets, Parameters)";
+                 "Secrets, Parameters; the plugin's ID, ExternalSourceVolumeID, SizeBytes, " +
+                 "CreateTime, IsReady and PluginID are ignored)";
       }
       if (c->volume_id().empty()) return at + ".SourceVolumeID is required";
-      // A name fixed here: a retry of the same body with no Name takes another.
+      for (const auto& [hk, hv] : header_secrets) c->mutable_secrets()->insert({hk, hv});
+      // A name fixed here: with an idempotency token a retry of the same
+      // body finds the snapshot the first took, without one it takes another.
       if (c->name().empty())
-        c->set_name(generated_snapshot_name(c->namespace_(), c->volume_id(), wall_ms()));
+        c->set_name(token.empty()
+                        ? generated_snapshot_name(c->namespace_(), c->volume_id(), wall_ms())
+                        : "berth-" + c->namespace_() + "-" + c->volume_id() + "-" +
+                              id_of_key(token + "#" + std::to_string(i)));
       out.push_back(std::move(r));
     }
     return out;
@@ -391,10 +432,13 @@ void add_nomad_writes(std::vector<route>& v) {
   del.summary =
       "Nomad: delete the volume through its plugin (DeleteVolume), as berth volume delete";
   del.docs = {namespace_doc};
-  del.batch = [one](const params& p, const http_request&) {
+  del.batch = [one](const params& p,
+                    const http_request& h) -> std::variant<std::vector<v1::Request>, std::string> {
     v1::Request r;
-    r.mutable_volume_delete()->set_namespace_(volume_namespace(p));
-    r.mutable_volume_delete()->set_volume_id(param(p, "id"));
+    auto* d = r.mutable_volume_delete();
+    d->set_namespace_(volume_namespace(p));
+    d->set_volume_id(param(p, "id"));
+    if (auto e = take_csi_secrets(h, d->mutable_secrets())) return *e;
     return one(std::move(r));
   };
   route detach = dereg;
@@ -1230,15 +1274,34 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
   if (req.body_too_large)
     return error_view(413, "the body is larger than this path takes (" +
                                std::to_string(body_limit(req.path) / 1024) + " KiB)");
-  const caller c{sys, api, req.token, found->timeout};
+  std::string token = req.token;
   params p = req.query;
-  if (found->batch) {
+  if (is_nomad(*found) && req.method == "GET") {
+    if (auto e = nomad_read_problem(req.query); !e.empty()) return error_view(400, e);
+  } else if (is_nomad(*found)) {
     // A POST needs a JSON body (a form another site's page posts is not);
     // a PUT or DELETE from another origin needs a preflight never allowed.
     if (req.method == "POST" && req.content_type != "application/json")
       return error_view(415,
                         "send the body as JSON with Content-Type: application/json (or "
                         "use PUT, as Nomad's client does)");
+    auto body = req.body.empty() ? json() : json::parse(req.body, nullptr, false);
+    auto w = parse_nomad_write(req.query, body.is_discarded() ? json() : body);
+    if (!w.write) return error_view(400, w.error);
+    // The body's SecretID is a token, as the X-Nomad-Token header is.
+    if (!w.write->secret_id.empty()) {
+      if (!token.empty() && token != w.write->secret_id)
+        return error_view(400,
+                          "the body's SecretID and the request's token header differ: give "
+                          "one");
+      token = w.write->secret_id;
+    }
+    if (!w.write->namespace_.empty()) p["namespace"] = w.write->namespace_;
+    p["idempotency_token"] =
+        w.write->idempotency_token.empty() ? req.idempotency_key : w.write->idempotency_token;
+  }
+  const caller c{sys, api, token, found->timeout};
+  if (found->batch) {
     for (auto& [k, v] : path_params) p[k] = v;
     auto requests = found->batch(p, req);
     if (auto* problem = std::get_if<std::string>(&requests)) return error_view(400, *problem);
@@ -1354,8 +1417,10 @@ void event_stream_view(caf::actor_system& sys, const api_actor& api, const http_
       });
       if (!ok) return;
     } else if (nomad && (key == "region" || key == "stale")) {
-      // Nomad's query options that mean nothing here: one region, and
-      // every server answers from what it applied.
+      // Nomad's query options: berth is one region, and every server
+      // answers from what it applied.
+      if (auto e = nomad_read_problem({{key, value}}); !e.empty())
+        return refuse(400, {{"error", e}});
     } else {
       return refuse(400, {{"error", "unknown parameter '" + key +
                                         "'; the parameters are index, topic, namespace, "
@@ -1456,9 +1521,10 @@ void monitor_view(caf::actor_system& sys, const api_actor& api, const http_reque
     } else if (key == "plain") {
       if (value != "true" && value != "false") return refuse(400, "plain must be true or false");
       plain = value == "true";
-    } else if (key == "region" || key == "log_json") {
-      // Nomad's options that mean nothing here (one region; berthd's own
-      // --log-format decides the lines' form).
+    } else if (key == "region") {
+      if (auto e = nomad_region_problem(value); !e.empty()) return refuse(400, e);
+    } else if (key == "log_json") {
+      // berthd's own --log-format decides the lines' form.
     } else {
       return refuse(400, "unknown parameter '" + key +
                              "'; the parameters are log_level, node_id, lines, plain, token");

@@ -122,6 +122,30 @@ ordered_json info(const v1::Plugin& p, const v1::PluginInstance& i, bool control
   return j;
 }
 
+std::string nomad_client_status(v1::AllocState s);
+
+// The stubs of the allocs of the volume's taken claims, writers first.
+ordered_json alloc_stubs(const v1::Volume& v, const std::vector<v1::Alloc>& allocs) {
+  ordered_json out = ordered_json::array();
+  for (bool writers : {true, false})
+    for (const auto& cl : v.claims()) {
+      if (cl.state() != v1::CLAIM_TAKEN || (cl.mode() == v1::CLAIM_WRITE) != writers) continue;
+      auto it = std::find_if(allocs.begin(), allocs.end(),
+                             [&](const v1::Alloc& a) { return a.id() == cl.alloc_id(); });
+      if (it != allocs.end()) {
+        out.push_back(nomad_alloc_stub(*it));
+        continue;
+      }
+      v1::Alloc bare;
+      bare.set_id(cl.alloc_id());
+      bare.set_namespace_(v.namespace_());
+      bare.set_node_id(cl.node_id());
+      bare.set_state(v1::ALLOC_RUNNING);
+      out.push_back(nomad_alloc_stub(bare));
+    }
+  return out;
+}
+
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
@@ -174,7 +198,8 @@ nlohmann::ordered_json nomad_volume_stub(const v1::Volume& v, const v1::Plugin* 
   return j;
 }
 
-nlohmann::ordered_json nomad_volume(const v1::Volume& raw, const v1::Plugin* plugin) {
+nlohmann::ordered_json nomad_volume(const v1::Volume& raw, const v1::Plugin* plugin,
+                                    const std::vector<v1::Alloc>& allocs) {
   const v1::Volume v = redacted(raw);
   auto c = claims_of(v);
   auto h = counts_of(plugin);
@@ -209,6 +234,7 @@ nlohmann::ordered_json nomad_volume(const v1::Volume& raw, const v1::Plugin* plu
       {"SnapshotID", v.snapshot_id()},
       {"ReadAllocs", c.read},
       {"WriteAllocs", c.write},
+      {"Allocations", alloc_stubs(v, allocs)},
       {"Schedulable", schedulable(v, plugin)},
       {"PluginID", v.plugin_id()},
       {"Provider", h.provider},
@@ -222,6 +248,48 @@ nlohmann::ordered_json nomad_volume(const v1::Volume& raw, const v1::Plugin* plu
       {"CreateIndex", v.create_index()},
       {"ModifyIndex", v.modify_index()}};
   return j;
+}
+
+nlohmann::ordered_json nomad_alloc_stub(const v1::Alloc& a) {
+  bool live = a.state() == v1::ALLOC_PENDING || a.state() == v1::ALLOC_RUNNING ||
+              a.state() == v1::ALLOC_STATE_UNKNOWN;
+  return ordered_json{{"ID", a.id()},
+                      {"EvalID", ""},
+                      {"Name", a.id()},
+                      {"Namespace", a.namespace_()},
+                      {"NodeID", a.node_id()},
+                      {"NodeName", a.node_id()},
+                      {"JobID", ""},
+                      {"JobType", ""},
+                      {"JobVersion", 0},
+                      {"TaskGroup", a.group()},
+                      {"DesiredStatus", live ? "run" : "stop"},
+                      {"DesiredDescription", ""},
+                      {"ClientStatus", nomad_client_status(a.state())},
+                      {"ClientDescription", a.message()},
+                      {"TaskStates", ordered_json::object()},
+                      {"DeploymentStatus", nullptr},
+                      {"FollowupEvalID", ""},
+                      {"RescheduleTracker", nullptr},
+                      {"PreemptedAllocations", nullptr},
+                      {"PreemptedByAllocation", ""},
+                      {"CreateIndex", a.create_index()},
+                      {"ModifyIndex", a.modify_index()},
+                      {"CreateTime", a.created_at_ms() * 1000000},
+                      {"ModifyTime", a.modified_at_ms() * 1000000}};
+}
+
+nlohmann::ordered_json nomad_external_volume(const v1::ExternalVolume& v) {
+  ordered_json nodes = ordered_json::array();
+  for (const auto& n : v.published_node_ids()) nodes.push_back(n);
+  return ordered_json{{"ExternalID", v.external_id()},
+                      {"CapacityBytes", v.capacity_bytes()},
+                      {"VolumeContext", string_map(v.context())},
+                      {"CloneID", v.source_volume_id()},
+                      {"SnapshotID", v.source_snapshot_id()},
+                      {"PublishedExternalNodeIDs", nodes},
+                      {"IsAbnormal", v.abnormal()},
+                      {"Status", v.condition_message()}};
 }
 
 nlohmann::ordered_json nomad_plugin_stub(const v1::Plugin& p) {
@@ -397,7 +465,9 @@ std::variant<v1::Volume, std::vector<problem>> volume_of_nomad(const nlohmann::j
   for (const auto& [key, kv] : members(in, "", problems)) {
     const auto& [name, value] = kv;
     if (auto p = plain.find(key); p != plain.end()) {
-      if (!value->is_null()) spec[p->second] = *value;
+      // Go's client sends every field, "" when not set: not given (a
+      // Namespace "" is the request's, not "default").
+      if (!value->is_null() && *value != "") spec[p->second] = *value;
     } else if (key == "requestedcapabilities") {
       if (value->is_null()) continue;
       if (!value->is_array()) {

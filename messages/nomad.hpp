@@ -35,8 +35,24 @@ std::string nomad_time(int64_t unix_ms);
 nlohmann::ordered_json nomad_volume_stub(const v1::Volume& v, const v1::Plugin* plugin);
 
 // GET /v1/volume/csi/:id (CSIVolume): ReadAllocs and WriteAllocs map the
-// claims' alloc ids to null, as Nomad's do.
-nlohmann::ordered_json nomad_volume(const v1::Volume& v, const v1::Plugin* plugin);
+// claims' alloc ids to null, as Nomad's do; Allocations lists the stubs of
+// the claiming allocs (writers first), from `allocs` (their records) or,
+// for one without a record, from its claim alone.
+nlohmann::ordered_json nomad_volume(const v1::Volume& v, const v1::Plugin* plugin,
+                                    const std::vector<v1::Alloc>& allocs = {});
+
+// An alloc as Nomad's AllocationListStub (api/allocations.go of v1.5):
+// berth's alloc in Nomad's fields (Name, NodeName: the ids; TaskGroup: its
+// group; DesiredStatus run or stop; ClientStatus as Nomad spells it; times
+// in nanoseconds); what berth has no word for (jobs, evals, deployments,
+// tasks) is empty or null.
+nlohmann::ordered_json nomad_alloc_stub(const v1::Alloc& a);
+
+// GET /v1/volumes/external: one volume as its plugin lists it
+// (CSIVolumeExternalStub): ExternalID, CapacityBytes, VolumeContext,
+// CloneID, SnapshotID, PublishedExternalNodeIDs, IsAbnormal, Status (the
+// plugin's condition message).
+nlohmann::ordered_json nomad_external_volume(const v1::ExternalVolume& v);
 
 // GET /v1/plugins?type=csi: one entry (CSIPluginListStub).
 nlohmann::ordered_json nomad_plugin_stub(const v1::Plugin& p);

@@ -168,6 +168,57 @@ TEST_CASE("nomad volume: allocs as Nomad maps them, capabilities spelled, never 
   CHECK(nomad_volume(v, &p)["RequestedTopologies"]["Required"][0]["Segments"]["zone"] == "b");
 }
 
+TEST_CASE("nomad volume: Allocations are the claiming allocs' stubs, writers first") {
+  auto v = volume_with_claims();
+  auto p = plugin_with(true);
+  CHECK(nomad_volume(v, &p)["Allocations"].size() == 3);  // from the claims alone
+  v1::Alloc w1;
+  w1.set_id("w1");
+  w1.set_namespace_("default");
+  w1.set_node_id("n1");
+  w1.set_group("web");
+  w1.set_state(v1::ALLOC_COMPLETE);
+  w1.set_message("exited 0");
+  w1.set_created_at_ms(1700000000123);
+  w1.set_create_index(7);
+  w1.set_modify_index(9);
+  auto j = nomad_volume(v, &p, {w1});
+  const auto& all = j["Allocations"];
+  REQUIRE(all.size() == 3);
+  CHECK(all[0]["ID"] == "w1");  // the writer first
+  CHECK(all[0]["TaskGroup"] == "web");
+  CHECK(all[0]["DesiredStatus"] == "stop");
+  CHECK(all[0]["ClientStatus"] == "complete");
+  CHECK(all[0]["ClientDescription"] == "exited 0");
+  CHECK(all[0]["CreateTime"] == int64_t{1700000000123} * 1000000);
+  CHECK(all[0]["CreateIndex"] == 7);
+  CHECK(all[0]["TaskStates"].is_object());
+  CHECK(all[0]["PreemptedAllocations"].is_null());
+  CHECK(all[1]["DesiredStatus"] == "run");  // a reader without a record
+  CHECK(all[1]["NodeID"] == all[1]["NodeName"]);
+}
+
+TEST_CASE("nomad external volume: the plugin's listing in Nomad's CSIVolumeExternalStub") {
+  v1::ExternalVolume x;
+  x.set_external_id("hp-1");
+  x.set_capacity_bytes(1024);
+  (*x.mutable_context())["path"] = "/x";
+  x.set_source_snapshot_id("snap-1");
+  x.add_published_node_ids("csi-n1");
+  x.set_condition_reported(true);
+  x.set_abnormal(true);
+  x.set_condition_message("disk gone");
+  auto j = nomad_external_volume(x);
+  CHECK(j["ExternalID"] == "hp-1");
+  CHECK(j["CapacityBytes"] == 1024);
+  CHECK(j["VolumeContext"]["path"] == "/x");
+  CHECK(j["SnapshotID"] == "snap-1");
+  CHECK(j["CloneID"] == "");
+  CHECK(j["PublishedExternalNodeIDs"][0] == "csi-n1");
+  CHECK(j["IsAbnormal"] == true);
+  CHECK(j["Status"] == "disk gone");
+}
+
 TEST_CASE("nomad plugin: stub counts, instances keyed by node with their capabilities") {
   auto p = plugin_with(true);
   p.set_modify_index(12);

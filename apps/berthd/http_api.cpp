@@ -179,7 +179,14 @@ std::variant<std::vector<v1::Request>, std::string> nomad_volume_requests(const 
       return describe("volume '" + id + "'", *problems);
     }
     auto& vol = std::get<v1::Volume>(v);
-    if (vol.namespace_().empty()) vol.set_namespace_(volume_namespace(p));
+    // The volume's own Namespace when it names one, else the request's.
+    bool own = false;
+    for (const auto& [k, val] : volumes[i].items()) {
+      std::string key = k;
+      for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      own |= key == "namespace" && val.is_string() && !val.get<std::string>().empty();
+    }
+    if (!own) vol.set_namespace_(volume_namespace(p));
     v1::Request r;
     if (create)
       *r.mutable_volume_create() = std::move(vol);
@@ -206,8 +213,10 @@ answer nomad_volumes_answer(const std::vector<v1::Response>& all) {
 // The index of a Nomad answer: the latest of what it read or wrote.
 uint64_t index_of_answers(const std::vector<v1::Response>& all) {
   uint64_t index = 0;
-  for (const auto& r : all)
+  for (const auto& r : all) {
+    index = std::max(index, r.index());
     for (const auto& v : r.volumes()) index = std::max(index, v.modify_index());
+  }
   return index;
 }
 
@@ -382,6 +391,52 @@ void add_nomad_snapshots(std::vector<route>& v) {
   for (auto* r : {&list, &create, &post, &del}) v.push_back(std::move(*r));
 }
 
+// Nomad's GET /v1/volumes/external?plugin_id=P: one page of the plugin's
+// own volumes (ListVolumes through a controller), {"Volumes": [...],
+// "NextToken": ...} as CSIVolumeListExternalResponse.
+void add_nomad_external_volumes(std::vector<route>& v) {
+  route list{"GET",
+             "/v1/volumes/external",
+             "Nomad: the volumes a plugin's controller lists (ListVolumes), one page",
+             {{"plugin_id", "query", "the plugin", true},
+              {"per_page", "query", "at most this many (NextToken names the next page)"},
+              {"next_token", "query", "start at this page (the NextToken of the one before)"},
+              nomad_namespace_doc},
+             nullptr,
+             nullptr,
+             std::chrono::seconds(60)};
+  list.batch = [](const params& p, const http_request&) -> requests {
+    if (auto m = missing(p, {"plugin_id"}); !m.empty()) return m + " (the plugin to ask)";
+    v1::Request r;
+    auto* q = r.mutable_volume_list_external();
+    q->set_namespace_(volume_namespace(p));
+    q->set_plugin_id(param(p, "plugin_id"));
+    q->set_page_token(param(p, "next_token"));
+    auto per_page = param(p, "per_page");
+    if (!per_page.empty()) {
+      if (per_page.size() > 6 || per_page.find_first_not_of("0123456789") != std::string::npos)
+        return "Expect a number for `per_page` query string parameter (got '" +
+               per_page.substr(0, 20) + "')";
+      q->set_per_page(static_cast<uint32_t>(std::stoul(per_page)));
+    }
+    return std::vector<v1::Request>{r};
+  };
+  list.render_batch = [](const std::vector<v1::Response>& all) {
+    nlohmann::ordered_json volumes = nlohmann::ordered_json::array();
+    std::string next;
+    for (const auto& r : all) {
+      for (const auto& x : r.external_volumes()) volumes.push_back(nomad_external_volume(x));
+      next = r.next_page_token();
+    }
+    nlohmann::ordered_json out{{"Volumes", volumes}, {"NextToken", next}};
+    answer a{out.dump(-1, ' ', false, json::error_handler_t::replace),
+             nomad_headers(index_of_answers(all))};
+    if (!next.empty()) a.headers["X-Nomad-NextToken"] = next;
+    return a;
+  };
+  v.push_back(std::move(list));
+}
+
 void add_nomad_writes(std::vector<route>& v) {
   auto one = [](v1::Request r) {
     return std::variant<std::vector<v1::Request>, std::string>(std::vector<v1::Request>{r});
@@ -457,6 +512,7 @@ void add_nomad_writes(std::vector<route>& v) {
   };
   for (auto* r : {&reg, &create, &dereg, &del, &detach}) v.push_back(std::move(*r));
   add_nomad_snapshots(v);
+  add_nomad_external_volumes(v);
 }
 
 // A server as Nomad's status endpoints name it: its Raft address, or its
@@ -506,7 +562,7 @@ const std::vector<route>& routes() {
            auto query = *parse_nomad_volume_query(p).query;
            auto f = std::get<filter>(parse_filter(query.filter));
            std::vector<const v1::Volume*> all;
-           uint64_t index = 0;
+           uint64_t index = r.index();  // the table's: an empty list has one too
            for (const auto& v : r.volumes()) {
              index = std::max(index, v.modify_index());
              // Nomad's filter reads the stub's fields (PluginID, Schedulable, ...).
@@ -549,7 +605,8 @@ const std::vector<route>& routes() {
          [](const v1::Response& r, const params&) {
            if (r.volumes().empty()) return answer{"null"};
            const auto& v = r.volumes(0);
-           return answer{nomad_volume(v, plugin_in(r, v.plugin_id()))
+           std::vector<v1::Alloc> allocs(r.allocs().begin(), r.allocs().end());
+           return answer{nomad_volume(v, plugin_in(r, v.plugin_id()), allocs)
                              .dump(-1, ' ', false, json::error_handler_t::replace),
                          nomad_headers(v.modify_index())};
          },
@@ -579,7 +636,7 @@ const std::vector<route>& routes() {
          },
          [](const v1::Response& r, const params&) {
            nlohmann::ordered_json out = nlohmann::ordered_json::array();
-           uint64_t index = 0;
+           uint64_t index = r.index();  // the table's: an empty list has one too
            for (const auto& pl : r.plugins()) {
              out.push_back(nomad_plugin_stub(pl));
              index = std::max(index, pl.modify_index());

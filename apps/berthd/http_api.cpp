@@ -240,6 +240,16 @@ std::optional<std::string> take_csi_secrets(const http_request& h,
   return std::nullopt;
 }
 
+// Nomad's per_page of a page a plugin cuts (0: the plugin's choice).
+std::variant<uint32_t, std::string> per_page_of(const params& p) {
+  auto per_page = param(p, "per_page");
+  if (per_page.empty()) return uint32_t{0};
+  if (per_page.size() > 6 || per_page.find_first_not_of("0123456789") != std::string::npos)
+    return "Expect a number for `per_page` query string parameter (got '" +
+           per_page.substr(0, 20) + "')";
+  return static_cast<uint32_t>(std::stoul(per_page));
+}
+
 answer nomad_snapshots_answer(const std::vector<v1::Response>& all) {
   nlohmann::ordered_json snaps = nlohmann::ordered_json::array();
   std::string next;
@@ -275,13 +285,9 @@ void add_nomad_snapshots(std::vector<route>& v) {
     auto* q = r.mutable_snapshot_list();
     q->set_plugin_id(param(p, "plugin_id"));
     q->set_page_token(param(p, "next_token"));
-    auto per_page = param(p, "per_page");
-    if (!per_page.empty()) {
-      if (per_page.size() > 6 || per_page.find_first_not_of("0123456789") != std::string::npos)
-        return "Expect a number for `per_page` query string parameter (got '" +
-               per_page.substr(0, 20) + "')";
-      q->set_per_page(static_cast<uint32_t>(std::stoul(per_page)));
-    }
+    auto per_page = per_page_of(p);
+    if (auto* e = std::get_if<std::string>(&per_page)) return *e;
+    q->set_per_page(std::get<uint32_t>(per_page));
     if (auto e = take_csi_secrets(h, q->mutable_secrets())) return *e;
     return std::vector<v1::Request>{r};
   };
@@ -412,13 +418,9 @@ void add_nomad_external_volumes(std::vector<route>& v) {
     q->set_namespace_(volume_namespace(p));
     q->set_plugin_id(param(p, "plugin_id"));
     q->set_page_token(param(p, "next_token"));
-    auto per_page = param(p, "per_page");
-    if (!per_page.empty()) {
-      if (per_page.size() > 6 || per_page.find_first_not_of("0123456789") != std::string::npos)
-        return "Expect a number for `per_page` query string parameter (got '" +
-               per_page.substr(0, 20) + "')";
-      q->set_per_page(static_cast<uint32_t>(std::stoul(per_page)));
-    }
+    auto per_page = per_page_of(p);
+    if (auto* e = std::get_if<std::string>(&per_page)) return *e;
+    q->set_per_page(std::get<uint32_t>(per_page));
     return std::vector<v1::Request>{r};
   };
   list.render_batch = [](const std::vector<v1::Response>& all) {

@@ -245,8 +245,8 @@ std::variant<uint32_t, std::string> per_page_of(const params& p) {
   auto per_page = param(p, "per_page");
   if (per_page.empty()) return uint32_t{0};
   if (per_page.size() > 6 || per_page.find_first_not_of("0123456789") != std::string::npos)
-    return "Expect a number for `per_page` query string parameter (got '" +
-           per_page.substr(0, 20) + "')";
+    return "Expect a number for `per_page` query string parameter (got '" + per_page.substr(0, 20) +
+           "')";
   return static_cast<uint32_t>(std::stoul(per_page));
 }
 

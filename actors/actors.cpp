@@ -75,6 +75,8 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<pb<v1::SnapshotRequest>>("berth.v1.SnapshotRequest");
   cfg.add_message_type<pb<v1::Snapshot>>("berth.v1.Snapshot");
   cfg.add_message_type<pb<v1::SnapshotList>>("berth.v1.SnapshotList");
+  cfg.add_message_type<pb<v1::ExternalVolumeListRequest>>("berth.v1.ExternalVolumeListRequest");
+  cfg.add_message_type<pb<v1::ExternalVolumeList>>("berth.v1.ExternalVolumeList");
   cfg.add_message_type<pb<v1::VolumeModifyRequest>>("berth.v1.VolumeModifyRequest");
   cfg.add_message_type<pb<v1::VolumeHealthRequest>>("berth.v1.VolumeHealthRequest");
   cfg.add_message_type<pb<v1::VolumeHealthResult>>("berth.v1.VolumeHealthResult");

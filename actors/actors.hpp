@@ -79,6 +79,7 @@ using validate_atom = caf::atom_constant<caf::atom("validate")>;
 using modify_atom = caf::atom_constant<caf::atom("modify")>;
 using snapshot_delete_atom = caf::atom_constant<caf::atom("snapdel")>;
 using snapshot_list_atom = caf::atom_constant<caf::atom("snaplist")>;
+using list_volumes_atom = caf::atom_constant<caf::atom("listvols")>;
 using group_snapshot_atom = caf::atom_constant<caf::atom("grpsnap")>;
 using group_snapshot_delete_atom = caf::atom_constant<caf::atom("grpsnapdel")>;
 using expand_atom = caf::atom_constant<caf::atom("expand")>;
@@ -193,6 +194,10 @@ using node_actor = caf::typed_actor<
     // ListSnapshots (one page) through this node's controller instance.
     caf::replies_to<snapshot_list_atom, pb<v1::SnapshotRequest>,
                     uint64_t>::with<pb<v1::SnapshotList>>,
+    // ListVolumes (one page) through this node's controller instance, for
+    // the leader of the given term (fenced): the plugin's own volumes.
+    caf::replies_to<list_volumes_atom, pb<v1::ExternalVolumeListRequest>,
+                    uint64_t>::with<pb<v1::ExternalVolumeList>>,
     // ControllerModifyVolume of the volume's external id with its
     // modified_parameters (the ones to set) and secrets, for the leader of
     // the given term (fenced).

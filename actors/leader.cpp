@@ -591,6 +591,9 @@ void execute(const self_ptr& self, v1::Request& req, response_promise rp) {
     case v1::Request::kSnapshotList:
       snapshot_list(self, std::move(*req.mutable_snapshot_list()), rp);
       return;
+    case v1::Request::kVolumeListExternal:
+      volume_list_external(self, std::move(*req.mutable_volume_list_external()), rp);
+      return;
     case v1::Request::kVolumeModify:
       volume_modify(self, std::move(*req.mutable_volume_modify()), rp);
       return;

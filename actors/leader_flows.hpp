@@ -271,6 +271,10 @@ void snapshot_delete(const self_ptr& self, v1::SnapshotRequest r, response_promi
 // berth volume snapshot list: ListSnapshots of one plugin or of every one
 // that can list snapshots.
 void snapshot_list(const self_ptr& self, v1::SnapshotRequest r, response_promise rp);
+// Nomad's GET /v1/volumes/external: one page of ListVolumes through a
+// controller of the plugin that advertises LIST_VOLUMES.
+void volume_list_external(const self_ptr& self, v1::ExternalVolumeListRequest r,
+                          response_promise rp);
 // berth volume modify: ControllerModifyVolume through the volume's actor,
 // which commits the mutable parameters once the plugin accepted them.
 void volume_modify(const self_ptr& self, v1::VolumeModifyRequest r, response_promise rp);

@@ -50,6 +50,7 @@ void list_plugins(const self_ptr& self, v1::SnapshotRequest r, std::vector<std::
                   size_t at, int pages, std::shared_ptr<v1::Response> out, response_promise rp) {
   if (at == plugins.size()) {
     add_sources(self->state.cat, *out->mutable_snapshots());
+    out->set_index(self->state.cat.applied_index);
     out->set_message(std::to_string(out->snapshots_size()) + " snapshot(s)");
     deliver(rp, std::move(*out));
     return;
@@ -259,6 +260,42 @@ void snapshot_list(const self_ptr& self, v1::SnapshotRequest r, response_promise
   }
   list_plugins(self, std::move(r), std::get<std::vector<std::string>>(std::move(plugins)), 0, 0,
                std::make_shared<v1::Response>(), rp);
+}
+
+void volume_list_external(const self_ptr& self, v1::ExternalVolumeListRequest r,
+                          response_promise rp) {
+  auto& st = self->state;
+  if (r.plugin_id().empty()) {
+    deliver(rp, failure{errc::invalid,
+                        "external volumes: a plugin id is required (plugin_id=P; "
+                        "list plugins with: berth plugin status)"});
+    return;
+  }
+  auto cap = controller_capability::list_volumes;
+  auto what = "the volumes of plugin " + quote_name(r.plugin_id()) + " cannot be listed";
+  if (auto f = capability_refusal(find_plugin(st.cat, r.plugin_id()), r.plugin_id(), cap, what)) {
+    deliver(rp, *f);
+    return;
+  }
+  auto controller = pick_capable_controller(self, r.plugin_id(), cap);
+  if (!controller) {
+    deliver(rp, no_controller(r.plugin_id(), cap, what));
+    return;
+  }
+  auto plugin = r.plugin_id();
+  self->request(controller, csi_step_timeout, list_volumes_atom::value, wrap(std::move(r)),
+                st.options.term)
+      .then(
+          [self, plugin, rp](pb<v1::ExternalVolumeList>& page) mutable {
+            v1::Response resp;
+            for (auto& v : *page.msg.mutable_volumes()) *resp.add_external_volumes() = std::move(v);
+            resp.set_next_page_token(page.msg.next_token());
+            resp.set_index(self->state.cat.applied_index);
+            resp.set_message(std::to_string(resp.external_volumes_size()) +
+                             " volume(s) of plugin " + quote_name(plugin) + " (ListVolumes)");
+            deliver(rp, std::move(resp));
+          },
+          [rp](caf::error& e) mutable { deliver(rp, to_failure(e)); });
 }
 
 void volume_modify(const self_ptr& self, v1::VolumeModifyRequest r, response_promise rp) {

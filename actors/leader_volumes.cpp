@@ -125,7 +125,9 @@ void volume_delete(const self_ptr& self, const v1::VolumeDeleteRequest& d, respo
     return;
   }
   auto key = found.key;
-  self->request(controller, csi_step_timeout, deregister_atom::value, wrap(vol),
+  auto call = vol;
+  for (const auto& [k, v] : d.secrets()) (*call.mutable_secrets())[k] = v;
+  self->request(controller, csi_step_timeout, deregister_atom::value, wrap(std::move(call)),
                 self->state.options.term)
       .then(
           [self, key, rp](bool) mutable {

@@ -1038,6 +1038,18 @@ node_actor::behavior_type node(self_ptr self, node_config config, api_actor api,
               rp.deliver(wrap(std::move(out.snapshots)));
             });
       },
+      [self](list_volumes_atom, pb<v1::ExternalVolumeListRequest>& req,
+             uint64_t term) -> caf::result<pb<v1::ExternalVolumeList>> {
+        auto call = [r = req.msg](csi::client& c, const std::string& at) {
+          return list_external_volumes(c, r, at);
+        };
+        // A read: no volume key, so it never waits behind a volume's calls.
+        return controller_call<pb<v1::ExternalVolumeList>>(
+            self, req.msg.plugin_id(), term, "", call,
+            [](promise<pb<v1::ExternalVolumeList>>& rp, csi_outcome& out) {
+              rp.deliver(wrap(std::move(out.external)));
+            });
+      },
       [self](modify_atom, pb<v1::Volume>& req, uint64_t term) -> caf::result<bool> {
         auto call = [v = req.msg](csi::client& c, const std::string& at) {
           return modify_volume(c, v, at);

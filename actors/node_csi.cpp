@@ -418,6 +418,27 @@ csi_outcome list_snapshots(csi::client& c, const v1::SnapshotRequest& r,
   return out;
 }
 
+csi_outcome list_external_volumes(csi::client& c, const v1::ExternalVolumeListRequest& r,
+                                  const std::string& where) {
+  csi_outcome out;
+  auto res = c.list_volumes(static_cast<int32_t>(r.per_page()), r.page_token());
+  if (failed(out, where, csi::method::list_volumes, res.status)) return out;
+  for (const auto& e : res.response.entries) {
+    auto* v = out.external.add_volumes();
+    v->set_external_id(e.vol.volume_id);
+    v->set_capacity_bytes(e.vol.capacity_bytes);
+    for (const auto& [k, val] : e.vol.volume_context) (*v->mutable_context())[k] = val;
+    v->set_source_volume_id(e.vol.source_volume_id);
+    v->set_source_snapshot_id(e.vol.source_snapshot_id);
+    for (const auto& n : e.published_node_ids) v->add_published_node_ids(n);
+    v->set_condition_reported(e.condition.reported);
+    v->set_abnormal(e.condition.abnormal);
+    v->set_condition_message(e.condition.message);
+  }
+  out.external.set_next_token(res.response.next_token);
+  return out;
+}
+
 csi_outcome modify_volume(csi::client& c, const v1::Volume& v, const std::string& where) {
   csi_outcome out;
   failed(out, where, csi::method::controller_modify_volume,

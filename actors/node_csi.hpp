@@ -132,6 +132,11 @@ csi_outcome delete_group_snapshot(csi::client& c, const v1::SnapshotRequest& r,
 csi_outcome list_snapshots(csi::client& c, const v1::SnapshotRequest& r,
                            const std::string& where);
 
+// ListVolumes, one page (r.per_page entries from r.page_token); the
+// outcome's external carries the plugin's volumes and its next token.
+csi_outcome list_external_volumes(csi::client& c, const v1::ExternalVolumeListRequest& r,
+                                  const std::string& where);
+
 // ControllerModifyVolume of the volume's external id with its
 // modified_parameters (the mutable parameters to set) and secrets.
 csi_outcome modify_volume(csi::client& c, const v1::Volume& v, const std::string& where);

@@ -39,6 +39,7 @@ catalog catalog_of(state_store& store) {
   catalog out;
   auto c = need("load the state", store.load(false));
   out.applied_index = c.applied_index;
+  out.volumes_index = out.plugins_index = c.applied_index;
   need("load the state", store.each_volume([&](const v1::Volume& v, const std::string& bytes) {
     add_volume(out, v, bytes);
   }));

@@ -128,6 +128,7 @@ struct csi_outcome {
   v1::SnapshotList snapshots;   // CreateSnapshot (one), ListSnapshots (a page)
   bool found = true;            // DeleteSnapshot: false when it was gone already
   v1::VolumeHealthResult health;        // ListVolumes / ControllerGetVolume conditions
+  v1::ExternalVolumeList external;      // ListVolumes, one page (Nomad's external list)
   std::vector<v1::VolumeUsage> usage;   // NodeGetVolumeStats of published volumes
   // ControllerExpandVolume / NodeExpandVolume: the capacity the plugin
   // reported, and whether the controller said the node must expand too.

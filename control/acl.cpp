@@ -487,6 +487,8 @@ std::optional<failure> authorize(const catalog& c, const grant& g, const v1::Req
       return need_ns(g, req.snapshot_delete().namespace_(), "csi-write-volume");
     case R::kSnapshotList:
       return need_ns(g, req.snapshot_list().namespace_(), "csi-list-volume");
+    case R::kVolumeListExternal:
+      return need_ns(g, req.volume_list_external().namespace_(), "csi-list-volume");
     case R::kVolumeModify:
       return need_ns(g, req.volume_modify().namespace_(), "csi-write-volume");
     case R::kVolumeAvailability:

@@ -481,19 +481,23 @@ std::vector<applied_change> apply(catalog& c, uint64_t index, const v1::LogEntry
         before = put_volume(c, key,
                             c.rows ? c.rows->row(c.party, index, position, v) : volume_row(v));
         index_claims(c, key, before.has_volume_upsert() ? &before.volume_upsert() : nullptr, &v);
+        c.volumes_index = index;
         break;
       }
       case v1::Change::kVolumeDelete: {
         volume_key key{change.volume_delete().namespace_(), change.volume_delete().id()};
         before = erase_volume(c, key);
         if (before.has_volume_upsert()) index_claims(c, key, &before.volume_upsert(), nullptr);
+        c.volumes_index = index;
         break;
       }
       case v1::Change::kPluginUpsert:
         before = put(c.plugins, change.plugin_upsert().id(), change.plugin_upsert());
+        c.plugins_index = index;
         break;
       case v1::Change::kPluginDelete:
         before = erase(c.plugins, change.plugin_delete());
+        c.plugins_index = index;
         break;
       case v1::Change::kNodeUpsert:
         before = put(c.nodes, change.node_upsert().id(), change.node_upsert());

@@ -96,6 +96,12 @@ class row_exchange {
 
 struct catalog {
   uint64_t applied_index = 0;
+  // The last index that changed a volume (its claims included) and a
+  // plugin: a list's index, also when it is empty (Nomad's table index).
+  // The state tables do not keep them: a catalog loaded from them takes
+  // the applied index, never earlier than the true one.
+  uint64_t volumes_index = 0;
+  uint64_t plugins_index = 0;
   // Shared with the server's other catalog, and which of the two this is
   // (none in a test's catalog: every row built here).
   std::shared_ptr<row_exchange> rows;

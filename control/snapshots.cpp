@@ -21,6 +21,8 @@ std::string capability_name(controller_capability c) {
       return "EXPAND_VOLUME";
     case controller_capability::group_snapshot:
       return "CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT";
+    case controller_capability::list_volumes:
+      return "LIST_VOLUMES";
   }
   return "?";
 }
@@ -39,6 +41,8 @@ bool advertises(const v1::PluginInstance& controller, controller_capability c) {
       return controller.expand_volume();
     case controller_capability::group_snapshot:
       return controller.group_snapshot();
+    case controller_capability::list_volumes:
+      return controller.list_volumes();
   }
   return false;
 }

@@ -32,7 +32,8 @@ enum class controller_capability {
   expand_volume,  // volume expansion (control/expansion)
   // The GroupController's CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT (with the
   // plugin capability GROUP_CONTROLLER_SERVICE).
-  group_snapshot
+  group_snapshot,
+  list_volumes  // Nomad's GET /v1/volumes/external
 };
 
 // The spec's name, e.g. "CREATE_DELETE_SNAPSHOT".

@@ -1,6 +1,7 @@
 #include "control/views.hpp"
 
 #include <iterator>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -137,7 +138,14 @@ std::optional<v1::Response> answer_read(
     case v1::Request::kVolumeStatus: {
       auto found = lookup_volume(c, req.volume_status().namespace_(), req.volume_status().id());
       if (found.error) return error_response(*found.error);
-      return volume_response(c, volume_at(c, found.key), "");
+      const auto v = volume_at(c, found.key);
+      auto r = volume_response(c, v, "");
+      // The allocs of its claims (Nomad's CSIVolume lists their stubs).
+      std::set<std::string> seen;
+      for (const auto& cl : v.claims())
+        if (const auto* a = find_alloc(c, cl.alloc_id()); a && seen.insert(a->id()).second)
+          *r.add_allocs() = *a;
+      return r;
     }
     case v1::Request::kVolumeList: {
       const auto& q = req.volume_list();
@@ -153,13 +161,15 @@ std::optional<v1::Response> answer_read(
       if (!q.page_token().empty()) from = later(from, m.upper_bound(volume_key_of(q.page_token())));
       if (to != m.end() && later(from, to) != to) from = to;
       if (to != m.end() && from == m.end()) from = to;
-      return page(
+      auto r = page(
           from, to, q, [](const v1::Volume&) { return true; },
           [](const volume_key& k) { return k.first + "/" + k.second; },
           [&c](const v1::Volume& v) {
             return volume_json(redacted(v), find_plugin(c, v.plugin_id()));
           },
           [&c](v1::Response& r, const v1::Volume& v) { add_volume(c, r, v); });
+      r.set_index(c.volumes_index);
+      return r;
     }
     case v1::Request::kAllocStatus: {
       const auto* a = find_alloc(c, req.alloc_status());
@@ -193,12 +203,14 @@ std::optional<v1::Response> answer_read(
     }
     case v1::Request::kPluginList: {
       const auto& q = req.plugin_list();
-      return page(
+      auto r = page(
           q.page_token().empty() ? c.plugins.begin() : c.plugins.upper_bound(q.page_token()),
           c.plugins.end(), q, [](const v1::Plugin&) { return true; },
           [](const std::string& id) { return id; },
           [](const v1::Plugin& p) { return plugin_json(p); },
           [](v1::Response& r, const v1::Plugin& p) { *r.add_plugins() = p; });
+      r.set_index(c.plugins_index);
+      return r;
     }
     case v1::Request::kNodeStatus: {
       const auto* n = find_node(c, req.node_status());

@@ -46,6 +46,8 @@ volume from_proto(const v1::Volume& in) {
   out.volume_context = from_proto(in.volume_context());
   for (const auto& t : in.accessible_topology())
     out.accessible_topology.push_back(from_proto(t.segments()));
+  out.source_snapshot_id = in.content_source().snapshot().snapshot_id();
+  out.source_volume_id = in.content_source().volume().volume_id();
   return out;
 }
 

@@ -102,6 +102,9 @@ struct volume {
   int64_t capacity_bytes = 0;
   string_map volume_context;
   std::vector<string_map> accessible_topology;
+  // content_source: the snapshot or volume it was made from (empty: none).
+  std::string source_snapshot_id;
+  std::string source_volume_id;
 };
 
 struct create_volume_request {

@@ -122,6 +122,30 @@ ordered_json info(const v1::Plugin& p, const v1::PluginInstance& i, bool control
   return j;
 }
 
+std::string nomad_client_status(v1::AllocState s);
+
+// The stubs of the allocs of the volume's taken claims, writers first.
+ordered_json alloc_stubs(const v1::Volume& v, const std::vector<v1::Alloc>& allocs) {
+  ordered_json out = ordered_json::array();
+  for (bool writers : {true, false})
+    for (const auto& cl : v.claims()) {
+      if (cl.state() != v1::CLAIM_TAKEN || (cl.mode() == v1::CLAIM_WRITE) != writers) continue;
+      auto it = std::find_if(allocs.begin(), allocs.end(),
+                             [&](const v1::Alloc& a) { return a.id() == cl.alloc_id(); });
+      if (it != allocs.end()) {
+        out.push_back(nomad_alloc_stub(*it));
+        continue;
+      }
+      v1::Alloc bare;
+      bare.set_id(cl.alloc_id());
+      bare.set_namespace_(v.namespace_());
+      bare.set_node_id(cl.node_id());
+      bare.set_state(v1::ALLOC_RUNNING);
+      out.push_back(nomad_alloc_stub(bare));
+    }
+  return out;
+}
+
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
@@ -174,7 +198,8 @@ nlohmann::ordered_json nomad_volume_stub(const v1::Volume& v, const v1::Plugin* 
   return j;
 }
 
-nlohmann::ordered_json nomad_volume(const v1::Volume& raw, const v1::Plugin* plugin) {
+nlohmann::ordered_json nomad_volume(const v1::Volume& raw, const v1::Plugin* plugin,
+                                    const std::vector<v1::Alloc>& allocs) {
   const v1::Volume v = redacted(raw);
   auto c = claims_of(v);
   auto h = counts_of(plugin);
@@ -209,6 +234,7 @@ nlohmann::ordered_json nomad_volume(const v1::Volume& raw, const v1::Plugin* plu
       {"SnapshotID", v.snapshot_id()},
       {"ReadAllocs", c.read},
       {"WriteAllocs", c.write},
+      {"Allocations", alloc_stubs(v, allocs)},
       {"Schedulable", schedulable(v, plugin)},
       {"PluginID", v.plugin_id()},
       {"Provider", h.provider},
@@ -222,6 +248,48 @@ nlohmann::ordered_json nomad_volume(const v1::Volume& raw, const v1::Plugin* plu
       {"CreateIndex", v.create_index()},
       {"ModifyIndex", v.modify_index()}};
   return j;
+}
+
+nlohmann::ordered_json nomad_alloc_stub(const v1::Alloc& a) {
+  bool live = a.state() == v1::ALLOC_PENDING || a.state() == v1::ALLOC_RUNNING ||
+              a.state() == v1::ALLOC_STATE_UNKNOWN;
+  return ordered_json{{"ID", a.id()},
+                      {"EvalID", ""},
+                      {"Name", a.id()},
+                      {"Namespace", a.namespace_()},
+                      {"NodeID", a.node_id()},
+                      {"NodeName", a.node_id()},
+                      {"JobID", ""},
+                      {"JobType", ""},
+                      {"JobVersion", 0},
+                      {"TaskGroup", a.group()},
+                      {"DesiredStatus", live ? "run" : "stop"},
+                      {"DesiredDescription", ""},
+                      {"ClientStatus", nomad_client_status(a.state())},
+                      {"ClientDescription", a.message()},
+                      {"TaskStates", ordered_json::object()},
+                      {"DeploymentStatus", nullptr},
+                      {"FollowupEvalID", ""},
+                      {"RescheduleTracker", nullptr},
+                      {"PreemptedAllocations", nullptr},
+                      {"PreemptedByAllocation", ""},
+                      {"CreateIndex", a.create_index()},
+                      {"ModifyIndex", a.modify_index()},
+                      {"CreateTime", a.created_at_ms() * 1000000},
+                      {"ModifyTime", a.modified_at_ms() * 1000000}};
+}
+
+nlohmann::ordered_json nomad_external_volume(const v1::ExternalVolume& v) {
+  ordered_json nodes = ordered_json::array();
+  for (const auto& n : v.published_node_ids()) nodes.push_back(n);
+  return ordered_json{{"ExternalID", v.external_id()},
+                      {"CapacityBytes", v.capacity_bytes()},
+                      {"VolumeContext", string_map(v.context())},
+                      {"CloneID", v.source_volume_id()},
+                      {"SnapshotID", v.source_snapshot_id()},
+                      {"PublishedExternalNodeIDs", nodes},
+                      {"IsAbnormal", v.abnormal()},
+                      {"Status", v.condition_message()}};
 }
 
 nlohmann::ordered_json nomad_plugin_stub(const v1::Plugin& p) {
@@ -397,7 +465,9 @@ std::variant<v1::Volume, std::vector<problem>> volume_of_nomad(const nlohmann::j
   for (const auto& [key, kv] : members(in, "", problems)) {
     const auto& [name, value] = kv;
     if (auto p = plain.find(key); p != plain.end()) {
-      if (!value->is_null()) spec[p->second] = *value;
+      // Go's client sends every field, "" when not set: not given (a
+      // Namespace "" is the request's, not "default").
+      if (!value->is_null() && *value != "") spec[p->second] = *value;
     } else if (key == "requestedcapabilities") {
       if (value->is_null()) continue;
       if (!value->is_array()) {
@@ -564,6 +634,70 @@ std::variant<std::map<std::string, std::string>, std::string> parse_csi_secrets(
     start = comma + 1;
   }
   return out;
+}
+
+std::string nomad_region_problem(const std::string& region) {
+  if (region.empty() || region == "global") return "";
+  return "region '" + region.substr(0, 64) +
+         "': berth is one region, global (Nomad's default); leave the region out "
+         "(NOMAD_REGION, -region) or give global";
+}
+
+bool is_nomad_write_field(const std::string& lower_name) {
+  return lower_name == "region" || lower_name == "namespace" || lower_name == "secretid" ||
+         lower_name == "idempotencytoken";
+}
+
+nomad_write_result parse_nomad_write(const std::map<std::string, std::string>& query,
+                                     const nlohmann::json& body) {
+  auto get = [&](const char* k) {
+    auto it = query.find(k);
+    return it == query.end() ? std::string() : it->second;
+  };
+  // The query's, then the body's: a value in both must be the same.
+  std::map<std::string, std::string> given{{"region", get("region")},
+                                           {"namespace", get("namespace")},
+                                           {"secretid", ""},
+                                           {"idempotencytoken", get("idempotency_token")}};
+  static const std::map<std::string, std::string> query_name{
+      {"region", "region"}, {"namespace", "namespace"}, {"idempotencytoken", "idempotency_token"}};
+  if (body.is_object())
+    for (const auto& [k, v] : body.items()) {
+      auto key = lower(k);
+      if (!is_nomad_write_field(key) || v.is_null()) continue;
+      if (!v.is_string()) return {std::nullopt, "field '" + k + "' must be a string"};
+      auto value = v.get<std::string>();
+      if (value.empty()) continue;
+      auto& slot = given[key];
+      if (!slot.empty() && slot != value) {
+        // The token is never repeated: it may be a secret.
+        return {std::nullopt, key == "idempotencytoken"
+                                  ? "field '" + k + "' differs from the query's idempotency_token"
+                                  : "field '" + k + "' ('" + value.substr(0, 64) +
+                                        "') differs from the query's " + query_name.at(key) +
+                                        " ('" + slot.substr(0, 64) + "'): give one"};
+      }
+      slot = value;
+    }
+  if (auto e = nomad_region_problem(given["region"]); !e.empty()) return {std::nullopt, e};
+  return {nomad_write{given["namespace"], given["secretid"], given["idempotencytoken"]}, ""};
+}
+
+std::string nomad_read_problem(const std::map<std::string, std::string>& query) {
+  if (auto it = query.find("region"); it != query.end())
+    if (auto e = nomad_region_problem(it->second); !e.empty()) return e;
+  if (auto it = query.find("stale"); it != query.end()) {
+    static const std::set<std::string> bools{"",  "1", "t", "T",     "TRUE",  "true", "True",
+                                             "0", "f", "F", "FALSE", "false", "False"};
+    if (bools.count(it->second) == 0)
+      return "Expect `true` or `false` for `stale` query string parameter (got '" +
+             it->second.substr(0, 20) + "')";
+  }
+  return "";
+}
+
+uint64_t nomad_index(uint64_t index) {
+  return index == 0 ? 1 : index;
 }
 
 }  // namespace berth

@@ -35,8 +35,24 @@ std::string nomad_time(int64_t unix_ms);
 nlohmann::ordered_json nomad_volume_stub(const v1::Volume& v, const v1::Plugin* plugin);
 
 // GET /v1/volume/csi/:id (CSIVolume): ReadAllocs and WriteAllocs map the
-// claims' alloc ids to null, as Nomad's do.
-nlohmann::ordered_json nomad_volume(const v1::Volume& v, const v1::Plugin* plugin);
+// claims' alloc ids to null, as Nomad's do; Allocations lists the stubs of
+// the claiming allocs (writers first), from `allocs` (their records) or,
+// for one without a record, from its claim alone.
+nlohmann::ordered_json nomad_volume(const v1::Volume& v, const v1::Plugin* plugin,
+                                    const std::vector<v1::Alloc>& allocs = {});
+
+// An alloc as Nomad's AllocationListStub (api/allocations.go of v1.5):
+// berth's alloc in Nomad's fields (Name, NodeName: the ids; TaskGroup: its
+// group; DesiredStatus run or stop; ClientStatus as Nomad spells it; times
+// in nanoseconds); what berth has no word for (jobs, evals, deployments,
+// tasks) is empty or null.
+nlohmann::ordered_json nomad_alloc_stub(const v1::Alloc& a);
+
+// GET /v1/volumes/external: one volume as its plugin lists it
+// (CSIVolumeExternalStub): ExternalID, CapacityBytes, VolumeContext,
+// CloneID, SnapshotID, PublishedExternalNodeIDs, IsAbnormal, Status (the
+// plugin's condition message).
+nlohmann::ordered_json nomad_external_volume(const v1::ExternalVolume& v);
 
 // GET /v1/plugins?type=csi: one entry (CSIPluginListStub).
 nlohmann::ordered_json nomad_plugin_stub(const v1::Plugin& p);
@@ -95,6 +111,43 @@ nlohmann::ordered_json nomad_snapshot(const v1::Snapshot& s);
 // is an error naming its position (never its text: it may be a secret).
 std::variant<std::map<std::string, std::string>, std::string> parse_csi_secrets(
     const std::string& header);
+
+// Nomad's region: berth is one region, named as Nomad's default region
+// ("global").  "" or "global": ""; another: the error, naming it.
+std::string nomad_region_problem(const std::string& region);
+
+// What every Nomad write carries beside its own fields, as Nomad's clients
+// send it: api.WriteOptions in the query (region, namespace,
+// idempotency_token) and the request struct's embedded WriteRequest,
+// flattened by Go's encoder into the body beside the request's fields
+// (Region, Namespace, SecretID; the server's struct adds
+// IdempotencyToken), names matched without regard to case.  A field given
+// in both places must agree; an empty one is not given.
+struct nomad_write {
+  std::string namespace_;         // "": not given (the default namespace)
+  std::string secret_id;          // the body's SecretID, an ACL token's secret
+  std::string idempotency_token;  // "": none
+};
+struct nomad_write_result {
+  std::optional<nomad_write> write;
+  std::string error;  // names the field and what it takes
+};
+// `body`: the request's JSON object (null for a write without a body).
+nomad_write_result parse_nomad_write(const std::map<std::string, std::string>& query,
+                                     const nlohmann::json& body);
+
+// Whether a body field (its name in lower case) is one of WriteRequest's,
+// read by parse_nomad_write, not by the request's own parser.
+bool is_nomad_write_field(const std::string& lower_name);
+
+// The QueryOptions of a Nomad read that berth checks rather than uses
+// (region: one region; stale: "", true or false, as Nomad parses it, every
+// read being the leader's): "" or the error naming the parameter.
+std::string nomad_read_problem(const std::map<std::string, std::string>& query);
+
+// X-Nomad-Index of an answer: the index read or written, at least 1 (an
+// index of 0 would make a blocking query of it return at once, forever).
+uint64_t nomad_index(uint64_t index);
 
 // A blocking query (?index=N&wait=D): wait until the answer's index passes
 // N, at most D (Go's duration syntax: "30s", "5m"; default 5 minutes, at

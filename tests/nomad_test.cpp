@@ -168,6 +168,57 @@ TEST_CASE("nomad volume: allocs as Nomad maps them, capabilities spelled, never 
   CHECK(nomad_volume(v, &p)["RequestedTopologies"]["Required"][0]["Segments"]["zone"] == "b");
 }
 
+TEST_CASE("nomad volume: Allocations are the claiming allocs' stubs, writers first") {
+  auto v = volume_with_claims();
+  auto p = plugin_with(true);
+  CHECK(nomad_volume(v, &p)["Allocations"].size() == 3);  // from the claims alone
+  v1::Alloc w1;
+  w1.set_id("w1");
+  w1.set_namespace_("default");
+  w1.set_node_id("n1");
+  w1.set_group("web");
+  w1.set_state(v1::ALLOC_COMPLETE);
+  w1.set_message("exited 0");
+  w1.set_created_at_ms(1700000000123);
+  w1.set_create_index(7);
+  w1.set_modify_index(9);
+  auto j = nomad_volume(v, &p, {w1});
+  const auto& all = j["Allocations"];
+  REQUIRE(all.size() == 3);
+  CHECK(all[0]["ID"] == "w1");  // the writer first
+  CHECK(all[0]["TaskGroup"] == "web");
+  CHECK(all[0]["DesiredStatus"] == "stop");
+  CHECK(all[0]["ClientStatus"] == "complete");
+  CHECK(all[0]["ClientDescription"] == "exited 0");
+  CHECK(all[0]["CreateTime"] == int64_t{1700000000123} * 1000000);
+  CHECK(all[0]["CreateIndex"] == 7);
+  CHECK(all[0]["TaskStates"].is_object());
+  CHECK(all[0]["PreemptedAllocations"].is_null());
+  CHECK(all[1]["DesiredStatus"] == "run");  // a reader without a record
+  CHECK(all[1]["NodeID"] == all[1]["NodeName"]);
+}
+
+TEST_CASE("nomad external volume: the plugin's listing in Nomad's CSIVolumeExternalStub") {
+  v1::ExternalVolume x;
+  x.set_external_id("hp-1");
+  x.set_capacity_bytes(1024);
+  (*x.mutable_context())["path"] = "/x";
+  x.set_source_snapshot_id("snap-1");
+  x.add_published_node_ids("csi-n1");
+  x.set_condition_reported(true);
+  x.set_abnormal(true);
+  x.set_condition_message("disk gone");
+  auto j = nomad_external_volume(x);
+  CHECK(j["ExternalID"] == "hp-1");
+  CHECK(j["CapacityBytes"] == 1024);
+  CHECK(j["VolumeContext"]["path"] == "/x");
+  CHECK(j["SnapshotID"] == "snap-1");
+  CHECK(j["CloneID"] == "");
+  CHECK(j["PublishedExternalNodeIDs"][0] == "csi-n1");
+  CHECK(j["IsAbnormal"] == true);
+  CHECK(j["Status"] == "disk gone");
+}
+
 TEST_CASE("nomad plugin: stub counts, instances keyed by node with their capabilities") {
   auto p = plugin_with(true);
   p.set_modify_index(12);
@@ -390,6 +441,61 @@ TEST_CASE("nomad snapshots and the CSI secrets header") {
   CHECK(std::get<std::string>(bad).find("pair 2") != std::string::npos);
   CHECK(std::get<std::string>(bad).find("hunter2") == std::string::npos);
   CHECK(std::holds_alternative<std::string>(parse_csi_secrets("=x")));
+}
+
+TEST_CASE(
+    "nomad writes: the WriteRequest from the query and the body, as Nomad's clients send it") {
+  using nlohmann::json;
+  // Go's api client: the embedded WriteRequest flattened, zero values.
+  auto go = json::parse(R"({"Volumes": [], "Region": "", "Namespace": "", "SecretID": ""})");
+  auto w = parse_nomad_write({}, go);
+  REQUIRE(w.write);
+  CHECK(w.write->namespace_.empty());
+  CHECK(w.write->secret_id.empty());
+  CHECK(w.write->idempotency_token.empty());
+  // WriteOptions in the query; the body's fields in any case.
+  w = parse_nomad_write({{"namespace", "prod"}, {"region", "global"}, {"idempotency_token", "k1"}},
+                        json::parse(R"({"namespace": "prod", "secretid": "s3", "REGION": null})"));
+  REQUIRE(w.write);
+  CHECK(w.write->namespace_ == "prod");
+  CHECK(w.write->secret_id == "s3");
+  CHECK(w.write->idempotency_token == "k1");
+  w = parse_nomad_write({}, json::parse(R"({"IdempotencyToken": "k2", "Namespace": "dev"})"));
+  REQUIRE(w.write);
+  CHECK(w.write->idempotency_token == "k2");
+  CHECK(w.write->namespace_ == "dev");
+  // No body (a DELETE).
+  CHECK(parse_nomad_write({{"namespace", "x"}}, json()).write->namespace_ == "x");
+  // Disagreements, another region and a non-string are named; a token never repeated.
+  auto bad = parse_nomad_write({{"namespace", "a"}}, json::parse(R"({"Namespace": "b"})"));
+  CHECK_FALSE(bad.write);
+  CHECK(bad.error.find("'Namespace' ('b') differs from the query's namespace ('a')") !=
+        std::string::npos);
+  bad = parse_nomad_write({{"idempotency_token", "k-secret"}},
+                          json::parse(R"({"IdempotencyToken": "other"})"));
+  CHECK_FALSE(bad.write);
+  CHECK(bad.error.find("k-secret") == std::string::npos);
+  CHECK(bad.error.find("other") == std::string::npos);
+  bad = parse_nomad_write({{"region", "eu"}}, json());
+  CHECK_FALSE(bad.write);
+  CHECK(bad.error.find("region 'eu'") != std::string::npos);
+  CHECK_FALSE(parse_nomad_write({}, json::parse(R"({"Region": "eu"})")).write);
+  CHECK_FALSE(parse_nomad_write({}, json::parse(R"({"SecretID": 7})")).write);
+  CHECK(is_nomad_write_field("secretid"));
+  CHECK(is_nomad_write_field("idempotencytoken"));
+  CHECK_FALSE(is_nomad_write_field("volumes"));
+}
+
+TEST_CASE("nomad reads: region and stale checked as Nomad parses them; an index is at least 1") {
+  CHECK(nomad_read_problem({}).empty());
+  CHECK(nomad_read_problem({{"region", "global"}, {"stale", ""}}).empty());
+  CHECK(nomad_read_problem({{"stale", "true"}}).empty());
+  CHECK(nomad_read_problem({{"stale", "false"}}).empty());
+  CHECK(nomad_read_problem({{"stale", "maybe"}}).find("`stale`") != std::string::npos);
+  CHECK(nomad_read_problem({{"region", "eu"}}).find("region 'eu'") != std::string::npos);
+  CHECK(nomad_index(0) == 1);
+  CHECK(nomad_index(1) == 1);
+  CHECK(nomad_index(42) == 42);
 }
 
 TEST_CASE("nomad event topics: Nomad's spellings, berth's topics asked, unknown ones named") {

@@ -77,6 +77,7 @@ bool changes_state(const v1::Request& req) {
     case v1::Request::kMonitor:
     case v1::Request::kEventStream:
     case v1::Request::kSnapshotList:
+    case v1::Request::kVolumeListExternal:
     case v1::Request::kAclPolicyList:
     case v1::Request::kAclPolicyInfo:
     case v1::Request::kAclTokenList:

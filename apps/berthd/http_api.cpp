@@ -18,6 +18,7 @@
 #include "control/filter.hpp"
 #include "control/snapshots.hpp"
 #include "messages/codec.hpp"
+#include "messages/ids.hpp"
 #include "messages/nomad.hpp"
 
 namespace berth {
@@ -113,12 +114,13 @@ std::string list_namespace(const params& p) {
   return ns == "*" ? "" : ns;
 }
 
-// Nomad's headers of a read: the index of what was read (the highest
-// modify index among the objects; Nomad's is its table's), and that the
-// answer came from the leader (reads are answered by it once it confirmed
-// that it leads, so it has no last contact to report).
+// Nomad's headers of an answer: the index of what was read or written (at
+// least 1: nomad_index), and that the answer came from the leader (reads
+// are answered by it once it confirmed that it leads, so it has no last
+// contact to report).  Nomad's client reads X-Nomad-KnownLeader only after
+// X-Nomad-LastContact parsed as a number.
 std::map<std::string, std::string> nomad_headers(uint64_t index) {
-  return {{"X-Nomad-Index", std::to_string(index)},
+  return {{"X-Nomad-Index", std::to_string(nomad_index(index))},
           {"X-Nomad-KnownLeader", "true"},
           {"X-Nomad-LastContact", "0"}};
 }
@@ -143,9 +145,10 @@ const param_doc nomad_type_doc{"type", "query",
 
 json openapi_document();
 
-// The volumes of a Nomad register or create body ({"Volumes": [...]}), as
-// the requests berth's shell would send; the namespace is the volume's, or
-// the query's (default "default").
+// The volumes of a Nomad register or create body ({"Volumes": [...]}, with
+// the WriteRequest's fields beside it, read by answer_http), as the
+// requests berth's shell would send; the namespace is the volume's, or the
+// request's (default "default").
 std::variant<std::vector<v1::Request>, std::string> nomad_volume_requests(const params& p,
                                                                           const std::string& body,
                                                                           bool create) {
@@ -158,8 +161,10 @@ std::variant<std::vector<v1::Request>, std::string> nomad_volume_requests(const 
     for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (key == "volumes")
       volumes = v;
-    else if (key != "policyoverride")
-      return "field '" + k + "' is not one of the body's (Volumes, PolicyOverride)";
+    else if (key != "policyoverride" && !is_nomad_write_field(key))
+      return "field '" + k +
+             "' is not one of the body's (Volumes, PolicyOverride, and the WriteRequest's "
+             "Region, Namespace, SecretID, IdempotencyToken)";
   }
   if (!volumes.is_array() || volumes.empty())
     return std::string("the body names no volume: give {\"Volumes\": [{\"ID\": ...}, ...]}");
@@ -174,7 +179,14 @@ std::variant<std::vector<v1::Request>, std::string> nomad_volume_requests(const 
       return describe("volume '" + id + "'", *problems);
     }
     auto& vol = std::get<v1::Volume>(v);
-    if (vol.namespace_().empty()) vol.set_namespace_(volume_namespace(p));
+    // The volume's own Namespace when it names one, else the request's.
+    bool own = false;
+    for (const auto& [k, val] : volumes[i].items()) {
+      std::string key = k;
+      for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      own |= key == "namespace" && val.is_string() && !val.get<std::string>().empty();
+    }
+    if (!own) vol.set_namespace_(volume_namespace(p));
     v1::Request r;
     if (create)
       *r.mutable_volume_create() = std::move(vol);
@@ -198,10 +210,23 @@ answer nomad_volumes_answer(const std::vector<v1::Response>& all) {
   return answer{out.dump(-1, ' ', false, json::error_handler_t::replace), nomad_headers(index)};
 }
 
+// The index of a Nomad answer: the latest of what it read or wrote.
+uint64_t index_of_answers(const std::vector<v1::Response>& all) {
+  uint64_t index = 0;
+  for (const auto& r : all) {
+    index = std::max(index, r.index());
+    for (const auto& v : r.volumes()) index = std::max(index, v.modify_index());
+  }
+  return index;
+}
+
+// A write Nomad answers without a body (deregister, detach, delete): Nomad's
+// client reads nothing of it but X-Nomad-Index; berth's message says what
+// was done.
 answer nomad_message_answer(const std::vector<v1::Response>& all) {
   std::string message;
   for (const auto& r : all) message += (message.empty() ? "" : "; ") + r.message();
-  return answer{dump(json{{"message", message}})};
+  return answer{dump(json{{"message", message}}), nomad_headers(index_of_answers(all))};
 }
 
 using requests = std::variant<std::vector<v1::Request>, std::string>;
@@ -215,6 +240,16 @@ std::optional<std::string> take_csi_secrets(const http_request& h,
   return std::nullopt;
 }
 
+// Nomad's per_page of a page a plugin cuts (0: the plugin's choice).
+std::variant<uint32_t, std::string> per_page_of(const params& p) {
+  auto per_page = param(p, "per_page");
+  if (per_page.empty()) return uint32_t{0};
+  if (per_page.size() > 6 || per_page.find_first_not_of("0123456789") != std::string::npos)
+    return "Expect a number for `per_page` query string parameter (got '" + per_page.substr(0, 20) +
+           "')";
+  return static_cast<uint32_t>(std::stoul(per_page));
+}
+
 answer nomad_snapshots_answer(const std::vector<v1::Response>& all) {
   nlohmann::ordered_json snaps = nlohmann::ordered_json::array();
   std::string next;
@@ -224,8 +259,14 @@ answer nomad_snapshots_answer(const std::vector<v1::Response>& all) {
   }
   nlohmann::ordered_json out{{"Snapshots", snaps}};
   if (!next.empty()) out["NextToken"] = next;
-  return answer{out.dump(-1, ' ', false, json::error_handler_t::replace)};
+  return answer{out.dump(-1, ' ', false, json::error_handler_t::replace),
+                nomad_headers(index_of_answers(all))};
 }
+
+// The fields of Nomad's CSISnapshot a create ignores: the plugin sets them
+// (Nomad's client sends every field of the struct, zero or not).
+const std::set<std::string> ignored_snapshot_fields{
+    "id", "externalsourcevolumeid", "sizebytes", "createtime", "isready", "pluginid"};
 
 // Nomad's /v1/volumes/snapshot: list (GET), create (PUT or POST, a body of
 // {"Snapshots": [...]}), delete (DELETE ?plugin_id=&snapshot_id=).
@@ -244,13 +285,9 @@ void add_nomad_snapshots(std::vector<route>& v) {
     auto* q = r.mutable_snapshot_list();
     q->set_plugin_id(param(p, "plugin_id"));
     q->set_page_token(param(p, "next_token"));
-    auto per_page = param(p, "per_page");
-    if (!per_page.empty()) {
-      if (per_page.size() > 6 || per_page.find_first_not_of("0123456789") != std::string::npos)
-        return "Expect a number for `per_page` query string parameter (got '" +
-               per_page.substr(0, 20) + "')";
-      q->set_per_page(static_cast<uint32_t>(std::stoul(per_page)));
-    }
+    auto per_page = per_page_of(p);
+    if (auto* e = std::get_if<std::string>(&per_page)) return *e;
+    q->set_per_page(std::get<uint32_t>(per_page));
     if (auto e = take_csi_secrets(h, q->mutable_secrets())) return *e;
     return std::vector<v1::Request>{r};
   };
@@ -271,9 +308,22 @@ void add_nomad_snapshots(std::vector<route>& v) {
     for (const auto& [k, val] : doc.items()) {
       std::string key = k;
       for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      if (key != "snapshots") return "field '" + k + "' is not one of the body's (Snapshots)";
-      snaps = val;
+      if (key == "snapshots")
+        snaps = val;
+      else if (!is_nomad_write_field(key))
+        return "field '" + k +
+               "' is not one of the body's (Snapshots, and the WriteRequest's Region, "
+               "Namespace, SecretID, IdempotencyToken)";
     }
+    // Nomad's client sends each snapshot's secrets in the body and in
+    // X-Nomad-CSI-Secrets; the body's win.
+    std::map<std::string, std::string> header_secrets;
+    {
+      auto parsed = parse_csi_secrets(h.csi_secrets);
+      if (auto* e = std::get_if<std::string>(&parsed)) return *e;
+      header_secrets = std::get<std::map<std::string, std::string>>(std::move(parsed));
+    }
+    auto token = param(p, "idempotency_token");
     if (!snaps.is_array() || snaps.empty())
       return std::string(
           "the body names no snapshot: give {\"Snapshots\": [{\"SourceVolumeID\": ...}]}");
@@ -305,14 +355,20 @@ void add_nomad_snapshots(std::vector<route>& v) {
         } else if (key == "parameters") {
           if (!strings(c->mutable_parameters()))
             return at + "." + k + " must map strings to strings";
-        } else if (key != "pluginid" && key != "id" && key != "externalsourcevolumeid")
+        } else if (!ignored_snapshot_fields.count(key))
           return at + "." + k + " is not a field of a snapshot create (SourceVolumeID, Name, " +
-                 "Secrets, Parameters)";
+                 "Secrets, Parameters; the plugin's ID, ExternalSourceVolumeID, SizeBytes, " +
+                 "CreateTime, IsReady and PluginID are ignored)";
       }
       if (c->volume_id().empty()) return at + ".SourceVolumeID is required";
-      // A name fixed here: a retry of the same body with no Name takes another.
+      for (const auto& [hk, hv] : header_secrets) c->mutable_secrets()->insert({hk, hv});
+      // A name fixed here: with an idempotency token a retry of the same
+      // body finds the snapshot the first took, without one it takes another.
       if (c->name().empty())
-        c->set_name(generated_snapshot_name(c->namespace_(), c->volume_id(), wall_ms()));
+        c->set_name(token.empty()
+                        ? generated_snapshot_name(c->namespace_(), c->volume_id(), wall_ms())
+                        : "berth-" + c->namespace_() + "-" + c->volume_id() + "-" +
+                              id_of_key(token + "#" + std::to_string(i)));
       out.push_back(std::move(r));
     }
     return out;
@@ -339,6 +395,48 @@ void add_nomad_snapshots(std::vector<route>& v) {
   };
   del.render_batch = nomad_message_answer;
   for (auto* r : {&list, &create, &post, &del}) v.push_back(std::move(*r));
+}
+
+// Nomad's GET /v1/volumes/external?plugin_id=P: one page of the plugin's
+// own volumes (ListVolumes through a controller), {"Volumes": [...],
+// "NextToken": ...} as CSIVolumeListExternalResponse.
+void add_nomad_external_volumes(std::vector<route>& v) {
+  route list{"GET",
+             "/v1/volumes/external",
+             "Nomad: the volumes a plugin's controller lists (ListVolumes), one page",
+             {{"plugin_id", "query", "the plugin", true},
+              {"per_page", "query", "at most this many (NextToken names the next page)"},
+              {"next_token", "query", "start at this page (the NextToken of the one before)"},
+              nomad_namespace_doc},
+             nullptr,
+             nullptr,
+             std::chrono::seconds(60)};
+  list.batch = [](const params& p, const http_request&) -> requests {
+    if (auto m = missing(p, {"plugin_id"}); !m.empty()) return m + " (the plugin to ask)";
+    v1::Request r;
+    auto* q = r.mutable_volume_list_external();
+    q->set_namespace_(volume_namespace(p));
+    q->set_plugin_id(param(p, "plugin_id"));
+    q->set_page_token(param(p, "next_token"));
+    auto per_page = per_page_of(p);
+    if (auto* e = std::get_if<std::string>(&per_page)) return *e;
+    q->set_per_page(std::get<uint32_t>(per_page));
+    return std::vector<v1::Request>{r};
+  };
+  list.render_batch = [](const std::vector<v1::Response>& all) {
+    nlohmann::ordered_json volumes = nlohmann::ordered_json::array();
+    std::string next;
+    for (const auto& r : all) {
+      for (const auto& x : r.external_volumes()) volumes.push_back(nomad_external_volume(x));
+      next = r.next_page_token();
+    }
+    nlohmann::ordered_json out{{"Volumes", volumes}, {"NextToken", next}};
+    answer a{out.dump(-1, ' ', false, json::error_handler_t::replace),
+             nomad_headers(index_of_answers(all))};
+    if (!next.empty()) a.headers["X-Nomad-NextToken"] = next;
+    return a;
+  };
+  v.push_back(std::move(list));
 }
 
 void add_nomad_writes(std::vector<route>& v) {
@@ -391,10 +489,13 @@ void add_nomad_writes(std::vector<route>& v) {
   del.summary =
       "Nomad: delete the volume through its plugin (DeleteVolume), as berth volume delete";
   del.docs = {namespace_doc};
-  del.batch = [one](const params& p, const http_request&) {
+  del.batch = [one](const params& p,
+                    const http_request& h) -> std::variant<std::vector<v1::Request>, std::string> {
     v1::Request r;
-    r.mutable_volume_delete()->set_namespace_(volume_namespace(p));
-    r.mutable_volume_delete()->set_volume_id(param(p, "id"));
+    auto* d = r.mutable_volume_delete();
+    d->set_namespace_(volume_namespace(p));
+    d->set_volume_id(param(p, "id"));
+    if (auto e = take_csi_secrets(h, d->mutable_secrets())) return *e;
     return one(std::move(r));
   };
   route detach = dereg;
@@ -413,6 +514,7 @@ void add_nomad_writes(std::vector<route>& v) {
   };
   for (auto* r : {&reg, &create, &dereg, &del, &detach}) v.push_back(std::move(*r));
   add_nomad_snapshots(v);
+  add_nomad_external_volumes(v);
 }
 
 // A server as Nomad's status endpoints name it: its Raft address, or its
@@ -462,7 +564,7 @@ const std::vector<route>& routes() {
            auto query = *parse_nomad_volume_query(p).query;
            auto f = std::get<filter>(parse_filter(query.filter));
            std::vector<const v1::Volume*> all;
-           uint64_t index = 0;
+           uint64_t index = r.index();  // the table's: an empty list has one too
            for (const auto& v : r.volumes()) {
              index = std::max(index, v.modify_index());
              // Nomad's filter reads the stub's fields (PluginID, Schedulable, ...).
@@ -505,7 +607,8 @@ const std::vector<route>& routes() {
          [](const v1::Response& r, const params&) {
            if (r.volumes().empty()) return answer{"null"};
            const auto& v = r.volumes(0);
-           return answer{nomad_volume(v, plugin_in(r, v.plugin_id()))
+           std::vector<v1::Alloc> allocs(r.allocs().begin(), r.allocs().end());
+           return answer{nomad_volume(v, plugin_in(r, v.plugin_id()), allocs)
                              .dump(-1, ' ', false, json::error_handler_t::replace),
                          nomad_headers(v.modify_index())};
          },
@@ -535,7 +638,7 @@ const std::vector<route>& routes() {
          },
          [](const v1::Response& r, const params&) {
            nlohmann::ordered_json out = nlohmann::ordered_json::array();
-           uint64_t index = 0;
+           uint64_t index = r.index();  // the table's: an empty list has one too
            for (const auto& pl : r.plugins()) {
              out.push_back(nomad_plugin_stub(pl));
              index = std::max(index, pl.modify_index());
@@ -1230,15 +1333,34 @@ std::optional<json_view> answer_http(caf::actor_system& sys, const api_actor& ap
   if (req.body_too_large)
     return error_view(413, "the body is larger than this path takes (" +
                                std::to_string(body_limit(req.path) / 1024) + " KiB)");
-  const caller c{sys, api, req.token, found->timeout};
+  std::string token = req.token;
   params p = req.query;
-  if (found->batch) {
+  if (is_nomad(*found) && req.method == "GET") {
+    if (auto e = nomad_read_problem(req.query); !e.empty()) return error_view(400, e);
+  } else if (is_nomad(*found)) {
     // A POST needs a JSON body (a form another site's page posts is not);
     // a PUT or DELETE from another origin needs a preflight never allowed.
     if (req.method == "POST" && req.content_type != "application/json")
       return error_view(415,
                         "send the body as JSON with Content-Type: application/json (or "
                         "use PUT, as Nomad's client does)");
+    auto body = req.body.empty() ? json() : json::parse(req.body, nullptr, false);
+    auto w = parse_nomad_write(req.query, body.is_discarded() ? json() : body);
+    if (!w.write) return error_view(400, w.error);
+    // The body's SecretID is a token, as the X-Nomad-Token header is.
+    if (!w.write->secret_id.empty()) {
+      if (!token.empty() && token != w.write->secret_id)
+        return error_view(400,
+                          "the body's SecretID and the request's token header differ: give "
+                          "one");
+      token = w.write->secret_id;
+    }
+    if (!w.write->namespace_.empty()) p["namespace"] = w.write->namespace_;
+    p["idempotency_token"] =
+        w.write->idempotency_token.empty() ? req.idempotency_key : w.write->idempotency_token;
+  }
+  const caller c{sys, api, token, found->timeout};
+  if (found->batch) {
     for (auto& [k, v] : path_params) p[k] = v;
     auto requests = found->batch(p, req);
     if (auto* problem = std::get_if<std::string>(&requests)) return error_view(400, *problem);
@@ -1354,8 +1476,10 @@ void event_stream_view(caf::actor_system& sys, const api_actor& api, const http_
       });
       if (!ok) return;
     } else if (nomad && (key == "region" || key == "stale")) {
-      // Nomad's query options that mean nothing here: one region, and
-      // every server answers from what it applied.
+      // Nomad's query options: berth is one region, and every server
+      // answers from what it applied.
+      if (auto e = nomad_read_problem({{key, value}}); !e.empty())
+        return refuse(400, {{"error", e}});
     } else {
       return refuse(400, {{"error", "unknown parameter '" + key +
                                         "'; the parameters are index, topic, namespace, "
@@ -1456,9 +1580,10 @@ void monitor_view(caf::actor_system& sys, const api_actor& api, const http_reque
     } else if (key == "plain") {
       if (value != "true" && value != "false") return refuse(400, "plain must be true or false");
       plain = value == "true";
-    } else if (key == "region" || key == "log_json") {
-      // Nomad's options that mean nothing here (one region; berthd's own
-      // --log-format decides the lines' form).
+    } else if (key == "region") {
+      if (auto e = nomad_region_problem(value); !e.empty()) return refuse(400, e);
+    } else if (key == "log_json") {
+      // berthd's own --log-format decides the lines' form.
     } else {
       return refuse(400, "unknown parameter '" + key +
                              "'; the parameters are log_level, node_id, lines, plain, token");

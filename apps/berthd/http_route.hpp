@@ -96,6 +96,14 @@ struct route {
   bool raw_body = false;
 };
 
+// A path of Nomad's API (its reads block, or its requests are built by
+// `batch`): it takes what Nomad's clients send beside the request's own
+// fields (QueryOptions, WriteRequest: messages/nomad's parse_nomad_write,
+// nomad_read_problem) and answers Nomad's X-Nomad-* headers.
+inline bool is_nomad(const route& r) {
+  return r.batch != nullptr || !r.wakes_on.empty();
+}
+
 // The shell's commands beyond the reads and the first actions
 // (apps/berthd/http_commands.cpp).
 void add_shell_commands(std::vector<route>& v);

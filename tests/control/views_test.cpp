@@ -90,3 +90,38 @@ TEST_CASE("lists_are_paged_in_key_order_with_filters_and_namespaces") {
   // A bad filter is an error naming it.
   CHECK(list("default", "plugin_id ==", 0, "").error().code() == v1::INVALID);
 }
+
+TEST_CASE("list_reads_carry_their_tables_index_even_empty_and_a_volume_its_claims_allocs") {
+  catalog c;
+  auto none = [](const std::string&) -> int64_t { return 0; };
+  v1::Request list;
+  list.mutable_volume_list();
+  v1::Request plugins;
+  plugins.mutable_plugin_list();
+  CHECK(answer_read(c, list, none)->index() == 0);
+  auto v = make_volume("db");
+  auto* claim = v.add_claims();
+  claim->set_alloc_id("a1");
+  claim->set_node_id("n1");
+  claim->set_state(v1::CLAIM_TAKEN);
+  v1::Alloc a;
+  a.set_id("a1");
+  a.set_node_id("n1");
+  commit(c, {upsert_change(v), upsert_change(a)});                // index 1
+  commit(c, {upsert_change(controller_plugin({{"n1", true}}))});  // 2
+  commit(c, {upsert_change(make_node("n1"))});                    // 3: neither table
+  CHECK(answer_read(c, list, none)->index() == 1);
+  CHECK(answer_read(c, plugins, none)->index() == 2);
+  v1::Request status;
+  status.mutable_volume_status()->set_id("db");
+  auto r = answer_read(c, status, none);
+  REQUIRE(r->allocs_size() == 1);
+  CHECK(r->allocs(0).id() == "a1");
+  // The last volume gone: an empty list at the deregistration's index.
+  commit(c, {volume_delete_change("default", "db")});  // 4
+  auto empty = answer_read(c, list, none);
+  CHECK(empty->volumes_size() == 0);
+  CHECK(empty->index() == 4);
+  commit(c, {plugin_delete_change("p")});  // 5
+  CHECK(answer_read(c, plugins, none)->index() == 5);
+}

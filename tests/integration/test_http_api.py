@@ -258,7 +258,8 @@ class NomadApiTest(unittest.TestCase):
                   "/v1/node/eligibility", "/v1/acl/bootstrap", "/v1/acl/policies",
                   "/v1/acl/policy", "/v1/acl/policy/delete", "/v1/acl/token", "/v1/acl/tokens",
                   "/v1/acl/token/self", "/v1/acl/token/delete", "/v1/operator/snapshot",
-                  "/v1/raft/remove-peer", "/v1/raft/transfer-leadership", "/v1/system/gc"):
+                  "/v1/raft/remove-peer", "/v1/raft/transfer-leadership", "/v1/system/gc",
+                  "/v1/volumes/external"):
             self.assertIn(p, paths)
         self.assertIn("type=csi", paths["/v1/volumes"]["get"]["summary"])
         self.assertIn("id", [p["name"] for p in paths["/v1/volume/csi/{id}"]["get"]["parameters"]
@@ -273,6 +274,7 @@ class NomadApiTest(unittest.TestCase):
             for prm in ops["get"]["parameters"]:
                 if prm["in"] == "query" and prm.get("required"):
                     query.append("%s=%s" % (prm["name"], {"/v1/plugin": "hostpath",
+                                                          "/v1/volumes/external": "hostpath",
                                                           "/v1/node": self.node,
                                                           "/v1/alloc": "web-1"}.get(path, "db")))
             url = concrete + ("?" + "&".join(query) if query else "")

@@ -1298,6 +1298,8 @@ sim_node_actor::behavior_type sim_node_behavior(sim_node_actor::pointer self, wo
       [](snapshot_list_atom, pb<v1::SnapshotRequest>&, uint64_t) -> pb<v1::SnapshotList> {
         return wrap(v1::SnapshotList{});
       },
+      [](list_volumes_atom, pb<v1::ExternalVolumeListRequest>&,
+         uint64_t) -> pb<v1::ExternalVolumeList> { return wrap(v1::ExternalVolumeList{}); },
       [](group_snapshot_atom, pb<v1::SnapshotRequest>&, uint64_t) -> pb<v1::SnapshotList> {
         return wrap(v1::SnapshotList{});
       },

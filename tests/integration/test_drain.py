@@ -241,10 +241,14 @@ class DrainTest(ClusterTestCase):
             if alive:
                 seen_with_claim += 1
             time.sleep(0.1)  # a poll's pace, not a condition
-        # The writer ignored SIGTERM: it ran on, claimed, until the kill.
-        self.assertGreater(seen_with_claim, 3)
+        # The writer ignored SIGTERM: it ran on, claimed, until the kill
+        # (exit 137: SIGKILL).  How many polls saw it depends on how fast
+        # the shell answers (under a sanitizer and a loaded machine, two in
+        # the 5 s kill timeout), so one is the condition.
+        self.assertGreaterEqual(seen_with_claim, 1)
         a = self.b("--json", "alloc", "status", "writer").json()
         self.assertEqual(a["state"], "complete", a)
+        self.assertEqual(a["exit_code"], 137, a)
         self.assertIn("at its deadline", a["message"])
         ext = self.external_id("w")
         self.assertTrue([c for c in self.calls(self.plugin1) if c.get("volume_id") == ext
